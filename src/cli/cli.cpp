@@ -1,0 +1,26 @@
+#include "cli/cli.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace seqpar {
+
+int cli_main(int argc, char** argv) {
+  CLI::App app{"seqpar: long-sequence transformer training with sequence parallelism"};
+  app.require_subcommand(1);
+  app.add_subcommand("version", "print the version")->callback([] { std::printf("seqpar 0.1.0\n"); });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "seqpar: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace seqpar

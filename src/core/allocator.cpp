@@ -1,0 +1,55 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "core/error.h"
+
+namespace seqpar {
+
+void Allocator::account_alloc(size_t bytes) {
+  size_t now = current_ += bytes;
+  size_t prev = peak_.load();
+  while (now > prev && !peak_.compare_exchange_weak(prev, now)) {
+  }
+}
+
+namespace {
+
+class CpuAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) throw Error(fmt::format("out of host memory allocating {} bytes (in use: {})", bytes, current_bytes()));
+    account_alloc(bytes);
+    return p;
+  }
+  void deallocate(void* ptr, size_t bytes) override {
+    if (!ptr) return;
+    std::free(ptr);
+    account_free(bytes);
+  }
+  Device device() const override { return Device::cpu(); }
+};
+
+}  // namespace
+
+Allocator& cpu_allocator() {
+  static CpuAllocator a;
+  return a;
+}
+
+#if !defined(SEQPAR_WITH_CUDA)
+Allocator& allocator_for(Device device) {
+  SEQPAR_CHECK(device.is_cpu(), "this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF); device {} is unavailable",
+               device.str());
+  return cpu_allocator();
+}
+bool cuda_built() { return false; }
+#endif
+
+std::string Device::str() const { return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index); }
+
+}  // namespace seqpar

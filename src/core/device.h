@@ -1,0 +1,25 @@
+// Where a tensor's bytes live.
+#pragma once
+
+#include <string>
+
+namespace seqpar {
+
+enum class DeviceType { kCPU, kCUDA };
+
+struct Device {
+  DeviceType type = DeviceType::kCPU;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::kCPU, 0}; }
+  static Device cuda(int index = 0) { return {DeviceType::kCUDA, index}; }
+  bool is_cpu() const { return type == DeviceType::kCPU; }
+  bool is_cuda() const { return type == DeviceType::kCUDA; }
+  bool operator==(const Device&) const = default;
+  std::string str() const;
+};
+
+// True when this binary was built with the CUDA backend.
+bool cuda_built();
+
+}  // namespace seqpar

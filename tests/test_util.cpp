@@ -1,0 +1,67 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+
+namespace seqpar::testing {
+
+std::string source_path(const std::string& rel) { return std::string(SEQPAR_SOURCE_DIR) + "/" + rel; }
+std::string binary_path() { return SEQPAR_BINARY; }
+
+std::string temp_dir() {
+  static std::atomic<int> counter{0};
+  auto dir = std::filesystem::temp_directory_path() /
+             ("seqpar_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::vector<float> random_vector(size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+Tensor random_tensor(const Shape& shape, uint64_t seed, float lo, float hi) {
+  return Tensor::from_vector<float>(shape, random_vector(static_cast<size_t>(shape_numel(shape)), seed, lo, hi));
+}
+
+double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double d = static_cast<double>(a[i]) - b[i];
+    if (std::isnan(d)) return INFINITY;
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  if (den == 0) return std::sqrt(num);
+  return std::sqrt(num / den);
+}
+
+double rel_error(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return INFINITY;
+  return rel_error(a.to_f32_vector(), b.to_f32_vector());
+}
+
+int run_command(const std::string& cmd, std::string* output) {
+  std::string full = cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return -1;
+  std::array<char, 4096> buf;
+  std::string out;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  int status = pclose(p);
+  if (output) *output = out;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace seqpar::testing

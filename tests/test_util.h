@@ -1,0 +1,29 @@
+// Helpers shared by the tests: random tensors, relative errors, fixture paths.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace seqpar::testing {
+
+std::string source_path(const std::string& rel);  // SEQPAR_SOURCE_DIR / rel
+std::string binary_path();                        // build/seqpar
+std::string temp_dir();                           // fresh directory per call
+
+// Uniform in [lo, hi), deterministic from seed.
+std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
+Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f);
+
+// ||a - b|| / ||b|| (b is the reference); 0 when both are zero.
+double rel_error(const std::vector<float>& a, const std::vector<float>& b);
+double rel_error(const Tensor& a, const Tensor& b);
+
+// Runs a shell command, returns exit code; stdout+stderr captured into *output if given.
+int run_command(const std::string& cmd, std::string* output = nullptr);
+
+}  // namespace seqpar::testing
