@@ -1,0 +1,92 @@
+// Local attention (one device, no communication) and the interface the model calls.
+//
+// Masking: every token carries a segment (document) id and a position in the packed sequence.
+// Query i sees key j iff seg_q[i] == seg_k[j] and (not causal or pos_k[j] <= pos_q[i]).
+// This one rule covers a single causal sequence, varlen/packed batches (cu_seqlens), and every
+// sequence-parallel layout (contiguous, zigzag, a ring step between two ranks' blocks), because
+// the metadata travels with the tokens. Padding tokens get a segment of their own.
+//
+// Numerics: softmax statistics and the log-sum-exp are f32 (f64 inside the CPU reference's
+// accumulations is allowed). A query row that sees no key gets out = 0 and lse = -inf; the merge
+// and the backward treat such rows as empty, never as NaN.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace seqpar {
+
+// Mask metadata for a set of tokens: seg and pos, i32 [T] each (host tensors on the CPU path).
+struct TokenMeta {
+  Tensor seg;
+  Tensor pos;
+  int64_t size() const { return seg.numel(); }
+  // Tokens [begin, end) of this set.
+  TokenMeta rows(int64_t begin, int64_t end) const { return {seg.rows(begin, end), pos.rows(begin, end)}; }
+};
+
+// Metadata for a packed batch described by cu_seqlens (i32, [num_docs + 1], cu[0] = 0):
+// document d covers tokens [cu[d], cu[d+1]), pos = token index in the packed sequence.
+TokenMeta token_meta_from_cu_seqlens(const std::vector<int32_t>& cu_seqlens);
+// Concatenation of several token sets (e.g. what an all-to-all gathers).
+TokenMeta concat_token_meta(const std::vector<TokenMeta>& parts);
+
+struct AttnArgs {
+  TokenMeta q_meta;  // [Tq]
+  TokenMeta k_meta;  // [Tk]
+  bool causal = true;
+  float scale = 0.f;  // softmax scale, normally 1/sqrt(D)
+};
+
+// out [Tq, H, D] (=), lse f32 [Tq, H] (=). q [Tq, H, D], k/v [Tk, Hkv, D], H % Hkv == 0 (GQA:
+// query head h reads KV head h / (H / Hkv)).
+void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs& args);
+
+// Gradients ACCUMULATE: dq += , dk += , dv += (so a ring can sum the contributions of every step
+// into one buffer). out and lse are the FINAL output and log-sum-exp of each query row over all
+// keys (after any merge), which makes the backward of one key block exact on its own.
+void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args);
+
+// Merges a partial result into an accumulator, in place, by log-sum-exp:
+//   lse' = log(exp(lse_acc) + exp(lse_part)),
+//   out' = out_acc * exp(lse_acc - lse') + out_part * exp(lse_part - lse').
+// out_* [T, H, D], lse_* f32 [T, H]. -inf rows are handled (an empty part changes nothing).
+void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const Tensor& lse_part);
+
+// ---- the interface the model calls -----------------------------------------------------
+// Whatever an implementation saves between forward and backward (in its own layout).
+class AttentionContext {
+ public:
+  virtual ~AttentionContext() = default;
+};
+
+// The model hands over this rank's q, k, v (after RoPE) and gets this rank's output; how the
+// sequence is split across ranks (and what crosses the wire) is the implementation's business.
+class Attention {
+ public:
+  virtual ~Attention() = default;
+  // q [T, H, D], k/v [T, Hkv, D]; out [T, H, D] (=). Returns what backward needs.
+  virtual std::unique_ptr<AttentionContext> forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                                                    float scale) = 0;
+  // dq [T, H, D], dk/dv [T, Hkv, D] (=).
+  virtual void backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) = 0;
+};
+
+// Attention over the tokens one device holds, with the given mask metadata (causal).
+class LocalAttention final : public Attention {
+ public:
+  explicit LocalAttention(TokenMeta meta, bool causal = true) : meta_(std::move(meta)), causal_(causal) {}
+  std::unique_ptr<AttentionContext> forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                                            float scale) override;
+  void backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override;
+
+ private:
+  TokenMeta meta_;
+  bool causal_;
+};
+
+}  // namespace seqpar

@@ -1,0 +1,93 @@
+// The model's ops, one dispatching entry each: the implementation is chosen by the tensors'
+// device (CPU: src/kernels/cpu/<op>.{h,cpp}, f32, templated on the element type so tests can run
+// them in double; CUDA: src/kernels/cuda/<op>.cu, bf16 storage with f32 accumulation).
+//
+// Glossary: T tokens (local shard), C hidden, H query heads, Hkv KV heads, D head dim, F MLP
+// width, V vocab. Layouts are token-major: activations [T, C], heads [T, H, D].
+//
+// Gradient convention (STYLE.md): parameter gradients accumulate (+=), activation gradients are
+// written (=). Each entry says which.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace seqpar {
+
+// ---- embedding --------------------------------------------------------------------------
+// out[t, :] = wte[ids[t], :]. ids i32 [T], wte [V, C], out [T, C]. An id outside [0, V) throws.
+void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte);
+// dwte[ids[t], :] += dout[t, :]   (parameter gradient: +=)
+void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& ids);
+
+// ---- RMSNorm ----------------------------------------------------------------------------
+// out = inp * rstd * weight, rstd[t] = 1 / sqrt(mean(inp[t]^2) + eps). inp/out [T, C],
+// weight [C], rstd f32 [T] (saved for backward). HF LlamaRMSNorm semantics.
+void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps);
+// dinp = ... (=), dweight += sum_t dout * inp * rstd (+=)
+void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                      const Tensor& rstd);
+
+// ---- RoPE -------------------------------------------------------------------------------
+// HF "rotate_half" convention: for pair (i, i + D/2), angle = position_ids[t] * inv_freq[i],
+//   y_i = x_i cos - x_{i+D/2} sin,  y_{i+D/2} = x_{i+D/2} cos + x_i sin.
+// x [T, H, D] rotated in place; position_ids i32 [T] (global positions, restart per document);
+// inv_freq f32 [D/2] (see model/rope.h for how it is built from the config).
+void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq);
+// The transpose of the rotation (rotation by -angle), in place on dx (=).
+void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq);
+
+// ---- SwiGLU -----------------------------------------------------------------------------
+// out = silu(gate) * up; gate/up/out [T, F].
+void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
+// dgate, dup (=)
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up);
+
+// ---- matmul -----------------------------------------------------------------------------
+// out [M, N] = alpha * op(a) @ op(b) + beta * out, op(x) = x^T when trans_x. 2-D tensors (a
+// [T, H, D] tensor is viewed as 2-D by the caller). A linear layer y = x W^T is
+// matmul(y, x, W, false, true); dx = dy W is matmul(dx, dy, W, false, false);
+// dW += dy^T x is matmul(dW, dy, x, true, false, 1, 1).
+void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha = 1.f,
+            float beta = 0.f);
+
+// ---- cross-entropy ----------------------------------------------------------------------
+// Per-token loss on pre-shifted targets: losses[t] = logsumexp(logits[t]) - logits[t, targets[t]],
+// and 0 where targets[t] == kIgnoreIndex. logits [T, V], targets i32 [T], losses f32 [T].
+// A target outside [0, V) (and not -100) throws, naming the token and the value.
+inline constexpr int32_t kIgnoreIndex = -100;
+void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets);
+// dlogits[t] = (softmax(logits[t]) - onehot(targets[t])) * dloss, 0 for ignored rows (=).
+// dloss is d(total loss)/d(losses[t]), the same for every token (1 / global good tokens).
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss);
+
+// ---- elementwise ------------------------------------------------------------------------
+void add_inplace(Tensor& y, const Tensor& x);  // y += x (same shape)
+void scale_inplace(Tensor& y, float s);        // y *= s
+// Sum of squares of all elements, accumulated in double (for the global grad norm).
+double sum_squares(const Tensor& x);
+
+// ---- AdamW ------------------------------------------------------------------------------
+// torch.optim.AdamW semantics (decoupled weight decay, bias correction, eps outside the sqrt):
+//   p *= 1 - lr * weight_decay
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2       with g = grad * grad_scale
+//   p -= lr * (m / (1 - beta1^step)) / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+// step is 1-based. param/m/v f32 (master weights); grad f32 or bf16. grad_scale carries the
+// clipping coefficient (1 when not clipping).
+struct AdamWConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+};
+void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
+                float grad_scale);
+
+// torch.nn.utils.clip_grad_norm_'s coefficient: min(1, max_norm / (total_norm + 1e-6)).
+// max_norm <= 0 means no clipping (coefficient 1).
+float clip_coefficient(double total_norm, double max_norm);
+
+}  // namespace seqpar

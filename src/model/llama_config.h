@@ -1,0 +1,43 @@
+// The Llama-family architecture as seqpar uses it (parsed from HF config.json by io/).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace seqpar {
+
+// RoPE frequencies. rope_type "default" or "llama3" (Llama-3.1 style frequency scaling).
+struct RopeConfig {
+  double theta = 10000.0;
+  std::string type = "default";
+  // llama3 scaling (used when type == "llama3")
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct LlamaConfig {
+  int64_t vocab_size = 0;         // V
+  int64_t hidden_size = 0;        // C
+  int64_t intermediate_size = 0;  // F
+  int64_t num_layers = 0;         // L
+  int64_t num_heads = 0;          // H
+  int64_t num_kv_heads = 0;       // Hkv
+  int64_t head_dim = 0;           // D (C / H unless config.json says otherwise)
+  double rms_norm_eps = 1e-6;
+  int64_t max_position_embeddings = 2048;
+  bool tie_word_embeddings = false;
+  RopeConfig rope;
+
+  // Throws InputError naming the field, its value and the rule (e.g. "num_attention_heads=6
+  // must be a multiple of num_key_value_heads=4").
+  void validate() const;
+};
+
+// inv_freq[i] = 1 / theta^(2i / D), i < D/2, then the rope_type's scaling, computed in double
+// as HF does (then rounded to f32).
+std::vector<float> rope_inv_freq(const LlamaConfig& config);
+
+}  // namespace seqpar
