@@ -3,15 +3,20 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
 
+#include "cli/commands.h"
 #include "core/error.h"
 
 namespace seqpar {
 
 int cli_main(int argc, char** argv) {
-  CLI::App app{"seqpar: long-sequence transformer training with sequence parallelism"};
+  CLI::App app{"seqpar: long-sequence transformer training with sequence parallelism (Ulysses, Ring, hybrid)"};
   app.require_subcommand(1);
   app.add_subcommand("version", "print the version")->callback([] { std::printf("seqpar 0.1.0\n"); });
+  int rc = 0;
+  add_fwdbwd_command(app, rc);
+  add_train_command(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -19,8 +24,11 @@ int cli_main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "seqpar: error: %s\n", e.what());
     return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "seqpar: error: %s\n", e.what());
+    return 1;
   }
-  return 0;
+  return rc;
 }
 
 }  // namespace seqpar

@@ -1,0 +1,11 @@
+// The subcommands, each registered on the app with its options (the option table is the help).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace seqpar {
+
+void add_fwdbwd_command(CLI::App& app, int& rc);
+void add_train_command(CLI::App& app, int& rc);
+
+}  // namespace seqpar

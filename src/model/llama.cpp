@@ -1,0 +1,254 @@
+#include "model/llama.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "kernels/ops.h"
+
+namespace seqpar {
+
+namespace {
+
+// y [T, N] = x [T, K] @ W^T, W [N, K] (a bias-free linear layer).
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w) { matmul(y, x, w, false, true); }
+
+// dx [T, K] (= or += by beta) = dy [T, N] @ W [N, K];  dW [N, K] += dy^T @ x.
+void linear_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, float dx_beta) {
+  matmul(dx, dy, w, false, false, 1.f, dx_beta);
+  matmul(dw, dy, x, true, false, 1.f, 1.f);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Shape>> LlamaParams::shapes(const LlamaConfig& c) {
+  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t HD = c.num_heads * c.head_dim, KD = c.num_kv_heads * c.head_dim;
+  std::vector<std::pair<std::string, Shape>> out;
+  out.emplace_back("model.embed_tokens.weight", Shape{V, C});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    std::string p = fmt::format("model.layers.{}.", l);
+    out.emplace_back(p + "self_attn.q_proj.weight", Shape{HD, C});
+    out.emplace_back(p + "self_attn.k_proj.weight", Shape{KD, C});
+    out.emplace_back(p + "self_attn.v_proj.weight", Shape{KD, C});
+    out.emplace_back(p + "self_attn.o_proj.weight", Shape{C, HD});
+    out.emplace_back(p + "mlp.gate_proj.weight", Shape{F, C});
+    out.emplace_back(p + "mlp.up_proj.weight", Shape{F, C});
+    out.emplace_back(p + "mlp.down_proj.weight", Shape{C, F});
+    out.emplace_back(p + "input_layernorm.weight", Shape{C});
+    out.emplace_back(p + "post_attention_layernorm.weight", Shape{C});
+  }
+  out.emplace_back("model.norm.weight", Shape{C});
+  if (!c.tie_word_embeddings) out.emplace_back("lm_head.weight", Shape{V, C});
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> LlamaParams::named() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  out.emplace_back("model.embed_tokens.weight", &embed_tokens);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    std::string p = fmt::format("model.layers.{}.", l);
+    LlamaLayerParams& L = layers[l];
+    out.emplace_back(p + "self_attn.q_proj.weight", &L.q_proj);
+    out.emplace_back(p + "self_attn.k_proj.weight", &L.k_proj);
+    out.emplace_back(p + "self_attn.v_proj.weight", &L.v_proj);
+    out.emplace_back(p + "self_attn.o_proj.weight", &L.o_proj);
+    out.emplace_back(p + "mlp.gate_proj.weight", &L.gate_proj);
+    out.emplace_back(p + "mlp.up_proj.weight", &L.up_proj);
+    out.emplace_back(p + "mlp.down_proj.weight", &L.down_proj);
+    out.emplace_back(p + "input_layernorm.weight", &L.input_norm);
+    out.emplace_back(p + "post_attention_layernorm.weight", &L.post_norm);
+  }
+  out.emplace_back("model.norm.weight", &final_norm);
+  if (lm_head.defined()) out.emplace_back("lm_head.weight", &lm_head);
+  return out;
+}
+
+std::vector<std::pair<std::string, const Tensor*>> LlamaParams::named() const {
+  std::vector<std::pair<std::string, const Tensor*>> out;
+  for (auto& [name, t] : const_cast<LlamaParams*>(this)->named()) out.emplace_back(name, t);
+  return out;
+}
+
+LlamaParams LlamaParams::zeros(const LlamaConfig& c, DType dtype, Device device) {
+  LlamaParams p;
+  p.layers.resize(c.num_layers);
+  auto shapes = LlamaParams::shapes(c);
+  if (!c.tie_word_embeddings) p.lm_head = Tensor::zeros({c.vocab_size, c.hidden_size}, dtype, device);
+  size_t i = 0;
+  for (auto& [name, t] : p.named()) {
+    SEQPAR_CHECK_EQ(name, shapes[i].first);
+    *t = Tensor::zeros(shapes[i].second, dtype, device);
+    ++i;
+  }
+  return p;
+}
+
+// What one layer keeps from forward for backward (the `keep` activation policy).
+struct LlamaModel::LayerActs {
+  Tensor x_in;      // [T, C]  residual stream entering the layer
+  Tensor rstd1;     // [T]     f32
+  Tensor xn1;       // [T, C]  input_layernorm output
+  Tensor attn_out;  // [T, H, D]
+  std::unique_ptr<AttentionContext> attn_ctx;
+  Tensor x_mid;  // [T, C]  residual after attention
+  Tensor rstd2;  // [T]
+  Tensor xn2;    // [T, C]
+  Tensor gate;   // [T, F]
+  Tensor up;     // [T, F]
+  Tensor h;      // [T, F]  silu(gate) * up
+};
+
+struct LlamaModel::Acts {
+  LlamaBatch batch;
+  Attention* attention = nullptr;
+  std::vector<LayerActs> layers;
+  Tensor x_final;  // [T, C]
+  Tensor rstd_f;   // [T]
+  Tensor xn_f;     // [T, C]
+  Tensor logits;   // [T, V] f32
+};
+
+LlamaModel::LlamaModel(const LlamaConfig& config, Device device) : config_(config), device_(device) {
+  config_.validate();
+  params_ = LlamaParams::zeros(config_, DType::kF32, device_);
+  grads_ = LlamaParams::zeros(config_, DType::kF32, device_);
+  std::vector<float> inv = rope_inv_freq(config_);
+  inv_freq_ = Tensor::from_vector<float>({static_cast<int64_t>(inv.size())}, inv).to(device_);
+}
+
+void LlamaModel::zero_grads() {
+  for (auto& [name, g] : grads_.named()) g->zero();
+}
+
+LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Tensor* logits_out) {
+  const LlamaConfig& c = config_;
+  const int64_t T = batch.input_ids.numel(), C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
+  check_shape(batch.position_ids, {T}, "position_ids");
+  check_shape(batch.targets, {T}, "targets");
+  const DType act = DType::kF32;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+
+  acts_ = std::make_shared<Acts>();
+  Acts& a = *acts_;
+  a.batch = batch;
+  a.attention = &attention;
+  a.layers.resize(c.num_layers);
+
+  Tensor x = Tensor::empty({T, C}, act, device_);
+  embedding_forward(x, batch.input_ids, params_.embed_tokens);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LlamaLayerParams& P = params_.layers[l];
+    LayerActs& s = a.layers[l];
+    s.x_in = x;
+    s.rstd1 = Tensor::empty({T}, DType::kF32, device_);
+    s.xn1 = Tensor::empty({T, C}, act, device_);
+    rmsnorm_forward(s.xn1, s.rstd1, x, P.input_norm, static_cast<float>(c.rms_norm_eps));
+    Tensor q = Tensor::empty({T, H * D}, act, device_);
+    Tensor k = Tensor::empty({T, Hkv * D}, act, device_);
+    Tensor v = Tensor::empty({T, Hkv * D}, act, device_);
+    linear_forward(q, s.xn1, P.q_proj);
+    linear_forward(k, s.xn1, P.k_proj);
+    linear_forward(v, s.xn1, P.v_proj);
+    q = q.view({T, H, D});
+    k = k.view({T, Hkv, D});
+    v = v.view({T, Hkv, D});
+    rope_forward(q, batch.position_ids, inv_freq_);
+    rope_forward(k, batch.position_ids, inv_freq_);
+    s.attn_out = Tensor::empty({T, H, D}, act, device_);
+    s.attn_ctx = attention.forward(q, k, v, s.attn_out, scale);
+    // x_mid = x + attn_out @ Wo^T
+    s.x_mid = x.clone();
+    matmul(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, false, true, 1.f, 1.f);
+    s.rstd2 = Tensor::empty({T}, DType::kF32, device_);
+    s.xn2 = Tensor::empty({T, C}, act, device_);
+    rmsnorm_forward(s.xn2, s.rstd2, s.x_mid, P.post_norm, static_cast<float>(c.rms_norm_eps));
+    s.gate = Tensor::empty({T, F}, act, device_);
+    s.up = Tensor::empty({T, F}, act, device_);
+    linear_forward(s.gate, s.xn2, P.gate_proj);
+    linear_forward(s.up, s.xn2, P.up_proj);
+    s.h = Tensor::empty({T, F}, act, device_);
+    swiglu_forward(s.h, s.gate, s.up);
+    x = s.x_mid.clone();
+    matmul(x, s.h, P.down_proj, false, true, 1.f, 1.f);
+  }
+  a.x_final = x;
+  a.rstd_f = Tensor::empty({T}, DType::kF32, device_);
+  a.xn_f = Tensor::empty({T, C}, act, device_);
+  rmsnorm_forward(a.xn_f, a.rstd_f, x, params_.final_norm, static_cast<float>(c.rms_norm_eps));
+  a.logits = Tensor::empty({T, V}, DType::kF32, device_);
+  const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
+  linear_forward(a.logits, a.xn_f, head);
+
+  Tensor losses = Tensor::empty({T}, DType::kF32, device_);
+  cross_entropy_forward(losses, a.logits, batch.targets);
+  LossStats stats;
+  std::vector<float> lv = losses.to_f32_vector();
+  std::vector<float> tv = batch.targets.to_f32_vector();
+  for (int64_t t = 0; t < T; ++t) {
+    if (static_cast<int32_t>(tv[t]) == kIgnoreIndex) continue;
+    stats.loss_sum += lv[t];
+    stats.good_tokens += 1;
+  }
+  if (logits_out) *logits_out = a.logits;
+  return stats;
+}
+
+void LlamaModel::backward(float dloss) {
+  SEQPAR_CHECK(acts_ != nullptr, "LlamaModel::backward called without a forward");
+  const LlamaConfig& c = config_;
+  Acts& a = *acts_;
+  const int64_t T = a.batch.input_ids.numel(), C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
+  const DType act = DType::kF32;
+
+  // LM head and final norm.
+  Tensor dlogits = Tensor::empty({T, V}, DType::kF32, device_);
+  cross_entropy_backward(dlogits, a.logits, a.batch.targets, dloss);
+  a.logits = Tensor();
+  const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
+  Tensor& dhead = c.tie_word_embeddings ? grads_.embed_tokens : grads_.lm_head;
+  Tensor dxn = Tensor::empty({T, C}, act, device_);
+  linear_backward(dxn, dhead, dlogits, a.xn_f, head, 0.f);
+  dlogits = Tensor();
+  Tensor dx = Tensor::empty({T, C}, act, device_);  // gradient of the residual stream
+  rmsnorm_backward(dx, grads_.final_norm, dxn, a.x_final, params_.final_norm, a.rstd_f);
+
+  Tensor dtmp = Tensor::empty({T, C}, act, device_);
+  for (int64_t l = c.num_layers - 1; l >= 0; --l) {
+    const LlamaLayerParams& P = params_.layers[l];
+    LlamaLayerParams& G = grads_.layers[l];
+    LayerActs& s = a.layers[l];
+    // MLP: x_out = x_mid + h @ Wdown^T.
+    Tensor dh = Tensor::empty({T, F}, act, device_);
+    linear_backward(dh, G.down_proj, dx, s.h, P.down_proj, 0.f);
+    Tensor dgate = Tensor::empty({T, F}, act, device_);
+    Tensor dup = Tensor::empty({T, F}, act, device_);
+    swiglu_backward(dgate, dup, dh, s.gate, s.up);
+    linear_backward(dxn, G.gate_proj, dgate, s.xn2, P.gate_proj, 0.f);
+    linear_backward(dxn, G.up_proj, dup, s.xn2, P.up_proj, 1.f);
+    rmsnorm_backward(dtmp, G.post_norm, dxn, s.x_mid, P.post_norm, s.rstd2);
+    add_inplace(dx, dtmp);  // dx is now d(x_mid)
+    // Attention: x_mid = x_in + attn_out @ Wo^T.
+    Tensor dattn = Tensor::empty({T, H * D}, act, device_);
+    linear_backward(dattn, G.o_proj, dx, s.attn_out.view({T, H * D}), P.o_proj, 0.f);
+    Tensor dq = Tensor::empty({T, H, D}, act, device_);
+    Tensor dk = Tensor::empty({T, Hkv, D}, act, device_);
+    Tensor dv = Tensor::empty({T, Hkv, D}, act, device_);
+    a.attention->backward(*s.attn_ctx, dattn.view({T, H, D}), dq, dk, dv);
+    s.attn_ctx.reset();
+    rope_backward(dq, a.batch.position_ids, inv_freq_);
+    rope_backward(dk, a.batch.position_ids, inv_freq_);
+    linear_backward(dxn, G.q_proj, dq.view({T, H * D}), s.xn1, P.q_proj, 0.f);
+    linear_backward(dxn, G.k_proj, dk.view({T, Hkv * D}), s.xn1, P.k_proj, 1.f);
+    linear_backward(dxn, G.v_proj, dv.view({T, Hkv * D}), s.xn1, P.v_proj, 1.f);
+    rmsnorm_backward(dtmp, G.input_norm, dxn, s.x_in, P.input_norm, s.rstd1);
+    add_inplace(dx, dtmp);  // dx is now d(x_in)
+    s = LayerActs();
+  }
+  embedding_backward(grads_.embed_tokens, dx, a.batch.input_ids);
+  acts_.reset();
+}
+
+}  // namespace seqpar

@@ -1,0 +1,87 @@
+// Llama forward and hand-written backward over this rank's tokens [T, C] (batches folded into
+// tokens; documents separated by the attention's mask metadata). The model knows nothing of
+// sequence parallelism: attention goes through the Attention interface it is handed.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention/attention.h"
+#include "core/tensor.h"
+#include "model/llama_config.h"
+
+namespace seqpar {
+
+struct LlamaLayerParams {
+  Tensor input_norm;  // [C]         input_layernorm.weight
+  Tensor q_proj;      // [H*D, C]    self_attn.q_proj.weight
+  Tensor k_proj;      // [Hkv*D, C]  self_attn.k_proj.weight
+  Tensor v_proj;      // [Hkv*D, C]  self_attn.v_proj.weight
+  Tensor o_proj;      // [C, H*D]    self_attn.o_proj.weight
+  Tensor post_norm;   // [C]         post_attention_layernorm.weight
+  Tensor gate_proj;   // [F, C]      mlp.gate_proj.weight
+  Tensor up_proj;     // [F, C]      mlp.up_proj.weight
+  Tensor down_proj;   // [C, F]      mlp.down_proj.weight
+};
+
+// Parameters (or their gradients) under Hugging Face's names. With tied embeddings lm_head is
+// undefined and the LM head reads embed_tokens.
+struct LlamaParams {
+  Tensor embed_tokens;  // [V, C]  model.embed_tokens.weight
+  std::vector<LlamaLayerParams> layers;
+  Tensor final_norm;  // [C]     model.norm.weight
+  Tensor lm_head;     // [V, C]  lm_head.weight (undefined when tied)
+
+  // Every tensor with its HF name, in HF's named_parameters() order.
+  std::vector<std::pair<std::string, Tensor*>> named();
+  std::vector<std::pair<std::string, const Tensor*>> named() const;
+  // The HF shape of every parameter of this config, in the same order.
+  static std::vector<std::pair<std::string, Shape>> shapes(const LlamaConfig& config);
+  // Zero-filled parameters of this config.
+  static LlamaParams zeros(const LlamaConfig& config, DType dtype, Device device);
+};
+
+// One rank's tokens. All i32 [T] on the model's device (or host for the CPU).
+struct LlamaBatch {
+  Tensor input_ids;
+  Tensor position_ids;  // RoPE positions (global, restarting per document)
+  Tensor targets;       // labels already shifted; -100 = no loss
+};
+
+struct LossStats {
+  double loss_sum = 0;      // Σ cross-entropy over this rank's good tokens
+  int64_t good_tokens = 0;  // tokens with target != -100
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(const LlamaConfig& config, Device device = Device::cpu());
+
+  const LlamaConfig& config() const { return config_; }
+  Device device() const { return device_; }
+  LlamaParams& params() { return params_; }
+  LlamaParams& grads() { return grads_; }
+  void zero_grads();
+
+  // Forward over this rank's tokens; keeps what backward needs (the whole activation set: the
+  // `keep` policy). If logits is given it receives [T, V] f32.
+  LossStats forward(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr);
+  // Backward of loss = dloss * Σ_t losses[t] (dloss = 1 / global good tokens): parameter
+  // gradients accumulate (+=) into grads(). Must follow forward(); attention is the same object.
+  void backward(float dloss);
+
+ private:
+  struct LayerActs;
+  struct Acts;
+
+  LlamaConfig config_;
+  Device device_;
+  LlamaParams params_;
+  LlamaParams grads_;
+  Tensor inv_freq_;  // f32 [D/2]
+  std::shared_ptr<Acts> acts_;
+};
+
+}  // namespace seqpar

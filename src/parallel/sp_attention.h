@@ -1,0 +1,42 @@
+// Sequence-parallel attention: one sequence's tokens spread over the P = ulysses × ring ranks of
+// an SP group, attention computed exactly as if one device held them all.
+//
+// One implementation covers the three modes (USP's view): Ulysses all-to-all inside the
+// `ulysses` sub-group (tokens gathered, heads split), then a ring over the `ring` sub-group
+// (queries stay, key/value blocks travel, partial outputs merged by log-sum-exp).
+//   ulysses: ulysses = P, ring = 1        ring: ulysses = 1, ring = P        hybrid: u × r = P
+// The mask metadata of every rank's tokens (attention/attention.h) is known to every rank, so no
+// metadata crosses the wire and any token layout (contiguous, zigzag, packed documents) works.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/attention.h"
+#include "comm/mesh.h"
+
+namespace seqpar {
+
+enum class SpMode { kUlysses, kRing, kHybrid };
+std::string sp_mode_name(SpMode mode);
+// "ulysses" | "ring" | "hybrid"; InputError naming `setting` and the value otherwise.
+SpMode parse_sp_mode(const std::string& name, const std::string& setting = "sp_mode");
+
+// The mesh's ulysses/ring degrees for a mode: ulysses → (P, 1), ring → (1, P), hybrid → (u, P/u).
+// InputError when u does not divide P, or u is missing/1/P for hybrid, naming the values.
+MeshShape sp_mesh_shape(SpMode mode, int sp_size, int ulysses_degree);
+
+// Checks the head split before any work: every Ulysses rank gets >= 1 query head
+// (num_heads >= ulysses), naming heads and the degree otherwise.
+void validate_sp_heads(int64_t num_heads, int64_t num_kv_heads, int ulysses_degree);
+
+// The attention for this rank. sp_meta[s] is the mask metadata of SP rank s's tokens (s =
+// mesh.sp_rank() for this rank; SP rank s = ring_idx * ulysses + uly_idx). Heads: the Ulysses
+// split gives query heads to ulysses ranks as evenly as possible (uneven when H % u != 0), and
+// each rank receives the KV heads its query heads read (a KV head needed by several ranks is
+// replicated, and its gradients are summed back).
+std::unique_ptr<Attention> make_sp_attention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta,
+                                             int64_t num_heads, int64_t num_kv_heads, bool causal = true);
+
+}  // namespace seqpar

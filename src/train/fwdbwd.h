@@ -1,0 +1,33 @@
+// One forward + backward (and optionally one optimizer step) of a batch, on 1 or P ranks, with
+// everything gathered back into HF's shapes: the numerics check users and tests run against
+// Hugging Face transformers (`seqpar fwdbwd`).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "parallel/sp_attention.h"
+#include "train/optimizer.h"
+#include "train/sp_batch.h"
+
+namespace seqpar {
+
+struct FwdBwdOptions {
+  int sp_size = 1;
+  SpMode sp_mode = SpMode::kUlysses;
+  int ulysses_degree = 0;  // hybrid only
+  SpLayout layout = SpLayout::kZigzag;
+  bool optimizer_step = false;
+  OptimizerConfig optimizer;
+  Device device = Device::cpu();
+};
+
+// input_ids, labels: i32 [B, S] (HF convention: unshifted labels, -100 ignored).
+// Returns, in HF shapes and f32: logits [B, S, V], loss [1], grad.<name> for every parameter,
+// and with optimizer_step also grad_norm [1] and param.<name> after one AdamW step.
+std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_dir, const Tensor& input_ids,
+                                                       const Tensor& labels, const FwdBwdOptions& options);
+
+}  // namespace seqpar

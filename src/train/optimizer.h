@@ -1,0 +1,41 @@
+// AdamW over a model's parameters (torch semantics), with global grad-norm clipping as
+// torch.nn.utils.clip_grad_norm_ does it. State (moments) is f32, as are master weights.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ops.h"
+#include "model/llama.h"
+
+namespace seqpar {
+
+struct OptimizerConfig {
+  AdamWConfig adamw;
+  double clip = 0;  // max global grad norm; <= 0: no clipping
+};
+
+class AdamW {
+ public:
+  AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, Device device);
+
+  // Global L2 norm of all gradients (before clipping). `extra_sum_squares` lets a caller add the
+  // squares held elsewhere (e.g. other shards) — normally 0.
+  static double grad_norm(LlamaParams& grads);
+  // One step: clips by the given total norm (computed by the caller over every rank's gradients)
+  // and updates params in place. Returns the clip coefficient used.
+  float step(LlamaParams& params, LlamaParams& grads, double total_norm);
+
+  int64_t step_count() const { return step_; }
+  void set_lr(float lr) { config_.adamw.lr = lr; }
+  const OptimizerConfig& config() const { return config_; }
+  LlamaParams& exp_avg() { return m_; }
+  LlamaParams& exp_avg_sq() { return v_; }
+  void set_step_count(int64_t s) { step_ = s; }
+
+ private:
+  OptimizerConfig config_;
+  LlamaParams m_, v_;
+  int64_t step_ = 0;
+};
+
+}  // namespace seqpar
