@@ -1,0 +1,448 @@
+// Flash-attention backward (FlashAttention-2 schedule): one CTA per (BN-key tile, KV head); each
+// warp owns 16 keys. The CTA loops over the visible BM-query tiles and, inside, over the query
+// heads of its GQA group, so dK and dV of its keys are complete (summed over the group) in
+// registers at the end and are added to dk/dv without atomics. dQ goes through f32 atomics into a
+// workspace that a last kernel adds, scaled, to dq.
+//
+// Per (query tile, head), with the FINAL lse and Delta = rowsum(dO * O) from a pre-pass:
+//   S^T = K Q^T,  P^T = exp2(S^T*scale*log2e - lse*log2e)  (masked on boundary tiles),
+//   dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T (dP^T - Delta),  dK += dS^T Q,
+//   dS^T -> shared (bf16),  dQ_acc += dS K  (atomics).
+// All products are mma.sync m16n8k16 bf16 with f32 accumulators; P and dS enter the next product
+// as bf16 A fragments straight from the accumulators. Q, dO, lse and Delta of the next step are
+// prefetched (cp.async, double buffer) while the current one is computed.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "attention/cuda/attn_common.cuh"
+#include "attention/cuda/attn_launch.h"
+#include "core/cuda_check.h"
+#include "core/error_base.h"
+
+namespace seqpar::cuda_attn {
+
+namespace {
+
+using namespace dev;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Pre-pass, one warp per (query row i < Tq_pad, head h):
+//   delta[h][i] = sum_d dout[i,h,d] * out[i,h,d],  lse2[h][i] = lse[i,h] * log2e,
+// with lse = -inf (a row that sees nothing) mapped to +inf so that exp2(s - lse2) = 0; padded rows
+// (i >= Tq) get delta 0, lse2 +inf.
+__global__ void bwd_prep_kernel(const uint16_t* __restrict__ dout, const void* __restrict__ out, bool out_f32,
+                                const float* __restrict__ lse, float* __restrict__ lse2, float* __restrict__ delta,
+                                int Tq, int Tq_pad, int H, int D) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (row >= static_cast<int64_t>(Tq_pad) * H) return;
+  const int i = static_cast<int>(row / H), h = static_cast<int>(row % H);
+  float acc = 0.f;
+  if (i < Tq) {
+    const int64_t base = (static_cast<int64_t>(i) * H + h) * D;
+    for (int d = 2 * lane; d < D; d += 64) {
+      const uint32_t dob = *reinterpret_cast<const uint32_t*>(dout + base + d);
+      float o0, o1;
+      if (out_f32) {
+        const float2 ov = *reinterpret_cast<const float2*>(static_cast<const float*>(out) + base + d);
+        o0 = ov.x;
+        o1 = ov.y;
+      } else {
+        const uint32_t ob = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(out) + base + d);
+        o0 = bf16_bits_to_f32(static_cast<uint16_t>(ob & 0xffffu));
+        o1 = bf16_bits_to_f32(static_cast<uint16_t>(ob >> 16));
+      }
+      acc += bf16_bits_to_f32(static_cast<uint16_t>(dob & 0xffffu)) * o0 +
+             bf16_bits_to_f32(static_cast<uint16_t>(dob >> 16)) * o1;
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) {
+    const int64_t idx = static_cast<int64_t>(h) * Tq_pad + i;
+    if (i < Tq) {
+      const float L = lse[static_cast<int64_t>(i) * H + h];
+      lse2[idx] = L == -INFINITY ? INFINITY : L * kLog2e;
+      delta[idx] = acc;
+    } else {
+      lse2[idx] = INFINITY;
+      delta[idx] = 0.f;
+    }
+  }
+}
+
+// dq += scale * dq_acc, 4 elements per thread (n % 4 == 0).
+__global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, const float* __restrict__ acc, float scale,
+                                 int64_t n4) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float4 a = reinterpret_cast<const float4*>(acc)[i];
+    if (f32) {
+      float4 d = reinterpret_cast<float4*>(dq)[i];
+      d.x += scale * a.x;
+      d.y += scale * a.y;
+      d.z += scale * a.z;
+      d.w += scale * a.w;
+      reinterpret_cast<float4*>(dq)[i] = d;
+    } else {
+      uint2 d = reinterpret_cast<uint2*>(dq)[i];
+      const float d0 = bf16_bits_to_f32(static_cast<uint16_t>(d.x & 0xffffu)) + scale * a.x;
+      const float d1 = bf16_bits_to_f32(static_cast<uint16_t>(d.x >> 16)) + scale * a.y;
+      const float d2 = bf16_bits_to_f32(static_cast<uint16_t>(d.y & 0xffffu)) + scale * a.z;
+      const float d3 = bf16_bits_to_f32(static_cast<uint16_t>(d.y >> 16)) + scale * a.w;
+      reinterpret_cast<uint2*>(dq)[i] = make_uint2(pack_bf16(d0, d1), pack_bf16(d2, d3));
+    }
+  }
+}
+
+// dst[0..1] += (v0, v1) for a bf16 or f32 gradient row.
+__device__ __forceinline__ void add_pair(void* base, bool f32, int64_t off, float v0, float v1) {
+  if (f32) {
+    float2* d = reinterpret_cast<float2*>(static_cast<float*>(base) + off);
+    float2 x = *d;
+    x.x += v0;
+    x.y += v1;
+    *d = x;
+  } else {
+    uint32_t* d = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(base) + off);
+    const uint32_t x = *d;
+    *d = pack_bf16(bf16_bits_to_f32(static_cast<uint16_t>(x & 0xffffu)) + v0,
+                   bf16_bits_to_f32(static_cast<uint16_t>(x >> 16)) + v1);
+  }
+}
+
+template <int D, int BM, int BN, int NW>
+struct BwdSmem {
+  static constexpr int kTile = BM * D * 2;        // one Q or dO tile, bytes
+  static constexpr int K = 0;                     // [BN][D] bf16
+  static constexpr int V = K + BN * D * 2;        // [BN][D] bf16
+  static constexpr int Q = V + BN * D * 2;        // [2][BM][D] bf16
+  static constexpr int dO = Q + 2 * kTile;        // [2][BM][D] bf16
+  static constexpr int dS = dO + 2 * kTile;       // [BN][BM] bf16 (dS^T: key rows)
+  static constexpr int L = dS + BN * BM * 2;      // [2][BM] f32 lse2
+  static constexpr int Dl = L + 2 * BM * 4;       // [2][BM] f32 delta
+  static constexpr int kBytes = Dl + 2 * BM * 4;
+};
+
+template <int D, int BM, int BN, int NW>
+__global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
+  constexpr int NT = NW * 32;
+  constexpr int SN = BM / 8;   // query n-tiles of S^T
+  constexpr int KD = D / 16;   // k-steps over the head dim
+  constexpr int ON = D / 8;    // head-dim n-tiles
+  constexpr int KM = BM / 16;  // k-steps over queries
+  constexpr int WQ = BM / 16;  // dQ: query groups of 16 rows ...
+  constexpr int WD = NW / WQ;  // ... times head-dim groups
+  constexpr int DQN = ON / WD;  // dQ n-tiles per warp
+  static_assert(BN == 16 * NW, "each warp owns 16 keys");
+  static_assert(NW % WQ == 0 && ON % WD == 0 && DQN % 2 == 0, "dQ warp split");
+  static_assert(BM / 2 <= NT, "lse/delta loads: one 16-byte chunk per thread");
+  using S = BwdSmem<D, BM, BN, NW>;
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t s0 = smem_u32(smem);
+  const uint32_t sK = s0 + S::K, sV = s0 + S::V, sQ = s0 + S::Q, sdO = s0 + S::dO, sdS = s0 + S::dS;
+  const float* sL = reinterpret_cast<const float*>(smem + S::L);
+  const float* sDl = reinterpret_cast<const float*>(smem + S::Dl);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int kt = blockIdx.x, hk = blockIdx.y;
+  const int G = p.H / p.Hkv;
+  const int k0 = kt * BN;
+  const int nqt = (p.Tq + BM - 1) / BM;
+  const int Tq_pad = nqt * BM;
+  const int64_t q_rs = static_cast<int64_t>(p.H) * D, kv_rs = static_cast<int64_t>(p.Hkv) * D;
+  const float sl2 = p.scale * kLog2e;
+  const int4 ks = p.k_stats[kt];
+  const bool k_ragged = k0 + BN > p.Tk;
+
+  // This thread's keys: k0 + warp*16 + g + 8*hr.
+  int kseg[2], kpos[2];
+  bool kok[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int c = k0 + warp * 16 + g + 8 * hr;
+    kok[hr] = c < p.Tk;
+    kseg[hr] = kok[hr] ? p.k_seg[c] : 0;
+    kpos[hr] = kok[hr] ? p.k_pos[c] : 0;
+  }
+
+  auto issue_q_tile = [&](int qi, int h, int buf) {
+    load_tile<BM, D, NT>(sQ + buf * S::kTile, p.q + static_cast<int64_t>(h) * D, q_rs, qi * BM, p.Tq, tid);
+    load_tile<BM, D, NT>(sdO + buf * S::kTile, p.dout + static_cast<int64_t>(h) * D, q_rs, qi * BM, p.Tq, tid);
+    const int64_t off = static_cast<int64_t>(h) * Tq_pad + static_cast<int64_t>(qi) * BM;
+    if (tid < BM / 4) {
+      cp_async16(s0 + S::L + buf * BM * 4 + tid * 16, p.lse2 + off + tid * 4, true);
+    } else if (tid < BM / 2) {
+      const int c = tid - BM / 4;
+      cp_async16(s0 + S::Dl + buf * BM * 4 + c * 16, p.delta + off + c * 4, true);
+    }
+  };
+
+  float dk[ON][4], dv[ON][4];
+#pragma unroll
+  for (int dt = 0; dt < ON; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      dk[dt][e] = 0.f;
+      dv[dt][e] = 0.f;
+    }
+
+  int i = next_visible<false>(ks, p.q_stats, nqt, 0, p.causal, lane);
+  const bool any = i < nqt;
+  int gi = 0, buf = 0;
+  if (any) {
+    load_tile<BN, D, NT>(sK, p.k + static_cast<int64_t>(hk) * D, kv_rs, k0, p.Tk, tid);
+    load_tile<BN, D, NT>(sV, p.v + static_cast<int64_t>(hk) * D, kv_rs, k0, p.Tk, tid);
+    issue_q_tile(i, hk * G, 0);
+    cp_async_commit();
+  }
+
+  while (i < nqt) {
+    const int h = hk * G + gi;
+    int ni = i, ngi = gi + 1;
+    if (ngi == G) {
+      ngi = 0;
+      ni = next_visible<false>(ks, p.q_stats, nqt, i + 1, p.causal, lane);
+    }
+    const int cls = tile_class(p.q_stats[i], ks, p.causal, k_ragged || (i + 1) * BM > p.Tq);
+    cp_async_wait_all();
+    __syncthreads();  // this step's Q, dO, lse2, delta are in; every warp is done with the last step
+    if (ni < nqt) {
+      issue_q_tile(ni, hk * G + ngi, buf ^ 1);
+      cp_async_commit();
+    }
+    const uint32_t q_s = sQ + buf * S::kTile, do_s = sdO + buf * S::kTile;
+    const float* L = sL + buf * BM;
+    const float* Dl = sDl + buf * BM;
+
+    // S^T = K Q^T: this warp's 16 keys x BM queries.
+    float st[SN][4];
+#pragma unroll
+    for (int nt = 0; nt < SN; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nt][e] = 0.f;
+#pragma unroll
+    for (int kd = 0; kd < KD; ++kd) {
+      uint32_t a[4];
+      ldsm_x4(a, sK + swz<D>(warp * 16 + (lane & 15), kd * 2 + (lane >> 4)));
+#pragma unroll
+      for (int np = 0; np < SN / 2; ++np) {
+        uint32_t b[4];
+        ldsm_x4(b, q_s + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kd * 2 + ((lane >> 3) & 1)));
+        mma16816(st[2 * np], a, b[0], b[1]);
+        mma16816(st[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+
+    // P^T = exp(scale * S^T - lse); masked entries 0.
+#pragma unroll
+    for (int nt = 0; nt < SN; ++nt) {
+      const float2 lq = *reinterpret_cast<const float2*>(L + nt * 8 + 2 * t);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        st[nt][2 * hr] = fast_exp2(fmaf(st[nt][2 * hr], sl2, -lq.x));
+        st[nt][2 * hr + 1] = fast_exp2(fmaf(st[nt][2 * hr + 1], sl2, -lq.y));
+      }
+    }
+    if (cls == kPartial) {
+#pragma unroll
+      for (int nt = 0; nt < SN; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int qr = i * BM + nt * 8 + 2 * t + e;
+          const bool qok = qr < p.Tq;
+          const int qseg = qok ? p.q_seg[qr] : 0;
+          const int qpos = qok ? p.q_pos[qr] : 0;
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const bool vis = qok && kok[hr] && kseg[hr] == qseg && (!p.causal || kpos[hr] <= qpos);
+            if (!vis) st[nt][2 * hr + e] = 0.f;
+          }
+        }
+    }
+
+    // dV += P^T dO
+#pragma unroll
+    for (int kk = 0; kk < KM; ++kk) {
+      uint32_t a[4];
+      a[0] = pack_bf16(st[2 * kk][0], st[2 * kk][1]);
+      a[1] = pack_bf16(st[2 * kk][2], st[2 * kk][3]);
+      a[2] = pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]);
+      a[3] = pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < ON / 2; ++dp) {
+        uint32_t b[4];
+        ldsm_x4_t(b, do_s + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+        mma16816(dv[2 * dp], a, b[0], b[1]);
+        mma16816(dv[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+
+    // dP^T = V dO^T
+    float dpt[SN][4];
+#pragma unroll
+    for (int nt = 0; nt < SN; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[nt][e] = 0.f;
+#pragma unroll
+    for (int kd = 0; kd < KD; ++kd) {
+      uint32_t a[4];
+      ldsm_x4(a, sV + swz<D>(warp * 16 + (lane & 15), kd * 2 + (lane >> 4)));
+#pragma unroll
+      for (int np = 0; np < SN / 2; ++np) {
+        uint32_t b[4];
+        ldsm_x4(b, do_s + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kd * 2 + ((lane >> 3) & 1)));
+        mma16816(dpt[2 * np], a, b[0], b[1]);
+        mma16816(dpt[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+
+    // dS^T = P^T (dP^T - Delta)
+#pragma unroll
+    for (int nt = 0; nt < SN; ++nt) {
+      const float2 dq2 = *reinterpret_cast<const float2*>(Dl + nt * 8 + 2 * t);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        dpt[nt][2 * hr] = st[nt][2 * hr] * (dpt[nt][2 * hr] - dq2.x);
+        dpt[nt][2 * hr + 1] = st[nt][2 * hr + 1] * (dpt[nt][2 * hr + 1] - dq2.y);
+      }
+    }
+
+    // dK += dS^T Q; dS^T (bf16) -> shared memory for dQ.
+#pragma unroll
+    for (int kk = 0; kk < KM; ++kk) {
+      uint32_t a[4];
+      a[0] = pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
+      a[1] = pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
+      a[2] = pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+      a[3] = pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+      const int r0 = warp * 16 + g;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + swz<BM>(r0, 2 * kk) + 4 * t), "r"(a[0]) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + swz<BM>(r0 + 8, 2 * kk) + 4 * t), "r"(a[1]) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + swz<BM>(r0, 2 * kk + 1) + 4 * t), "r"(a[2]) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + swz<BM>(r0 + 8, 2 * kk + 1) + 4 * t), "r"(a[3])
+                   : "memory");
+#pragma unroll
+      for (int dp = 0; dp < ON / 2; ++dp) {
+        uint32_t b[4];
+        ldsm_x4_t(b, q_s + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+        mma16816(dk[2 * dp], a, b[0], b[1]);
+        mma16816(dk[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // dS^T of every warp is in shared memory
+
+    // dQ_acc += dS K: warp (wq, wd) computes queries wq*16.. x head-dim n-tiles wd*DQN..
+    {
+      const int wq = warp % WQ, wd = warp / WQ;
+      float dqa[DQN][4];
+#pragma unroll
+      for (int dn = 0; dn < DQN; ++dn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dqa[dn][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        uint32_t a[4];
+        ldsm_x4_t(a, sdS + swz<BM>(kk * 16 + (lane & 7) + ((lane >> 4) << 3), wq * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+        for (int dp = 0; dp < DQN / 2; ++dp) {
+          uint32_t b[4];
+          ldsm_x4_t(b, sK + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), wd * DQN + dp * 2 + (lane >> 4)));
+          mma16816(dqa[2 * dp], a, b[0], b[1]);
+          mma16816(dqa[2 * dp + 1], a, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int qr = i * BM + wq * 16 + g + 8 * hr;
+        if (qr >= p.Tq) continue;
+        float* dst = p.dq_acc + (static_cast<int64_t>(qr) * p.H + h) * D;
+#pragma unroll
+        for (int dn = 0; dn < DQN; ++dn) {
+          const int col = (wd * DQN + dn) * 8 + 2 * t;
+          atomicAdd(reinterpret_cast<float2*>(dst + col), make_float2(dqa[dn][2 * hr], dqa[dn][2 * hr + 1]));
+        }
+      }
+    }
+    i = ni;
+    gi = ngi;
+    buf ^= 1;
+  }
+  cp_async_wait_all();
+  if (!any) return;
+
+  // dk += scale * dK, dv += dV for this CTA's keys (exclusive: no atomics).
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int c = k0 + warp * 16 + g + 8 * hr;
+    if (c >= p.Tk) continue;
+    const int64_t base = (static_cast<int64_t>(c) * p.Hkv + hk) * D;
+#pragma unroll
+    for (int dt = 0; dt < ON; ++dt) {
+      const int col = dt * 8 + 2 * t;
+      add_pair(p.dk, p.grad_f32, base + col, p.scale * dk[dt][2 * hr], p.scale * dk[dt][2 * hr + 1]);
+      add_pair(p.dv, p.grad_f32, base + col, dv[dt][2 * hr], dv[dt][2 * hr + 1]);
+    }
+  }
+}
+
+template <int D, int BM, int BN, int NW>
+void run_bwd(const BwdParams& p, cudaStream_t stream) {
+  constexpr int smem = BwdSmem<D, BM, BN, NW>::kBytes;
+  auto kernel = bwd_kernel<D, BM, BN, NW>;
+  SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid((p.Tk + BN - 1) / BN, p.Hkv);
+  kernel<<<grid, NW * 32, smem, stream>>>(p);
+  SEQPAR_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+BwdTile bwd_tile(int D) {
+  if (D == 64) return {64, 128, 8};
+  return {64, 128, 8};
+}
+
+void launch_bwd(const BwdParams& p, const BwdTile& tile, cudaStream_t stream) {
+  if (p.Tq == 0 || p.H == 0) return;
+  const int nqt = (p.Tq + tile.bm - 1) / tile.bm;
+  const int Tq_pad = nqt * tile.bm;
+  SEQPAR_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, static_cast<size_t>(p.Tq) * p.H * p.D * sizeof(float), stream));
+  {
+    const int64_t rows = static_cast<int64_t>(Tq_pad) * p.H;
+    const int per_block = 8;
+    bwd_prep_kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), per_block * 32, 0, stream>>>(
+        p.dout, p.out, p.out_f32, p.lse, p.lse2, p.delta, p.Tq, Tq_pad, p.H, p.D);
+    SEQPAR_LAUNCH_CHECK();
+  }
+  if (p.Tk > 0) {
+    bool done = false;
+    if (p.D == 64 && tile.bm == 64 && tile.bn == 128 && tile.warps == 8) {
+      run_bwd<64, 64, 128, 8>(p, stream);
+      done = true;
+    } else if (p.D == 128 && tile.bm == 64 && tile.bn == 128 && tile.warps == 8) {
+      run_bwd<128, 64, 128, 8>(p, stream);
+      done = true;
+    }
+    if (!done) {
+      throw_check_failure("known backward tile", __func__, __FILE__, __LINE__,
+                          "no flash backward kernel for D=" + std::to_string(p.D) + " tile " + std::to_string(tile.bm) +
+                              "x" + std::to_string(tile.bn) + " warps " + std::to_string(tile.warps));
+    }
+  }
+  {
+    const int64_t n4 = static_cast<int64_t>(p.Tq) * p.H * p.D / 4;
+    const int threads = 256;
+    const int64_t blocks = std::min<int64_t>((n4 + threads - 1) / threads, 132 * 16);
+    dq_finish_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.dq_acc, p.scale, n4);
+    SEQPAR_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace seqpar::cuda_attn

@@ -1,0 +1,173 @@
+// Device helpers shared by the flash-attention kernels: tensor-core MMA (mma.sync m16n8k16 bf16,
+// f32 accumulate), ldmatrix, cp.async tile loads into XOR-swizzled shared memory, and the tile
+// classification by mask metadata. Included by .cu files only.
+//
+// Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4):
+//   A (16x16, row-major) 4 regs: (g, 2t..2t+1) (g+8, 2t..) (g, 2t+8..) (g+8, 2t+8..)
+//   B (16x8, "col": stored as [n][k]) 2 regs: (k 2t..2t+1, n g) (k 2t+8.., n g)
+//   C (16x8 f32) 4 regs: (g, 2t) (g, 2t+1) (g+8, 2t) (g+8, 2t+1)
+// ldmatrix.x4 loads four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i;
+// each lane receives (row lane/4, cols 2(lane%4)..+1) of each matrix (.trans: the transpose).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace seqpar::cuda_attn::dev {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronous; valid == false zero-fills (no global read).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a * b
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> bf16x2 (round to nearest even), lo in the low half (the lower column).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+// 2^x, the MUFU instruction (2 ulp); ex2(-inf) = +0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Byte offset of the 16-byte chunk `chunk` of row `row` in a [rows][W] bf16 tile whose chunks
+// are XOR-swizzled by the row's low 3 bits: the 8 rows an ldmatrix phase reads (and the rows a
+// warp's fragment stores hit) land in 8 different bank groups.
+template <int W>
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return static_cast<uint32_t>(row * (W * 2) + ((chunk ^ (row & 7)) << 4));
+}
+
+// Per-lane parts of the swizzled ldmatrix addresses, computed once, so that every address in the
+// unrolled loops is one register plus an immediate. The four ldmatrix.x4 patterns (rows R0..R0+15,
+// 16-byte chunks 2c and 2c+1):
+//   a  (A operand):              row R0 + (lane & 15),                   chunk 2c + (lane >> 4)
+//   b  (B operand, [n][k] tile): row R0 + (lane & 7) + 8 (lane >> 4),    chunk 2c + ((lane >> 3) & 1)
+//   bt (B operand, [k][n], .trans): row R0 + (lane & 7) + 8 ((lane >> 3) & 1), chunk 2c + (lane >> 4)
+//   at (A operand, [k][m], .trans): as b
+// With R0 a multiple of 8 the swizzle key (row & 7) is lane & 7, and for c = 4 c_hi + c_lo,
+// (2c + bit) ^ (lane & 7) = 8 c_hi + ((2 c_lo + bit) ^ (lane & 7)): a 4-entry table per bit.
+struct LdsmLane {
+  uint32_t tab_hi[4];   // chunk bit lane >> 4
+  uint32_t tab_mid[4];  // chunk bit (lane >> 3) & 1
+  int row_a, row_b, row_bt;
+
+  __device__ __forceinline__ explicit LdsmLane(int lane) {
+    const int r7 = lane & 7, bh = lane >> 4, bm = (lane >> 3) & 1;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      tab_hi[c] = static_cast<uint32_t>(((2 * c + bh) ^ r7) << 4);
+      tab_mid[c] = static_cast<uint32_t>(((2 * c + bm) ^ r7) << 4);
+    }
+    row_a = lane & 15;
+    row_b = (lane & 7) + (bh << 3);
+    row_bt = (lane & 7) + (bm << 3);
+  }
+  template <int W>
+  __device__ __forceinline__ uint32_t a(uint32_t tile, int R0, int c) const {
+    return tile + (R0 + row_a) * (W * 2) + (c >> 2) * 128 + tab_hi[c & 3];
+  }
+  template <int W>
+  __device__ __forceinline__ uint32_t b(uint32_t tile, int R0, int c) const {
+    return tile + (R0 + row_b) * (W * 2) + (c >> 2) * 128 + tab_mid[c & 3];
+  }
+  template <int W>
+  __device__ __forceinline__ uint32_t bt(uint32_t tile, int R0, int c) const {
+    return tile + (R0 + row_bt) * (W * 2) + (c >> 2) * 128 + tab_hi[c & 3];
+  }
+  template <int W>
+  __device__ __forceinline__ uint32_t at(uint32_t tile, int R0, int c) const {
+    return b<W>(tile, R0, c);
+  }
+};
+
+// ROWS x D bf16 rows [row0, row0 + ROWS) of a strided global matrix into a swizzled shared tile;
+// rows >= T are zero-filled. NT threads, thread tid.
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void load_tile(uint32_t s_tile, const uint16_t* g, int64_t row_stride, int row0, int T,
+                                          int tid) {
+  constexpr int CH = D / 8;
+  constexpr int TOTAL = ROWS * CH;
+  static_assert(TOTAL % NT == 0, "tile chunks must divide evenly among threads");
+#pragma unroll
+  for (int i = 0; i < TOTAL / NT; ++i) {
+    const int c = tid + i * NT;
+    const int r = c / CH, ch = c % CH;
+    const int gr = row0 + r;
+    const bool valid = gr < T;
+    const uint16_t* src = g + static_cast<int64_t>(valid ? gr : 0) * row_stride + ch * 8;
+    cp_async16(s_tile + swz<D>(r, ch), src, valid);
+  }
+}
+
+// Tile classes by metadata ranges {seg_min, seg_max, pos_min, pos_max}.
+enum TileClass : int { kSkip = 0, kFull = 1, kPartial = 2 };
+
+__device__ __forceinline__ bool tile_visible(const int4 qs, const int4 ks, bool causal) {
+  if (qs.y < ks.x || ks.y < qs.x) return false;  // segment ranges disjoint
+  if (causal && ks.z > qs.w) return false;       // every key after every query
+  return true;
+}
+
+// Assumes tile_visible. `ragged`: a tile that runs past the end of its tokens.
+__device__ __forceinline__ int tile_class(const int4 qs, const int4 ks, bool causal, bool ragged) {
+  if (ragged) return kPartial;
+  const bool one_seg = qs.x == qs.y && ks.x == ks.y && qs.x == ks.x;
+  if (one_seg && (!causal || ks.w <= qs.z)) return kFull;
+  return kPartial;
+}
+
+// First tile j in [from, n) with tile_visible(fixed, stats[j]) (or, when stats are the query
+// side, tile_visible(stats[j], fixed)); n if none. 32 tiles per step, one per lane; every warp
+// of a block computes the same answer.
+template <bool STATS_ARE_KEYS>
+__device__ __forceinline__ int next_visible(const int4 fixed, const int4* __restrict__ stats, int n, int from,
+                                            bool causal, int lane) {
+  for (int base = from; base < n; base += 32) {
+    const int j = base + lane;
+    bool vis = false;
+    if (j < n) {
+      const int4 s = stats[j];
+      vis = STATS_ARE_KEYS ? tile_visible(fixed, s, causal) : tile_visible(s, fixed, causal);
+    }
+    const unsigned b = __ballot_sync(0xffffffffu, vis);
+    if (b) return base + __ffs(b) - 1;
+  }
+  return n;
+}
+
+}  // namespace seqpar::cuda_attn::dev

@@ -1,0 +1,91 @@
+// Raw-pointer launchers of seqpar's flash attention (FlashAttention-2 class: mma.sync bf16
+// m16n8k16 tensor-core tiles, online softmax, no [S, S] scores), shared by the .cu kernels and the
+// Tensor-level entries in attention_cuda.cpp. Free of fmt and Tensor, so nvcc can compile it.
+//
+// Layouts are token-major and dense: q/out [Tq, H, D], k/v [Tk, Hkv, D], lse f32 [Tq, H]. bf16
+// tensors are passed as uint16_t bit patterns. Mask metadata (seg, pos: i32 [T], device memory)
+// follows attention/attention.h: query i sees key j iff seg_q[i] == seg_k[j] and (not causal or
+// pos_k[j] <= pos_q[i]). Per-tile min/max of seg and pos (tile_stats) let the kernels skip fully
+// masked tiles, run fully visible tiles without per-element checks, and check only the boundary
+// tiles element by element; so causal, varlen and any sequence-parallel layout share one kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace seqpar::cuda_attn {
+
+// Tile sizes, one place (the kernels are instantiated for exactly these).
+// Forward: BM query rows per CTA, BN keys per inner step; backward: BN keys per CTA, BM queries
+// per inner step.
+struct FwdTile {
+  int bm, bn, warps;
+};
+struct BwdTile {
+  int bm, bn, warps;
+};
+// Forward tile for head dim D; `warps8` picks the 8-warp variant for D = 128 (see bench/NOTES.md).
+FwdTile fwd_tile(int D, bool warps8);
+BwdTile bwd_tile(int D);
+bool head_dim_supported(int D);  // 64 or 128
+
+// stats[t] = {min seg, max seg, min pos, max pos} over tokens [t*tile, min(T, (t+1)*tile)),
+// stats: int4 [ceil(T / tile)].
+void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int64_t T, int tile,
+                       cudaStream_t stream);
+
+struct FwdParams {
+  const uint16_t* q;  // (Tq, H, D) bf16
+  const uint16_t* k;  // (Tk, Hkv, D) bf16
+  const uint16_t* v;  // (Tk, Hkv, D) bf16
+  void* out;          // (Tq, H, D) bf16, or f32 when out_f32
+  float* lse;         // (Tq, H)
+  const int32_t* q_seg;
+  const int32_t* q_pos;
+  const int32_t* k_seg;
+  const int32_t* k_pos;
+  const int4* q_stats;  // per BM-row query tile
+  const int4* k_stats;  // per BN-row key tile
+  int Tq, Tk, H, Hkv, D;
+  float scale;
+  bool causal;
+  bool out_f32;
+};
+void launch_fwd(const FwdParams& p, const FwdTile& tile, cudaStream_t stream);
+
+struct BwdParams {
+  const uint16_t* q;     // (Tq, H, D) bf16
+  const uint16_t* k;     // (Tk, Hkv, D) bf16
+  const uint16_t* v;     // (Tk, Hkv, D) bf16
+  const uint16_t* dout;  // (Tq, H, D) bf16
+  const void* out;       // (Tq, H, D) bf16, or f32 when out_f32 (the FINAL output)
+  const float* lse;      // (Tq, H) the FINAL log-sum-exp
+  void* dq;              // (Tq, H, D) += ; bf16, or f32 when grad_f32
+  void* dk;              // (Tk, Hkv, D) +=
+  void* dv;              // (Tk, Hkv, D) +=
+  // Workspace (device): dq_acc f32 (Tq, H, D); lse2 and delta f32 (H, Tq_pad) with Tq_pad =
+  // ceil(Tq / bm) * bm.
+  float* dq_acc;
+  float* lse2;
+  float* delta;
+  const int32_t* q_seg;
+  const int32_t* q_pos;
+  const int32_t* k_seg;
+  const int32_t* k_pos;
+  const int4* q_stats;  // per bm-row query tile
+  const int4* k_stats;  // per bn-row key tile
+  int Tq, Tk, H, Hkv, D;
+  float scale;
+  bool causal;
+  bool out_f32;
+  bool grad_f32;
+};
+// Whole backward: pre-pass (delta, lse2, dq_acc = 0), the main kernel, dq += scale * dq_acc.
+void launch_bwd(const BwdParams& p, const BwdTile& tile, cudaStream_t stream);
+
+// In-place LSE merge over rows (T * H of them), each of D elements; out tensors bf16 or f32.
+void launch_merge(void* out_acc, float* lse_acc, const void* out_part, const float* lse_part, int64_t rows, int D,
+                  bool acc_f32, bool part_f32, cudaStream_t stream);
+
+}  // namespace seqpar::cuda_attn
