@@ -151,6 +151,12 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
 void Tensor::zero() {
   if (nbytes()) std::memset(raw(), 0, nbytes());
 }
+void copy_bytes_2d(void* dst, size_t dst_pitch, Device dst_dev, const void* src, size_t src_pitch, Device src_dev,
+                   size_t width, size_t rows) {
+  SEQPAR_CHECK(dst_dev.is_cpu() && src_dev.is_cpu(), "CUDA copy in a build without CUDA");
+  for (size_t i = 0; i < rows; ++i)
+    std::memcpy(static_cast<char*>(dst) + i * dst_pitch, static_cast<const char*>(src) + i * src_pitch, width);
+}
 #endif
 
 }  // namespace seqpar

@@ -97,5 +97,9 @@ void check_dtype(const Tensor& t, DType expected, const char* name);
 
 // Copies n bytes between any two devices (host<->device, device<->device, host<->host).
 void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t n);
+// Copies `rows` rows of `width` bytes, row i from src + i*src_pitch to dst + i*dst_pitch (a
+// strided block, e.g. a range of heads out of [T, H, D]); any devices.
+void copy_bytes_2d(void* dst, size_t dst_pitch, Device dst_dev, const void* src, size_t src_pitch, Device src_dev,
+                   size_t width, size_t rows);
 
 }  // namespace seqpar

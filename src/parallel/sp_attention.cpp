@@ -1,0 +1,316 @@
+// USP attention: Ulysses all-to-all inside the ulysses group, then a ring over the ring group.
+// Ulysses-only and ring-only are the two degenerate cases (ring = 1, ulysses = 1).
+//
+// Per layer and rank (T local tokens, u = ulysses, r = ring, h = this rank's query heads,
+// hk = its KV heads):
+//   forward : a2a q, k, v  [T, H|Hkv, D] -> [u*T, h|hk, D]           (Ulysses, skipped if u = 1)
+//             r ring steps: attention of the local queries on one KV block, merged by LSE,
+//             while the next block travels (r - 1 hops of k and v)    (ring, skipped if r = 1)
+//             a2a out [u*T, h, D] -> [T, H, D]
+//   backward: a2a dout; r ring steps carrying (k, v, dk, dv) (r - 1 hops) plus one hop that
+//             brings each block's dk, dv home; a2a dq, dk, dv back, summing the gradients of a
+//             KV head that was replicated to several ranks.
+#include "parallel/sp_attention.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kernels/ops.h"
+
+namespace seqpar {
+
+std::string sp_mode_name(SpMode mode) {
+  switch (mode) {
+    case SpMode::kUlysses: return "ulysses";
+    case SpMode::kRing: return "ring";
+    case SpMode::kHybrid: return "hybrid";
+  }
+  return "?";
+}
+
+SpMode parse_sp_mode(const std::string& name, const std::string& setting) {
+  if (name == "ulysses") return SpMode::kUlysses;
+  if (name == "ring") return SpMode::kRing;
+  if (name == "hybrid") return SpMode::kHybrid;
+  throw InputError(fmt::format("{}={}: expected one of ulysses, ring, hybrid", setting, name));
+}
+
+MeshShape sp_mesh_shape(SpMode mode, int sp_size, int ulysses_degree) {
+  SEQPAR_INPUT_CHECK(sp_size >= 1, "sp_size={} must be >= 1", sp_size);
+  MeshShape m;
+  switch (mode) {
+    case SpMode::kUlysses: m.ulysses = sp_size; break;
+    case SpMode::kRing: m.ring = sp_size; break;
+    case SpMode::kHybrid:
+      SEQPAR_INPUT_CHECK(ulysses_degree >= 1, "sp_mode=hybrid needs ulysses_degree (got {}): the ring degree is "
+                         "sp_size / ulysses_degree", ulysses_degree);
+      SEQPAR_INPUT_CHECK(sp_size % ulysses_degree == 0, "ulysses_degree={} must divide sp_size={}", ulysses_degree,
+                         sp_size);
+      m.ulysses = ulysses_degree;
+      m.ring = sp_size / ulysses_degree;
+      break;
+  }
+  return m;
+}
+
+void validate_sp_heads(int64_t num_heads, int64_t num_kv_heads, int ulysses_degree) {
+  SEQPAR_INPUT_CHECK(num_heads >= ulysses_degree,
+                     "ulysses degree {} exceeds num_attention_heads={}: every Ulysses rank needs at least one query "
+                     "head (use ring or hybrid for the rest of the sequence parallelism)",
+                     ulysses_degree, num_heads);
+  SEQPAR_INPUT_CHECK(num_kv_heads >= 1 && num_heads % num_kv_heads == 0,
+                     "num_attention_heads={} must be a multiple of num_key_value_heads={}", num_heads, num_kv_heads);
+}
+
+namespace {
+
+struct HeadRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+// Query heads of Ulysses rank j: as even as possible, the first H % u ranks one more.
+HeadRange query_heads(int64_t H, int u, int j) {
+  int64_t base = H / u, extra = H % u;
+  int64_t begin = j * base + std::min<int64_t>(j, extra);
+  return {begin, begin + base + (j < extra ? 1 : 0)};
+}
+
+// KV heads read by a range of query heads (GQA group g = H / Hkv).
+HeadRange kv_heads(HeadRange q, int64_t H, int64_t Hkv) {
+  int64_t g = H / Hkv;
+  return {q.begin / g, (q.end - 1) / g + 1};
+}
+
+// Bytes of one token's worth of `heads` heads.
+size_t head_bytes(const Tensor& t, int64_t heads) { return static_cast<size_t>(heads * t.dim(2)) * dtype_size(t.dtype()); }
+
+class UspContext final : public AttentionContext {
+ public:
+  Tensor q, k, v, out, lse;  // Ulysses layout: [u*T, h|hk, D], lse [u*T, h]
+  float scale = 0;
+};
+
+class UspAttention final : public Attention {
+ public:
+  UspAttention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta, int64_t H, int64_t Hkv, bool causal)
+      : uly_(mesh.ulysses()), ring_(mesh.ring()), H_(H), Hkv_(Hkv), causal_(causal) {
+    const int u = uly_.size(), r = ring_.size();
+    SEQPAR_CHECK_EQ(static_cast<int>(sp_meta.size()), u * r, "one TokenMeta per SP rank");
+    validate_sp_heads(H, Hkv, u);
+    for (int b = 0; b < r; ++b) {
+      std::vector<TokenMeta> parts;
+      for (int i = 0; i < u; ++i) parts.push_back(sp_meta[b * u + i]);
+      group_meta_.push_back(concat_token_meta(parts));
+    }
+    for (int j = 0; j < u; ++j) {
+      q_heads_.push_back(query_heads(H, u, j));
+      kv_heads_.push_back(kv_heads(q_heads_.back(), H, Hkv));
+    }
+  }
+
+  std::unique_ptr<AttentionContext> forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                                            float scale) override {
+    auto ctx = std::make_unique<UspContext>();
+    ctx->scale = scale;
+    ctx->q = heads_to_tokens(q, q_heads_);
+    ctx->k = heads_to_tokens(k, kv_heads_);
+    ctx->v = heads_to_tokens(v, kv_heads_);
+    const int64_t Tg = ctx->q.dim(0), h = ctx->q.dim(1);
+    ctx->out = Tensor::empty(ctx->q.shape(), ctx->q.dtype(), ctx->q.device());
+    ctx->lse = Tensor::empty({Tg, h}, DType::kF32, ctx->q.device());
+    ring_forward(*ctx);
+    tokens_to_heads(out, ctx->out, q_heads_, /*accumulate=*/false);
+    return ctx;
+  }
+
+  void backward(AttentionContext& base, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override {
+    auto& ctx = static_cast<UspContext&>(base);
+    Tensor dout_g = heads_to_tokens(dout, q_heads_);
+    Tensor dq_g = Tensor::zeros(ctx.q.shape(), ctx.q.dtype(), ctx.q.device());
+    Tensor dk_g = Tensor::zeros(ctx.k.shape(), ctx.k.dtype(), ctx.k.device());
+    Tensor dv_g = Tensor::zeros(ctx.v.shape(), ctx.v.dtype(), ctx.v.device());
+    ring_backward(ctx, dout_g, dq_g, dk_g, dv_g);
+    tokens_to_heads(dq, dq_g, q_heads_, false);
+    dk.zero();
+    dv.zero();
+    tokens_to_heads(dk, dk_g, kv_heads_, /*accumulate=*/true);
+    tokens_to_heads(dv, dv_g, kv_heads_, true);
+  }
+
+ private:
+  AttnArgs args_for(int block, float scale) const {
+    AttnArgs a;
+    a.q_meta = group_meta_[ring_.rank()];
+    a.k_meta = group_meta_[block];
+    a.causal = causal_;
+    a.scale = scale;
+    return a;
+  }
+
+  // Whether any query of this rank's group can see a key of `block` (a causal block entirely in
+  // the future is skipped; that is the work zigzag balances).
+  bool block_visible(int block) const {
+    if (!causal_) return true;
+    const TokenMeta& qm = group_meta_[ring_.rank()];
+    const TokenMeta& km = group_meta_[block];
+    const int32_t* qp = qm.pos.data<int32_t>();
+    const int32_t* kp = km.pos.data<int32_t>();
+    int32_t max_q = *std::max_element(qp, qp + qm.size());
+    int32_t min_k = *std::min_element(kp, kp + km.size());
+    return min_k <= max_q;
+  }
+
+  // Ulysses scatter: [T, Hx, D] (all heads, my tokens) -> [u*T, hx, D] (my heads, the group's
+  // tokens). ranges[j] = heads that rank j receives.
+  Tensor heads_to_tokens(const Tensor& x, const std::vector<HeadRange>& ranges) {
+    const int u = uly_.size(), me = uly_.rank();
+    const int64_t T = x.dim(0), D = x.dim(2), Hx = x.dim(1);
+    if (u == 1) return x;
+    int64_t send_total = 0;
+    std::vector<int64_t> send_counts(u), recv_counts(u);
+    for (int j = 0; j < u; ++j) {
+      send_counts[j] = T * ranges[j].size() * D;
+      recv_counts[j] = T * ranges[me].size() * D;
+      send_total += send_counts[j];
+    }
+    Tensor send = Tensor::empty({send_total}, x.dtype(), x.device());
+    size_t offset = 0;
+    const size_t row = head_bytes(x, Hx);
+    for (int j = 0; j < u; ++j) {
+      const size_t width = head_bytes(x, ranges[j].size());
+      copy_bytes_2d(static_cast<char*>(send.raw()) + offset, width, send.device(),
+                    static_cast<const char*>(x.raw()) + head_bytes(x, ranges[j].begin), row, x.device(), width, T);
+      offset += width * T;
+    }
+    Tensor recv = Tensor::empty({u * T, ranges[me].size(), D}, x.dtype(), x.device());
+    Tensor recv_flat = recv.view({recv.numel()});
+    uly_.all_to_all(recv_flat, send, send_counts, recv_counts);
+    return recv;
+  }
+
+  // Ulysses gather, the inverse: [u*T, hx, D] -> [T, Hx, D]. With accumulate, the chunks from
+  // every rank are added (a replicated KV head's gradient is the sum of its replicas').
+  void tokens_to_heads(Tensor& x, const Tensor& g, const std::vector<HeadRange>& ranges, bool accumulate) {
+    const int u = uly_.size(), me = uly_.rank();
+    if (u == 1) {
+      if (accumulate) {
+        add_inplace(x, g);
+      } else {
+        x.copy_from(g);
+      }
+      return;
+    }
+    const int64_t T = x.dim(0), D = x.dim(2), Hx = x.dim(1);
+    std::vector<int64_t> send_counts(u), recv_counts(u);
+    int64_t recv_total = 0;
+    for (int j = 0; j < u; ++j) {
+      send_counts[j] = T * ranges[me].size() * D;
+      recv_counts[j] = T * ranges[j].size() * D;
+      recv_total += recv_counts[j];
+    }
+    Tensor recv = Tensor::empty({recv_total}, g.dtype(), g.device());
+    Tensor send = g.view({g.numel()});
+    uly_.all_to_all(recv, send, send_counts, recv_counts);
+    const size_t row = head_bytes(x, Hx);
+    size_t offset = 0;
+    for (int j = 0; j < u; ++j) {
+      const int64_t hj = ranges[j].size();
+      const size_t width = head_bytes(x, hj);
+      Tensor chunk = recv.view({recv_total}).rows(static_cast<int64_t>(offset / dtype_size(g.dtype())),
+                                                   static_cast<int64_t>((offset + width * T) / dtype_size(g.dtype())));
+      if (accumulate) {
+        // Place the chunk into a zeroed full-width buffer, then add (replicas overlap in heads).
+        Tensor full = Tensor::zeros(x.shape(), x.dtype(), x.device());
+        copy_bytes_2d(static_cast<char*>(full.raw()) + head_bytes(x, ranges[j].begin), row, full.device(),
+                      chunk.raw(), width, chunk.device(), width, T);
+        add_inplace(x, full);
+      } else {
+        copy_bytes_2d(static_cast<char*>(x.raw()) + head_bytes(x, ranges[j].begin), row, x.device(), chunk.raw(),
+                      width, chunk.device(), width, T);
+      }
+      offset += width * T;
+    }
+  }
+
+  void ring_forward(UspContext& c) {
+    const int r = ring_.size(), me = ring_.rank();
+    Tensor k = c.k, v = c.v;
+    bool first = true;
+    Tensor out_part = Tensor::empty(c.out.shape(), c.out.dtype(), c.out.device());
+    Tensor lse_part = Tensor::empty(c.lse.shape(), DType::kF32, c.lse.device());
+    for (int step = 0; step < r; ++step) {
+      const int block = ((me - step) % r + r) % r;
+      // Post the next hop before computing on this block.
+      Tensor k_next, v_next;
+      std::unique_ptr<CommRequest> req;
+      if (step + 1 < r) {
+        k_next = Tensor::empty(k.shape(), k.dtype(), k.device());
+        v_next = Tensor::empty(v.shape(), v.dtype(), v.device());
+        req = ring_.send_recv_async({{(me + 1) % r, k}, {(me + 1) % r, v}},
+                                    {{(me - 1 + r) % r, k_next}, {(me - 1 + r) % r, v_next}});
+      }
+      if (block_visible(block)) {
+        Tensor& o = first ? c.out : out_part;
+        Tensor& l = first ? c.lse : lse_part;
+        attn_forward(o, l, c.q, k, v, args_for(block, c.scale));
+        if (!first) attn_merge(c.out, c.lse, out_part, lse_part);
+        first = false;
+      }
+      if (req) {
+        req->wait();
+        k = k_next;
+        v = v_next;
+      }
+    }
+    SEQPAR_CHECK(!first, "ring attention: no key block is visible to rank {}'s queries (its own block always is)", me);
+  }
+
+  void ring_backward(UspContext& c, const Tensor& dout, Tensor& dq, Tensor& dk_home, Tensor& dv_home) {
+    const int r = ring_.size(), me = ring_.rank();
+    Tensor k = c.k, v = c.v;
+    Tensor dk = Tensor::zeros(k.shape(), k.dtype(), k.device());
+    Tensor dv = Tensor::zeros(v.shape(), v.dtype(), v.device());
+    for (int step = 0; step < r; ++step) {
+      const int block = ((me - step) % r + r) % r;
+      if (block_visible(block)) attn_backward(dq, dk, dv, dout, c.q, k, v, c.out, c.lse, args_for(block, c.scale));
+      // Pass (k, v, dk, dv) on; after the last block only dk, dv travel, which brings every
+      // block's accumulated gradient home to its owner.
+      const int next = (me + 1) % r, prev = (me - 1 + r) % r;
+      if (r == 1) break;
+      Tensor dk_in = Tensor::empty(dk.shape(), dk.dtype(), dk.device());
+      Tensor dv_in = Tensor::empty(dv.shape(), dv.dtype(), dv.device());
+      if (step + 1 < r) {
+        Tensor k_in = Tensor::empty(k.shape(), k.dtype(), k.device());
+        Tensor v_in = Tensor::empty(v.shape(), v.dtype(), v.device());
+        ring_.send_recv({{next, k}, {next, v}, {next, dk}, {next, dv}},
+                        {{prev, k_in}, {prev, v_in}, {prev, dk_in}, {prev, dv_in}});
+        k = k_in;
+        v = v_in;
+      } else {
+        ring_.send_recv({{next, dk}, {next, dv}}, {{prev, dk_in}, {prev, dv_in}});
+      }
+      dk = dk_in;
+      dv = dv_in;
+    }
+    dk_home.copy_from(dk);
+    dv_home.copy_from(dv);
+  }
+
+  Communicator& uly_;
+  Communicator& ring_;
+  int64_t H_, Hkv_;
+  bool causal_;
+  std::vector<TokenMeta> group_meta_;  // [r]: the tokens of ring block b (its ulysses group)
+  std::vector<HeadRange> q_heads_, kv_heads_;  // [u]
+};
+
+}  // namespace
+
+std::unique_ptr<Attention> make_sp_attention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta,
+                                             int64_t num_heads, int64_t num_kv_heads, bool causal) {
+  return std::make_unique<UspAttention>(mesh, sp_meta, num_heads, num_kv_heads, causal);
+}
+
+}  // namespace seqpar
