@@ -1,0 +1,341 @@
+// The dispatching entries of kernels/ops.h: check shapes, dtypes and devices (on in release
+// builds, each message naming the op, the tensor, its shape and the expected one), then run the
+// CPU kernel (f32) or the CUDA one (kernels/cuda/ops_cuda.h) by the tensors' device.
+#include "kernels/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+
+#if defined(SEQPAR_WITH_CUDA)
+#include "kernels/cuda/ops_cuda.h"
+// A call on CUDA tensors goes to the CUDA implementation of the same entry, after the checks.
+#define SEQPAR_DISPATCH_CUDA(dev, call) \
+  if ((dev).is_cuda()) return cuda_ops::call
+#else
+// Without the CUDA backend op_device() has already rejected CUDA tensors.
+#define SEQPAR_DISPATCH_CUDA(dev, call) ((void)(dev))
+#endif
+
+namespace seqpar {
+
+static_assert(kIgnoreIndex == cpu::kCrossEntropyIgnore, "ops.h and cpu/cross_entropy.h disagree on the ignore index");
+
+namespace {
+
+struct Arg {
+  const char* name;
+  const Tensor& t;
+};
+
+// Every tensor of one call must be defined and on one device; returns that device.
+Device op_device(const char* op, std::initializer_list<Arg> args) {
+  const Arg& first = *args.begin();
+  for (const Arg& a : args) SEQPAR_CHECK(a.t.defined(), "{}: {} is an undefined tensor", op, a.name);
+  const Device dev = first.t.device();
+  for (const Arg& a : args) {
+    SEQPAR_CHECK(a.t.device() == dev, "{}: {} is on {} but {} is on {}; all tensors of one op share a device", op,
+                 a.name, a.t.device().str(), first.name, dev.str());
+  }
+#if !defined(SEQPAR_WITH_CUDA)
+  SEQPAR_CHECK(dev.is_cpu(), "{}: tensors on {} in a build without the CUDA backend", op, dev.str());
+#endif
+  return dev;
+}
+
+void expect_ndim(const char* op, const Arg& a, int64_t ndim, const char* symbolic) {
+  SEQPAR_CHECK(a.t.ndim() == ndim, "{}: {} has shape {}, expected a {}-D {} tensor", op, a.name,
+               shape_str(a.t.shape()), ndim, symbolic);
+}
+
+// symbolic: the expected shape in glossary names, e.g. "[T, C]".
+void expect_shape(const char* op, const Arg& a, const Shape& expected, const char* symbolic) {
+  SEQPAR_CHECK(a.t.shape() == expected, "{}: {} has shape {}, expected {} = {}", op, a.name, shape_str(a.t.shape()),
+               symbolic, shape_str(expected));
+}
+
+void expect_dtype(const char* op, const Arg& a, DType dtype) {
+  SEQPAR_CHECK(a.t.dtype() == dtype, "{}: {} is {}, expected {}", op, a.name, a.t.str(), dtype_name(dtype));
+}
+
+// Activations, weights and their gradients: f32 on the CPU backend; f32 or bf16 on CUDA, where
+// the CUDA entry picks the kernel (and rejects combinations it does not implement).
+void expect_float(const char* op, Device dev, std::initializer_list<Arg> args) {
+  for (const Arg& a : args) {
+    if (dev.is_cpu()) {
+      SEQPAR_CHECK(a.t.dtype() == DType::kF32, "{}: {} is {}; the CPU backend computes in f32", op, a.name,
+                   a.t.str());
+    } else {
+      SEQPAR_CHECK(a.t.dtype() == DType::kF32 || a.t.dtype() == DType::kBF16, "{}: {} is {}, expected f32 or bf16",
+                   op, a.name, a.t.str());
+    }
+  }
+}
+
+// Whether two tensors' byte ranges intersect (same device), to reject an output that overlaps an input.
+bool overlaps(const Tensor& x, const Tensor& y) {
+  if (x.nbytes() == 0 || y.nbytes() == 0 || !(x.device() == y.device())) return false;
+  const auto* x0 = static_cast<const char*>(x.raw());
+  const auto* y0 = static_cast<const char*>(y.raw());
+  return x0 < y0 + y.nbytes() && y0 < x0 + x.nbytes();
+}
+
+float* f32(const Tensor& t) { return t.data<float>(); }
+int32_t* i32(const Tensor& t) { return t.data<int32_t>(); }
+
+}  // namespace
+
+// ---- embedding --------------------------------------------------------------------------
+
+void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte) {
+  const char* op = "embedding_forward";
+  const Arg a_out{"out", out}, a_ids{"ids", ids}, a_wte{"wte", wte};
+  const Device dev = op_device(op, {a_out, a_ids, a_wte});
+  expect_ndim(op, a_ids, 1, "[T]");
+  expect_ndim(op, a_wte, 2, "[V, C]");
+  const int64_t T = ids.dim(0), V = wte.dim(0), C = wte.dim(1);
+  expect_shape(op, a_out, {T, C}, "[T, C]");
+  expect_dtype(op, a_ids, DType::kI32);
+  expect_float(op, dev, {a_out, a_wte});
+  SEQPAR_DISPATCH_CUDA(dev, embedding_forward(out, ids, wte));
+  cpu::embedding_forward(f32(out), i32(ids), f32(wte), T, C, V);
+}
+
+void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& ids) {
+  const char* op = "embedding_backward";
+  const Arg a_dwte{"dwte", dwte}, a_dout{"dout", dout}, a_ids{"ids", ids};
+  const Device dev = op_device(op, {a_dwte, a_dout, a_ids});
+  expect_ndim(op, a_ids, 1, "[T]");
+  expect_ndim(op, a_dwte, 2, "[V, C]");
+  const int64_t T = ids.dim(0), V = dwte.dim(0), C = dwte.dim(1);
+  expect_shape(op, a_dout, {T, C}, "[T, C]");
+  expect_dtype(op, a_ids, DType::kI32);
+  expect_float(op, dev, {a_dwte, a_dout});
+  SEQPAR_DISPATCH_CUDA(dev, embedding_backward(dwte, dout, ids));
+  cpu::embedding_backward(f32(dwte), f32(dout), i32(ids), T, C, V);
+}
+
+// ---- RMSNorm ----------------------------------------------------------------------------
+
+void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps) {
+  const char* op = "rmsnorm_forward";
+  const Arg a_out{"out", out}, a_rstd{"rstd", rstd}, a_inp{"inp", inp}, a_w{"weight", weight};
+  const Device dev = op_device(op, {a_out, a_rstd, a_inp, a_w});
+  expect_ndim(op, a_inp, 2, "[T, C]");
+  const int64_t T = inp.dim(0), C = inp.dim(1);
+  expect_shape(op, a_out, {T, C}, "[T, C]");
+  expect_shape(op, a_w, {C}, "[C]");
+  expect_shape(op, a_rstd, {T}, "[T]");
+  expect_dtype(op, a_rstd, DType::kF32);
+  expect_float(op, dev, {a_out, a_inp, a_w});
+  SEQPAR_CHECK(eps >= 0.f, "{}: eps={} must be >= 0 (rms_norm_eps)", op, eps);
+  SEQPAR_DISPATCH_CUDA(dev, rmsnorm_forward(out, rstd, inp, weight, eps));
+  cpu::rmsnorm_forward(f32(out), f32(rstd), f32(inp), f32(weight), T, C, eps);
+}
+
+void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                      const Tensor& rstd) {
+  const char* op = "rmsnorm_backward";
+  const Arg a_dinp{"dinp", dinp}, a_dw{"dweight", dweight}, a_dout{"dout", dout}, a_inp{"inp", inp},
+      a_w{"weight", weight}, a_rstd{"rstd", rstd};
+  const Device dev = op_device(op, {a_dinp, a_dw, a_dout, a_inp, a_w, a_rstd});
+  expect_ndim(op, a_inp, 2, "[T, C]");
+  const int64_t T = inp.dim(0), C = inp.dim(1);
+  expect_shape(op, a_dinp, {T, C}, "[T, C]");
+  expect_shape(op, a_dout, {T, C}, "[T, C]");
+  expect_shape(op, a_w, {C}, "[C]");
+  expect_shape(op, a_dw, {C}, "[C]");
+  expect_shape(op, a_rstd, {T}, "[T]");
+  expect_dtype(op, a_rstd, DType::kF32);
+  expect_float(op, dev, {a_dinp, a_dw, a_dout, a_inp, a_w});
+  SEQPAR_DISPATCH_CUDA(dev, rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd));
+  cpu::rmsnorm_backward(f32(dinp), f32(dweight), f32(dout), f32(inp), f32(weight), f32(rstd), T, C);
+}
+
+// ---- RoPE -------------------------------------------------------------------------------
+
+namespace {
+// Shared checks of rope_forward / rope_backward; returns the device.
+Device rope_check(const char* op, const Arg& a_x, const Tensor& position_ids, const Tensor& inv_freq) {
+  const Arg a_pos{"position_ids", position_ids}, a_freq{"inv_freq", inv_freq};
+  const Device dev = op_device(op, {a_x, a_pos, a_freq});
+  expect_ndim(op, a_x, 3, "[T, H, D]");
+  const int64_t T = a_x.t.dim(0), D = a_x.t.dim(2);
+  SEQPAR_CHECK(D % 2 == 0, "{}: {} has shape {}: head_dim D={} must be even (pairs (i, i + D/2) are rotated)", op,
+               a_x.name, shape_str(a_x.t.shape()), D);
+  expect_shape(op, a_pos, {T}, "[T]");
+  expect_shape(op, a_freq, {D / 2}, "[D/2]");
+  expect_dtype(op, a_pos, DType::kI32);
+  expect_dtype(op, a_freq, DType::kF32);
+  expect_float(op, dev, {a_x});
+  return dev;
+}
+}  // namespace
+
+void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq) {
+  const Device dev = rope_check("rope_forward", {"x", x}, position_ids, inv_freq);
+  SEQPAR_DISPATCH_CUDA(dev, rope_forward(x, position_ids, inv_freq));
+  cpu::rope_forward(f32(x), i32(position_ids), f32(inv_freq), x.dim(0), x.dim(1), x.dim(2));
+}
+
+void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq) {
+  const Device dev = rope_check("rope_backward", {"dx", dx}, position_ids, inv_freq);
+  SEQPAR_DISPATCH_CUDA(dev, rope_backward(dx, position_ids, inv_freq));
+  cpu::rope_backward(f32(dx), i32(position_ids), f32(inv_freq), dx.dim(0), dx.dim(1), dx.dim(2));
+}
+
+// ---- SwiGLU -----------------------------------------------------------------------------
+
+void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
+  const char* op = "swiglu_forward";
+  const Arg a_out{"out", out}, a_gate{"gate", gate}, a_up{"up", up};
+  const Device dev = op_device(op, {a_out, a_gate, a_up});
+  expect_ndim(op, a_gate, 2, "[T, F]");
+  expect_shape(op, a_up, gate.shape(), "[T, F]");
+  expect_shape(op, a_out, gate.shape(), "[T, F]");
+  expect_float(op, dev, {a_out, a_gate, a_up});
+  SEQPAR_DISPATCH_CUDA(dev, swiglu_forward(out, gate, up));
+  cpu::swiglu_forward(f32(out), f32(gate), f32(up), gate.numel());
+}
+
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up) {
+  const char* op = "swiglu_backward";
+  const Arg a_dgate{"dgate", dgate}, a_dup{"dup", dup}, a_dout{"dout", dout}, a_gate{"gate", gate}, a_up{"up", up};
+  const Device dev = op_device(op, {a_dgate, a_dup, a_dout, a_gate, a_up});
+  expect_ndim(op, a_gate, 2, "[T, F]");
+  for (const Arg& a : {a_up, a_dout, a_dgate, a_dup}) expect_shape(op, a, gate.shape(), "[T, F]");
+  expect_float(op, dev, {a_dgate, a_dup, a_dout, a_gate, a_up});
+  SEQPAR_CHECK(!overlaps(dgate, dup), "{}: dgate and dup share memory", op);
+  SEQPAR_DISPATCH_CUDA(dev, swiglu_backward(dgate, dup, dout, gate, up));
+  cpu::swiglu_backward(f32(dgate), f32(dup), f32(dout), f32(gate), f32(up), gate.numel());
+}
+
+// ---- matmul -----------------------------------------------------------------------------
+
+void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
+  const char* op = "matmul";
+  const Arg a_out{"out", out}, a_a{"a", a}, a_b{"b", b};
+  const Device dev = op_device(op, {a_out, a_a, a_b});
+  expect_ndim(op, a_a, 2, trans_a ? "[K, M]" : "[M, K]");
+  expect_ndim(op, a_b, 2, trans_b ? "[N, K]" : "[K, N]");
+  const int64_t M = trans_a ? a.dim(1) : a.dim(0);
+  const int64_t K = trans_a ? a.dim(0) : a.dim(1);
+  const int64_t Kb = trans_b ? b.dim(1) : b.dim(0);
+  const int64_t N = trans_b ? b.dim(0) : b.dim(1);
+  SEQPAR_CHECK(K == Kb,
+               "{}: inner dims differ: op(a) is [M, K] = [{}, {}] (a {}, trans_a={}) but op(b) is [K, N] = [{}, {}] "
+               "(b {}, trans_b={})",
+               op, M, K, shape_str(a.shape()), trans_a, Kb, N, shape_str(b.shape()), trans_b);
+  expect_shape(op, a_out, {M, N}, "[M, N]");
+  expect_float(op, dev, {a_out, a_a, a_b});
+  SEQPAR_CHECK(!overlaps(out, a) && !overlaps(out, b), "{}: out {} shares memory with an input (a {}, b {})", op,
+               out.str(), a.str(), b.str());
+  SEQPAR_DISPATCH_CUDA(dev, matmul(out, a, b, trans_a, trans_b, alpha, beta));
+  cpu::matmul(f32(out), f32(a), f32(b), M, N, K, trans_a, trans_b, alpha, beta);
+}
+
+// ---- cross-entropy ----------------------------------------------------------------------
+
+void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets) {
+  const char* op = "cross_entropy_forward";
+  const Arg a_loss{"losses", losses}, a_logits{"logits", logits}, a_tgt{"targets", targets};
+  const Device dev = op_device(op, {a_loss, a_logits, a_tgt});
+  expect_ndim(op, a_logits, 2, "[T, V]");
+  const int64_t T = logits.dim(0), V = logits.dim(1);
+  expect_shape(op, a_tgt, {T}, "[T]");
+  expect_shape(op, a_loss, {T}, "[T]");
+  expect_dtype(op, a_tgt, DType::kI32);
+  expect_dtype(op, a_loss, DType::kF32);
+  expect_float(op, dev, {a_logits});
+  SEQPAR_DISPATCH_CUDA(dev, cross_entropy_forward(losses, logits, targets));
+  cpu::cross_entropy_forward(f32(losses), f32(logits), i32(targets), T, V);
+}
+
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss) {
+  const char* op = "cross_entropy_backward";
+  const Arg a_dlogits{"dlogits", dlogits}, a_logits{"logits", logits}, a_tgt{"targets", targets};
+  const Device dev = op_device(op, {a_dlogits, a_logits, a_tgt});
+  expect_ndim(op, a_logits, 2, "[T, V]");
+  const int64_t T = logits.dim(0), V = logits.dim(1);
+  expect_shape(op, a_dlogits, {T, V}, "[T, V]");
+  expect_shape(op, a_tgt, {T}, "[T]");
+  expect_dtype(op, a_tgt, DType::kI32);
+  expect_float(op, dev, {a_dlogits, a_logits});
+  SEQPAR_DISPATCH_CUDA(dev, cross_entropy_backward(dlogits, logits, targets, dloss));
+  cpu::cross_entropy_backward(f32(dlogits), f32(logits), i32(targets), dloss, T, V);
+}
+
+// ---- elementwise ------------------------------------------------------------------------
+
+void add_inplace(Tensor& y, const Tensor& x) {
+  const char* op = "add_inplace";
+  const Arg a_y{"y", y}, a_x{"x", x};
+  const Device dev = op_device(op, {a_y, a_x});
+  expect_shape(op, a_x, y.shape(), "y's shape");
+  expect_float(op, dev, {a_y, a_x});
+  SEQPAR_DISPATCH_CUDA(dev, add_inplace(y, x));
+  cpu::add_inplace(f32(y), f32(x), y.numel());
+}
+
+void scale_inplace(Tensor& y, float s) {
+  const char* op = "scale_inplace";
+  const Arg a_y{"y", y};
+  const Device dev = op_device(op, {a_y});
+  expect_float(op, dev, {a_y});
+  SEQPAR_DISPATCH_CUDA(dev, scale_inplace(y, s));
+  cpu::scale_inplace(f32(y), s, y.numel());
+}
+
+double sum_squares(const Tensor& x) {
+  const char* op = "sum_squares";
+  const Arg a_x{"x", x};
+  const Device dev = op_device(op, {a_x});
+  expect_float(op, dev, {a_x});
+  SEQPAR_DISPATCH_CUDA(dev, sum_squares(x));
+  return cpu::sum_squares(f32(x), x.numel());
+}
+
+// ---- AdamW ------------------------------------------------------------------------------
+
+void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
+                float grad_scale) {
+  const char* op = "adamw_step";
+  const Arg a_p{"param", param}, a_m{"m", m}, a_v{"v", v}, a_g{"grad", grad};
+  const Device dev = op_device(op, {a_p, a_m, a_v, a_g});
+  for (const Arg& a : {a_m, a_v, a_g}) expect_shape(op, a, param.shape(), "param's shape");
+  for (const Arg& a : {a_p, a_m, a_v}) expect_dtype(op, a, DType::kF32);
+  SEQPAR_CHECK(grad.dtype() == DType::kF32 || grad.dtype() == DType::kBF16, "{}: grad is {}, expected f32 or bf16",
+               op, grad.str());
+  // Validates the hyperparameters and step on every device, before any memory is touched.
+  const cpu::AdamWScalars s =
+      cpu::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step, grad_scale);
+  SEQPAR_DISPATCH_CUDA(dev, adamw_step(param, m, v, grad, cfg, step, grad_scale));
+  if (grad.dtype() == DType::kBF16) {
+    cpu::adamw_step(f32(param), f32(m), f32(v), grad.data<bf16>(), param.numel(), s);
+  } else {
+    cpu::adamw_step(f32(param), f32(m), f32(v), f32(grad), param.numel(), s);
+  }
+}
+
+float clip_coefficient(double total_norm, double max_norm) {
+  if (max_norm <= 0.0) return 1.f;
+  SEQPAR_CHECK(!(total_norm < 0.0), "clip_coefficient: total_norm={} must be >= 0", total_norm);
+  const double coef = max_norm / (total_norm + 1e-6);
+  // A NaN norm (a NaN or inf gradient came in earlier) stays NaN, as in torch, so the step
+  // visibly poisons the parameters instead of being silently left unclipped. An inf norm gives 0.
+  if (std::isnan(coef)) return std::numeric_limits<float>::quiet_NaN();
+  return static_cast<float>(std::min(coef, 1.0));
+}
+
+}  // namespace seqpar
