@@ -90,4 +90,8 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
 // max_norm <= 0 means no clipping (coefficient 1).
 float clip_coefficient(double total_norm, double max_norm);
 
+// Threads each CPU GEMM may use (OpenBLAS). Ranks-as-threads set 1: several ranks each spinning
+// up a BLAS thread pool oversubscribe the cores (measured: 1.8x slower at sp=4 on 2 cores).
+void set_cpu_gemm_threads(int n);
+
 }  // namespace seqpar

@@ -6,6 +6,7 @@
 #include "comm/mesh.h"
 #include "core/log.h"
 #include "io/safetensors.h"
+#include "kernels/ops.h"
 #include "train/hf_model.h"
 
 namespace seqpar {
@@ -71,6 +72,7 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
 
   std::vector<std::pair<std::string, Tensor>> out;
   std::mutex out_mu;
+  if (P > 1) set_cpu_gemm_threads(1);
   run_local_ranks(P, [&](Communicator& world) {
     DeviceMesh mesh(world, mesh_shape);
     const int r = mesh.sp_rank();

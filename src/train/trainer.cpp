@@ -11,6 +11,8 @@
 #include "comm/communicator.h"
 #include "comm/mesh.h"
 #include "core/log.h"
+#include "train/config_resolve.h"
+#include "kernels/ops.h"
 #include "train/hf_model.h"
 
 namespace seqpar {
@@ -57,14 +59,7 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std) {
   }
 }
 
-float lr_at(const TrainConfig& c, int64_t step) {
-  const double lr = c.optimizer.adamw.lr;
-  if (step <= c.warmup_steps) return static_cast<float>(lr * step / std::max<int64_t>(1, c.warmup_steps));
-  const double progress =
-      static_cast<double>(step - c.warmup_steps) / std::max<int64_t>(1, c.steps - c.warmup_steps);
-  const double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
-  return static_cast<float>(lr * (c.min_lr_ratio + (1.0 - c.min_lr_ratio) * cosine));
-}
+float lr_at(const TrainConfig& c, int64_t step) { return scheduled_lr(lr_schedule_of(c), step); }
 
 namespace {
 
@@ -124,6 +119,7 @@ TrainResult run_training(const TrainConfig& cfg) {
   MetricsWriter metrics(cfg.metrics_out);
   std::mutex result_mu;
 
+  if (mesh_shape.world() > 1) set_cpu_gemm_threads(1);
   run_local_ranks(mesh_shape.world(), [&](Communicator& world) {
     DeviceMesh mesh(world, mesh_shape);
     const int sp_rank = mesh.sp_rank(), dp_rank = mesh.dp_rank();

@@ -56,3 +56,9 @@ template void matmul<double>(double*, const double*, const double*, int64_t, int
                              double);
 
 }  // namespace seqpar::cpu
+
+namespace seqpar {
+
+void set_cpu_gemm_threads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
+
+}  // namespace seqpar

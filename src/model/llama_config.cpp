@@ -1,0 +1,104 @@
+// LlamaConfig validation and the RoPE inverse frequencies.
+//
+// Numerics of rope_inv_freq (why it matches Hugging Face within ~3e-7 relative):
+//   HF (transformers 4.x and 5.x, `_compute_default_rope_parameters` / `_compute_llama3_parameters`)
+//   computes everything in float32 torch ops:
+//     exponent = arange(0, D, 2).float() / D         (float32 division, correctly rounded)
+//     inv_freq = 1.0 / theta ** exponent               (float32 pow and reciprocal)
+//     llama3:  wavelen = 2*pi / inv_freq, then where() / smooth interpolation, all float32.
+//   The float32 rounding of the exponent is what the released checkpoints were trained with and
+//   it is the largest of those errors: a relative error of 2^-24 in the exponent becomes
+//   exponent * ln(theta) * 2^-24 in theta^exponent, up to ~1e-6 for theta = 1e7. So we round the
+//   exponent to float32 exactly as torch does, then do the pow, the reciprocal and the llama3
+//   scaling in double, and round to float32 once at the end. What is left differs from HF only
+//   by HF's own float32 rounding of pow / reciprocal / scaling (1-2 ulp, measured <= 3e-7
+//   relative against transformers 5.24 for theta in {1e4, 5e5, 1e6, 1e7}, D in {6, 64, 96, 128},
+//   default and llama3). The llama3 scaling is continuous at both wavelength thresholds (smooth
+//   factor 0 gives inv/factor, 1 gives inv), so a float32-vs-double disagreement on which side of
+//   a threshold a frequency falls changes the result by rounding error only.
+#include "model/llama_config.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+
+namespace seqpar {
+
+namespace {
+
+void check_positive(int64_t value, const char* field) {
+  SEQPAR_INPUT_CHECK(value > 0, "{}={} must be positive", field, value);
+}
+
+// The RoPE part of validate(), also the precondition of rope_inv_freq.
+void validate_rope(const RopeConfig& rope, int64_t head_dim) {
+  check_positive(head_dim, "head_dim");
+  SEQPAR_INPUT_CHECK(head_dim % 2 == 0, "head_dim={} must be even (RoPE rotates pairs of dimensions)", head_dim);
+  SEQPAR_INPUT_CHECK(std::isfinite(rope.theta) && rope.theta > 0, "rope_theta={} must be a positive finite number",
+                     rope.theta);
+  SEQPAR_INPUT_CHECK(rope.type == "default" || rope.type == "llama3",
+                     "rope_type='{}' is not supported (supported: default, llama3)", rope.type);
+  if (rope.type != "llama3") return;
+  SEQPAR_INPUT_CHECK(std::isfinite(rope.factor) && rope.factor >= 1.0,
+                     "rope factor={} must be a finite number >= 1 (rope_type=llama3)", rope.factor);
+  SEQPAR_INPUT_CHECK(std::isfinite(rope.low_freq_factor) && rope.low_freq_factor > 0,
+                     "rope low_freq_factor={} must be positive (rope_type=llama3)", rope.low_freq_factor);
+  SEQPAR_INPUT_CHECK(std::isfinite(rope.high_freq_factor) && rope.high_freq_factor > rope.low_freq_factor,
+                     "rope low_freq_factor={} must be less than high_freq_factor={} (rope_type=llama3)",
+                     rope.low_freq_factor, rope.high_freq_factor);
+  SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings > 0,
+                     "rope original_max_position_embeddings={} must be positive (rope_type=llama3)",
+                     rope.original_max_position_embeddings);
+}
+
+}  // namespace
+
+void LlamaConfig::validate() const {
+  check_positive(vocab_size, "vocab_size");
+  check_positive(hidden_size, "hidden_size");
+  check_positive(intermediate_size, "intermediate_size");
+  check_positive(num_layers, "num_hidden_layers");
+  check_positive(num_heads, "num_attention_heads");
+  check_positive(num_kv_heads, "num_key_value_heads");
+  check_positive(max_position_embeddings, "max_position_embeddings");
+  SEQPAR_INPUT_CHECK(num_heads % num_kv_heads == 0,
+                     "num_attention_heads={} must be a multiple of num_key_value_heads={}", num_heads, num_kv_heads);
+  SEQPAR_INPUT_CHECK(std::isfinite(rms_norm_eps) && rms_norm_eps > 0,
+                     "rms_norm_eps={} must be a positive finite number", rms_norm_eps);
+  validate_rope(rope, head_dim);
+}
+
+std::vector<float> rope_inv_freq(const LlamaConfig& config) {
+  const RopeConfig& rope = config.rope;
+  const int64_t D = config.head_dim;
+  validate_rope(rope, D);
+
+  // Llama-3.1 scaling: frequencies whose wavelength exceeds old_ctx / low_freq_factor are divided
+  // by factor, those below old_ctx / high_freq_factor are kept, the band between is interpolated.
+  const bool llama3 = rope.type == "llama3";
+  const double old_ctx = static_cast<double>(rope.original_max_position_embeddings);
+  const double low_freq_wavelen = old_ctx / rope.low_freq_factor;
+  const double high_freq_wavelen = old_ctx / rope.high_freq_factor;
+
+  std::vector<float> inv_freq(static_cast<size_t>(D / 2));  // (D/2)
+  for (int64_t i = 0; i < D / 2; ++i) {
+    // torch: arange(0, D, 2).float() / D, a float32 division (see the header comment).
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(D);
+    double inv = 1.0 / std::pow(rope.theta, static_cast<double>(exponent));
+    if (llama3) {
+      const double wavelen = 2.0 * std::numbers::pi / inv;
+      if (wavelen > low_freq_wavelen) {
+        inv = inv / rope.factor;
+      } else if (!(wavelen < high_freq_wavelen)) {
+        const double smooth =
+            (old_ctx / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+        inv = (1.0 - smooth) * inv / rope.factor + smooth * inv;
+      }
+    }
+    inv_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
+  }
+  return inv_freq;
+}
+
+}  // namespace seqpar

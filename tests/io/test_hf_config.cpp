@@ -1,0 +1,365 @@
+// HF config.json: both RoPE spellings, defaults, every refusal with its message, round trip.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "io_test_util.h"
+#include "test_util.h"
+
+namespace seqpar {
+namespace {
+
+using nlohmann::json;
+
+// Llama-3.1-8B's config.json as transformers 4.4x wrote it (token ids etc. are ignored fields).
+const char* kLlama31Config4x = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": 128001,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"
+  },
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+
+// A small Llama as transformers 5.x writes it: rope_parameters, "dtype", no top-level rope_theta.
+const char* kSmallConfig5x = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "model_type": "llama",
+  "vocab_size": 100,
+  "hidden_size": 64,
+  "intermediate_size": 128,
+  "num_hidden_layers": 2,
+  "num_attention_heads": 4,
+  "num_key_value_heads": 2,
+  "head_dim": 16,
+  "max_position_embeddings": 131072,
+  "rms_norm_eps": 1e-06,
+  "rope_parameters": {
+    "factor": 32.0,
+    "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+    "rope_type": "llama3"
+  },
+  "tie_word_embeddings": true,
+  "dtype": "bfloat16",
+  "pad_token_id": null,
+  "transformers_version": "5.24.0"
+})";
+
+// The smallest accepted config: only the required fields.
+json minimal() {
+  return {{"vocab_size", 32},
+          {"hidden_size", 16},
+          {"intermediate_size", 48},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4}};
+}
+
+LlamaConfig parse(const json& j) { return parse_hf_llama_config(j.dump(), "cfg.json"); }
+
+TEST(HfConfig, ParsesTransformers4Spelling) {
+  LlamaConfig c = parse_hf_llama_config(kLlama31Config4x, "llama31/config.json");
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.intermediate_size, 14336);
+  EXPECT_EQ(c.num_layers, 32);
+  EXPECT_EQ(c.num_heads, 32);
+  EXPECT_EQ(c.num_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rope.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c.rope.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 8192);
+}
+
+TEST(HfConfig, ParsesTransformers5Spelling) {
+  LlamaConfig c = parse_hf_llama_config(kSmallConfig5x, "small/config.json");
+  EXPECT_EQ(c.vocab_size, 100);
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_EQ(c.num_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rope.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 32.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 8192);
+}
+
+TEST(HfConfig, DefaultsOfOptionalFields) {
+  json j = minimal();
+  j["head_dim"] = nullptr;             // null means absent
+  j["num_key_value_heads"] = nullptr;  // likewise
+  j["rope_scaling"] = nullptr;
+  LlamaConfig c = parse(j);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 4);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.max_position_embeddings, 2048);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rope.type, "default");
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
+
+  // An explicit head_dim need not be hidden_size / heads; unknown fields are ignored.
+  j["head_dim"] = 8;
+  j["some_future_field"] = {{"x", 1}};
+  j["rope_theta"] = 1234;  // an integer is a fine number
+  c = parse(j);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1234.0);
+}
+
+TEST(HfConfig, RopePrecedenceFollowsTransformers5) {
+  json j = minimal();
+  // Older 4.x key "type" instead of "rope_type".
+  j["rope_scaling"] = {{"type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 1024}};
+  EXPECT_EQ(parse(j).rope.type, "llama3");
+
+  // original_max_position_embeddings: the top-level field, else the dict, else max_position_embeddings.
+  j["max_position_embeddings"] = 4096;
+  EXPECT_EQ(parse(j).rope.original_max_position_embeddings, 1024);
+  j["original_max_position_embeddings"] = 512;
+  EXPECT_EQ(parse(j).rope.original_max_position_embeddings, 512);
+  j.erase("original_max_position_embeddings");
+  j["rope_scaling"].erase("original_max_position_embeddings");
+  EXPECT_EQ(parse(j).rope.original_max_position_embeddings, 4096);
+
+  // rope_theta inside the dict wins over the top-level one; a non-empty rope_scaling replaces
+  // rope_parameters; an empty one does not.
+  j = minimal();
+  j["rope_theta"] = 10.0;
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 20.0}};
+  EXPECT_DOUBLE_EQ(parse(j).rope.theta, 20.0);
+  j["rope_scaling"] = json::object();
+  EXPECT_DOUBLE_EQ(parse(j).rope.theta, 20.0);
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 2.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 2.0}};
+  LlamaConfig c = parse(j);
+  EXPECT_EQ(c.rope.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10.0);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 2.0);
+}
+
+TEST(HfConfig, UnsupportedRopeTypes) {
+  for (const char* type : {"linear", "dynamic", "yarn", "longrope", "ntk"}) {
+    json j = minimal();
+    j["rope_scaling"] = {{"rope_type", type}, {"factor", 2.0}};
+    EXPECT_INPUT_ERROR(parse(j), fmt::format("cfg.json: field 'rope_scaling.rope_type' = '{}' is not supported "
+                                             "(supported rope types: default, llama3)",
+                                             type));
+    j.erase("rope_scaling");
+    j["rope_parameters"] = {{"type", type}, {"rope_theta", 10000.0}};
+    EXPECT_INPUT_ERROR(parse(j), fmt::format("field 'rope_parameters.type' = '{}' is not supported", type));
+  }
+  json j = minimal();
+  j["partial_rotary_factor"] = 0.5;
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: partial_rotary_factor=0.5 is not supported");
+}
+
+TEST(HfConfig, RefusesWhatSeqparsLlamaIsNot) {
+  json j = minimal();
+  j["attention_bias"] = true;
+  EXPECT_INPUT_ERROR(parse(j),
+                     "cfg.json: attention_bias=true is not supported: seqpar's Llama has no projection biases");
+  j = minimal();
+  j["mlp_bias"] = true;
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: mlp_bias=true is not supported: seqpar's Llama has no projection biases");
+  j = minimal();
+  j["hidden_act"] = "gelu";
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: hidden_act='gelu' is not supported");
+  j = minimal();
+  j["architectures"] = {"MistralForCausalLM"};
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: architectures=[\"MistralForCausalLM\"] does not contain LlamaForCausalLM");
+  j["architectures"] = "LlamaForCausalLM";
+  EXPECT_INPUT_ERROR(parse(j), "field 'architectures' must be a list of strings, got string");
+  j = minimal();
+  j["model_type"] = "mistral";
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: model_type='mistral' is not supported (supported: llama)");
+  j["architectures"] = {"LlamaForCausalLM", "Other"};  // contains Llama, but model_type still wrong
+  EXPECT_INPUT_ERROR(parse(j), "model_type='mistral'");
+}
+
+TEST(HfConfig, MissingFieldsAndWrongTypes) {
+  for (const char* field :
+       {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}) {
+    json j = minimal();
+    j.erase(field);
+    EXPECT_INPUT_ERROR(parse(j), fmt::format("cfg.json: field '{}' is missing", field));
+    j[field] = "16";
+    EXPECT_INPUT_ERROR(parse(j), fmt::format("cfg.json: field '{}' must be an integer, got string \"16\"", field));
+  }
+  json j = minimal();
+  j["hidden_size"] = 16.5;
+  EXPECT_INPUT_ERROR(parse(j), "field 'hidden_size' must be an integer, got float 16.5");
+  j = minimal();
+  j["hidden_size"] = nullptr;
+  EXPECT_INPUT_ERROR(parse(j), "field 'hidden_size' must be an integer, got null");
+  j = minimal();
+  j["rms_norm_eps"] = "1e-5";
+  EXPECT_INPUT_ERROR(parse(j), "field 'rms_norm_eps' must be a number, got string");
+  j = minimal();
+  j["tie_word_embeddings"] = 1;
+  EXPECT_INPUT_ERROR(parse(j), "field 'tie_word_embeddings' must be true or false, got integer 1");
+  j = minimal();
+  j["rope_scaling"] = "llama3";
+  EXPECT_INPUT_ERROR(parse(j), "field 'rope_scaling' must be an object, got string");
+  j = minimal();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}};
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: field 'rope_scaling.factor' is missing");
+  j["rope_scaling"]["factor"] = true;
+  EXPECT_INPUT_ERROR(parse(j), "field 'rope_scaling.factor' must be a number, got boolean true");
+  EXPECT_INPUT_ERROR(parse_hf_llama_config("{\"vocab_size\": ", "cfg.json"), "cfg.json: not valid JSON");
+  EXPECT_INPUT_ERROR(parse_hf_llama_config("[1]", "cfg.json"), "cfg.json: config.json must be a JSON object, got list");
+}
+
+TEST(HfConfig, ValidationErrorsNameTheFile) {
+  json j = minimal();
+  j["num_key_value_heads"] = 3;
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: num_attention_heads=4 must be a multiple of num_key_value_heads=3");
+  j = minimal();
+  j["hidden_size"] = 18;
+  EXPECT_INPUT_ERROR(parse(j),
+                     "cfg.json: hidden_size=18 must be a multiple of num_attention_heads=4 when head_dim is not given");
+  j = minimal();
+  j["head_dim"] = 5;
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: head_dim=5 must be even");
+  j = minimal();
+  j["num_attention_heads"] = 0;
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: num_attention_heads=0 must be positive");
+  j = minimal();
+  j["num_hidden_layers"] = 0;
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: num_hidden_layers=0 must be positive");
+  j = minimal();
+  j["rope_parameters"] = {
+      {"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0}};
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: rope low_freq_factor=4 must be less than high_freq_factor=1");
+}
+
+TEST(HfConfig, LoadsFromFileOrDirectory) {
+  const std::string dir = testing::temp_dir();
+  testing::write_bytes(dir + "/config.json", kSmallConfig5x);
+  EXPECT_EQ(load_hf_llama_config(dir).vocab_size, 100);
+  EXPECT_EQ(load_hf_llama_config(dir + "/config.json").hidden_size, 64);
+  testing::write_bytes(dir + "/config.json", R"({"hidden_size": 64})");
+  EXPECT_INPUT_ERROR(load_hf_llama_config(dir), dir + "/config.json: field 'vocab_size' is missing");
+  const std::string empty = testing::temp_dir();
+  EXPECT_INPUT_ERROR(load_hf_llama_config(empty), empty + ": no config.json in this directory");
+  EXPECT_INPUT_ERROR(load_hf_llama_config(empty + "/nope.json"), empty + "/nope.json: no such file");
+}
+
+void expect_same(const LlamaConfig& a, const LlamaConfig& b) {
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
+  EXPECT_EQ(a.num_layers, b.num_layers);
+  EXPECT_EQ(a.num_heads, b.num_heads);
+  EXPECT_EQ(a.num_kv_heads, b.num_kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);  // exact: JSON doubles round-trip
+  EXPECT_EQ(a.max_position_embeddings, b.max_position_embeddings);
+  EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
+  EXPECT_EQ(a.rope.type, b.rope.type);
+  EXPECT_EQ(a.rope.theta, b.rope.theta);
+  if (a.rope.type == "llama3") {
+    EXPECT_EQ(a.rope.factor, b.rope.factor);
+    EXPECT_EQ(a.rope.low_freq_factor, b.rope.low_freq_factor);
+    EXPECT_EQ(a.rope.high_freq_factor, b.rope.high_freq_factor);
+    EXPECT_EQ(a.rope.original_max_position_embeddings, b.rope.original_max_position_embeddings);
+  }
+}
+
+TEST(HfConfig, RoundTrip) {
+  LlamaConfig c;
+  c.vocab_size = 97;
+  c.hidden_size = 48;
+  c.intermediate_size = 80;
+  c.num_layers = 3;
+  c.num_heads = 6;
+  c.num_kv_heads = 2;
+  c.head_dim = 10;
+  c.rms_norm_eps = 1.0 / 3.0 * 1e-5;
+  c.max_position_embeddings = 65536;
+  c.tie_word_embeddings = true;
+  c.rope.theta = 123456.789;
+  expect_same(parse_hf_llama_config(hf_llama_config_json(c), "rt"), c);
+
+  c.rope.type = "llama3";
+  c.rope.factor = 16.0;
+  c.rope.low_freq_factor = 0.5;
+  c.rope.high_freq_factor = 3.25;
+  c.rope.original_max_position_embeddings = 4096;
+  const std::string text = hf_llama_config_json(c, "bfloat16");
+  expect_same(parse_hf_llama_config(text, "rt"), c);
+
+  // What transformers needs to find in it (4.x and 5.x keys).
+  json j = json::parse(text);
+  EXPECT_EQ(j["architectures"], json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(j["model_type"], "llama");
+  EXPECT_EQ(j["torch_dtype"], "bfloat16");
+  EXPECT_EQ(j["dtype"], "bfloat16");
+  EXPECT_EQ(j["hidden_act"], "silu");
+  EXPECT_EQ(j["rope_theta"], 123456.789);
+  EXPECT_EQ(j["rope_parameters"]["rope_theta"], 123456.789);
+  EXPECT_EQ(j["rope_parameters"]["rope_type"], "llama3");
+  EXPECT_EQ(j["rope_scaling"]["factor"], 16.0);
+  EXPECT_EQ(j["num_hidden_layers"], 3);
+
+  // The two spellings alone each parse back to the same config.
+  json only5 = j;
+  only5.erase("rope_theta");
+  only5.erase("rope_scaling");
+  expect_same(parse(only5), c);
+  json only4 = j;
+  only4.erase("rope_parameters");
+  expect_same(parse(only4), c);
+
+  // And it goes to disk like the checkpoint writer will put it.
+  const std::string dir = testing::temp_dir();
+  write_file_atomic(dir + "/config.json", text);
+  expect_same(load_hf_llama_config(dir), c);
+}
+
+TEST(HfConfig, WriterRefusesInvalidConfigs) {
+  LlamaConfig c = parse(minimal());
+  EXPECT_INPUT_ERROR(hf_llama_config_json(c, "int8"), "torch_dtype='int8' is not supported");
+  c.num_kv_heads = 3;
+  EXPECT_INPUT_ERROR(hf_llama_config_json(c), "num_attention_heads=4 must be a multiple of num_key_value_heads=3");
+}
+
+}  // namespace
+}  // namespace seqpar

@@ -1,0 +1,168 @@
+// LlamaConfig::validate and rope_inv_freq (model/llama_config.h; tested here beside the config
+// parser that feeds them).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "io_test_util.h"
+#include "model/llama_config.h"
+
+namespace seqpar {
+namespace {
+
+LlamaConfig small() {
+  LlamaConfig c;
+  c.vocab_size = 32;
+  c.hidden_size = 16;
+  c.intermediate_size = 48;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 4;
+  return c;
+}
+
+double rel(double got, double want) { return std::abs(got - want) / std::abs(want); }
+
+TEST(LlamaConfig, ValidAcceptsGoodConfigs) {
+  LlamaConfig c = small();
+  EXPECT_NO_THROW(c.validate());
+  c.rope.type = "llama3";
+  c.rope.factor = 8;
+  EXPECT_NO_THROW(c.validate());
+}
+
+TEST(LlamaConfig, EverySizeMustBePositive) {
+  struct Case {
+    int64_t LlamaConfig::*field;
+    const char* name;
+  };
+  for (Case k :
+       {Case{&LlamaConfig::vocab_size, "vocab_size"}, Case{&LlamaConfig::hidden_size, "hidden_size"},
+        Case{&LlamaConfig::intermediate_size, "intermediate_size"}, Case{&LlamaConfig::num_layers, "num_hidden_layers"},
+        Case{&LlamaConfig::num_heads, "num_attention_heads"}, Case{&LlamaConfig::num_kv_heads, "num_key_value_heads"},
+        Case{&LlamaConfig::head_dim, "head_dim"},
+        Case{&LlamaConfig::max_position_embeddings, "max_position_embeddings"}}) {
+    for (int64_t bad : {0, -3}) {
+      LlamaConfig c = small();
+      c.*k.field = bad;
+      EXPECT_INPUT_ERROR(c.validate(), fmt::format("{}={} must be positive", k.name, bad));
+    }
+  }
+}
+
+TEST(LlamaConfig, Rules) {
+  LlamaConfig c = small();
+  c.num_heads = 6;
+  c.num_kv_heads = 4;
+  EXPECT_INPUT_ERROR(c.validate(), "num_attention_heads=6 must be a multiple of num_key_value_heads=4");
+  c = small();
+  c.num_kv_heads = 8;  // more KV heads than query heads
+  EXPECT_INPUT_ERROR(c.validate(), "num_attention_heads=4 must be a multiple of num_key_value_heads=8");
+  c = small();
+  c.head_dim = 3;
+  EXPECT_INPUT_ERROR(c.validate(), "head_dim=3 must be even (RoPE rotates pairs of dimensions)");
+  c = small();
+  c.rms_norm_eps = 0;
+  EXPECT_INPUT_ERROR(c.validate(), "rms_norm_eps=0 must be a positive finite number");
+  c.rms_norm_eps = NAN;
+  EXPECT_INPUT_ERROR(c.validate(), "rms_norm_eps=nan must be a positive finite number");
+  c = small();
+  c.rope.theta = -1;
+  EXPECT_INPUT_ERROR(c.validate(), "rope_theta=-1 must be a positive finite number");
+  c = small();
+  c.rope.type = "yarn";
+  EXPECT_INPUT_ERROR(c.validate(), "rope_type='yarn' is not supported (supported: default, llama3)");
+}
+
+TEST(LlamaConfig, Llama3Rules) {
+  LlamaConfig c = small();
+  c.rope.type = "llama3";
+  c.rope.factor = 0.5;
+  EXPECT_INPUT_ERROR(c.validate(), "rope factor=0.5 must be a finite number >= 1 (rope_type=llama3)");
+  c.rope.factor = 8;
+  c.rope.low_freq_factor = 4;
+  c.rope.high_freq_factor = 4;
+  EXPECT_INPUT_ERROR(c.validate(), "rope low_freq_factor=4 must be less than high_freq_factor=4");
+  c.rope.low_freq_factor = 0;
+  EXPECT_INPUT_ERROR(c.validate(), "rope low_freq_factor=0 must be positive");
+  c.rope.low_freq_factor = 1;
+  c.rope.original_max_position_embeddings = 0;
+  EXPECT_INPUT_ERROR(c.validate(), "rope original_max_position_embeddings=0 must be positive");
+  // rope_inv_freq refuses the same things.
+  EXPECT_INPUT_ERROR(rope_inv_freq(c), "original_max_position_embeddings=0 must be positive");
+}
+
+TEST(RopeInvFreq, DefaultByHand) {
+  // theta = 10000, D = 8: inv_freq[i] = 10000^(-2i/8) = 10^-i.
+  LlamaConfig c = small();
+  c.head_dim = 8;
+  std::vector<float> f = rope_inv_freq(c);
+  ASSERT_EQ(f.size(), 4u);
+  const double want[4] = {1.0, 0.1, 0.01, 0.001};
+  for (int i = 0; i < 4; ++i) EXPECT_LT(rel(f[i], want[i]), 1e-7) << i;
+}
+
+TEST(RopeInvFreq, Llama3ByHand) {
+  // theta = 10000, D = 4: base inv_freq = [1, 0.01], wavelengths 2*pi and 200*pi = 628.3.
+  LlamaConfig c = small();
+  c.rope.type = "llama3";
+  c.rope.factor = 8;
+  c.rope.low_freq_factor = 1;
+  c.rope.high_freq_factor = 4;
+  // old context 1000: thresholds 1000 (low) and 250 (high); 628.3 is in between, so
+  // smooth = (1000 / 628.3185 - 1) / (4 - 1) = 0.19718314 and
+  // inv = (1 - smooth) * 0.01 / 8 + smooth * 0.01 = 0.0029753525; 2*pi < 250 keeps 1.
+  c.rope.original_max_position_embeddings = 1000;
+  std::vector<float> f = rope_inv_freq(c);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0], 1.0f);
+  EXPECT_LT(rel(f[1], 0.002975352506846947), 1e-7);
+  // old context 500: 628.3 > 500, so the low frequency is divided by the factor.
+  c.rope.original_max_position_embeddings = 500;
+  f = rope_inv_freq(c);
+  EXPECT_EQ(f[0], 1.0f);
+  EXPECT_LT(rel(f[1], 0.01 / 8), 1e-7);
+  // old context 4000: thresholds 4000 and 1000; 628.3 < 1000, so it is kept.
+  c.rope.original_max_position_embeddings = 4000;
+  f = rope_inv_freq(c);
+  EXPECT_LT(rel(f[1], 0.01), 1e-7);
+}
+
+TEST(RopeInvFreq, Llama31MatchesTransformers) {
+  // Llama-3.1-8B: theta 500000, D 128, factor 8, low 1, high 4, old context 8192. Reference:
+  // transformers 5.24 `_compute_llama3_parameters` (float32 torch ops), printed with repr().
+  // Indices cover the three bands: kept (< 29), smoothed (29..34), divided (>= 35).
+  LlamaConfig c = small();
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.hidden_size = 4096;
+  c.head_dim = 128;
+  c.rope.theta = 500000.0;
+  c.rope.type = "llama3";
+  c.rope.factor = 8;
+  c.rope.low_freq_factor = 1;
+  c.rope.high_freq_factor = 4;
+  c.rope.original_max_position_embeddings = 8192;
+  std::vector<float> f = rope_inv_freq(c);
+  ASSERT_EQ(f.size(), 64u);
+  const std::pair<int, double> hf[] = {
+      {0, 1.0},
+      {1, 0.8146172165870667},
+      {13, 0.06956595182418823},
+      {28, 0.0032114461064338684},
+      {29, 0.0021665706299245358},
+      {30, 0.0013718936825171113},
+      {32, 0.0005248460220173001},
+      {34, 0.0001785077911335975},
+      {35, 9.556212171446532e-05},
+      {47, 8.160727702488657e-06},
+      {63, 3.068925877869333e-07},
+  };
+  for (auto [i, want] : hf) EXPECT_LT(rel(f[i], want), 1e-6) << "inv_freq[" << i << "] = " << f[i];
+  // Monotone decreasing, as every band keeps the order.
+  for (size_t i = 1; i < f.size(); ++i) EXPECT_LT(f[i], f[i - 1]) << i;
+}
+
+}  // namespace
+}  // namespace seqpar
