@@ -10,6 +10,8 @@
 //   backward: a2a dout; r ring steps carrying (k, v, dk, dv) (r - 1 hops) plus one hop that
 //             brings each block's dk, dv home; a2a dq, dk, dv back, summing the gradients of a
 //             KV head that was replicated to several ranks.
+// hk is the KV heads h's query heads read, or h (one KV copy per query head) when an uneven
+// split leaves those KV heads serving unequal numbers of h's query heads (see kv_heads).
 #include "parallel/sp_attention.h"
 
 #include <fmt/format.h>
@@ -77,10 +79,31 @@ HeadRange query_heads(int64_t H, int u, int j) {
   return {begin, begin + base + (j < extra ? 1 : 0)};
 }
 
-// KV heads read by a range of query heads (GQA group g = H / Hkv).
-HeadRange kv_heads(HeadRange q, int64_t H, int64_t Hkv) {
-  int64_t g = H / Hkv;
-  return {q.begin / g, (q.end - 1) / g + 1};
+// A rank's heads as runs of consecutive heads, in its local head order.
+using HeadRuns = std::vector<HeadRange>;
+int64_t num_heads(const HeadRuns& runs) {
+  int64_t n = 0;
+  for (const HeadRange& run : runs) n += run.size();
+  return n;
+}
+
+// The KV heads a range of query heads reads (GQA group g = H / Hkv), laid out so that local
+// attention's GQA rule (local query head i reads local KV head i / (h / hk)) holds. When every KV
+// head of the range serves the same number of its query heads, that is the range of KV heads
+// itself. Otherwise (an uneven split cutting a group unevenly, e.g. H=6, Hkv=3, u=2: query heads
+// 0-2 read KV heads 0, 0, 1) each query head gets its own copy of its KV head (hk = h).
+HeadRuns kv_heads(HeadRange q, int64_t H, int64_t Hkv) {
+  const int64_t g = H / Hkv;
+  const HeadRange kv{q.begin / g, (q.end - 1) / g + 1};
+  bool uniform = true;
+  for (int64_t k = kv.begin; k < kv.end; ++k) {
+    const int64_t served = std::min(q.end, (k + 1) * g) - std::max(q.begin, k * g);
+    uniform = uniform && served == q.size() / kv.size() && q.size() % kv.size() == 0;
+  }
+  if (uniform) return {kv};
+  HeadRuns per_query;
+  for (int64_t h = q.begin; h < q.end; ++h) per_query.push_back({h / g, h / g + 1});
+  return per_query;
 }
 
 // Bytes of one token's worth of `heads` heads.
@@ -105,8 +128,9 @@ class UspAttention final : public Attention {
       group_meta_.push_back(concat_token_meta(parts));
     }
     for (int j = 0; j < u; ++j) {
-      q_heads_.push_back(query_heads(H, u, j));
-      kv_heads_.push_back(kv_heads(q_heads_.back(), H, Hkv));
+      const HeadRange q = query_heads(H, u, j);
+      q_heads_.push_back({q});
+      kv_heads_.push_back(kv_heads(q, H, Hkv));
     }
   }
 
@@ -164,27 +188,32 @@ class UspAttention final : public Attention {
 
   // Ulysses scatter: [T, Hx, D] (all heads, my tokens) -> [u*T, hx, D] (my heads, the group's
   // tokens). ranges[j] = heads that rank j receives.
-  Tensor heads_to_tokens(const Tensor& x, const std::vector<HeadRange>& ranges) {
+  Tensor heads_to_tokens(const Tensor& x, const std::vector<HeadRuns>& ranges) {
     const int u = uly_.size(), me = uly_.rank();
     const int64_t T = x.dim(0), D = x.dim(2), Hx = x.dim(1);
     if (u == 1) return x;
     int64_t send_total = 0;
     std::vector<int64_t> send_counts(u), recv_counts(u);
     for (int j = 0; j < u; ++j) {
-      send_counts[j] = T * ranges[j].size() * D;
-      recv_counts[j] = T * ranges[me].size() * D;
+      send_counts[j] = T * num_heads(ranges[j]) * D;
+      recv_counts[j] = T * num_heads(ranges[me]) * D;
       send_total += send_counts[j];
     }
     Tensor send = Tensor::empty({send_total}, x.dtype(), x.device());
     size_t offset = 0;
     const size_t row = head_bytes(x, Hx);
     for (int j = 0; j < u; ++j) {
-      const size_t width = head_bytes(x, ranges[j].size());
-      copy_bytes_2d(static_cast<char*>(send.raw()) + offset, width, send.device(),
-                    static_cast<const char*>(x.raw()) + head_bytes(x, ranges[j].begin), row, x.device(), width, T);
+      const size_t width = head_bytes(x, num_heads(ranges[j]));
+      size_t at = 0;  // bytes into rank j's row
+      for (const HeadRange& run : ranges[j]) {
+        const size_t run_width = head_bytes(x, run.size());
+        copy_bytes_2d(static_cast<char*>(send.raw()) + offset + at, width, send.device(),
+                      static_cast<const char*>(x.raw()) + head_bytes(x, run.begin), row, x.device(), run_width, T);
+        at += run_width;
+      }
       offset += width * T;
     }
-    Tensor recv = Tensor::empty({u * T, ranges[me].size(), D}, x.dtype(), x.device());
+    Tensor recv = Tensor::empty({u * T, num_heads(ranges[me]), D}, x.dtype(), x.device());
     Tensor recv_flat = recv.view({recv.numel()});
     uly_.all_to_all(recv_flat, send, send_counts, recv_counts);
     return recv;
@@ -192,7 +221,7 @@ class UspAttention final : public Attention {
 
   // Ulysses gather, the inverse: [u*T, hx, D] -> [T, Hx, D]. With accumulate, the chunks from
   // every rank are added (a replicated KV head's gradient is the sum of its replicas').
-  void tokens_to_heads(Tensor& x, const Tensor& g, const std::vector<HeadRange>& ranges, bool accumulate) {
+  void tokens_to_heads(Tensor& x, const Tensor& g, const std::vector<HeadRuns>& ranges, bool accumulate) {
     const int u = uly_.size(), me = uly_.rank();
     if (u == 1) {
       if (accumulate) {
@@ -206,8 +235,8 @@ class UspAttention final : public Attention {
     std::vector<int64_t> send_counts(u), recv_counts(u);
     int64_t recv_total = 0;
     for (int j = 0; j < u; ++j) {
-      send_counts[j] = T * ranges[me].size() * D;
-      recv_counts[j] = T * ranges[j].size() * D;
+      send_counts[j] = T * num_heads(ranges[me]) * D;
+      recv_counts[j] = T * num_heads(ranges[j]) * D;
       recv_total += recv_counts[j];
     }
     Tensor recv = Tensor::empty({recv_total}, g.dtype(), g.device());
@@ -216,19 +245,39 @@ class UspAttention final : public Attention {
     const size_t row = head_bytes(x, Hx);
     size_t offset = 0;
     for (int j = 0; j < u; ++j) {
-      const int64_t hj = ranges[j].size();
-      const size_t width = head_bytes(x, hj);
-      Tensor chunk = recv.view({recv_total}).rows(static_cast<int64_t>(offset / dtype_size(g.dtype())),
-                                                   static_cast<int64_t>((offset + width * T) / dtype_size(g.dtype())));
+      const size_t width = head_bytes(x, num_heads(ranges[j]));
+      const auto* chunk = static_cast<const char*>(recv.raw()) + offset;  // [T, hj, D]
       if (accumulate) {
-        // Place the chunk into a zeroed full-width buffer, then add (replicas overlap in heads).
-        Tensor full = Tensor::zeros(x.shape(), x.dtype(), x.device());
-        copy_bytes_2d(static_cast<char*>(full.raw()) + head_bytes(x, ranges[j].begin), row, full.device(),
-                      chunk.raw(), width, chunk.device(), width, T);
-        add_inplace(x, full);
+        // Place the runs into a zeroed full-width buffer, then add (replicas overlap in heads:
+        // across ranks, and within a rank whose KV heads are one copy per query head). A run
+        // that overlaps one already in the buffer flushes it first.
+        Tensor full;
+        std::vector<HeadRange> placed;
+        size_t at = 0;
+        for (const HeadRange& run : ranges[j]) {
+          const bool overlaps = std::any_of(placed.begin(), placed.end(), [&](const HeadRange& p) {
+            return run.begin < p.end && p.begin < run.end;
+          });
+          if (overlaps) {
+            add_inplace(x, full);
+            placed.clear();
+          }
+          if (placed.empty()) full = Tensor::zeros(x.shape(), x.dtype(), x.device());
+          const size_t run_width = head_bytes(x, run.size());
+          copy_bytes_2d(static_cast<char*>(full.raw()) + head_bytes(x, run.begin), row, full.device(), chunk + at,
+                        width, recv.device(), run_width, T);
+          placed.push_back(run);
+          at += run_width;
+        }
+        if (!placed.empty()) add_inplace(x, full);
       } else {
-        copy_bytes_2d(static_cast<char*>(x.raw()) + head_bytes(x, ranges[j].begin), row, x.device(), chunk.raw(),
-                      width, chunk.device(), width, T);
+        size_t at = 0;
+        for (const HeadRange& run : ranges[j]) {
+          const size_t run_width = head_bytes(x, run.size());
+          copy_bytes_2d(static_cast<char*>(x.raw()) + head_bytes(x, run.begin), row, x.device(), chunk + at, width,
+                        recv.device(), run_width, T);
+          at += run_width;
+        }
       }
       offset += width * T;
     }
@@ -303,7 +352,7 @@ class UspAttention final : public Attention {
   int64_t H_, Hkv_;
   bool causal_;
   std::vector<TokenMeta> group_meta_;  // [r]: the tokens of ring block b (its ulysses group)
-  std::vector<HeadRange> q_heads_, kv_heads_;  // [u]
+  std::vector<HeadRuns> q_heads_, kv_heads_;  // [u]: the heads each Ulysses rank receives
 };
 
 }  // namespace

@@ -24,7 +24,8 @@ std::string sp_mode_name(SpMode mode);
 SpMode parse_sp_mode(const std::string& name, const std::string& setting = "sp_mode");
 
 // The mesh's ulysses/ring degrees for a mode: ulysses → (P, 1), ring → (1, P), hybrid → (u, P/u).
-// InputError when u does not divide P, or u is missing/1/P for hybrid, naming the values.
+// InputError when u does not divide P, or is missing (< 1) for hybrid, naming the values
+// (hybrid with u = 1 or u = P runs as ring or ulysses).
 MeshShape sp_mesh_shape(SpMode mode, int sp_size, int ulysses_degree);
 
 // Checks the head split before any work: every Ulysses rank gets >= 1 query head
@@ -35,7 +36,8 @@ void validate_sp_heads(int64_t num_heads, int64_t num_kv_heads, int ulysses_degr
 // mesh.sp_rank() for this rank; SP rank s = ring_idx * ulysses + uly_idx). Heads: the Ulysses
 // split gives query heads to ulysses ranks as evenly as possible (uneven when H % u != 0), and
 // each rank receives the KV heads its query heads read (a KV head needed by several ranks is
-// replicated, and its gradients are summed back).
+// replicated, and its gradients are summed back). When an uneven split leaves a rank's KV heads
+// serving unequal numbers of its query heads, it gets one KV copy per query head instead.
 std::unique_ptr<Attention> make_sp_attention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta,
                                              int64_t num_heads, int64_t num_kv_heads, bool causal = true);
 

@@ -100,7 +100,7 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
     world.all_reduce(good_t, ReduceOp::kSum);
     const double loss_sum = loss_t.data<float>()[0];
     const int64_t good = good_t.data<int64_t>()[0];
-    if (good == 0) log_warn("the batch has no token with a label: loss and gradients are 0");
+    if (good == 0 && r == 0) log_warn("the batch has no token with a label: loss and gradients are 0");
     const float dloss = good > 0 ? static_cast<float>(1.0 / static_cast<double>(good)) : 0.f;
     model.zero_grads();
     model.backward(dloss);

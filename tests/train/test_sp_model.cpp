@@ -1,0 +1,390 @@
+// SP degree P reproduces degree 1 for the whole model: run_fwdbwd (forward, backward, one AdamW
+// step) on P in-process ranks in every SP mode and layout against P = 1, on tiny random HF
+// checkpoints (MHA, GQA, KV heads fewer than the Ulysses degree, uneven head splits). Also the
+// attention on the data pipeline's own shards (make_sp_batch: packed, variable-length rows), which
+// run_fwdbwd's [B, S] input cannot express.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/mesh.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "model/llama.h"
+#include "parallel/sp_attention.h"
+#include "test_util.h"
+#include "train/fwdbwd.h"
+#include "train/sp_batch.h"
+
+namespace seqpar {
+namespace {
+
+using testing::random_tensor;
+using testing::rel_error;
+
+constexpr double kTol = 1e-5;
+
+// ---- tiny random HF checkpoints ----------------------------------------------------------
+
+LlamaConfig tiny_config(int64_t H, int64_t Hkv, int64_t D, bool tied) {
+  LlamaConfig c;
+  c.vocab_size = 50;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_layers = 2;
+  c.num_heads = H;
+  c.num_kv_heads = Hkv;
+  c.head_dim = D;
+  c.rms_norm_eps = 1e-5;
+  c.max_position_embeddings = 128;
+  c.tie_word_embeddings = tied;
+  c.rope.theta = 10000.0;
+  return c;
+}
+
+// config.json + model.safetensors with random weights from `seed`: projections and embeddings
+// uniform in [-0.2, 0.2) (logits far from uniform), norm weights in [0.8, 1.2).
+std::string write_checkpoint(const LlamaConfig& config, uint64_t seed) {
+  const std::string dir = testing::temp_dir();
+  write_file_atomic(dir + "/config.json", hf_llama_config_json(config));
+  std::vector<std::pair<std::string, Tensor>> weights;
+  uint64_t s = seed;
+  for (auto& [name, shape] : LlamaParams::shapes(config)) {
+    const bool norm = shape.size() == 1;
+    weights.emplace_back(name, random_tensor(shape, s++, norm ? 0.8f : -0.2f, norm ? 1.2f : 0.2f));
+  }
+  write_safetensors(dir + "/model.safetensors", weights);
+  return dir;
+}
+
+// ---- batches ------------------------------------------------------------------------------
+
+struct Batch {
+  Tensor input_ids, labels;  // i32 [B, S]
+};
+
+// Pretraining: labels = input_ids.
+Batch pretrain_batch(int64_t B, int64_t S, int64_t V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(B * S));
+  for (auto& x : ids) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+  return {Tensor::from_vector<int32_t>({B, S}, ids), Tensor::from_vector<int32_t>({B, S}, ids)};
+}
+
+// SFT: the first half of the stream is prompt (-100): all of row 0 and the start of row 1, so
+// the first contiguous shard has no good token at all.
+Batch sft_batch(int64_t B, int64_t S, int64_t V, uint64_t seed) {
+  Batch b = pretrain_batch(B, S, V, seed);
+  int32_t* lab = b.labels.data<int32_t>();
+  for (int64_t i = 0; i < (B * S) * 3 / 4; ++i) lab[i] = kIgnoreIndex;
+  return b;
+}
+
+std::vector<Sequence> rows_of(const Batch& b) {
+  std::vector<Sequence> rows;
+  const int64_t B = b.input_ids.dim(0), S = b.input_ids.dim(1);
+  for (int64_t r = 0; r < B; ++r) {
+    const int32_t* ids = b.input_ids.data<int32_t>() + r * S;
+    const int32_t* lab = b.labels.data<int32_t>() + r * S;
+    rows.push_back({std::vector<int32_t>(ids, ids + S), std::vector<int32_t>(lab, lab + S), {}});
+  }
+  return rows;
+}
+
+// ---- degree P vs degree 1 ---------------------------------------------------------------
+
+struct SpSetting {
+  SpMode mode;
+  int P;
+  int ulysses;  // hybrid only
+  SpLayout layout;
+  std::string str() const {
+    return sp_mode_name(mode) + " P=" + std::to_string(P) +
+           (mode == SpMode::kHybrid ? " u=" + std::to_string(ulysses) : std::string()) + " " +
+           std::string(sp_layout_name(layout));
+  }
+};
+
+// Every mode at P in {2, 3, 4, 8} that the heads allow (a Ulysses degree <= H), both layouts
+// for the modes with a ring.
+std::vector<SpSetting> settings_for(int64_t H) {
+  std::vector<SpSetting> out;
+  for (int P : {2, 3, 4, 8}) {
+    if (P <= H) out.push_back({SpMode::kUlysses, P, 0, SpLayout::kContiguous});
+    for (SpLayout l : {SpLayout::kZigzag, SpLayout::kContiguous}) out.push_back({SpMode::kRing, P, 0, l});
+  }
+  for (auto [P, u] : {std::pair{4, 2}, std::pair{8, 2}, std::pair{8, 4}}) {
+    if (u > H) continue;
+    for (SpLayout l : {SpLayout::kZigzag, SpLayout::kContiguous}) out.push_back({SpMode::kHybrid, P, u, l});
+  }
+  return out;
+}
+
+FwdBwdOptions options_for(const SpSetting& s) {
+  FwdBwdOptions o;
+  o.sp_size = s.P;
+  o.sp_mode = s.mode;
+  o.ulysses_degree = s.ulysses;
+  o.layout = s.layout;
+  o.optimizer_step = true;
+  // AdamW's first update is g / (|g| + eps) per element: a gradient element at the rounding level
+  // of the largest ones (e.g. k_proj, whose per-segment key gradients sum to 0 by the softmax's
+  // shift invariance, has some of ~1e-7 of the max) moves by a visible fraction of lr between two
+  // correct summation orders (sp = 1 vs sp = P: measured 3e-3 lr on one element of 512). With
+  // lr = 1e-3 that stays ~10x inside the 1e-5 bound on the parameter; the gradients, compared
+  // before the step, are the strict part of the check.
+  o.optimizer.adamw.lr = 1e-3f;
+  o.optimizer.adamw.weight_decay = 0.1f;
+  o.optimizer.clip = 0.5;  // below the grad norms here: the clip coefficient is exercised
+  return o;
+}
+
+using Outputs = std::map<std::string, Tensor>;
+
+Outputs as_map(const std::vector<std::pair<std::string, Tensor>>& v) {
+  Outputs m;
+  for (auto& [name, t] : v) {
+    EXPECT_EQ(m.count(name), 0u) << "duplicate output " << name;
+    m[name] = t;
+  }
+  return m;
+}
+
+// Same names, and every tensor within tol of the reference.
+void expect_same_outputs(const Outputs& got, const Outputs& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (auto& [name, w] : want) {
+    auto it = got.find(name);
+    ASSERT_NE(it, got.end()) << what << ": output " << name << " is missing";
+    EXPECT_EQ(it->second.shape(), w.shape()) << what << ": " << name;
+    EXPECT_LE(rel_error(it->second, w), kTol) << what << ": " << name;
+  }
+}
+
+// The reference's outputs are what they should be: logits, loss, a grad and a param per
+// parameter, grad_norm; and the step moved the weights.
+void check_reference(const Outputs& ref, const LlamaConfig& config, const std::string& dir) {
+  const auto shapes = LlamaParams::shapes(config);
+  EXPECT_EQ(ref.size(), 2 * shapes.size() + 3);
+  ASSERT_TRUE(ref.count("loss") && ref.count("grad_norm") && ref.count("logits"));
+  const float loss = ref.at("loss").data<float>()[0];
+  EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
+  EXPECT_GT(ref.at("grad_norm").data<float>()[0], 0.5f) << "the clip (0.5) should be active";
+  SafetensorsData initial = read_hf_checkpoint(dir);
+  for (auto& [name, shape] : shapes) {
+    ASSERT_TRUE(ref.count("grad." + name)) << name;
+    ASSERT_TRUE(ref.count("param." + name)) << name;
+    EXPECT_GT(rel_error(ref.at("param." + name), initial.at(name)), 1e-4) << name << " did not move";
+  }
+}
+
+void expect_sp_matches_one(const LlamaConfig& config, const Batch& batch, uint64_t seed) {
+  const std::string dir = write_checkpoint(config, seed);
+  const SpSetting one{SpMode::kUlysses, 1, 0, SpLayout::kContiguous};
+  const Outputs ref = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(one)));
+  check_reference(ref, config, dir);
+  int runs = 0;
+  for (const SpSetting& s : settings_for(config.num_heads)) {
+    const std::string what = "H=" + std::to_string(config.num_heads) + " Hkv=" + std::to_string(config.num_kv_heads) +
+                             " " + s.str();
+    expect_same_outputs(as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s))), ref, what);
+    ++runs;
+  }
+  EXPECT_GE(runs, 12);
+}
+
+TEST(SpModel, MhaEveryModeMatchesDegreeOne) {
+  const LlamaConfig c = tiny_config(4, 4, 8, /*tied=*/false);
+  expect_sp_matches_one(c, pretrain_batch(2, 13, c.vocab_size, 11), 100);
+}
+
+// Hkv = 2: Ulysses P = 4 and hybrid u = 4 replicate each KV head; P = 3 splits 4 query heads
+// unevenly (2, 1, 1).
+TEST(SpModel, GqaEveryModeMatchesDegreeOne) {
+  const LlamaConfig c = tiny_config(4, 2, 8, /*tied=*/true);
+  expect_sp_matches_one(c, pretrain_batch(2, 13, c.vocab_size, 12), 200);
+}
+
+// Hkv = 1 (multi-query): every Ulysses rank reads the one KV head.
+TEST(SpModel, MqaEveryModeMatchesDegreeOne) {
+  const LlamaConfig c = tiny_config(4, 1, 8, /*tied=*/false);
+  expect_sp_matches_one(c, pretrain_batch(2, 13, c.vocab_size, 13), 300);
+}
+
+// H = 6, Hkv = 3 (groups of 2): Ulysses 2 gives each rank 3 query heads, which read KV heads
+// (0, 0, 1) and (1, 2, 2): a group cut unevenly, so each query head gets its own KV copy. Ulysses 4
+// gives (2, 2, 1, 1) query heads, the last two ranks sharing KV head 2 (replicated).
+TEST(SpModel, UnevenHeadSplitMatchesDegreeOne) {
+  const LlamaConfig c = tiny_config(6, 3, 4, /*tied=*/false);
+  expect_sp_matches_one(c, pretrain_batch(2, 13, c.vocab_size, 14), 400);
+}
+
+// SFT: 3/4 of the stream is prompt, so whole shards carry no label (they add 0 / 0 to the loss).
+TEST(SpModel, MaskedFirstShardMatchesDegreeOne) {
+  const LlamaConfig c = tiny_config(4, 2, 8, /*tied=*/false);
+  const Batch b = sft_batch(2, 13, c.vocab_size, 15);
+  // The premise: with the contiguous layout the first shard has no good token.
+  for (int P : {2, 4, 8}) {
+    const SpBatch sb = make_sp_batch(rows_of(b), P, SpLayout::kContiguous);
+    EXPECT_EQ(sb.shards[0].good_tokens, 0) << "P=" << P;
+    EXPECT_GT(sb.good_tokens, 0);
+  }
+  expect_sp_matches_one(c, b, 500);
+}
+
+// A batch with no label at all: loss 0 and zero gradients on every degree, never NaN.
+TEST(SpModel, NoLabelAtAllGivesZeroLossAndGradients) {
+  const LlamaConfig c = tiny_config(4, 2, 8, false);
+  const std::string dir = write_checkpoint(c, 600);
+  Batch b = pretrain_batch(2, 13, c.vocab_size, 16);
+  int32_t* lab = b.labels.data<int32_t>();
+  for (int64_t i = 0; i < b.labels.numel(); ++i) lab[i] = kIgnoreIndex;
+  for (const SpSetting& s : {SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous},
+                             SpSetting{SpMode::kRing, 4, 0, SpLayout::kZigzag},
+                             SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
+    FwdBwdOptions o = options_for(s);
+    o.optimizer_step = false;
+    const Outputs out = as_map(run_fwdbwd(dir, b.input_ids, b.labels, o));
+    EXPECT_EQ(out.at("loss").data<float>()[0], 0.f) << s.str();
+    for (auto& [name, t] : out) {
+      if (name.rfind("grad.", 0) != 0) continue;
+      for (float x : t.to_f32_vector()) ASSERT_EQ(x, 0.f) << s.str() << ": " << name;
+    }
+  }
+}
+
+TEST(SpModel, ConfigErrorsBeforeAnyWork) {
+  const LlamaConfig c = tiny_config(4, 2, 8, false);
+  const std::string dir = write_checkpoint(c, 700);
+  const Batch b = pretrain_batch(1, 9, c.vocab_size, 17);
+  auto expect_error = [&](FwdBwdOptions o, const std::string& fragment) {
+    try {
+      run_fwdbwd(dir, b.input_ids, b.labels, o);
+      ADD_FAILURE() << "no InputError; expected one containing: " << fragment;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  FwdBwdOptions o;
+  o.sp_size = 8;  // Ulysses 8 > 4 query heads
+  expect_error(o, "ulysses degree 8 exceeds num_attention_heads=4");
+  o.sp_size = 6;
+  o.sp_mode = SpMode::kHybrid;
+  o.ulysses_degree = 4;
+  expect_error(o, "ulysses_degree=4 must divide sp_size=6");
+  o.ulysses_degree = 0;
+  expect_error(o, "ulysses_degree");
+  o.sp_size = 0;
+  o.sp_mode = SpMode::kRing;
+  expect_error(o, "--sp=0");
+}
+
+// ---- attention on the data pipeline's shards ---------------------------------------------
+
+// Packed, variable-length rows through make_sp_batch; SP attention on its shards (scattered and
+// gathered by global_index) against LocalAttention over the whole padded stream's metadata.
+TEST(SpModel, AttentionOnPackedShardsMatchesOneDevice) {
+  const std::vector<Sequence> rows = {
+      {std::vector<int32_t>(11, 1), std::vector<int32_t>(11, 1), {4, 7}},
+      {std::vector<int32_t>(3, 1), std::vector<int32_t>(3, 1), {}},
+      {std::vector<int32_t>(9, 1), std::vector<int32_t>(9, 1), {1, 5, 2, 1}},
+  };
+  const int64_t H = 6, Hkv = 2, D = 4;
+  const struct {
+    SpMode mode;
+    int P, u;
+  } modes[] = {{SpMode::kUlysses, 4, 0}, {SpMode::kRing, 3, 0}, {SpMode::kRing, 4, 0}, {SpMode::kHybrid, 8, 2},
+               {SpMode::kHybrid, 8, 4}};
+  for (const auto& m : modes) {
+    for (SpLayout layout : {SpLayout::kContiguous, SpLayout::kZigzag}) {
+      const SpBatch sb = make_sp_batch(rows, m.P, layout);
+      const int64_t S = sb.padded_len;
+      std::vector<std::vector<int32_t>> seg, pos;
+      for (const Shard& sh : sb.shards) {
+        seg.push_back(sh.seg);
+        pos.push_back(sh.pos);
+      }
+      const std::vector<int32_t> seg_all = sb.gather(seg), pos_all = sb.gather(pos);
+      const TokenMeta whole{Tensor::from_vector<int32_t>({S}, seg_all), Tensor::from_vector<int32_t>({S}, pos_all)};
+      const std::vector<float> q = testing::random_vector(S * H * D, 1, -2.f, 2.f),
+                               k = testing::random_vector(S * Hkv * D, 2, -2.f, 2.f),
+                               v = testing::random_vector(S * Hkv * D, 3), dout = testing::random_vector(S * H * D, 4);
+      const float scale = 1.f / std::sqrt(static_cast<float>(D));
+
+      // One device.
+      LocalAttention local(whole);
+      Tensor out = Tensor::empty({S, H, D}, DType::kF32), dq = Tensor::empty({S, H, D}, DType::kF32),
+             dk = Tensor::empty({S, Hkv, D}, DType::kF32), dv = Tensor::empty({S, Hkv, D}, DType::kF32);
+      auto ctx = local.forward(Tensor::from_vector<float>({S, H, D}, q), Tensor::from_vector<float>({S, Hkv, D}, k),
+                               Tensor::from_vector<float>({S, Hkv, D}, v), out, scale);
+      local.backward(*ctx, Tensor::from_vector<float>({S, H, D}, dout), dq, dk, dv);
+
+      // P ranks.
+      const auto qs = sb.scatter(q, H * D), ks = sb.scatter(k, Hkv * D), vs = sb.scatter(v, Hkv * D),
+                 ds = sb.scatter(dout, H * D);
+      std::vector<TokenMeta> sp_meta;
+      for (const Shard& sh : sb.shards) sp_meta.push_back(shard_token_meta(sh));
+      std::vector<Tensor> o_r(m.P), dq_r(m.P), dk_r(m.P), dv_r(m.P);
+      const MeshShape shape = sp_mesh_shape(m.mode, m.P, m.u);
+      run_local_ranks(m.P, [&](Communicator& world) {
+        DeviceMesh mesh(world, shape);
+        const int r = mesh.sp_rank();
+        const int64_t T = sb.shard_len();
+        auto attn = make_sp_attention(mesh, sp_meta, H, Hkv);
+        Tensor o = Tensor::empty({T, H, D}, DType::kF32), gq = Tensor::empty({T, H, D}, DType::kF32),
+               gk = Tensor::empty({T, Hkv, D}, DType::kF32), gv = Tensor::empty({T, Hkv, D}, DType::kF32);
+        auto c = attn->forward(Tensor::from_vector<float>({T, H, D}, qs[r]), Tensor::from_vector<float>({T, Hkv, D}, ks[r]),
+                               Tensor::from_vector<float>({T, Hkv, D}, vs[r]), o, scale);
+        attn->backward(*c, Tensor::from_vector<float>({T, H, D}, ds[r]), gq, gk, gv);
+        o_r[r] = o;
+        dq_r[r] = gq;
+        dk_r[r] = gk;
+        dv_r[r] = gv;
+      });
+      const std::string what = sp_mode_name(m.mode) + " P=" + std::to_string(m.P) + " u=" + std::to_string(m.u) +
+                               " " + std::string(sp_layout_name(layout));
+      EXPECT_LE(rel_error(sb.gather(o_r), out), kTol) << what << ": out";
+      EXPECT_LE(rel_error(sb.gather(dq_r), dq), kTol) << what << ": dq";
+      EXPECT_LE(rel_error(sb.gather(dk_r), dk), kTol) << what << ": dk";
+      EXPECT_LE(rel_error(sb.gather(dv_r), dv), kTol) << what << ": dv";
+    }
+  }
+}
+
+// attention_work is the work the ring does: for each rank, the (query, key) pairs that the mask
+// metadata lets through, summed over the ring's blocks, on packed rows with pads. Zigzag
+// balances it on one long sequence; contiguous does not.
+TEST(SpModel, AttentionWorkIsWhatTheRingMasksLetThrough) {
+  auto visible_pairs = [](const Shard& qs, const Shard& ks) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < qs.size(); ++i)
+      for (int64_t j = 0; j < ks.size(); ++j) n += qs.seg[i] == ks.seg[j] && ks.pos[j] <= qs.pos[i];
+    return n;
+  };
+  const std::vector<Sequence> packed = {{std::vector<int32_t>(19, 1), std::vector<int32_t>(19, 1), {6, 13}},
+                                        {std::vector<int32_t>(8, 1), std::vector<int32_t>(8, 1), {}}};
+  for (int P : {2, 3, 4}) {
+    for (SpLayout layout : {SpLayout::kContiguous, SpLayout::kZigzag}) {
+      const SpBatch sb = make_sp_batch(packed, P, layout);
+      for (int r = 0; r < P; ++r) {
+        int64_t ring = 0;
+        for (int b = 0; b < P; ++b) ring += visible_pairs(sb.shards[r], sb.shards[b]);
+        EXPECT_EQ(ring, attention_work(sb, r)) << "P=" << P << " rank " << r;
+      }
+    }
+    const std::vector<Sequence> one = {{std::vector<int32_t>(16 * P, 1), std::vector<int32_t>(16 * P, 1), {}}};
+    const SpBatch zig = make_sp_batch(one, P, SpLayout::kZigzag), con = make_sp_batch(one, P, SpLayout::kContiguous);
+    for (int r = 1; r < P; ++r) {
+      EXPECT_EQ(attention_work(zig, r), attention_work(zig, 0)) << "zigzag P=" << P;
+      EXPECT_GT(attention_work(con, r), attention_work(con, r - 1)) << "contiguous P=" << P;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace seqpar

@@ -1,0 +1,209 @@
+// The training loop: SP degree and data parallelism change how a step is computed, not what it
+// computes; the metrics file; the learning-rate schedule; configuration errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace seqpar {
+namespace {
+
+constexpr double kTol = 1e-5;
+
+// The tiny demo model on a short recall task: a few steps take milliseconds.
+TrainConfig tiny_run() {
+  TrainConfig c;
+  c.model = demo_model_config();
+  c.task.seq_len = 32;
+  c.micro_batch = 2;
+  c.grad_accum = 1;
+  c.steps = 4;
+  c.warmup_steps = 2;
+  c.optimizer.adamw.lr = 1e-3f;
+  c.optimizer.clip = 1.0;
+  c.sp = 1;
+  c.eval_every = 0;  // evaluate only at the end
+  c.eval_batches = 1;
+  c.log_every = 1;
+  c.quiet = true;
+  return c;
+}
+
+void expect_same_losses(const TrainResult& got, const TrainResult& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t s = 0; s < want.losses.size(); ++s)
+    EXPECT_LE(std::fabs(got.losses[s] - want.losses[s]), kTol * std::fabs(want.losses[s]))
+        << what << ": step " << s + 1 << " loss " << got.losses[s] << " vs " << want.losses[s];
+}
+
+// The demo model has H = 4, Hkv = 2: Ulysses 4 replicates KV heads; hybrid 2 x 2 mixes both.
+TEST(Trainer, SpDegreesReproduceDegreeOne) {
+  const TrainResult ref = run_training(tiny_run());
+  ASSERT_EQ(ref.losses.size(), 4u);
+  ASSERT_EQ(ref.steps_run, 4);
+  for (double l : ref.losses) EXPECT_TRUE(std::isfinite(l) && l > 0) << l;
+  EXPECT_NE(ref.losses.front(), ref.losses.back()) << "the weights should move";
+  struct Setting {
+    SpMode mode;
+    int sp, u;
+    SpLayout layout;
+  };
+  for (const Setting& s : {Setting{SpMode::kUlysses, 2, 0, SpLayout::kZigzag},
+                           Setting{SpMode::kUlysses, 4, 0, SpLayout::kZigzag},
+                           Setting{SpMode::kRing, 2, 0, SpLayout::kZigzag},
+                           Setting{SpMode::kRing, 4, 0, SpLayout::kZigzag},
+                           Setting{SpMode::kRing, 4, 0, SpLayout::kContiguous},
+                           Setting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
+    TrainConfig c = tiny_run();
+    c.sp = s.sp;
+    c.sp_mode = s.mode;
+    c.ulysses_degree = s.u;
+    c.layout = s.layout;
+    const TrainResult r = run_training(c);
+    expect_same_losses(r, ref,
+                       sp_mode_name(s.mode) + " sp=" + std::to_string(s.sp) + " " + std::string(sp_layout_name(s.layout)));
+    // Evaluation gathers the logits of every SP rank: the accuracy is the same too.
+    ASSERT_EQ(r.eval_accuracy.size(), ref.eval_accuracy.size());
+    EXPECT_EQ(r.eval_accuracy.back(), ref.eval_accuracy.back());
+  }
+}
+
+// Data parallelism. At step s, micro-batch m, dp rank d reads batch index ((s-1) * grad_accum + m)
+// * dp + d (trainer.cpp), and make_recall_batch seeds each row from (batch index, row). So
+// dp = 2 with grad_accum = 1 reads, per step, exactly the batches dp = 1 with grad_accum = 2
+// reads (indices 2(s-1) and 2(s-1)+1, same micro_batch), and the loss is the token-weighted mean
+// over both either way: the runs are the same computation summed in another order. (dp = 2 with
+// micro_batch 1 against dp = 1 with micro_batch 2 would NOT see the same rows: the row seed
+// depends on the batch index, which differs.)
+TEST(Trainer, DataParallelEqualsGradientAccumulationOnTheSameBatches) {
+  TrainConfig accum = tiny_run();
+  accum.grad_accum = 2;
+  const TrainResult ref = run_training(accum);
+  for (auto [rep, shard, sp] : {std::tuple{2, 1, 1}, std::tuple{1, 2, 1}, std::tuple{2, 1, 2}}) {
+    TrainConfig c = tiny_run();
+    c.dp_replicate = rep;
+    c.dp_shard = shard;
+    c.sp = sp;
+    c.sp_mode = SpMode::kRing;
+    const TrainResult r = run_training(c);
+    expect_same_losses(r, ref,
+                       "dp_replicate=" + std::to_string(rep) + " dp_shard=" + std::to_string(shard) +
+                           " sp=" + std::to_string(sp) + " vs grad_accum=2");
+  }
+}
+
+TEST(Trainer, MetricsJsonl) {
+  TrainConfig c = tiny_run();
+  c.sp = 2;
+  c.metrics_out = testing::temp_dir() + "/metrics.jsonl";
+  const TrainResult r = run_training(c);
+  std::ifstream in(c.metrics_out);
+  ASSERT_TRUE(in.good()) << c.metrics_out;
+  std::vector<nlohmann::json> train, eval;
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    (j.contains("eval_accuracy") ? eval : train).push_back(j);
+  }
+  // log_every = 1: one record per step, then the final evaluation.
+  ASSERT_EQ(train.size(), 4u);
+  for (size_t s = 0; s < train.size(); ++s) {
+    const nlohmann::json& j = train[s];
+    for (const char* key : {"step", "loss", "tokens_per_s", "lr", "grad_norm"})
+      EXPECT_TRUE(j.contains(key)) << key << " missing in " << j.dump();
+    EXPECT_EQ(j.size(), 5u) << j.dump();
+    EXPECT_EQ(j["step"].get<int64_t>(), static_cast<int64_t>(s + 1));
+    EXPECT_DOUBLE_EQ(j["loss"].get<double>(), r.losses[s]);
+    EXPECT_FLOAT_EQ(j["lr"].get<float>(), lr_at(c, static_cast<int64_t>(s + 1)));
+    EXPECT_GT(j["grad_norm"].get<double>(), 0);
+    EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+  }
+  ASSERT_EQ(eval.size(), 1u);
+  EXPECT_EQ(eval[0]["step"].get<int64_t>(), 4);
+  EXPECT_EQ(eval[0].size(), 2u) << eval[0].dump();
+  const double acc = eval[0]["eval_accuracy"].get<double>();
+  EXPECT_GE(acc, 0.0);
+  EXPECT_LE(acc, 1.0);
+  ASSERT_EQ(r.eval_accuracy.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.eval_accuracy[0].second, acc);
+}
+
+TEST(Trainer, LearningRateWarmupThenCosine) {
+  TrainConfig c;
+  c.optimizer.adamw.lr = 1e-3f;
+  c.warmup_steps = 10;
+  c.steps = 110;
+  c.min_lr_ratio = 0.1f;
+  EXPECT_FLOAT_EQ(lr_at(c, 1), 1e-4f);  // linear from 0: step / warmup
+  EXPECT_FLOAT_EQ(lr_at(c, 5), 5e-4f);
+  EXPECT_FLOAT_EQ(lr_at(c, 10), 1e-3f);  // peak at the end of warmup
+  // Cosine from the peak to lr * min_lr_ratio over the remaining 100 steps.
+  EXPECT_FLOAT_EQ(lr_at(c, 35), 1e-3f * (0.1f + 0.9f * 0.5f * (1.f + std::cos(static_cast<float>(M_PI) * 0.25f))));
+  EXPECT_FLOAT_EQ(lr_at(c, 60), 1e-3f * (0.1f + 0.9f * 0.5f));  // halfway
+  EXPECT_FLOAT_EQ(lr_at(c, 110), 1e-4f);                       // the floor at the last step
+  EXPECT_FLOAT_EQ(lr_at(c, 200), 1e-4f);                       // and after it
+  for (int64_t s = 11; s < 110; ++s) EXPECT_LE(lr_at(c, s + 1), lr_at(c, s)) << s;
+  c.warmup_steps = 0;  // no warmup: the cosine starts at the peak
+  EXPECT_NEAR(lr_at(c, 1), 1e-3f, 1e-6);
+}
+
+TEST(Trainer, ConfigErrorsNameTheSetting) {
+  auto expect_error = [](TrainConfig c, const std::string& fragment) {
+    try {
+      c.validate();
+      run_training(c);
+      ADD_FAILURE() << "no InputError; expected one containing: " << fragment;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  TrainConfig c = tiny_run();
+  c.micro_batch = 0;
+  expect_error(c, "micro_batch=0 must be >= 1");
+  c = tiny_run();
+  c.grad_accum = 0;
+  expect_error(c, "grad_accum=0 must be >= 1");
+  c = tiny_run();
+  c.steps = 0;
+  expect_error(c, "steps=0 must be >= 1");
+  c = tiny_run();
+  c.sp = 0;
+  expect_error(c, "sp=0 must be >= 1");
+  c = tiny_run();
+  c.dp_replicate = 0;
+  expect_error(c, "dp_replicate=0");
+  c = tiny_run();
+  c.optimizer.adamw.lr = 0;
+  expect_error(c, "lr=0 must be > 0");
+  c = tiny_run();
+  c.sp = 4;
+  c.sp_mode = SpMode::kHybrid;  // no ulysses_degree
+  expect_error(c, "ulysses_degree");
+  c.ulysses_degree = 3;
+  expect_error(c, "ulysses_degree=3 must divide sp_size=4");
+  // A sequence too short for its shards: zigzag over 8 ranks needs 16 tokens.
+  c = tiny_run();
+  c.task.num_pairs = 1;
+  c.task.num_queries = 1;
+  c.task.seq_len = 8;
+  c.sp = 8;
+  c.sp_mode = SpMode::kRing;
+  expect_error(c, "seq_len=8 is too short for sp=8 with the zigzag layout");
+  // Found when the model is known, before any rank starts: Ulysses 8 > the demo's 4 heads.
+  c = tiny_run();
+  c.sp = 8;
+  c.sp_mode = SpMode::kUlysses;
+  expect_error(c, "ulysses degree 8 exceeds num_attention_heads=4");
+  c = tiny_run();
+  c.task.seq_len = 10;  // 4 pairs and 4 queries need 21
+  expect_error(c, "recall task: seq_len=10 is too short");
+}
+
+}  // namespace
+}  // namespace seqpar
