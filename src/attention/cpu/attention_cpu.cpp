@@ -18,15 +18,49 @@ double dot(const Real* a, const Real* b, int64_t D) {
   return s;
 }
 
+// Keys grouped into runs of consecutive tokens of one segment, with the run's smallest position,
+// so a query skips whole runs it cannot see (another document, or entirely in its future)
+// instead of testing every key: a packed batch of B documents then costs ~B times less.
+struct KeyRun {
+  int64_t begin, end;
+  int32_t seg, min_pos;
+};
+
+std::vector<KeyRun> key_runs(const AttnMask& mask, int64_t Tk) {
+  std::vector<KeyRun> runs;
+  for (int64_t j = 0; j < Tk; ++j) {
+    if (runs.empty() || runs.back().seg != mask.seg_k[j] || runs.back().end != j) {
+      runs.push_back({j, j + 1, mask.seg_k[j], mask.pos_k[j]});
+    } else {
+      runs.back().end = j + 1;
+      runs.back().min_pos = std::min(runs.back().min_pos, mask.pos_k[j]);
+    }
+  }
+  return runs;
+}
+
+// The keys query i sees, in increasing key order.
+void visible_keys(std::vector<int64_t>& keys, const std::vector<KeyRun>& runs, const AttnMask& mask, int64_t i) {
+  keys.clear();
+  for (const KeyRun& run : runs) {
+    if (run.seg != mask.seg_q[i] || (mask.causal && run.min_pos > mask.pos_q[i])) continue;
+    for (int64_t j = run.begin; j < run.end; ++j)
+      if (mask.visible(i, j)) keys.push_back(j);
+  }
+}
+
 }  // namespace
 
 template <typename Real>
 void attn_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, const AttnMask& mask,
                   int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D, double scale) {
   const int64_t group = H / Hkv;  // query heads per KV head
-  std::vector<double> score(static_cast<size_t>(Tk));  // one query row of scaled scores; -inf = masked
+  const std::vector<KeyRun> runs = key_runs(mask, Tk);
+  std::vector<int64_t> keys;                           // the visible keys of one query row
+  std::vector<double> score(static_cast<size_t>(Tk));  // their scaled scores
   std::vector<double> acc(static_cast<size_t>(D));     // sum_j p_j v_j
   for (int64_t i = 0; i < Tq; ++i) {
+    visible_keys(keys, runs, mask, i);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hk = h / group;
       const Real* q_ih = q + (i * H + h) * D;
@@ -34,13 +68,9 @@ void attn_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real
 
       // pass 1: scores of visible keys and their maximum
       double maxval = kNegInf;
-      for (int64_t j = 0; j < Tk; ++j) {
-        if (!mask.visible(i, j)) {
-          score[j] = kNegInf;
-          continue;
-        }
-        score[j] = scale * dot(q_ih, k + (j * Hkv + hk) * D, D);
-        maxval = std::max(maxval, score[j]);
+      for (size_t n = 0; n < keys.size(); ++n) {
+        score[n] = scale * dot(q_ih, k + (keys[n] * Hkv + hk) * D, D);
+        maxval = std::max(maxval, score[n]);
       }
       if (maxval == kNegInf) {  // no visible key: an empty row, not a NaN
         std::fill(out_ih, out_ih + D, Real(0));
@@ -51,11 +81,10 @@ void attn_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real
       // pass 2: max-subtracted exponentials, their sum and the weighted sum of values
       double sum = 0;
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j < Tk; ++j) {
-        if (score[j] == kNegInf) continue;
-        const double p = std::exp(score[j] - maxval);
+      for (size_t n = 0; n < keys.size(); ++n) {
+        const double p = std::exp(score[n] - maxval);
         sum += p;
-        const Real* v_j = v + (j * Hkv + hk) * D;
+        const Real* v_j = v + (keys[n] * Hkv + hk) * D;
         for (int64_t d = 0; d < D; ++d) acc[d] += p * static_cast<double>(v_j[d]);
       }
       for (int64_t d = 0; d < D; ++d) out_ih[d] = static_cast<Real>(acc[d] / sum);
@@ -74,10 +103,13 @@ void attn_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q
   std::vector<double> dk_acc(static_cast<size_t>(Tk * D));  // (Tk, D) of KV head hk
   std::vector<double> dv_acc(static_cast<size_t>(Tk * D));  // (Tk, D)
   std::vector<double> dq_acc(static_cast<size_t>(D));       // (D) of row (i, h)
+  const std::vector<KeyRun> runs = key_runs(mask, Tk);
+  std::vector<int64_t> keys;
   for (int64_t hk = 0; hk < Hkv; ++hk) {
     std::fill(dk_acc.begin(), dk_acc.end(), 0.0);
     std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
     for (int64_t i = 0; i < Tq; ++i) {
+      visible_keys(keys, runs, mask, i);
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         const double lse_ih = static_cast<double>(lse[i * H + h]);
         if (lse_ih == kNegInf) continue;  // the row saw no key at all: out = 0, no gradient
@@ -85,8 +117,7 @@ void attn_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q
         const Real* dout_ih = dout + (i * H + h) * D;
         const double Di = dot(dout_ih, out + (i * H + h) * D, D);
         std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
-        for (int64_t j = 0; j < Tk; ++j) {
-          if (!mask.visible(i, j)) continue;
+        for (const int64_t j : keys) {
           const Real* k_j = k + (j * Hkv + hk) * D;
           const Real* v_j = v + (j * Hkv + hk) * D;
           const double p = std::exp(scale * dot(q_ih, k_j, D) - lse_ih);
