@@ -16,6 +16,9 @@
 
 namespace seqpar::cuda_attn::dev {
 
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -37,6 +40,10 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+__device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
 // c += a * b
@@ -78,16 +85,17 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
 //   a  (A operand):              row R0 + (lane & 15),                   chunk 2c + (lane >> 4)
 //   b  (B operand, [n][k] tile): row R0 + (lane & 7) + 8 (lane >> 4),    chunk 2c + ((lane >> 3) & 1)
 //   bt (B operand, [k][n], .trans): row R0 + (lane & 7) + 8 ((lane >> 3) & 1), chunk 2c + (lane >> 4)
-//   at (A operand, [k][m], .trans): as b
+//   at (A operand, [k][m], .trans): as b (at_rt: with a run-time chunk pair)
 // With R0 a multiple of 8 the swizzle key (row & 7) is lane & 7, and for c = 4 c_hi + c_lo,
 // (2c + bit) ^ (lane & 7) = 8 c_hi + ((2 c_lo + bit) ^ (lane & 7)): a 4-entry table per bit.
 struct LdsmLane {
   uint32_t tab_hi[4];   // chunk bit lane >> 4
   uint32_t tab_mid[4];  // chunk bit (lane >> 3) & 1
   int row_a, row_b, row_bt;
+  int r7, bm;
 
-  __device__ __forceinline__ explicit LdsmLane(int lane) {
-    const int r7 = lane & 7, bh = lane >> 4, bm = (lane >> 3) & 1;
+  __device__ __forceinline__ explicit LdsmLane(int lane) : r7(lane & 7), bm((lane >> 3) & 1) {
+    const int bh = lane >> 4;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       tab_hi[c] = static_cast<uint32_t>(((2 * c + bh) ^ r7) << 4);
@@ -109,9 +117,11 @@ struct LdsmLane {
   __device__ __forceinline__ uint32_t bt(uint32_t tile, int R0, int c) const {
     return tile + (R0 + row_bt) * (W * 2) + (c >> 2) * 128 + tab_hi[c & 3];
   }
+  // Pattern at (= b) with a run-time chunk pair c: the column part is computed, not looked up.
   template <int W>
-  __device__ __forceinline__ uint32_t at(uint32_t tile, int R0, int c) const {
-    return b<W>(tile, R0, c);
+  __device__ __forceinline__ uint32_t at_rt(uint32_t tile, int R0, int c) const {
+    const int ch = 2 * c + bm;
+    return tile + (R0 + row_b) * (W * 2) + static_cast<uint32_t>(((ch & ~7) | ((ch & 7) ^ r7)) << 4);
   }
 };
 

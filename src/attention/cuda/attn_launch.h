@@ -13,22 +13,28 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace seqpar::cuda_attn {
 
-// Tile sizes, one place (the kernels are instantiated for exactly these).
-// Forward: BM query rows per CTA, BN keys per inner step; backward: BN keys per CTA, BM queries
-// per inner step.
+// Tile shapes. Forward: BM query rows per CTA, BN keys per inner step, `warps` warps each owning
+// BM / warps rows. Backward: BN keys per CTA (16 per warp), BM queries per inner step. The
+// instantiated shapes and the default per head dim are listed in attn_dispatch.cpp, one table.
 struct FwdTile {
   int bm, bn, warps;
 };
 struct BwdTile {
   int bm, bn, warps;
 };
-// Forward tile for head dim D; `warps8` picks the 8-warp variant for D = 128 (see bench/NOTES.md).
-FwdTile fwd_tile(int D, bool warps8);
-BwdTile bwd_tile(int D);
 bool head_dim_supported(int D);  // 64 or 128
+// The default tile for D, or the one named by the environment variable SEQPAR_FLASH_FWD_TILE /
+// SEQPAR_FLASH_BWD_TILE ("BMxBNxWARPS", e.g. 128x64x4: a tuning knob for the benchmarks; it must
+// name an instantiated shape for that D).
+FwdTile fwd_tile(int D);
+BwdTile bwd_tile(int D);
+// Every instantiated tile for D (the tests run each one).
+std::vector<FwdTile> fwd_tiles(int D);
+std::vector<BwdTile> bwd_tiles(int D);
 
 // stats[t] = {min seg, max seg, min pos, max pos} over tokens [t*tile, min(T, (t+1)*tile)),
 // stats: int4 [ceil(T / tile)].
@@ -52,6 +58,7 @@ struct FwdParams {
   bool causal;
   bool out_f32;
 };
+// Throws when no kernel is instantiated for (D, tile).
 void launch_fwd(const FwdParams& p, const FwdTile& tile, cudaStream_t stream);
 
 struct BwdParams {
@@ -84,8 +91,20 @@ struct BwdParams {
 // Whole backward: pre-pass (delta, lse2, dq_acc = 0), the main kernel, dq += scale * dq_acc.
 void launch_bwd(const BwdParams& p, const BwdTile& tile, cudaStream_t stream);
 
+// The backward's pieces (launch_bwd runs them in this order). Tq_pad = ceil(Tq / bm) * bm.
+void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream);
+void launch_dq_finish(const BwdParams& p, cudaStream_t stream);
+
 // In-place LSE merge over rows (T * H of them), each of D elements; out tensors bf16 or f32.
 void launch_merge(void* out_acc, float* lse_acc, const void* out_part, const float* lse_part, int64_t rows, int D,
                   bool acc_f32, bool part_f32, cudaStream_t stream);
+
+// The kernel instantiations (attn_fwd_d*.cu, attn_bwd_d*.cu); launch_fwd / launch_bwd pick one.
+namespace detail {
+template <int D, int BM, int BN, int NW, int MINB>
+void run_fwd(const FwdParams& p, cudaStream_t stream);
+template <int D, int BM, int BN, int NW>
+void run_bwd_main(const BwdParams& p, cudaStream_t stream);
+}  // namespace detail
 
 }  // namespace seqpar::cuda_attn

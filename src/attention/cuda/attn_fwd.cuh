@@ -1,11 +1,15 @@
-// Flash-attention forward: one CTA per (BM-row query tile, query head), looping over the visible
-// BN-key tiles of its KV head with an online softmax (FlashAttention-2 schedule).
+// Flash-attention forward kernel template (instantiated in attn_fwd_d*.cu): one CTA per (BM-row
+// query tile, query head), looping over the visible BN-key tiles of its KV head with an online
+// softmax (FlashAttention-2 schedule). NW warps, each owning BM / NW query rows; MINB is the
+// __launch_bounds__ residency hint (it caps registers).
 //
 // Per key tile j:  S = Q K_j^T (mma.sync, f32)  ->  mask (boundary tiles only)  ->
 //   m' = max(m, rowmax S),  P = exp2(S*scale*log2e - m'*scale*log2e),  l' = l*exp2(..) + rowsum P,
 //   O' = O*exp2(..) + P V_j (P as bf16 A fragments straight from the S accumulators).
 // Shared memory holds Q (BM x D), one K and one V tile (BN x D); V_j streams in while S = Q K_j^T
 // is computed and K_{j+1} while O += P V_j.
+#pragma once
+
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -16,17 +20,12 @@
 #include "core/cuda_check.h"
 #include "core/error_base.h"
 
-namespace seqpar::cuda_attn {
-
-namespace {
+namespace seqpar::cuda_attn::detail {
 
 using namespace dev;
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-template <int D, int BM, int BN, int NW>
-__global__ void __launch_bounds__(NW * 32) fwd_kernel(const FwdParams p) {
+template <int D, int BM, int BN, int NW, int MINB>
+__global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
   constexpr int NT = NW * 32;
   constexpr int MT = BM / (16 * NW);          // 16-row m-tiles per warp
   constexpr int SN = BN / 8;                  // n-tiles of the score tile
@@ -54,19 +53,7 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const FwdParams p) {
   const float sl2 = p.scale * kLog2e;
   const int4 qs = p.q_stats[qt];
   const int wrow = warp * 16 * MT;  // this warp's first row in the tile
-
-  // This thread's query rows: q0 + wrow + mt*16 + g + 8*hr.
-  int qseg[MT][2], qpos[MT][2];
-  bool qok[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = q0 + wrow + mt * 16 + g + 8 * hr;
-      qok[mt][hr] = r < p.Tq;
-      qseg[mt][hr] = qok[mt][hr] ? p.q_seg[r] : 0;
-      qpos[mt][hr] = qok[mt][hr] ? p.q_pos[r] : 0;
-    }
+  const LdsmLane ld(lane);
 
   float o[MT][ON][4];
   float m[MT][2], l[MT][2];
@@ -105,7 +92,7 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const FwdParams p) {
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int ks = 0; ks < KQ; ++ks)
-            ldsm_x4(qf[mt][ks], sQ + swz<D>(wrow + mt * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+            ldsm_x4(qf[mt][ks], ld.a<D>(sQ, wrow + mt * 16, ks));
         q_in_regs = true;
       }
     }
@@ -127,13 +114,13 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const FwdParams p) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][ks][e];
         } else {
-          ldsm_x4(a[mt], sQ + swz<D>(wrow + mt * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+          ldsm_x4(a[mt], ld.a<D>(sQ, wrow + mt * 16, ks));
         }
       }
 #pragma unroll
       for (int np = 0; np < SN / 2; ++np) {
         uint32_t b[4];
-        ldsm_x4(b, sK + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1)));
+        ldsm_x4(b, ld.b<D>(sK, np * 16, ks));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816(s[mt][2 * np], a[mt], b[0], b[1]);
@@ -144,6 +131,18 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const FwdParams p) {
 
     // Boundary tile: element-wise mask (out-of-range keys and rows are masked too).
     if (cls == kPartial) {
+      // This thread's query rows q0 + wrow + mt*16 + g + 8*hr (read here, not kept in registers).
+      int qseg[MT][2], qpos[MT][2];
+      bool qok[MT][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int r = q0 + wrow + mt * 16 + g + 8 * hr;
+          qok[mt][hr] = r < p.Tq;
+          qseg[mt][hr] = qok[mt][hr] ? p.q_seg[r] : 0;
+          qpos[mt][hr] = qok[mt][hr] ? p.q_pos[r] : 0;
+        }
 #pragma unroll
       for (int nt = 0; nt < SN; ++nt)
 #pragma unroll
@@ -213,7 +212,7 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const FwdParams p) {
 #pragma unroll
       for (int dp = 0; dp < ON / 2; ++dp) {
         uint32_t b[4];
-        ldsm_x4_t(b, sV + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+        ldsm_x4_t(b, ld.bt<D>(sV, kk * 16, dp));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816(o[mt][2 * dp], a[mt], b[0], b[1]);
@@ -252,33 +251,15 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const FwdParams p) {
     }
 }
 
-template <int D, int BM, int BN, int NW>
+template <int D, int BM, int BN, int NW, int MINB>
 void run_fwd(const FwdParams& p, cudaStream_t stream) {
+  if (p.Tq == 0 || p.H == 0) return;
   constexpr int smem = (BM + 2 * BN) * D * 2;
-  auto kernel = fwd_kernel<D, BM, BN, NW>;
+  auto kernel = fwd_kernel<D, BM, BN, NW, MINB>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid((p.Tq + BM - 1) / BM, p.H);
   kernel<<<grid, NW * 32, smem, stream>>>(p);
   SEQPAR_LAUNCH_CHECK();
 }
 
-}  // namespace
-
-bool head_dim_supported(int D) { return D == 64 || D == 128; }
-
-FwdTile fwd_tile(int D, bool warps8) {
-  if (D == 64) return {128, 64, 4};
-  return warps8 ? FwdTile{128, 64, 8} : FwdTile{128, 64, 4};
-}
-
-void launch_fwd(const FwdParams& p, const FwdTile& tile, cudaStream_t stream) {
-  if (p.Tq == 0 || p.H == 0) return;
-  if (p.D == 64 && tile.bm == 128 && tile.bn == 64 && tile.warps == 4) return run_fwd<64, 128, 64, 4>(p, stream);
-  if (p.D == 128 && tile.bm == 128 && tile.bn == 64 && tile.warps == 4) return run_fwd<128, 128, 64, 4>(p, stream);
-  if (p.D == 128 && tile.bm == 128 && tile.bn == 64 && tile.warps == 8) return run_fwd<128, 128, 64, 8>(p, stream);
-  throw_check_failure("known forward tile", __func__, __FILE__, __LINE__,
-                      "no flash forward kernel for D=" + std::to_string(p.D) + " tile " + std::to_string(tile.bm) + "x" +
-                          std::to_string(tile.bn) + " warps " + std::to_string(tile.warps));
-}
-
-}  // namespace seqpar::cuda_attn
+}  // namespace seqpar::cuda_attn::detail

@@ -1,4 +1,5 @@
-// Flash-attention backward (FlashAttention-2 schedule): one CTA per (BN-key tile, KV head); each
+// Flash-attention backward kernel template (FlashAttention-2 schedule; instantiated in
+// attn_bwd_d*.cu): one CTA per (BN-key tile, KV head); each
 // warp owns 16 keys. The CTA loops over the visible BM-query tiles and, inside, over the query
 // heads of its GQA group, so dK and dV of its keys are complete (summed over the group) in
 // registers at the end and are added to dk/dv without atomics. dQ goes through f32 atomics into a
@@ -11,9 +12,10 @@
 // All products are mma.sync m16n8k16 bf16 with f32 accumulators; P and dS enter the next product
 // as bf16 A fragments straight from the accumulators. Q, dO, lse and Delta of the next step are
 // prefetched (cp.async, double buffer) while the current one is computed.
+#pragma once
+
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -22,82 +24,9 @@
 #include "core/cuda_check.h"
 #include "core/error_base.h"
 
-namespace seqpar::cuda_attn {
-
-namespace {
+namespace seqpar::cuda_attn::detail {
 
 using namespace dev;
-
-constexpr float kLog2e = 1.4426950408889634f;
-
-// Pre-pass, one warp per (query row i < Tq_pad, head h):
-//   delta[h][i] = sum_d dout[i,h,d] * out[i,h,d],  lse2[h][i] = lse[i,h] * log2e,
-// with lse = -inf (a row that sees nothing) mapped to +inf so that exp2(s - lse2) = 0; padded rows
-// (i >= Tq) get delta 0, lse2 +inf.
-__global__ void bwd_prep_kernel(const uint16_t* __restrict__ dout, const void* __restrict__ out, bool out_f32,
-                                const float* __restrict__ lse, float* __restrict__ lse2, float* __restrict__ delta,
-                                int Tq, int Tq_pad, int H, int D) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  if (row >= static_cast<int64_t>(Tq_pad) * H) return;
-  const int i = static_cast<int>(row / H), h = static_cast<int>(row % H);
-  float acc = 0.f;
-  if (i < Tq) {
-    const int64_t base = (static_cast<int64_t>(i) * H + h) * D;
-    for (int d = 2 * lane; d < D; d += 64) {
-      const uint32_t dob = *reinterpret_cast<const uint32_t*>(dout + base + d);
-      float o0, o1;
-      if (out_f32) {
-        const float2 ov = *reinterpret_cast<const float2*>(static_cast<const float*>(out) + base + d);
-        o0 = ov.x;
-        o1 = ov.y;
-      } else {
-        const uint32_t ob = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(out) + base + d);
-        o0 = bf16_bits_to_f32(static_cast<uint16_t>(ob & 0xffffu));
-        o1 = bf16_bits_to_f32(static_cast<uint16_t>(ob >> 16));
-      }
-      acc += bf16_bits_to_f32(static_cast<uint16_t>(dob & 0xffffu)) * o0 +
-             bf16_bits_to_f32(static_cast<uint16_t>(dob >> 16)) * o1;
-    }
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) {
-    const int64_t idx = static_cast<int64_t>(h) * Tq_pad + i;
-    if (i < Tq) {
-      const float L = lse[static_cast<int64_t>(i) * H + h];
-      lse2[idx] = L == -INFINITY ? INFINITY : L * kLog2e;
-      delta[idx] = acc;
-    } else {
-      lse2[idx] = INFINITY;
-      delta[idx] = 0.f;
-    }
-  }
-}
-
-// dq += scale * dq_acc, 4 elements per thread (n % 4 == 0).
-__global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, const float* __restrict__ acc, float scale,
-                                 int64_t n4) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float4 a = reinterpret_cast<const float4*>(acc)[i];
-    if (f32) {
-      float4 d = reinterpret_cast<float4*>(dq)[i];
-      d.x += scale * a.x;
-      d.y += scale * a.y;
-      d.z += scale * a.z;
-      d.w += scale * a.w;
-      reinterpret_cast<float4*>(dq)[i] = d;
-    } else {
-      uint2 d = reinterpret_cast<uint2*>(dq)[i];
-      const float d0 = bf16_bits_to_f32(static_cast<uint16_t>(d.x & 0xffffu)) + scale * a.x;
-      const float d1 = bf16_bits_to_f32(static_cast<uint16_t>(d.x >> 16)) + scale * a.y;
-      const float d2 = bf16_bits_to_f32(static_cast<uint16_t>(d.y & 0xffffu)) + scale * a.z;
-      const float d3 = bf16_bits_to_f32(static_cast<uint16_t>(d.y >> 16)) + scale * a.w;
-      reinterpret_cast<uint2*>(dq)[i] = make_uint2(pack_bf16(d0, d1), pack_bf16(d2, d3));
-    }
-  }
-}
 
 // dst[0..1] += (v0, v1) for a bf16 or f32 gradient row.
 __device__ __forceinline__ void add_pair(void* base, bool f32, int64_t off, float v0, float v1) {
@@ -139,7 +68,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
   constexpr int WD = NW / WQ;  // ... times head-dim groups
   constexpr int DQN = ON / WD;  // dQ n-tiles per warp
   static_assert(BN == 16 * NW, "each warp owns 16 keys");
-  static_assert(NW % WQ == 0 && ON % WD == 0 && DQN % 2 == 0, "dQ warp split");
+  static_assert(NW % WQ == 0 && ON % WD == 0 && DQN % 8 == 0, "dQ warp split (whole 4-chunk groups per warp)");
   static_assert(BM / 2 <= NT, "lse/delta loads: one 16-byte chunk per thread");
   using S = BwdSmem<D, BM, BN, NW>;
 
@@ -151,6 +80,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
+  const LdsmLane ld(lane);
   const int kt = blockIdx.x, hk = blockIdx.y;
   const int G = p.H / p.Hkv;
   const int k0 = kt * BN;
@@ -160,17 +90,6 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
   const float sl2 = p.scale * kLog2e;
   const int4 ks = p.k_stats[kt];
   const bool k_ragged = k0 + BN > p.Tk;
-
-  // This thread's keys: k0 + warp*16 + g + 8*hr.
-  int kseg[2], kpos[2];
-  bool kok[2];
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int c = k0 + warp * 16 + g + 8 * hr;
-    kok[hr] = c < p.Tk;
-    kseg[hr] = kok[hr] ? p.k_seg[c] : 0;
-    kpos[hr] = kok[hr] ? p.k_pos[c] : 0;
-  }
 
   auto issue_q_tile = [&](int qi, int h, int buf) {
     load_tile<BM, D, NT>(sQ + buf * S::kTile, p.q + static_cast<int64_t>(h) * D, q_rs, qi * BM, p.Tq, tid);
@@ -230,11 +149,11 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
     for (int kd = 0; kd < KD; ++kd) {
       uint32_t a[4];
-      ldsm_x4(a, sK + swz<D>(warp * 16 + (lane & 15), kd * 2 + (lane >> 4)));
+      ldsm_x4(a, ld.a<D>(sK, warp * 16, kd));
 #pragma unroll
       for (int np = 0; np < SN / 2; ++np) {
         uint32_t b[4];
-        ldsm_x4(b, q_s + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kd * 2 + ((lane >> 3) & 1)));
+        ldsm_x4(b, ld.b<D>(q_s, np * 16, kd));
         mma16816(st[2 * np], a, b[0], b[1]);
         mma16816(st[2 * np + 1], a, b[2], b[3]);
       }
@@ -251,6 +170,16 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
       }
     }
     if (cls == kPartial) {
+      // This thread's keys k0 + warp*16 + g + 8*hr (read here, not kept in registers).
+      int kseg[2], kpos[2];
+      bool kok[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int c = k0 + warp * 16 + g + 8 * hr;
+        kok[hr] = c < p.Tk;
+        kseg[hr] = kok[hr] ? p.k_seg[c] : 0;
+        kpos[hr] = kok[hr] ? p.k_pos[c] : 0;
+      }
 #pragma unroll
       for (int nt = 0; nt < SN; ++nt)
 #pragma unroll
@@ -278,7 +207,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
       for (int dp = 0; dp < ON / 2; ++dp) {
         uint32_t b[4];
-        ldsm_x4_t(b, do_s + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+        ldsm_x4_t(b, ld.bt<D>(do_s, kk * 16, dp));
         mma16816(dv[2 * dp], a, b[0], b[1]);
         mma16816(dv[2 * dp + 1], a, b[2], b[3]);
       }
@@ -293,11 +222,11 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
     for (int kd = 0; kd < KD; ++kd) {
       uint32_t a[4];
-      ldsm_x4(a, sV + swz<D>(warp * 16 + (lane & 15), kd * 2 + (lane >> 4)));
+      ldsm_x4(a, ld.a<D>(sV, warp * 16, kd));
 #pragma unroll
       for (int np = 0; np < SN / 2; ++np) {
         uint32_t b[4];
-        ldsm_x4(b, do_s + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kd * 2 + ((lane >> 3) & 1)));
+        ldsm_x4(b, ld.b<D>(do_s, np * 16, kd));
         mma16816(dpt[2 * np], a, b[0], b[1]);
         mma16816(dpt[2 * np + 1], a, b[2], b[3]);
       }
@@ -322,16 +251,18 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
       a[1] = pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
       a[2] = pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
       a[3] = pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
-      const int r0 = warp * 16 + g;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + swz<BM>(r0, 2 * kk) + 4 * t), "r"(a[0]) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + swz<BM>(r0 + 8, 2 * kk) + 4 * t), "r"(a[1]) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + swz<BM>(r0, 2 * kk + 1) + 4 * t), "r"(a[2]) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sdS + swz<BM>(r0 + 8, 2 * kk + 1) + 4 * t), "r"(a[3])
-                   : "memory");
+      // Row r = warp*16 + g (+8) of the swizzled [BN][BM] tile: swizzle key r & 7 = g.
+      const uint32_t row0 = sdS + (warp * 16 + g) * (BM * 2) + 4 * t, row8 = row0 + 8 * (BM * 2);
+      const uint32_t c0 = static_cast<uint32_t>((((2 * kk) & ~7) | (((2 * kk) & 7) ^ g)) << 4);
+      const uint32_t c1 = static_cast<uint32_t>((((2 * kk + 1) & ~7) | (((2 * kk + 1) & 7) ^ g)) << 4);
+      sts_u32(row0 + c0, a[0]);
+      sts_u32(row8 + c0, a[1]);
+      sts_u32(row0 + c1, a[2]);
+      sts_u32(row8 + c1, a[3]);
 #pragma unroll
       for (int dp = 0; dp < ON / 2; ++dp) {
         uint32_t b[4];
-        ldsm_x4_t(b, q_s + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+        ldsm_x4_t(b, ld.bt<D>(q_s, kk * 16, dp));
         mma16816(dk[2 * dp], a, b[0], b[1]);
         mma16816(dk[2 * dp + 1], a, b[2], b[3]);
       }
@@ -341,6 +272,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
     // dQ_acc += dS K: warp (wq, wd) computes queries wq*16.. x head-dim n-tiles wd*DQN..
     {
       const int wq = warp % WQ, wd = warp / WQ;
+      const uint32_t sK_wd = sK + wd * (DQN / 8) * 128;  // this warp's head-dim columns: whole 8-chunk groups
       float dqa[DQN][4];
 #pragma unroll
       for (int dn = 0; dn < DQN; ++dn)
@@ -349,11 +281,11 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         uint32_t a[4];
-        ldsm_x4_t(a, sdS + swz<BM>(kk * 16 + (lane & 7) + ((lane >> 4) << 3), wq * 2 + ((lane >> 3) & 1)));
+        ldsm_x4_t(a, ld.at_rt<BM>(sdS, kk * 16, wq));
 #pragma unroll
         for (int dp = 0; dp < DQN / 2; ++dp) {
           uint32_t b[4];
-          ldsm_x4_t(b, sK + swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), wd * DQN + dp * 2 + (lane >> 4)));
+          ldsm_x4_t(b, ld.bt<D>(sK_wd, kk * 16, dp));
           mma16816(dqa[2 * dp], a, b[0], b[1]);
           mma16816(dqa[2 * dp + 1], a, b[2], b[3]);
         }
@@ -393,7 +325,8 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 }
 
 template <int D, int BM, int BN, int NW>
-void run_bwd(const BwdParams& p, cudaStream_t stream) {
+void run_bwd_main(const BwdParams& p, cudaStream_t stream) {
+  if (p.Tq == 0 || p.Tk == 0 || p.H == 0) return;
   constexpr int smem = BwdSmem<D, BM, BN, NW>::kBytes;
   auto kernel = bwd_kernel<D, BM, BN, NW>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -402,47 +335,4 @@ void run_bwd(const BwdParams& p, cudaStream_t stream) {
   SEQPAR_LAUNCH_CHECK();
 }
 
-}  // namespace
-
-BwdTile bwd_tile(int D) {
-  if (D == 64) return {64, 128, 8};
-  return {64, 128, 8};
-}
-
-void launch_bwd(const BwdParams& p, const BwdTile& tile, cudaStream_t stream) {
-  if (p.Tq == 0 || p.H == 0) return;
-  const int nqt = (p.Tq + tile.bm - 1) / tile.bm;
-  const int Tq_pad = nqt * tile.bm;
-  SEQPAR_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, static_cast<size_t>(p.Tq) * p.H * p.D * sizeof(float), stream));
-  {
-    const int64_t rows = static_cast<int64_t>(Tq_pad) * p.H;
-    const int per_block = 8;
-    bwd_prep_kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), per_block * 32, 0, stream>>>(
-        p.dout, p.out, p.out_f32, p.lse, p.lse2, p.delta, p.Tq, Tq_pad, p.H, p.D);
-    SEQPAR_LAUNCH_CHECK();
-  }
-  if (p.Tk > 0) {
-    bool done = false;
-    if (p.D == 64 && tile.bm == 64 && tile.bn == 128 && tile.warps == 8) {
-      run_bwd<64, 64, 128, 8>(p, stream);
-      done = true;
-    } else if (p.D == 128 && tile.bm == 64 && tile.bn == 128 && tile.warps == 8) {
-      run_bwd<128, 64, 128, 8>(p, stream);
-      done = true;
-    }
-    if (!done) {
-      throw_check_failure("known backward tile", __func__, __FILE__, __LINE__,
-                          "no flash backward kernel for D=" + std::to_string(p.D) + " tile " + std::to_string(tile.bm) +
-                              "x" + std::to_string(tile.bn) + " warps " + std::to_string(tile.warps));
-    }
-  }
-  {
-    const int64_t n4 = static_cast<int64_t>(p.Tq) * p.H * p.D / 4;
-    const int threads = 256;
-    const int64_t blocks = std::min<int64_t>((n4 + threads - 1) / threads, 132 * 16);
-    dq_finish_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.dq_acc, p.scale, n4);
-    SEQPAR_LAUNCH_CHECK();
-  }
-}
-
-}  // namespace seqpar::cuda_attn
+}  // namespace seqpar::cuda_attn::detail

@@ -1,0 +1,221 @@
+// Tensor-level entries of the CUDA attention (attention_cuda.h): checks, mask metadata upload,
+// per-tile mask statistics, workspace, launch on the calling thread's current stream
+// (core/cuda/stream.h). The kernels are in attn_*.cu(h), the launchers in attn_launch.h.
+#include "attention/cuda/attention_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "attention/cuda/attn_launch.h"
+#include "core/cuda/stream.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+
+namespace seqpar::cuda_attn {
+
+namespace {
+
+const uint16_t* bf16_ptr(const Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data<bf16>()); }
+
+void check_cuda_tensor(const Tensor& t, const char* name, Device dev) {
+  SEQPAR_CHECK(t.defined(), "flash attention: {} is undefined", name);
+  SEQPAR_CHECK(t.device() == dev, "flash attention: {} is {}, expected a tensor on {}", name, t.str(), dev.str());
+}
+
+void check_float_out(const Tensor& t, const char* name) {
+  SEQPAR_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF32, "flash attention: {} is {}, must be bf16 or f32",
+               name, t.str());
+}
+
+// q [Tq, H, D], k/v [Tk, Hkv, D], bf16, on one CUDA device; returns that device.
+Device check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+  SEQPAR_CHECK(q.defined() && q.device().is_cuda(), "flash attention: q must be a CUDA tensor, got {}", q.str());
+  const Device dev = q.device();
+  check_cuda_tensor(k, "k", dev);
+  check_cuda_tensor(v, "v", dev);
+  SEQPAR_CHECK(q.ndim() == 3 && k.ndim() == 3, "flash attention: q {} must be [Tq, H, D] and k {} [Tk, Hkv, D]",
+               q.str(), k.str());
+  check_shape(v, k.shape(), "v (must match k)");
+  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    SEQPAR_CHECK(t->dtype() == DType::kBF16,
+                 "flash attention takes bf16 q, k, v (the tensor-core operand type); {} is {}", name, t->str());
+  }
+  const int64_t H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
+  SEQPAR_CHECK(Hkv > 0 && H % Hkv == 0, "flash attention: H={} must be a multiple of Hkv={}", H, Hkv);
+  SEQPAR_CHECK(k.dim(2) == D, "flash attention: head dim of q (D={}) and k (D={}) differ", D, k.dim(2));
+  SEQPAR_CHECK(head_dim_supported(static_cast<int>(D)), "flash attention supports head dim 64 or 128, got D={}", D);
+  SEQPAR_CHECK(q.dim(0) < INT_MAX && k.dim(0) < INT_MAX, "flash attention: Tq={} and Tk={} must be < 2^31", q.dim(0),
+               k.dim(0));
+  int current = -1;
+  SEQPAR_CUDA_CHECK(cudaGetDevice(&current));
+  SEQPAR_CHECK(current == dev.index, "flash attention: tensors are on {} but the current CUDA device is {}", dev.str(),
+               current);
+  return dev;
+}
+
+// The seg/pos arrays of a TokenMeta on `dev`: device tensors are used as they are, host tensors
+// are uploaded on `stream` (a small copy: 8 bytes per token).
+struct DeviceMeta {
+  Tensor seg, pos;
+};
+
+Tensor meta_on_device(const Tensor& t, int64_t T, Device dev, const char* name, cudaStream_t stream) {
+  SEQPAR_CHECK(t.defined() && t.dtype() == DType::kI32 && t.ndim() == 1 && t.numel() == T,
+               "flash attention: {} must be i32 [{}], got {}", name, T, t.defined() ? t.str() : "undefined");
+  if (t.device() == dev) return t;
+  SEQPAR_CHECK(t.device().is_cpu(), "flash attention: {} is on {}, expected the host or {}", name, t.device().str(),
+               dev.str());
+  Tensor d = Tensor::empty({T}, DType::kI32, dev);
+  if (T > 0) SEQPAR_CUDA_CHECK(cudaMemcpyAsync(d.raw(), t.raw(), t.nbytes(), cudaMemcpyHostToDevice, stream));
+  return d;
+}
+
+DeviceMeta meta_on_device(const TokenMeta& m, int64_t T, Device dev, const char* name, cudaStream_t stream) {
+  const std::string n(name);
+  return {meta_on_device(m.seg, T, dev, (n + ".seg").c_str(), stream),
+          meta_on_device(m.pos, T, dev, (n + ".pos").c_str(), stream)};
+}
+
+// Per-tile {min seg, max seg, min pos, max pos}: int4 [ceil(T / tile)].
+Tensor tile_stats(const DeviceMeta& m, int64_t T, int tile, Device dev, cudaStream_t stream) {
+  const int64_t n = (T + tile - 1) / tile;
+  Tensor s = Tensor::empty({n, 4}, DType::kI32, dev);
+  launch_tile_stats(reinterpret_cast<int4*>(s.raw()), m.seg.data<int32_t>(), m.pos.data<int32_t>(), T, tile, stream);
+  return s;
+}
+
+}  // namespace
+
+void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs& args) {
+  const Device dev = check_qkv(q, k, v);
+  const int64_t Tq = q.dim(0), Tk = k.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
+  check_cuda_tensor(out, "out", dev);
+  check_cuda_tensor(lse, "lse", dev);
+  check_shape(out, q.shape(), "out (must match q [Tq, H, D])");
+  check_float_out(out, "out");
+  check_shape(lse, {Tq, H}, "lse [Tq, H]");
+  check_dtype(lse, DType::kF32, "lse");
+  SEQPAR_CHECK(std::isfinite(args.scale) && args.scale > 0.f, "flash attention: scale={} must be finite and > 0",
+               args.scale);
+  if (Tq == 0 || H == 0) return;
+  cudaStream_t stream = current_stream();
+  const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
+  const DeviceMeta km = meta_on_device(args.k_meta, Tk, dev, "k_meta", stream);
+  const FwdTile tile = fwd_tile(static_cast<int>(D));
+  const Tensor q_stats = tile_stats(qm, Tq, tile.bm, dev, stream);
+  const Tensor k_stats = tile_stats(km, Tk, tile.bn, dev, stream);
+
+  FwdParams p{};
+  p.q = bf16_ptr(q);
+  p.k = bf16_ptr(k);
+  p.v = bf16_ptr(v);
+  p.out = out.raw();
+  p.out_f32 = out.dtype() == DType::kF32;
+  p.lse = lse.data<float>();
+  p.q_seg = qm.seg.data<int32_t>();
+  p.q_pos = qm.pos.data<int32_t>();
+  p.k_seg = km.seg.data<int32_t>();
+  p.k_pos = km.pos.data<int32_t>();
+  p.q_stats = reinterpret_cast<const int4*>(q_stats.raw());
+  p.k_stats = reinterpret_cast<const int4*>(k_stats.raw());
+  p.Tq = static_cast<int>(Tq);
+  p.Tk = static_cast<int>(Tk);
+  p.H = static_cast<int>(H);
+  p.Hkv = static_cast<int>(Hkv);
+  p.D = static_cast<int>(D);
+  p.scale = args.scale;
+  p.causal = args.causal;
+  launch_fwd(p, tile, stream);
+}
+
+void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args) {
+  const Device dev = check_qkv(q, k, v);
+  const int64_t Tq = q.dim(0), Tk = k.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
+  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}, {&dout, "dout"},
+                         {&out, "out"}, {&lse, "lse"}}) {
+    check_cuda_tensor(*t, name, dev);
+  }
+  check_shape(dq, q.shape(), "dq (must match q [Tq, H, D])");
+  check_shape(dk, k.shape(), "dk (must match k [Tk, Hkv, D])");
+  check_shape(dv, k.shape(), "dv (must match v [Tk, Hkv, D])");
+  check_shape(dout, q.shape(), "dout (must match q [Tq, H, D])");
+  check_shape(out, q.shape(), "out (must match q [Tq, H, D])");
+  check_shape(lse, {Tq, H}, "lse [Tq, H]");
+  check_dtype(lse, DType::kF32, "lse");
+  check_dtype(dout, DType::kBF16, "dout (a tensor-core operand)");
+  check_float_out(out, "out");
+  check_float_out(dq, "dq");
+  SEQPAR_CHECK(dk.dtype() == dq.dtype() && dv.dtype() == dq.dtype(),
+               "flash attention: dq {}, dk {}, dv {} must share one dtype", dq.str(), dk.str(), dv.str());
+  SEQPAR_CHECK(std::isfinite(args.scale) && args.scale > 0.f, "flash attention: scale={} must be finite and > 0",
+               args.scale);
+  if (Tq == 0 || Tk == 0 || H == 0) return;  // no key or no query: every gradient contribution is 0
+  cudaStream_t stream = current_stream();
+  const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
+  const DeviceMeta km = meta_on_device(args.k_meta, Tk, dev, "k_meta", stream);
+  const BwdTile tile = bwd_tile(static_cast<int>(D));
+  const Tensor q_stats = tile_stats(qm, Tq, tile.bm, dev, stream);
+  const Tensor k_stats = tile_stats(km, Tk, tile.bn, dev, stream);
+  const int64_t Tq_pad = (Tq + tile.bm - 1) / tile.bm * tile.bm;
+  Tensor dq_acc = Tensor::empty({Tq, H, D}, DType::kF32, dev);
+  Tensor lse2 = Tensor::empty({H, Tq_pad}, DType::kF32, dev);
+  Tensor delta = Tensor::empty({H, Tq_pad}, DType::kF32, dev);
+
+  BwdParams p{};
+  p.q = bf16_ptr(q);
+  p.k = bf16_ptr(k);
+  p.v = bf16_ptr(v);
+  p.dout = bf16_ptr(dout);
+  p.out = out.raw();
+  p.out_f32 = out.dtype() == DType::kF32;
+  p.lse = lse.data<float>();
+  p.dq = dq.raw();
+  p.dk = dk.raw();
+  p.dv = dv.raw();
+  p.grad_f32 = dq.dtype() == DType::kF32;
+  p.dq_acc = dq_acc.data<float>();
+  p.lse2 = lse2.data<float>();
+  p.delta = delta.data<float>();
+  p.q_seg = qm.seg.data<int32_t>();
+  p.q_pos = qm.pos.data<int32_t>();
+  p.k_seg = km.seg.data<int32_t>();
+  p.k_pos = km.pos.data<int32_t>();
+  p.q_stats = reinterpret_cast<const int4*>(q_stats.raw());
+  p.k_stats = reinterpret_cast<const int4*>(k_stats.raw());
+  p.Tq = static_cast<int>(Tq);
+  p.Tk = static_cast<int>(Tk);
+  p.H = static_cast<int>(H);
+  p.Hkv = static_cast<int>(Hkv);
+  p.D = static_cast<int>(D);
+  p.scale = args.scale;
+  p.causal = args.causal;
+  launch_bwd(p, tile, stream);
+}
+
+void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const Tensor& lse_part) {
+  SEQPAR_CHECK(out_acc.defined() && out_acc.device().is_cuda() && out_acc.ndim() == 3,
+               "attn_merge: out_acc must be a CUDA [T, H, D] tensor, got {}", out_acc.str());
+  const Device dev = out_acc.device();
+  const int64_t T = out_acc.dim(0), H = out_acc.dim(1), D = out_acc.dim(2);
+  check_cuda_tensor(lse_acc, "lse_acc", dev);
+  check_cuda_tensor(out_part, "out_part", dev);
+  check_cuda_tensor(lse_part, "lse_part", dev);
+  check_shape(out_part, out_acc.shape(), "out_part (must match out_acc [T, H, D])");
+  check_shape(lse_acc, {T, H}, "lse_acc [T, H]");
+  check_shape(lse_part, {T, H}, "lse_part [T, H]");
+  check_dtype(lse_acc, DType::kF32, "lse_acc");
+  check_dtype(lse_part, DType::kF32, "lse_part");
+  check_float_out(out_acc, "out_acc");
+  check_float_out(out_part, "out_part");
+  SEQPAR_CHECK(D <= INT_MAX, "attn_merge: D={} too large", D);
+  launch_merge(out_acc.raw(), lse_acc.data<float>(), out_part.raw(), lse_part.data<float>(), T * H,
+               static_cast<int>(D), out_acc.dtype() == DType::kF32, out_part.dtype() == DType::kF32,
+               current_stream());
+}
+
+}  // namespace seqpar::cuda_attn

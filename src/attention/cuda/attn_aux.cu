@@ -1,0 +1,204 @@
+// Small kernels around the flash-attention kernels: per-tile mask statistics, the backward's
+// pre-pass and dq finish, and the LSE merge of partial attention results.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "attention/cuda/attn_common.cuh"
+#include "attention/cuda/attn_launch.h"
+#include "core/cuda_check.h"
+
+namespace seqpar::cuda_attn {
+
+namespace {
+
+using namespace dev;
+
+// One warp per tile: {min seg, max seg, min pos, max pos} over the tile's tokens.
+__global__ void tile_stats_kernel(int4* __restrict__ stats, const int32_t* __restrict__ seg,
+                                  const int32_t* __restrict__ pos, int64_t T, int tile, int64_t ntiles) {
+  const int lane = threadIdx.x & 31;
+  const int64_t ti = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (ti >= ntiles) return;
+  int smin = INT_MAX, smax = INT_MIN, pmin = INT_MAX, pmax = INT_MIN;
+  const int64_t end = std::min<int64_t>(T, (ti + 1) * tile);
+  for (int64_t i = ti * tile + lane; i < end; i += 32) {
+    const int s = seg[i], p = pos[i];
+    smin = min(smin, s);
+    smax = max(smax, s);
+    pmin = min(pmin, p);
+    pmax = max(pmax, p);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    smin = min(smin, __shfl_xor_sync(0xffffffffu, smin, off));
+    smax = max(smax, __shfl_xor_sync(0xffffffffu, smax, off));
+    pmin = min(pmin, __shfl_xor_sync(0xffffffffu, pmin, off));
+    pmax = max(pmax, __shfl_xor_sync(0xffffffffu, pmax, off));
+  }
+  if (lane == 0) stats[ti] = make_int4(smin, smax, pmin, pmax);
+}
+
+// Pre-pass, one warp per (query row i < Tq_pad, head h):
+//   delta[h][i] = sum_d dout[i,h,d] * out[i,h,d],  lse2[h][i] = lse[i,h] * log2e,
+// with lse = -inf (a row that sees nothing) mapped to +inf so that exp2(s - lse2) = 0; padded rows
+// (i >= Tq) get delta 0, lse2 +inf.
+__global__ void bwd_prep_kernel(const uint16_t* __restrict__ dout, const void* __restrict__ out, bool out_f32,
+                                const float* __restrict__ lse, float* __restrict__ lse2, float* __restrict__ delta,
+                                int Tq, int Tq_pad, int H, int D) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (row >= static_cast<int64_t>(Tq_pad) * H) return;
+  const int i = static_cast<int>(row / H), h = static_cast<int>(row % H);
+  float acc = 0.f;
+  if (i < Tq) {
+    const int64_t base = (static_cast<int64_t>(i) * H + h) * D;
+    for (int d = 2 * lane; d < D; d += 64) {
+      const uint32_t dob = *reinterpret_cast<const uint32_t*>(dout + base + d);
+      float o0, o1;
+      if (out_f32) {
+        const float2 ov = *reinterpret_cast<const float2*>(static_cast<const float*>(out) + base + d);
+        o0 = ov.x;
+        o1 = ov.y;
+      } else {
+        const uint32_t ob = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(out) + base + d);
+        o0 = bf16_bits_to_f32(static_cast<uint16_t>(ob & 0xffffu));
+        o1 = bf16_bits_to_f32(static_cast<uint16_t>(ob >> 16));
+      }
+      acc += bf16_bits_to_f32(static_cast<uint16_t>(dob & 0xffffu)) * o0 +
+             bf16_bits_to_f32(static_cast<uint16_t>(dob >> 16)) * o1;
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) {
+    const int64_t idx = static_cast<int64_t>(h) * Tq_pad + i;
+    if (i < Tq) {
+      const float L = lse[static_cast<int64_t>(i) * H + h];
+      lse2[idx] = L == -INFINITY ? INFINITY : L * kLog2e;
+      delta[idx] = acc;
+    } else {
+      lse2[idx] = INFINITY;
+      delta[idx] = 0.f;
+    }
+  }
+}
+
+// dq += scale * dq_acc, 4 elements per thread (n % 4 == 0).
+__global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, const float* __restrict__ acc, float scale,
+                                 int64_t n4) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float4 a = reinterpret_cast<const float4*>(acc)[i];
+    if (f32) {
+      float4 d = reinterpret_cast<float4*>(dq)[i];
+      d.x += scale * a.x;
+      d.y += scale * a.y;
+      d.z += scale * a.z;
+      d.w += scale * a.w;
+      reinterpret_cast<float4*>(dq)[i] = d;
+    } else {
+      uint2 d = reinterpret_cast<uint2*>(dq)[i];
+      const float d0 = bf16_bits_to_f32(static_cast<uint16_t>(d.x & 0xffffu)) + scale * a.x;
+      const float d1 = bf16_bits_to_f32(static_cast<uint16_t>(d.x >> 16)) + scale * a.y;
+      const float d2 = bf16_bits_to_f32(static_cast<uint16_t>(d.y & 0xffffu)) + scale * a.z;
+      const float d3 = bf16_bits_to_f32(static_cast<uint16_t>(d.y >> 16)) + scale * a.w;
+      reinterpret_cast<uint2*>(dq)[i] = make_uint2(pack_bf16(d0, d1), pack_bf16(d2, d3));
+    }
+  }
+}
+
+// One warp per (token, head) row:
+//   lse' = log(exp(lse_acc) + exp(lse_part)),  out' = out_acc exp(lse_acc - lse') + out_part exp(lse_part - lse').
+// An empty part (-inf) leaves the row alone; an empty accumulator takes the part as is without
+// reading its own out (which may be uninitialised); two empties give out 0, lse -inf.
+__global__ void merge_kernel(void* __restrict__ out_acc, float* __restrict__ lse_acc, const void* __restrict__ out_part,
+                             const float* __restrict__ lse_part, int64_t rows, int D, bool acc_f32, bool part_f32) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const float la = lse_acc[row], lp = lse_part[row];
+  if (lp == -INFINITY) {
+    if (la == -INFINITY) {  // two empties: out 0 (the accumulator's out may be uninitialised)
+      for (int d = lane; d < D; d += 32) {
+        if (acc_f32) {
+          static_cast<float*>(out_acc)[row * D + d] = 0.f;
+        } else {
+          static_cast<uint16_t*>(out_acc)[row * D + d] = 0;
+        }
+      }
+    }
+    return;
+  }
+  float wa = 0.f, wp = 1.f, ln = lp;
+  if (la != -INFINITY) {
+    const float mx = fmaxf(la, lp);
+    ln = mx + logf(expf(la - mx) + expf(lp - mx));
+    wa = expf(la - ln);
+    wp = expf(lp - ln);
+  }
+  const int64_t base = row * D;
+  for (int d = lane; d < D; d += 32) {
+    float a = 0.f, b;
+    if (la != -INFINITY) {
+      a = acc_f32 ? static_cast<const float*>(out_acc)[base + d]
+                  : bf16_bits_to_f32(static_cast<const uint16_t*>(out_acc)[base + d]);
+    }
+    b = part_f32 ? static_cast<const float*>(out_part)[base + d]
+                 : bf16_bits_to_f32(static_cast<const uint16_t*>(out_part)[base + d]);
+    const float r = wa * a + wp * b;
+    if (acc_f32) {
+      static_cast<float*>(out_acc)[base + d] = r;
+    } else {
+      static_cast<uint16_t*>(out_acc)[base + d] = static_cast<uint16_t>(pack_bf16(r, 0.f) & 0xffffu);
+    }
+  }
+  __syncwarp();
+  if (lane == 0) lse_acc[row] = ln;
+}
+
+}  // namespace
+
+void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int64_t T, int tile,
+                       cudaStream_t stream) {
+  const int64_t ntiles = (T + tile - 1) / tile;
+  if (ntiles == 0) return;
+  const int per_block = 8;
+  tile_stats_kernel<<<static_cast<unsigned>((ntiles + per_block - 1) / per_block), per_block * 32, 0, stream>>>(
+      stats, seg, pos, T, tile, ntiles);
+  SEQPAR_LAUNCH_CHECK();
+}
+
+void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream) {
+  if (p.Tq == 0 || p.H == 0) return;
+  SEQPAR_CUDA_CHECK(
+      cudaMemsetAsync(p.dq_acc, 0, static_cast<size_t>(p.Tq) * p.H * p.D * sizeof(float), stream));
+  const int64_t rows = static_cast<int64_t>(Tq_pad) * p.H;
+  const int per_block = 8;
+  bwd_prep_kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), per_block * 32, 0, stream>>>(
+      p.dout, p.out, p.out_f32, p.lse, p.lse2, p.delta, p.Tq, Tq_pad, p.H, p.D);
+  SEQPAR_LAUNCH_CHECK();
+}
+
+void launch_dq_finish(const BwdParams& p, cudaStream_t stream) {
+  const int64_t n4 = static_cast<int64_t>(p.Tq) * p.H * p.D / 4;
+  if (n4 == 0) return;
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((n4 + threads - 1) / threads, 132 * 16);
+  dq_finish_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.dq_acc, p.scale, n4);
+  SEQPAR_LAUNCH_CHECK();
+}
+
+void launch_merge(void* out_acc, float* lse_acc, const void* out_part, const float* lse_part, int64_t rows, int D,
+                  bool acc_f32, bool part_f32, cudaStream_t stream) {
+  if (rows == 0) return;
+  const int per_block = 8;
+  merge_kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), per_block * 32, 0, stream>>>(
+      out_acc, lse_acc, out_part, lse_part, rows, D, acc_f32, part_f32);
+  SEQPAR_LAUNCH_CHECK();
+}
+
+}  // namespace seqpar::cuda_attn

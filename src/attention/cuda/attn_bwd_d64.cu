@@ -1,0 +1,9 @@
+// Backward kernel instantiations for head dim 64 (shapes listed in attn_dispatch.cpp).
+#include "attention/cuda/attn_bwd.cuh"
+
+namespace seqpar::cuda_attn::detail {
+
+template void run_bwd_main<64, 64, 64, 4>(const BwdParams&, cudaStream_t);
+template void run_bwd_main<64, 128, 128, 8>(const BwdParams&, cudaStream_t);
+
+}  // namespace seqpar::cuda_attn::detail

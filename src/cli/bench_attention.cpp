@@ -1,0 +1,199 @@
+#include "cli/bench_attention.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attention/attention.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+#if defined(SEQPAR_WITH_CUDA)
+#include <cuda_runtime.h>
+
+#include "attention/cuda/attention_cuda.h"
+#include "attention/cuda/attn_launch.h"
+#include "core/cuda/stream.h"
+#include "core/cuda_check.h"
+#include "kernels/cuda/launchers.h"
+#endif
+
+namespace seqpar {
+
+void add_bench_attention_options(CLI::App& cmd, BenchAttentionOptions& o) {
+  cmd.add_option("--seq-lens", o.seq_lens, "S values, comma-separated")->capture_default_str();
+  cmd.add_option("--head-dims", o.head_dims, "D values, comma-separated (64, 128)")->capture_default_str();
+  cmd.add_option("--heads", o.heads, "H, query heads")->capture_default_str();
+  cmd.add_option("--kv-heads", o.kv_heads, "Hkv, KV heads (0: same as --heads)")->capture_default_str();
+  cmd.add_option("--causal", o.causal, "causal mask")->capture_default_str();
+  cmd.add_option("--passes", o.passes, "what to time: fwd, fwd_bwd (comma-separated)")->capture_default_str();
+  cmd.add_option("--warmup", o.warmup, "untimed runs per measurement")->capture_default_str();
+  cmd.add_option("--iters", o.iters, "timed runs per measurement (the median is reported)")->capture_default_str();
+  cmd.add_option("--out", o.out, "also write the JSON lines to this file");
+  cmd.add_option("--device", o.device, "CUDA device index")->capture_default_str();
+}
+
+namespace {
+
+std::vector<int64_t> parse_list(const std::string& s, const char* flag) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long x = std::strtoll(item.c_str(), &end, 10);
+    SEQPAR_INPUT_CHECK(!item.empty() && end && *end == '\0' && x > 0,
+                       "{}={}: '{}' is not a positive integer (comma-separated list expected)", flag, s, item);
+    v.push_back(x);
+  }
+  SEQPAR_INPUT_CHECK(!v.empty(), "{}={} names no value", flag, s);
+  return v;
+}
+
+struct Plan {
+  std::vector<int64_t> seq_lens, head_dims;
+  int64_t H, Hkv;
+  bool fwd, fwd_bwd;
+};
+
+Plan validate(const BenchAttentionOptions& o) {
+  Plan p;
+  p.seq_lens = parse_list(o.seq_lens, "--seq-lens");
+  p.head_dims = parse_list(o.head_dims, "--head-dims");
+  for (int64_t D : p.head_dims)
+    SEQPAR_INPUT_CHECK(D == 64 || D == 128, "--head-dims: D={} is not supported by the flash kernels (64, 128)", D);
+  p.H = o.heads;
+  p.Hkv = o.kv_heads == 0 ? o.heads : o.kv_heads;
+  SEQPAR_INPUT_CHECK(p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0,
+                     "--heads={} must be a positive multiple of --kv-heads={}", o.heads, p.Hkv);
+  SEQPAR_INPUT_CHECK(o.iters > 0 && o.warmup >= 0, "--iters={} must be > 0 and --warmup={} >= 0", o.iters, o.warmup);
+  p.fwd = p.fwd_bwd = false;
+  std::stringstream ss(o.passes);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    SEQPAR_INPUT_CHECK(item == "fwd" || item == "fwd_bwd", "--passes={}: '{}' is neither fwd nor fwd_bwd", o.passes,
+                       item);
+    (item == "fwd" ? p.fwd : p.fwd_bwd) = true;
+  }
+  SEQPAR_INPUT_CHECK(p.fwd || p.fwd_bwd, "--passes={} names nothing to time", o.passes);
+  return p;
+}
+
+[[maybe_unused]] std::string today() {
+  std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+#if defined(SEQPAR_WITH_CUDA)
+
+int run_bench_attention(const BenchAttentionOptions& o) {
+  const Plan plan = validate(o);
+  int count = 0;
+  SEQPAR_CUDA_CHECK(cudaGetDeviceCount(&count));
+  SEQPAR_INPUT_CHECK(o.device >= 0 && o.device < count, "--device={} but this machine has {} CUDA device(s)",
+                     o.device, count);
+  SEQPAR_CUDA_CHECK(cudaSetDevice(o.device));
+  cudaDeviceProp prop{};
+  SEQPAR_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
+  const Device dev = Device::cuda(o.device);
+  std::ofstream file;
+  if (!o.out.empty()) {
+    file.open(o.out);
+    SEQPAR_INPUT_CHECK(file.good(), "--out={}: cannot open for writing", o.out);
+  }
+  cudaStream_t stream = current_stream();
+  uint64_t seed = 1;
+  for (int64_t D : plan.head_dims) {
+    for (int64_t S : plan.seq_lens) {
+      const int64_t H = plan.H, Hkv = plan.Hkv;
+      // Random operands (never zeros); one causal sequence, metadata already on the device.
+      Tensor q = Tensor::empty({S, H, D}, DType::kBF16, dev), dout = Tensor::empty({S, H, D}, DType::kBF16, dev);
+      Tensor k = Tensor::empty({S, Hkv, D}, DType::kBF16, dev), v = Tensor::empty({S, Hkv, D}, DType::kBF16, dev);
+      for (Tensor* t : {&q, &k, &v, &dout})
+        cuda_kernels::fill_uniform(t->raw(), DType::kBF16, t->numel(), seed++, -1.f, 1.f, stream);
+      Tensor out = Tensor::empty({S, H, D}, DType::kBF16, dev), lse = Tensor::empty({S, H}, DType::kF32, dev);
+      Tensor dq = Tensor::zeros({S, H, D}, DType::kBF16, dev);
+      Tensor dk = Tensor::zeros({S, Hkv, D}, DType::kBF16, dev), dv = Tensor::zeros({S, Hkv, D}, DType::kBF16, dev);
+      const TokenMeta host_meta = token_meta_from_cu_seqlens({0, static_cast<int32_t>(S)});
+      const TokenMeta meta{host_meta.seg.to(dev), host_meta.pos.to(dev)};
+      const AttnArgs args{meta, meta, o.causal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
+      const double fwd_flops = 4.0 * S * S * H * D * (o.causal ? 0.5 : 1.0);
+
+      for (int pass = 0; pass < 2; ++pass) {
+        const bool with_bwd = pass == 1;
+        if (with_bwd ? !plan.fwd_bwd : !plan.fwd) continue;
+        auto step = [&] {
+          cuda_attn::attn_forward(out, lse, q, k, v, args);
+          if (with_bwd) cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args);
+        };
+        for (int i = 0; i < o.warmup; ++i) step();
+        std::vector<Event> start, stop;
+        for (int i = 0; i < o.iters; ++i) {
+          start.emplace_back(true);
+          stop.emplace_back(true);
+        }
+        for (int i = 0; i < o.iters; ++i) {
+          start[i].record(stream);
+          step();
+          stop[i].record(stream);
+        }
+        SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::vector<double> ms(o.iters);
+        for (int i = 0; i < o.iters; ++i) ms[i] = stop[i].elapsed_ms(start[i]);
+        std::sort(ms.begin(), ms.end());
+        const double median = ms[ms.size() / 2];
+        const double flops = with_bwd ? 3.5 * fwd_flops : fwd_flops;
+        const cuda_attn::FwdTile ft = cuda_attn::fwd_tile(static_cast<int>(D));
+        const cuda_attn::BwdTile bt = cuda_attn::bwd_tile(static_cast<int>(D));
+        nlohmann::ordered_json j = {{"bench", "attention"},
+                            {"impl", "seqpar_flash"},
+                            {"S", S},
+                            {"H", H},
+                            {"Hkv", Hkv},
+                            {"D", D},
+                            {"causal", o.causal},
+                            {"pass", with_bwd ? "fwd_bwd" : "fwd"},
+                            {"dtype", "bf16"},
+                            {"ms", median},
+                            {"ms_min", ms.front()},
+                            {"tflops", flops / (median * 1e-3) / 1e12},
+                            {"iters", o.iters},
+                            {"fwd_tile", fmt::format("{}x{}x{}", ft.bm, ft.bn, ft.warps)},
+                            {"bwd_tile", fmt::format("{}x{}x{}", bt.bm, bt.bn, bt.warps)},
+                            {"device", prop.name},
+                            {"date", today()}};
+        const std::string line = j.dump();
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+        if (file.is_open()) file << line << "\n";
+      }
+    }
+  }
+  return 0;
+}
+
+#else
+
+int run_bench_attention(const BenchAttentionOptions& o) {
+  validate(o);  // still validates the options
+  std::fprintf(stderr, "seqpar: error: bench attention needs the CUDA backend (this build has -DSEQPAR_CUDA=OFF)\n");
+  return 1;
+}
+
+#endif
+
+}  // namespace seqpar
