@@ -1,4 +1,5 @@
-// CUDA side of core/: the caching device allocator, cross-device copies, zero-fill.
+// CUDA side of core/: the caching device allocator, cross-device copies, zero-fill. Copies and
+// fills are queued on the calling thread's current stream (core/cuda/stream.h).
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/cuda/stream.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 
@@ -103,7 +105,24 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
     std::memmove(dst, src, n);
     return;
   }
-  SEQPAR_CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyDefault));
+  cudaStream_t stream = current_stream();
+  SEQPAR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream));
+  // A copy that touches host memory returns with the bytes in place (callers read or reuse the
+  // host buffer at once); a device-to-device copy stays queued, ordered with the stream's kernels.
+  if (dst_dev.is_cpu() || src_dev.is_cpu()) SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void copy_bytes_2d(void* dst, size_t dst_pitch, Device dst_dev, const void* src, size_t src_pitch, Device src_dev,
+                   size_t width, size_t rows) {
+  if (width == 0 || rows == 0) return;
+  if (dst_dev.is_cpu() && src_dev.is_cpu()) {
+    for (size_t i = 0; i < rows; ++i)
+      std::memcpy(static_cast<char*>(dst) + i * dst_pitch, static_cast<const char*>(src) + i * src_pitch, width);
+    return;
+  }
+  cudaStream_t stream = current_stream();
+  SEQPAR_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, stream));
+  if (dst_dev.is_cpu() || src_dev.is_cpu()) SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));  // as copy_bytes
 }
 
 void Tensor::zero() {
@@ -111,7 +130,7 @@ void Tensor::zero() {
   if (device_.is_cpu()) {
     std::memset(raw(), 0, nbytes());
   } else {
-    SEQPAR_CUDA_CHECK(cudaMemset(raw(), 0, nbytes()));
+    SEQPAR_CUDA_CHECK(cudaMemsetAsync(raw(), 0, nbytes(), current_stream()));
   }
 }
 

@@ -26,4 +26,13 @@ double sum_squares(const Tensor& x);
 void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
                 float grad_scale);
 
+// CUDA only (no CPU twin in ops.h): out = in converted between f32 and bf16 (round to nearest
+// even), or copied when the dtypes match. Same shape, same device.
+void cast(Tensor& out, const Tensor& in);
+
+// matmul's cuBLASLt algorithm choice, per shape: the heuristic's first pick (default), or, once
+// enabled, the fastest of its first 8 candidates, timed on the first call of each new shape (that
+// call synchronises the stream and takes a scratch buffer of out's size from the pool).
+void set_matmul_autotune(bool on);
+
 }  // namespace seqpar::cuda_ops

@@ -1,0 +1,80 @@
+// Raw-pointer launchers of the CUDA kernels in this folder (*.cu). No Tensor and no fmt: nvcc
+// compiles the files that define them. ops_cuda.cpp checks shapes, dtypes and devices, then calls
+// these. Every launcher queues its kernels on `stream` and checks each launch; none synchronises.
+//
+// Element types: "float" arguments (DType) are kF32 or kBF16; arithmetic is f32 throughout.
+// `err` is a device int[3] error slot (common.cuh, report_error): kernels that validate indices
+// set it instead of reading out of bounds, and the entry reads it back and throws.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace seqpar::cuda_kernels {
+
+// Multiprocessors of the current device (cached per device).
+int num_sms();
+
+// out[t, :] = wte[ids[t], :]. out [T, C], wte [V, C], ids [T].
+void embedding_forward(void* out, DType out_dt, const int32_t* ids, const void* wte, DType wte_dt, int64_t T,
+                       int64_t C, int64_t V, int* err, cudaStream_t stream);
+// dwte[ids[t], :] += dout[t, :], deterministic (see embedding.cu).
+void embedding_backward(void* dwte, DType dwte_dt, const void* dout, DType dout_dt, const int32_t* ids, int64_t T,
+                        int64_t C, int64_t V, int* err, cudaStream_t stream);
+
+// out/inp [T, C] (x_dt), weight [C] (w_dt), rstd f32 [T].
+void rmsnorm_forward(void* out, float* rstd, const void* inp, DType x_dt, const void* weight, DType w_dt, int64_t T,
+                     int64_t C, float eps, cudaStream_t stream);
+// Blocks of the first backward pass: `partials` must hold rmsnorm_backward_blocks(T) * C floats.
+int rmsnorm_backward_blocks(int64_t T);
+// dinp (=), dweight (+=, dw_dt). dinp/dout/inp share x_dt.
+void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, const void* dout, const void* inp,
+                      DType x_dt, const void* weight, DType w_dt, const float* rstd, int64_t T, int64_t C,
+                      cudaStream_t stream);
+
+// x [T, H, D] rotated in place by +angle (inverse = false) or -angle (inverse = true).
+void rope(void* x, DType dt, const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D,
+          bool inverse, cudaStream_t stream);
+
+// n elements each, one dtype.
+void swiglu_forward(void* out, const void* gate, const void* up, DType dt, int64_t n, cudaStream_t stream);
+void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up, DType dt, int64_t n,
+                     cudaStream_t stream);
+
+// logits [T, V] (dt), targets [T], losses f32 [T]. dlogits has the dtype of logits and may alias it.
+void cross_entropy_forward(float* losses, const void* logits, DType dt, const int32_t* targets, int64_t T, int64_t V,
+                           int* err, cudaStream_t stream);
+void cross_entropy_backward(void* dlogits, const void* logits, DType dt, const int32_t* targets, float dloss,
+                            int64_t T, int64_t V, int* err, cudaStream_t stream);
+
+// Elementwise over n elements.
+void add_inplace(void* y, DType y_dt, const void* x, DType x_dt, int64_t n, cudaStream_t stream);
+void scale_inplace(void* y, DType dt, float s, int64_t n, cudaStream_t stream);
+void cast(void* out, DType out_dt, const void* in, DType in_dt, int64_t n, cudaStream_t stream);
+// Uniform in [lo, hi) from a counter-based hash of (seed, index): same values on any launch shape.
+void fill_uniform(void* out, DType dt, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
+
+// Sum of squares in double, deterministic (fixed grid, fixed reduction order). `scratch` holds
+// kSumSquaresBlocks + 1 doubles; the result lands in scratch[kSumSquaresBlocks].
+inline constexpr int kSumSquaresBlocks = 1024;
+void sum_squares(double* scratch, const void* x, DType dt, int64_t n, cudaStream_t stream);
+
+// AdamW on n elements: param/m/v f32, grad (g_dt). The scalars are cpu::AdamWScalars's (computed
+// in double the way torch does, rounded once to f32), so both backends see the same constants.
+struct AdamWArgs {
+  float decay;                  // 1 - lr * weight_decay
+  float one_minus_beta1;        // lerp weight of m towards g
+  float beta2;
+  float one_minus_beta2;
+  float neg_step_size;          // -lr / (1 - beta1^step)
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+  float eps;
+  float grad_scale;
+};
+void adamw(float* param, float* m, float* v, const void* grad, DType g_dt, int64_t n, const AdamWArgs& args,
+           cudaStream_t stream);
+
+}  // namespace seqpar::cuda_kernels

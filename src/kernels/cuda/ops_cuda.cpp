@@ -1,0 +1,357 @@
+// Tensor-level CUDA entries of kernels/ops.h (matmul is in matmul.cpp): device, dtype and shape
+// checks, then the raw launchers of launchers.h on the calling thread's current stream.
+#include "kernels/cuda/ops_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "core/cuda/stream.h"
+#include "core/cuda_check.h"
+#include "kernels/cpu/adamw.h"
+#include "kernels/cuda/launchers.h"
+
+namespace seqpar::cuda_ops {
+
+namespace {
+
+bool is_float(DType d) { return d == DType::kF32 || d == DType::kBF16; }
+
+// Every tensor defined and on the same CUDA device as the first; makes that device current for
+// the scope (restoring the previous one).
+class DeviceScope {
+ public:
+  DeviceScope(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
+    const Tensor* first = tensors.begin()->second;
+    for (const auto& [name, t] : tensors) {
+      SEQPAR_CHECK(t->defined(), "{}: {} is undefined", op, name);
+      SEQPAR_CHECK(t->device().is_cuda() && t->device() == first->device(),
+                   "{}: {} is {}; every tensor must be on {} (a CUDA device)", op, name, t->str(),
+                   first->device().str());
+    }
+    SEQPAR_CUDA_CHECK(cudaGetDevice(&prev_));
+    dev_ = first->device().index;
+    if (prev_ != dev_) SEQPAR_CUDA_CHECK(cudaSetDevice(dev_));
+  }
+  ~DeviceScope() {
+    if (prev_ != dev_) cudaSetDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int prev_ = 0, dev_ = 0;
+};
+
+void check_float(const Tensor& t, const char* op, const char* name) {
+  SEQPAR_CHECK(is_float(t.dtype()), "{}: {} is {}; expected f32 or bf16", op, name, t.str());
+}
+
+// The device error slot (launchers.h) of this thread and device: int[3], zero until a kernel
+// reports bad input. Reading it synchronises the stream.
+class ErrorSlot {
+ public:
+  ErrorSlot() {
+    SEQPAR_CUDA_CHECK(cudaMalloc(&dev_, 3 * sizeof(int)));
+    SEQPAR_CUDA_CHECK(cudaMemset(dev_, 0, 3 * sizeof(int)));
+    SEQPAR_CUDA_CHECK(cudaMallocHost(&host_, 3 * sizeof(int)));
+  }
+  ~ErrorSlot() {  // no checks: may run at exit
+    cudaFree(dev_);
+    cudaFreeHost(host_);
+  }
+  ErrorSlot(const ErrorSlot&) = delete;
+  ErrorSlot& operator=(const ErrorSlot&) = delete;
+
+  int* device_ptr() const { return dev_; }
+
+  // Waits for the stream; if a kernel reported, clears the slot and returns true with where/value.
+  bool fetch(cudaStream_t stream, int& where, int& value) {
+    SEQPAR_CUDA_CHECK(cudaMemcpyAsync(host_, dev_, 3 * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (host_[0] == 0) return false;
+    where = host_[1];
+    value = host_[2];
+    SEQPAR_CUDA_CHECK(cudaMemsetAsync(dev_, 0, 3 * sizeof(int), stream));
+    return true;
+  }
+
+ private:
+  int* dev_ = nullptr;
+  int* host_ = nullptr;
+};
+
+ErrorSlot& error_slot(int device) {
+  thread_local std::map<int, std::unique_ptr<ErrorSlot>> slots;
+  auto& s = slots[device];
+  if (!s) s = std::make_unique<ErrorSlot>();  // allocated on the current device (DeviceScope)
+  return *s;
+}
+
+// The same InputErrors as the CPU checks (kernels/cpu/embedding.cpp, cross_entropy.cpp). The
+// kernels report the first bad token they meet, which need not be the lowest index.
+[[noreturn]] void throw_bad_id(const char* op, int token, int id, int64_t V) {
+  throw InputError(fmt::format("{}: token {} has id {}, outside the vocabulary [0, V={}) (was the data tokenized "
+                               "for a larger vocab_size than the model's?)",
+                               op, token, id, V));
+}
+
+[[noreturn]] void throw_bad_target(const char* op, int token, int target, int64_t V) {
+  throw InputError(fmt::format("{}: token {} has target {}, outside the vocabulary [0, V={}) and not the ignore "
+                               "index {}",
+                               op, token, target, V, kIgnoreIndex));
+}
+
+// Scratch device bytes from the caching pool, returned when the scope ends. Returning them
+// before the queued kernels ran is safe for reuse on the same stream (stream order).
+class Scratch {
+ public:
+  Scratch(Device dev, size_t bytes) : alloc_(allocator_for(dev)), bytes_(bytes), ptr_(alloc_.allocate(bytes)) {}
+  ~Scratch() { alloc_.deallocate(ptr_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  Allocator& alloc_;
+  size_t bytes_;
+  void* ptr_;
+};
+
+}  // namespace
+
+// ---- embedding ----------------------------------------------------------------------------
+
+void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte) {
+  DeviceScope scope("embedding_forward", {{"out", &out}, {"ids", &ids}, {"wte", &wte}});
+  check_dtype(ids, DType::kI32, "embedding_forward ids");
+  check_float(out, "embedding_forward", "out");
+  check_float(wte, "embedding_forward", "wte");
+  SEQPAR_CHECK(wte.ndim() == 2, "embedding_forward: wte must be [V, C], got {}", wte.str());
+  const int64_t T = ids.numel(), V = wte.dim(0), C = wte.dim(1);
+  check_shape(ids, {T}, "embedding_forward ids");
+  check_shape(out, {T, C}, "embedding_forward out");
+  cudaStream_t stream = current_stream();
+  ErrorSlot& err = error_slot(out.device().index);
+  cuda_kernels::embedding_forward(out.raw(), out.dtype(), ids.data<int32_t>(), wte.raw(), wte.dtype(), T, C, V,
+                                  err.device_ptr(), stream);
+  int where = 0, value = 0;
+  if (err.fetch(stream, where, value)) throw_bad_id("embedding_forward", where, value, V);
+}
+
+void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& ids) {
+  DeviceScope scope("embedding_backward", {{"dwte", &dwte}, {"dout", &dout}, {"ids", &ids}});
+  check_dtype(ids, DType::kI32, "embedding_backward ids");
+  check_float(dwte, "embedding_backward", "dwte");
+  check_float(dout, "embedding_backward", "dout");
+  SEQPAR_CHECK(dwte.ndim() == 2, "embedding_backward: dwte must be [V, C], got {}", dwte.str());
+  const int64_t T = ids.numel(), V = dwte.dim(0), C = dwte.dim(1);
+  check_shape(ids, {T}, "embedding_backward ids");
+  check_shape(dout, {T, C}, "embedding_backward dout");
+  cudaStream_t stream = current_stream();
+  ErrorSlot& err = error_slot(dwte.device().index);
+  cuda_kernels::embedding_backward(dwte.raw(), dwte.dtype(), dout.raw(), dout.dtype(), ids.data<int32_t>(), T, C, V,
+                                   err.device_ptr(), stream);
+  int where = 0, value = 0;
+  if (err.fetch(stream, where, value)) throw_bad_id("embedding_backward", where, value, V);
+}
+
+// ---- RMSNorm ------------------------------------------------------------------------------
+
+// Rows of C = the last dim; every leading dim is folded into T.
+void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps) {
+  DeviceScope scope("rmsnorm_forward", {{"out", &out}, {"rstd", &rstd}, {"inp", &inp}, {"weight", &weight}});
+  check_float(inp, "rmsnorm_forward", "inp");
+  check_float(weight, "rmsnorm_forward", "weight");
+  check_dtype(out, inp.dtype(), "rmsnorm_forward out");
+  check_dtype(rstd, DType::kF32, "rmsnorm_forward rstd");
+  SEQPAR_CHECK(inp.ndim() >= 1 && inp.dim(-1) > 0, "rmsnorm_forward: inp {} has no rows", inp.str());
+  const int64_t C = inp.dim(-1), T = inp.numel() / C;
+  check_shape(out, inp.shape(), "rmsnorm_forward out");
+  check_shape(weight, {C}, "rmsnorm_forward weight");
+  SEQPAR_CHECK(rstd.numel() == T, "rmsnorm_forward: rstd {} must hold {} rows", rstd.str(), T);
+  cuda_kernels::rmsnorm_forward(out.raw(), rstd.data<float>(), inp.raw(), inp.dtype(), weight.raw(), weight.dtype(),
+                                T, C, eps, current_stream());
+}
+
+void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                      const Tensor& rstd) {
+  DeviceScope scope("rmsnorm_backward", {{"dinp", &dinp},
+                                         {"dweight", &dweight},
+                                         {"dout", &dout},
+                                         {"inp", &inp},
+                                         {"weight", &weight},
+                                         {"rstd", &rstd}});
+  check_float(inp, "rmsnorm_backward", "inp");
+  check_float(weight, "rmsnorm_backward", "weight");
+  check_float(dweight, "rmsnorm_backward", "dweight");
+  check_dtype(dinp, inp.dtype(), "rmsnorm_backward dinp");
+  check_dtype(dout, inp.dtype(), "rmsnorm_backward dout");
+  check_dtype(rstd, DType::kF32, "rmsnorm_backward rstd");
+  SEQPAR_CHECK(inp.ndim() >= 1 && inp.dim(-1) > 0, "rmsnorm_backward: inp {} has no rows", inp.str());
+  const int64_t C = inp.dim(-1), T = inp.numel() / C;
+  check_shape(dinp, inp.shape(), "rmsnorm_backward dinp");
+  check_shape(dout, inp.shape(), "rmsnorm_backward dout");
+  check_shape(weight, {C}, "rmsnorm_backward weight");
+  check_shape(dweight, {C}, "rmsnorm_backward dweight");
+  SEQPAR_CHECK(rstd.numel() == T, "rmsnorm_backward: rstd {} must hold {} rows", rstd.str(), T);
+  // The per-block dweight partials live in shared memory while a block works: C floats.
+  SEQPAR_CHECK(C <= 48 * 1024, "rmsnorm_backward: C={} exceeds the supported 49152 (shared-memory partials)", C);
+  const int blocks = cuda_kernels::rmsnorm_backward_blocks(T);
+  Scratch partials(inp.device(), static_cast<size_t>(blocks) * C * sizeof(float));
+  cuda_kernels::rmsnorm_backward(dinp.raw(), dweight.raw(), dweight.dtype(), static_cast<float*>(partials.get()),
+                                 dout.raw(), inp.raw(), inp.dtype(), weight.raw(), weight.dtype(), rstd.data<float>(),
+                                 T, C, current_stream());
+}
+
+// ---- RoPE ---------------------------------------------------------------------------------
+
+namespace {
+void rope_apply(const char* op, Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, bool inverse) {
+  DeviceScope scope(op, {{"x", &x}, {"position_ids", &position_ids}, {"inv_freq", &inv_freq}});
+  check_float(x, op, "x");
+  check_dtype(position_ids, DType::kI32, "rope position_ids");
+  check_dtype(inv_freq, DType::kF32, "rope inv_freq");
+  SEQPAR_CHECK(x.ndim() == 3, "{}: x must be [T, H, D], got {}", op, x.str());
+  const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2);
+  SEQPAR_CHECK(D % 2 == 0, "{}: head_dim D={} must be even", op, D);
+  check_shape(position_ids, {T}, "rope position_ids");
+  check_shape(inv_freq, {D / 2}, "rope inv_freq");
+  cuda_kernels::rope(x.raw(), x.dtype(), position_ids.data<int32_t>(), inv_freq.data<float>(), T, H, D, inverse,
+                     current_stream());
+}
+}  // namespace
+
+void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq) {
+  rope_apply("rope_forward", x, position_ids, inv_freq, false);
+}
+
+void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq) {
+  rope_apply("rope_backward", dx, position_ids, inv_freq, true);
+}
+
+// ---- SwiGLU -------------------------------------------------------------------------------
+
+void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
+  DeviceScope scope("swiglu_forward", {{"out", &out}, {"gate", &gate}, {"up", &up}});
+  check_float(gate, "swiglu_forward", "gate");
+  check_dtype(up, gate.dtype(), "swiglu_forward up");
+  check_dtype(out, gate.dtype(), "swiglu_forward out");
+  check_shape(up, gate.shape(), "swiglu_forward up");
+  check_shape(out, gate.shape(), "swiglu_forward out");
+  cuda_kernels::swiglu_forward(out.raw(), gate.raw(), up.raw(), gate.dtype(), gate.numel(), current_stream());
+}
+
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up) {
+  DeviceScope scope("swiglu_backward",
+                    {{"dgate", &dgate}, {"dup", &dup}, {"dout", &dout}, {"gate", &gate}, {"up", &up}});
+  check_float(gate, "swiglu_backward", "gate");
+  const std::pair<const char*, const Tensor*> others[] = {
+      {"swiglu_backward dgate", &dgate}, {"swiglu_backward dup", &dup}, {"swiglu_backward dout", &dout},
+      {"swiglu_backward up", &up}};
+  for (const auto& [name, t] : others) {
+    check_dtype(*t, gate.dtype(), name);
+    check_shape(*t, gate.shape(), name);
+  }
+  cuda_kernels::swiglu_backward(dgate.raw(), dup.raw(), dout.raw(), gate.raw(), up.raw(), gate.dtype(), gate.numel(),
+                                current_stream());
+}
+
+// ---- cross-entropy ------------------------------------------------------------------------
+
+void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets) {
+  DeviceScope scope("cross_entropy_forward", {{"losses", &losses}, {"logits", &logits}, {"targets", &targets}});
+  check_float(logits, "cross_entropy_forward", "logits");
+  check_dtype(targets, DType::kI32, "cross_entropy_forward targets");
+  check_dtype(losses, DType::kF32, "cross_entropy_forward losses");
+  SEQPAR_CHECK(logits.ndim() == 2, "cross_entropy_forward: logits must be [T, V], got {}", logits.str());
+  const int64_t T = logits.dim(0), V = logits.dim(1);
+  check_shape(targets, {T}, "cross_entropy_forward targets");
+  check_shape(losses, {T}, "cross_entropy_forward losses");
+  cudaStream_t stream = current_stream();
+  ErrorSlot& err = error_slot(logits.device().index);
+  cuda_kernels::cross_entropy_forward(losses.data<float>(), logits.raw(), logits.dtype(), targets.data<int32_t>(), T,
+                                      V, err.device_ptr(), stream);
+  int where = 0, value = 0;
+  if (err.fetch(stream, where, value)) throw_bad_target("cross_entropy_forward", where, value, V);
+}
+
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss) {
+  DeviceScope scope("cross_entropy_backward", {{"dlogits", &dlogits}, {"logits", &logits}, {"targets", &targets}});
+  check_float(logits, "cross_entropy_backward", "logits");
+  check_dtype(dlogits, logits.dtype(), "cross_entropy_backward dlogits");
+  check_dtype(targets, DType::kI32, "cross_entropy_backward targets");
+  SEQPAR_CHECK(logits.ndim() == 2, "cross_entropy_backward: logits must be [T, V], got {}", logits.str());
+  const int64_t T = logits.dim(0), V = logits.dim(1);
+  check_shape(dlogits, logits.shape(), "cross_entropy_backward dlogits");
+  check_shape(targets, {T}, "cross_entropy_backward targets");
+  cudaStream_t stream = current_stream();
+  ErrorSlot& err = error_slot(logits.device().index);
+  cuda_kernels::cross_entropy_backward(dlogits.raw(), logits.raw(), logits.dtype(), targets.data<int32_t>(), dloss,
+                                       T, V, err.device_ptr(), stream);
+  int where = 0, value = 0;
+  if (err.fetch(stream, where, value)) throw_bad_target("cross_entropy_backward", where, value, V);
+}
+
+// ---- elementwise --------------------------------------------------------------------------
+
+void add_inplace(Tensor& y, const Tensor& x) {
+  DeviceScope scope("add_inplace", {{"y", &y}, {"x", &x}});
+  check_float(y, "add_inplace", "y");
+  check_float(x, "add_inplace", "x");
+  check_shape(x, y.shape(), "add_inplace x");
+  cuda_kernels::add_inplace(y.raw(), y.dtype(), x.raw(), x.dtype(), y.numel(), current_stream());
+}
+
+void scale_inplace(Tensor& y, float s) {
+  DeviceScope scope("scale_inplace", {{"y", &y}});
+  check_float(y, "scale_inplace", "y");
+  cuda_kernels::scale_inplace(y.raw(), y.dtype(), s, y.numel(), current_stream());
+}
+
+void cast(Tensor& out, const Tensor& in) {
+  DeviceScope scope("cast", {{"out", &out}, {"in", &in}});
+  check_float(out, "cast", "out");
+  check_float(in, "cast", "in");
+  check_shape(out, in.shape(), "cast out");
+  cuda_kernels::cast(out.raw(), out.dtype(), in.raw(), in.dtype(), in.numel(), current_stream());
+}
+
+double sum_squares(const Tensor& x) {
+  DeviceScope scope("sum_squares", {{"x", &x}});
+  check_float(x, "sum_squares", "x");
+  if (x.numel() == 0) return 0.0;
+  cudaStream_t stream = current_stream();
+  Scratch scratch(x.device(), (cuda_kernels::kSumSquaresBlocks + 1) * sizeof(double));
+  auto* partials = static_cast<double*>(scratch.get());
+  cuda_kernels::sum_squares(partials, x.raw(), x.dtype(), x.numel(), stream);
+  double result = 0.0;
+  SEQPAR_CUDA_CHECK(cudaMemcpyAsync(&result, partials + cuda_kernels::kSumSquaresBlocks, sizeof(double),
+                                    cudaMemcpyDeviceToHost, stream));
+  SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return result;
+}
+
+// ---- AdamW --------------------------------------------------------------------------------
+
+void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
+                float grad_scale) {
+  DeviceScope scope("adamw_step", {{"param", &param}, {"m", &m}, {"v", &v}, {"grad", &grad}});
+  check_dtype(param, DType::kF32, "adamw_step param");
+  check_dtype(m, DType::kF32, "adamw_step m");
+  check_dtype(v, DType::kF32, "adamw_step v");
+  check_float(grad, "adamw_step", "grad");
+  check_shape(m, param.shape(), "adamw_step m");
+  check_shape(v, param.shape(), "adamw_step v");
+  check_shape(grad, param.shape(), "adamw_step grad");
+  const cpu::AdamWScalars s =
+      cpu::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step, grad_scale);
+  const cuda_kernels::AdamWArgs args{s.decay,         s.one_minus_beta1, s.beta2, s.one_minus_beta2,
+                                     s.neg_step_size, s.bias_correction2_sqrt, s.eps, s.grad_scale};
+  cuda_kernels::adamw(param.data<float>(), m.data<float>(), v.data<float>(), grad.raw(), grad.dtype(), param.numel(),
+                      args, current_stream());
+}
+
+}  // namespace seqpar::cuda_ops
