@@ -1,10 +1,12 @@
 // seqpar train: the training loop. With no arguments: the embedded demo (a tiny Llama learns
 // associative recall across a sequence split over 4 in-process ranks).
+#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/log.h"
+#include "train/config_resolve.h"
 #include "train/trainer.h"
 
 namespace seqpar {
@@ -14,13 +16,27 @@ namespace {
 struct TrainArgs {
   TrainConfig config;
   std::string sp_mode = "ulysses", layout = "zigzag";
+  std::string deepspeed_config, accelerate_config;
+  bool print_config = false;
 };
 
-void run(TrainArgs& a) {
-  TrainConfig& c = a.config;
-  c.sp_mode = parse_sp_mode(a.sp_mode, "--sp-mode");
-  c.layout = parse_sp_layout(a.layout, "--sp-layout");
+void run(TrainArgs& a, const CLI::App& command) {
+  // defaults < DeepSpeed JSON < Accelerate YAML < the flags given (train/config_resolve.h).
+  CommandLine cli;
+  cli.values = a.config;
+  cli.values.sp_mode = parse_sp_mode(a.sp_mode, "--sp-mode");
+  cli.values.layout = parse_sp_layout(a.layout, "--sp-layout");
+  for (const CLI::Option* o : command.get_options())
+    if (o->count() > 0) cli.given.insert(o->get_name());
+  ResolvedConfig resolved = resolve_train_config(cli, a.deepspeed_config, a.accelerate_config);
+  TrainConfig& c = resolved.train;
   if (c.model_dir.empty()) c.model = demo_model_config();
+  c.validate();
+  if (a.print_config) {
+    std::fputs(format_resolved_config(resolved).c_str(), stdout);
+    return;
+  }
+  for (const std::string& w : resolved.warnings) log_warn("{}", w);
   TrainResult r = run_training(c);
   if (!r.eval_accuracy.empty()) {
     log_info("done: {} steps, final loss {:.4f}, recall accuracy {:.1f}%, {:.0f} tokens/s", r.steps_run,
@@ -76,8 +92,14 @@ void add_train_command(CLI::App& app, int& rc) {
   t->add_option("--stop-at-accuracy", c.stop_at_accuracy, "stop once eval accuracy reaches this (0 = never)")
       ->capture_default_str();
   t->add_option("--metrics-out", c.metrics_out, "JSONL metrics file (loss, tokens/s per log step; eval accuracy)");
-  t->callback([args, &rc] {
-    run(*args);
+  t->add_option("--config,--deepspeed", args->deepspeed_config,
+                "DeepSpeed JSON config (batch sizes, optimizer, scheduler, ...; docs/configs.md)");
+  t->add_option("--accelerate-config", args->accelerate_config,
+                "Accelerate YAML config (num_processes, parallelism_config, deepspeed_config_file; docs/configs.md)");
+  t->add_flag("--print-config", args->print_config,
+              "print the resolved configuration (each setting, its value and its source) and exit");
+  t->callback([args, t, &rc] {
+    run(*args, *t);
     rc = 0;
   });
 }

@@ -288,6 +288,28 @@ void add_inplace(Tensor& y, const Tensor& x) {
   cpu::add_inplace(f32(y), f32(x), y.numel());
 }
 
+void cast(Tensor& out, const Tensor& in) {
+  const char* op = "cast";
+  const Arg a_out{"out", out}, a_in{"in", in};
+  const Device dev = op_device(op, {a_out, a_in});
+  expect_shape(op, a_in, out.shape(), "out's shape");
+  for (const Arg& a : {a_out, a_in})
+    SEQPAR_CHECK(a.t.dtype() == DType::kF32 || a.t.dtype() == DType::kBF16, "{}: {} is {}, expected f32 or bf16", op,
+                 a.name, a.t.str());
+  SEQPAR_DISPATCH_CUDA(dev, cast(out, in));
+  if (out.dtype() == in.dtype()) {
+    out.copy_from(in);
+  } else if (out.dtype() == DType::kBF16) {
+    const float* src = in.data<float>();
+    bf16* dst = out.data<bf16>();
+    for (int64_t i = 0; i < in.numel(); ++i) dst[i] = f32_to_bf16(src[i]);
+  } else {
+    const bf16* src = in.data<bf16>();
+    float* dst = out.data<float>();
+    for (int64_t i = 0; i < in.numel(); ++i) dst[i] = bf16_to_f32(src[i]);
+  }
+}
+
 void scale_inplace(Tensor& y, float s) {
   const char* op = "scale_inplace";
   const Arg a_y{"y", y};

@@ -66,6 +66,9 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
 // ---- elementwise ------------------------------------------------------------------------
 void add_inplace(Tensor& y, const Tensor& x);  // y += x (same shape)
 void scale_inplace(Tensor& y, float s);        // y *= s
+// out = in converted between f32 and bf16 (round to nearest even), or copied when the dtypes
+// match; same shape and device (e.g. f32 master weights -> bf16 compute weights).
+void cast(Tensor& out, const Tensor& in);
 // Sum of squares of all elements, accumulated in double (for the global grad norm).
 double sum_squares(const Tensor& x);
 

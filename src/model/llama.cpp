@@ -109,10 +109,12 @@ struct LlamaModel::Acts {
   Tensor logits;   // [T, V] f32
 };
 
-LlamaModel::LlamaModel(const LlamaConfig& config, Device device) : config_(config), device_(device) {
+LlamaModel::LlamaModel(const LlamaConfig& config, Device device, DType dtype)
+    : config_(config), device_(device), dtype_(dtype) {
   config_.validate();
-  params_ = LlamaParams::zeros(config_, DType::kF32, device_);
-  grads_ = LlamaParams::zeros(config_, DType::kF32, device_);
+  SEQPAR_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "model dtype {} (f32 or bf16)", dtype_name(dtype));
+  params_ = LlamaParams::zeros(config_, dtype_, device_);
+  grads_ = LlamaParams::zeros(config_, DType::kF32, device_);  // f32 whatever the compute dtype
   std::vector<float> inv = rope_inv_freq(config_);
   inv_freq_ = Tensor::from_vector<float>({static_cast<int64_t>(inv.size())}, inv).to(device_);
 }
@@ -127,7 +129,7 @@ LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Ten
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   check_shape(batch.position_ids, {T}, "position_ids");
   check_shape(batch.targets, {T}, "targets");
-  const DType act = DType::kF32;
+  const DType act = dtype_;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
 
   acts_ = std::make_shared<Acts>();
@@ -177,7 +179,7 @@ LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Ten
   a.rstd_f = Tensor::empty({T}, DType::kF32, device_);
   a.xn_f = Tensor::empty({T, C}, act, device_);
   rmsnorm_forward(a.xn_f, a.rstd_f, x, params_.final_norm, static_cast<float>(c.rms_norm_eps));
-  a.logits = Tensor::empty({T, V}, DType::kF32, device_);
+  a.logits = Tensor::empty({T, V}, act, device_);
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
   linear_forward(a.logits, a.xn_f, head);
 
@@ -201,10 +203,10 @@ void LlamaModel::backward(float dloss) {
   Acts& a = *acts_;
   const int64_t T = a.batch.input_ids.numel(), C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
-  const DType act = DType::kF32;
+  const DType act = dtype_;
 
   // LM head and final norm.
-  Tensor dlogits = Tensor::empty({T, V}, DType::kF32, device_);
+  Tensor dlogits = Tensor::empty({T, V}, act, device_);
   cross_entropy_backward(dlogits, a.logits, a.batch.targets, dloss);
   a.logits = Tensor();
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;

@@ -57,16 +57,20 @@ struct LossStats {
 
 class LlamaModel {
  public:
-  LlamaModel(const LlamaConfig& config, Device device = Device::cpu());
+  // dtype: of the compute weights and activations (f32 on the CPU; bf16 on CUDA). Gradients are
+  // always f32 (accumulated across micro-batches and ranks); f32 master weights live in the
+  // optimizer.
+  LlamaModel(const LlamaConfig& config, Device device = Device::cpu(), DType dtype = DType::kF32);
 
   const LlamaConfig& config() const { return config_; }
   Device device() const { return device_; }
+  DType dtype() const { return dtype_; }
   LlamaParams& params() { return params_; }
   LlamaParams& grads() { return grads_; }
   void zero_grads();
 
   // Forward over this rank's tokens; keeps what backward needs (the whole activation set: the
-  // `keep` policy). If logits is given it receives [T, V] f32.
+  // `keep` policy). If logits is given it receives [T, V] in the model's dtype.
   LossStats forward(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr);
   // Backward of loss = dloss * Σ_t losses[t] (dloss = 1 / global good tokens): parameter
   // gradients accumulate (+=) into grads(). Must follow forward(); attention is the same object.
@@ -78,6 +82,7 @@ class LlamaModel {
 
   LlamaConfig config_;
   Device device_;
+  DType dtype_;
   LlamaParams params_;
   LlamaParams grads_;
   Tensor inv_freq_;  // f32 [D/2]

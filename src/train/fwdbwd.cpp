@@ -72,15 +72,16 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
 
   std::vector<std::pair<std::string, Tensor>> out;
   std::mutex out_mu;
+  std::vector<std::pair<std::string, Tensor>> params_after;
   if (P > 1) set_cpu_gemm_threads(1);
   run_local_ranks(P, [&](Communicator& world) {
     DeviceMesh mesh(world, mesh_shape);
     const int r = mesh.sp_rank();
     const Shard& shard = batch.shards[r];
-    LlamaModel model(config, opt.device);
+    LlamaModel model(config, opt.device, opt.device.is_cuda() ? DType::kBF16 : DType::kF32);
     auto dst = model.params().named();
     auto src = reference->params().named();
-    for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(*src[i].second);
+    for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
 
     LlamaBatch lb{i32_tensor(shard.input_ids).to(opt.device), i32_tensor(shard.position_ids).to(opt.device),
                   i32_tensor(shard.targets).to(opt.device)};
@@ -107,25 +108,30 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
     for (auto& [name, g] : model.grads().named()) world.all_reduce(*g, ReduceOp::kSum);
 
     // Gather the logits of every rank (rank order), then put them back in stream order.
-    Tensor all_logits = Tensor::empty({batch.padded_len, V}, DType::kF32, opt.device);
-    world.all_gather(all_logits, logits.to(Device::cpu()).to(opt.device));
+    Tensor all_logits = Tensor::empty({batch.padded_len, V}, logits.dtype(), opt.device);
+    world.all_gather(all_logits, logits);
     double total_norm = 0;
     if (opt.optimizer_step) {
-      AdamW adamw(config, opt.optimizer, opt.device);
+      AdamW adamw(config, opt.optimizer, model.params(), opt.device);
       total_norm = AdamW::grad_norm(model.grads());
       adamw.step(model.params(), model.grads(), total_norm);
+      if (r == 0) {  // the f32 weights (the master copy on bf16 models)
+        std::lock_guard<std::mutex> lock(out_mu);
+        for (auto& [name, p] : adamw.weights(model.params()).named())
+          params_after.emplace_back("param." + name, p->to(Device::cpu()));
+      }
     }
     if (r != 0) return;
     std::vector<Tensor> per_rank;
     for (int p = 0; p < P; ++p) per_rank.push_back(all_logits.rows(p * batch.shard_len(), (p + 1) * batch.shard_len()));
-    Tensor stream = batch.gather(per_rank);  // [S_padded, V] host
+    Tensor stream = batch.gather(per_rank).to_dtype(DType::kF32);  // [S_padded, V] host
     std::lock_guard<std::mutex> lock(out_mu);
     out.emplace_back("logits", stream.rows(0, B * S).clone().view({B, S, V}));
     out.emplace_back("loss", Tensor::from_vector<float>({1}, {good > 0 ? static_cast<float>(loss_sum / good) : 0.f}));
     for (auto& [name, g] : model.grads().named()) out.emplace_back("grad." + name, g->to(Device::cpu()));
     if (opt.optimizer_step) {
       out.emplace_back("grad_norm", Tensor::from_vector<float>({1}, {static_cast<float>(total_norm)}));
-      for (auto& [name, p] : model.params().named()) out.emplace_back("param." + name, p->to(Device::cpu()));
+      for (auto& named : params_after) out.push_back(std::move(named));
     }
   });
   return out;

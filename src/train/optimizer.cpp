@@ -4,10 +4,18 @@
 
 namespace seqpar {
 
-AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, Device device)
+AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, const LlamaParams& params,
+             Device device)
     : config_(config),
       m_(LlamaParams::zeros(model_config, DType::kF32, device)),
-      v_(LlamaParams::zeros(model_config, DType::kF32, device)) {}
+      v_(LlamaParams::zeros(model_config, DType::kF32, device)) {
+  const auto named = params.named();
+  has_master_ = !named.empty() && named.front().second->dtype() != DType::kF32;
+  if (!has_master_) return;
+  master_ = LlamaParams::zeros(model_config, DType::kF32, device);
+  auto dst = master_.named();
+  for (size_t i = 0; i < dst.size(); ++i) cast(*dst[i].second, *named[i].second);
+}
 
 double AdamW::grad_norm(LlamaParams& grads) {
   double ss = 0;
@@ -22,8 +30,11 @@ float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm) {
   auto g = grads.named();
   auto m = m_.named();
   auto v = v_.named();
-  for (size_t i = 0; i < p.size(); ++i) adamw_step(*p[i].second, *m[i].second, *v[i].second, *g[i].second,
-                                                   config_.adamw, step_, coef);
+  auto w = weights(params).named();
+  for (size_t i = 0; i < p.size(); ++i) {
+    adamw_step(*w[i].second, *m[i].second, *v[i].second, *g[i].second, config_.adamw, step_, coef);
+    if (has_master_) cast(*p[i].second, *w[i].second);
+  }
   return coef;
 }
 

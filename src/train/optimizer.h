@@ -16,7 +16,9 @@ struct OptimizerConfig {
 
 class AdamW {
  public:
-  AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, Device device);
+  // params: the model's weights. When they are not f32 (bf16 compute weights) the optimizer keeps
+  // an f32 master copy, updates it, and writes the rounded result back into params.
+  AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, const LlamaParams& params, Device device);
 
   // Global L2 norm of all gradients (before clipping). `extra_sum_squares` lets a caller add the
   // squares held elsewhere (e.g. other shards) — normally 0.
@@ -28,6 +30,8 @@ class AdamW {
   int64_t step_count() const { return step_; }
   void set_lr(float lr) { config_.adamw.lr = lr; }
   const OptimizerConfig& config() const { return config_; }
+  // The f32 weights: the master copy when there is one, else params itself.
+  LlamaParams& weights(LlamaParams& params) { return has_master_ ? master_ : params; }
   LlamaParams& exp_avg() { return m_; }
   LlamaParams& exp_avg_sq() { return v_; }
   void set_step_count(int64_t s) { step_ = s; }
@@ -35,6 +39,8 @@ class AdamW {
  private:
   OptimizerConfig config_;
   LlamaParams m_, v_;
+  bool has_master_ = false;
+  LlamaParams master_;
   int64_t step_ = 0;
 };
 

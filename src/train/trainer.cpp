@@ -19,7 +19,7 @@ namespace seqpar {
 
 LlamaConfig demo_model_config() {
   LlamaConfig c;
-  c.vocab_size = 64;
+  c.vocab_size = 128;
   c.hidden_size = 64;
   c.intermediate_size = 128;
   c.num_layers = 2;
@@ -130,7 +130,7 @@ TrainResult run_training(const TrainConfig& cfg) {
       auto src = initial->params().named();
       for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(*src[i].second);
     }
-    AdamW adamw(mc, cfg.optimizer, Device::cpu());
+    AdamW adamw(mc, cfg.optimizer, model.params(), Device::cpu());
 
     auto attention_for = [&](const SpBatch& b) -> std::unique_ptr<Attention> {
       std::vector<TokenMeta> meta;

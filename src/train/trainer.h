@@ -16,6 +16,31 @@
 
 namespace seqpar {
 
+// The learning-rate schedule. kLinearCosine is seqpar's own (linear warmup from 0, cosine decay to
+// min_lr_ratio × lr at the last step); the other three are DeepSpeed's schedulers, computed as
+// deepspeed/runtime/lr_schedules.py does, step for step (docs/configs.md). scheduled_lr()
+// (train/config_resolve.h) evaluates one.
+enum class LrScheduleType { kLinearCosine, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+enum class WarmupType { kLog, kLinear };
+
+struct LrSchedule {
+  LrScheduleType type = LrScheduleType::kLinearCosine;
+  // kLinearCosine: the peak lr, warmup steps, floor ratio and run length. kWarmupCosineLR: base_lr
+  // is the optimizer's lr (DeepSpeed's org_lr), which the ratios multiply.
+  double base_lr = 1e-3;
+  int64_t warmup_steps = 20;
+  double min_lr_ratio = 0.1;
+  int64_t total_steps = 300;
+  // DeepSpeed's parameters, with its defaults.
+  double warmup_min_lr = 0;        // WarmupLR, WarmupDecayLR
+  double warmup_max_lr = 1e-3;     // WarmupLR, WarmupDecayLR
+  int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::kLog;
+  int64_t total_num_steps = 0;     // WarmupDecayLR, WarmupCosineLR
+  double warmup_min_ratio = 0;     // WarmupCosineLR
+  double cos_min_ratio = 1e-4;     // WarmupCosineLR
+};
+
 struct TrainConfig {
   // Model: an HF directory, or (empty) the built-in `model` config with random init.
   std::string model_dir;
@@ -33,6 +58,9 @@ struct TrainConfig {
   int64_t warmup_steps = 20;    // linear warmup from 0
   float min_lr_ratio = 0.1f;    // cosine decay to lr * min_lr_ratio at the last step
   uint64_t seed = 1234;
+  // The schedule's type and DeepSpeed's parameters (set from a DeepSpeed config). For
+  // kLinearCosine, lr_schedule_of() takes the peak, warmup, floor and length from the fields above.
+  LrSchedule lr_schedule;
 
   // Parallelism.
   int sp = 4;
@@ -65,7 +93,7 @@ struct TrainResult {
 // HF-style random init: normal(0, std) for embeddings and projections, ones for norms.
 void init_llama_params(LlamaParams& params, uint64_t seed, float std);
 
-// The learning rate of a step (1-based): linear warmup, then cosine decay to min_lr_ratio.
+// The learning rate of a step (1-based) under the config's schedule (lr_schedule_of, scheduled_lr).
 float lr_at(const TrainConfig& config, int64_t step);
 
 TrainResult run_training(const TrainConfig& config);

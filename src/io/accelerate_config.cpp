@@ -1,0 +1,309 @@
+// Accelerate YAML -> AccelerateConfig (yaml-cpp). docs/configs.md lists every key and its effect.
+//
+// YAML typing follows the file: a quoted scalar is a string (num_processes: "4" is refused where
+// an integer is expected), a plain one is converted; null / ~ / an empty value counts as absent.
+#include "io/accelerate_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace seqpar {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Scalar:
+      return n.Tag() == "!" ? "string \"" + n.Scalar() + "\"" : "'" + n.Scalar() + "'";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    default:
+      return "nothing";
+  }
+}
+
+// Typed reads from one YAML mapping; keys never read are reported by unread().
+class Reader {
+ public:
+  Reader(const YAML::Node& map, const std::string& source, std::string prefix)
+      : map_(map), source_(source), prefix_(std::move(prefix)) {}
+
+  std::string key(const std::string& name) const { return prefix_ + name; }
+
+  // The node under `name`, or an invalid node when absent or null.
+  YAML::Node get(const std::string& name) {
+    read_.push_back(name);
+    YAML::Node n = map_[name];
+    if (!n.IsDefined() || n.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
+    return n;
+  }
+
+  bool has(const std::string& name) const {
+    YAML::Node n = map_[name];
+    return n.IsDefined() && !n.IsNull();
+  }
+
+  YAML::Node mapping(const std::string& name) {
+    YAML::Node n = get(name);
+    if (n.IsDefined()) expect(n.IsMap(), name, "a mapping", n);
+    return n;
+  }
+
+  YamlValue<int64_t> integer(const std::string& name, int64_t min, int64_t max) {
+    YamlValue<int64_t> out;
+    out.key = key(name);
+    YAML::Node n = get(name);
+    if (!n.IsDefined()) return out;
+    int64_t v = 0;
+    bool ok = plain(n) && YAML::convert<int64_t>::decode(n, v) && v >= min && v <= max;
+    expect(ok, name,
+           max == INT64_MAX ? fmt::format("an integer >= {}", min) : fmt::format("an integer in {}..{}", min, max), n);
+    out.value = v;
+    return out;
+  }
+
+  YamlValue<double> number(const std::string& name, double min) {
+    YamlValue<double> out;
+    out.key = key(name);
+    YAML::Node n = get(name);
+    if (!n.IsDefined()) return out;
+    double v = 0;
+    bool ok = plain(n) && YAML::convert<double>::decode(n, v) && v >= min;
+    expect(ok, name, fmt::format("a number >= {}", min), n);
+    out.value = v;
+    return out;
+  }
+
+  YamlValue<bool> boolean(const std::string& name) {
+    YamlValue<bool> out;
+    out.key = key(name);
+    YAML::Node n = get(name);
+    if (!n.IsDefined()) return out;
+    bool v = false;
+    expect(plain(n) && YAML::convert<bool>::decode(n, v), name, "true or false", n);
+    out.value = v;
+    return out;
+  }
+
+  YamlValue<std::string> string(const std::string& name) {
+    YamlValue<std::string> out;
+    out.key = key(name);
+    YAML::Node n = get(name);
+    if (!n.IsDefined()) return out;
+    expect(n.IsScalar(), name, "a string", n);
+    out.value = n.Scalar();
+    return out;
+  }
+
+  // A string among `choices`.
+  YamlValue<std::string> choice(const std::string& name, const std::vector<std::string>& choices) {
+    YamlValue<std::string> out = string(name);
+    if (out.has())
+      SEQPAR_INPUT_CHECK(std::find(choices.begin(), choices.end(), *out) != choices.end(),
+                         "{}: '{}' must be one of {}, got '{}'", source_, out.key, join(choices), *out);
+    return out;
+  }
+
+  std::vector<std::string> unread() const {
+    std::vector<std::string> out;
+    for (auto it = map_.begin(); it != map_.end(); ++it) {
+      const std::string k = it->first.Scalar();
+      if (std::find(read_.begin(), read_.end(), k) == read_.end()) out.push_back(prefix_ + k);
+    }
+    return out;
+  }
+
+  void expect(bool ok, const std::string& name, const std::string& expected, const YAML::Node& n) const {
+    SEQPAR_INPUT_CHECK(ok, "{}: '{}' must be {}, got {}", source_, key(name), expected, describe(n));
+  }
+
+ private:
+  // A plain (unquoted) scalar: YAML's numbers and booleans are never quoted.
+  static bool plain(const YAML::Node& n) { return n.IsScalar() && n.Tag() != "!"; }
+
+  const YAML::Node map_;
+  const std::string& source_;
+  std::string prefix_;
+  std::vector<std::string> read_;
+};
+
+void check_zero_stage(AccelerateConfig& c) {
+  if (c.zero_stage.has() && *c.zero_stage > 0)
+    c.warnings.push_back(
+        fmt::format("{}: {}={} is recorded, but seqpar has no ZeRO sharding yet: the optimizer state, gradients and "
+                    "parameters are replicated on every rank (the memory of stage 0)",
+                    c.source, c.zero_stage.key, *c.zero_stage));
+}
+
+void parse_deepspeed_section(Reader& top, AccelerateConfig& c, const std::string& base_dir,
+                             std::vector<std::string>& unread) {
+  YAML::Node d = top.mapping("deepspeed_config");
+  if (!d.IsDefined()) return;
+  Reader r(d, c.source, "deepspeed_config.");
+  YamlValue<std::string> file = r.string("deepspeed_config_file");
+  c.zero_stage = r.integer("zero_stage", 0, 3);
+  c.gradient_accumulation_steps = r.integer("gradient_accumulation_steps", 1, INT64_MAX);
+  c.gradient_clipping = r.number("gradient_clipping", 0);
+  c.seq_parallel_communication_data_type = r.choice("seq_parallel_communication_data_type", {"fp32", "bf16"});
+  std::vector<std::string> inline_keys;
+  for (const YamlValue<int64_t>* v : {&c.zero_stage, &c.gradient_accumulation_steps})
+    if (v->has()) inline_keys.push_back(v->key);
+  if (c.gradient_clipping.has()) inline_keys.push_back(c.gradient_clipping.key);
+  if (c.seq_parallel_communication_data_type.has()) inline_keys.push_back(c.seq_parallel_communication_data_type.key);
+  for (const char* what : {"offload_optimizer_device", "offload_param_device"}) {
+    YamlValue<std::string> device = r.choice(what, {"none", "cpu", "nvme"});
+    if (!device.has()) continue;
+    inline_keys.push_back(device.key);
+    SEQPAR_INPUT_CHECK(
+        *device == "none", "{}: '{}'={} is not supported yet: seqpar keeps the {} on the device (use none)", c.source,
+        device.key, *device, std::string(what) == "offload_optimizer_device" ? "optimizer state" : "parameters");
+  }
+  YamlValue<bool> save16 = r.boolean("zero3_save_16bit_model");
+  if (save16.has()) inline_keys.push_back(save16.key);
+  r.boolean("zero3_init_flag");              // a model-construction switch: nothing to do in seqpar
+  r.string("deepspeed_multinode_launcher");  // seqpar launches its own ranks
+
+  if (file.has()) {
+    // Accelerate refuses inline DeepSpeed settings next to a config file; so does seqpar, rather
+    // than guess which one the user meant.
+    SEQPAR_INPUT_CHECK(inline_keys.empty(),
+                       "{}: '{}' is given, so these keys belong in that file, not in the YAML: {} (Accelerate "
+                       "refuses the same)",
+                       c.source, file.key, join(inline_keys));
+    fs::path p(*file);
+    if (p.is_relative()) p = fs::path(base_dir) / p;
+    c.deepspeed_config_file = p.lexically_normal().string();
+    SEQPAR_INPUT_CHECK(fs::exists(c.deepspeed_config_file),
+                       "{}: '{}'={}: no such file (looked for {}; a relative path is taken from the YAML's directory)",
+                       c.source, file.key, *file, c.deepspeed_config_file);
+    c.deepspeed = load_ds_config(c.deepspeed_config_file);
+  }
+  check_zero_stage(c);
+  for (std::string& k : r.unread()) unread.push_back(k);
+}
+
+void parse_parallelism_section(Reader& top, AccelerateConfig& c, std::vector<std::string>& unread) {
+  YAML::Node p = top.mapping("parallelism_config");
+  if (!p.IsDefined()) return;
+  Reader r(p, c.source, "parallelism_config.");
+  const std::string pre = "parallelism_config_";
+  c.sp_size = r.integer(pre + "sp_size", 1, INT64_MAX);
+  c.dp_replicate_size = r.integer(pre + "dp_replicate_size", 1, INT64_MAX);
+  c.dp_shard_size = r.integer(pre + "dp_shard_size", 1, INT64_MAX);
+  YamlValue<int64_t> tp = r.integer(pre + "tp_size", 1, INT64_MAX);
+  SEQPAR_INPUT_CHECK(!tp.has() || *tp == 1, "{}: '{}'={} is not supported: seqpar has no tensor parallelism (use 1)",
+                     c.source, tp.key, tp.has() ? *tp : 0);
+  YamlValue<int64_t> cp = r.integer(pre + "cp_size", 1, INT64_MAX);
+  SEQPAR_INPUT_CHECK(!cp.has() || *cp == 1,
+                     "{}: '{}'={} is not supported: seqpar's context parallelism is its ring attention; set "
+                     "parallelism_config_sp_size (with --sp-mode ring or hybrid) instead, and cp_size 1",
+                     c.source, cp.key, cp.has() ? *cp : 0);
+  c.sp_backend = r.string(pre + "sp_backend");
+  SEQPAR_INPUT_CHECK(!c.sp_backend.has() || *c.sp_backend == "deepspeed",
+                     "{}: '{}'={} is not supported: seqpar implements DeepSpeed's Ulysses sequence parallelism (ALST); "
+                     "use deepspeed",
+                     c.source, c.sp_backend.key, c.sp_backend.has() ? *c.sp_backend : "");
+  c.sp_seq_length_is_variable = r.boolean(pre + "sp_seq_length_is_variable");
+  c.sp_seq_length = r.integer(pre + "sp_seq_length", 1, INT64_MAX);
+  c.sp_attn_implementation = r.string(pre + "sp_attn_implementation");
+  if (c.sp_attn_implementation.has()) {
+    const std::string& a = *c.sp_attn_implementation;
+    SEQPAR_INPUT_CHECK(a != "eager",
+                       "{}: '{}'=eager is not supported: eager materialises the [S,S] score matrix and cannot be "
+                       "sequence-parallel; use sdpa or flash_attention_2",
+                       c.source, c.sp_attn_implementation.key);
+    SEQPAR_INPUT_CHECK(a == "sdpa" || a == "flash_attention_2" || a == "flash_attention_3",
+                       "{}: '{}' must be one of sdpa, flash_attention_2, flash_attention_3, got '{}'", c.source,
+                       c.sp_attn_implementation.key, a);
+  }
+  for (std::string& k : r.unread()) unread.push_back(k);
+}
+
+}  // namespace
+
+AccelerateConfig parse_accelerate_config(const std::string& yaml_text, const std::string& source,
+                                         const std::string& base_dir) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw InputError(
+        fmt::format("{}: not valid YAML: {} (line {}, column {})", source, e.msg, e.mark.line + 1, e.mark.column + 1));
+  }
+  SEQPAR_INPUT_CHECK(root.IsMap(), "{}: an Accelerate config must be a YAML mapping, got {}", source, describe(root));
+
+  AccelerateConfig c;
+  c.source = source;
+  Reader top(root, c.source, "");
+  std::vector<std::string> unread;
+
+  c.distributed_type = top.string("distributed_type");
+  if (c.distributed_type.has()) {
+    const std::string& t = *c.distributed_type;
+    SEQPAR_INPUT_CHECK(t == "NO" || t == "MULTI_CPU" || t == "MULTI_GPU" || t == "DEEPSPEED" || t == "FSDP",
+                       "{}: 'distributed_type'={} is not supported by seqpar (supported: NO, MULTI_CPU, MULTI_GPU, "
+                       "DEEPSPEED, FSDP)",
+                       source, t);
+  }
+  c.num_processes = top.integer("num_processes", 1, INT64_MAX);
+  c.num_machines = top.integer("num_machines", 1, INT64_MAX);
+  c.machine_rank = top.integer("machine_rank", 0, INT64_MAX);
+  if (c.machine_rank.has() && c.num_machines.has())
+    SEQPAR_INPUT_CHECK(*c.machine_rank < *c.num_machines, "{}: 'machine_rank'={} must be < 'num_machines'={}", source,
+                       *c.machine_rank, *c.num_machines);
+  if (c.num_machines.has() && c.num_processes.has())
+    SEQPAR_INPUT_CHECK(*c.num_processes % *c.num_machines == 0,
+                       "{}: 'num_processes'={} (the total over all machines) must be a multiple of 'num_machines'={}",
+                       source, *c.num_processes, *c.num_machines);
+  c.main_process_ip = top.string("main_process_ip");
+  c.main_process_port = top.integer("main_process_port", 1, 65535);
+  c.mixed_precision = top.choice("mixed_precision", {"no", "bf16", "fp16", "fp8"});
+  if (c.mixed_precision.has()) {
+    SEQPAR_INPUT_CHECK(*c.mixed_precision != "fp16",
+                       "{}: 'mixed_precision'=fp16 is not supported: fp16 needs dynamic loss scaling, which seqpar "
+                       "does not implement; use bf16 (fp32's exponent range, no loss scaling)",
+                       source);
+    SEQPAR_INPUT_CHECK(*c.mixed_precision != "fp8",
+                       "{}: 'mixed_precision'=fp8 is not supported: seqpar computes in bf16 (CUDA) or fp32 (CPU); "
+                       "use bf16",
+                       source);
+  }
+  parse_deepspeed_section(top, c, base_dir, unread);
+  parse_parallelism_section(top, c, unread);
+
+  for (std::string& k : top.unread()) unread.push_back(k);
+  if (!unread.empty())
+    c.warnings.push_back(fmt::format("{}: {} not read by seqpar (ignored): {}", source,
+                                     unread.size() == 1 ? "this key is" : "these keys are", join(unread)));
+  return c;
+}
+
+AccelerateConfig load_accelerate_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SEQPAR_INPUT_CHECK(in.good(), "{}: cannot open the Accelerate config", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string dir = fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  return parse_accelerate_config(ss.str(), path, dir);
+}
+
+}  // namespace seqpar

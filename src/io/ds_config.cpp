@@ -1,0 +1,395 @@
+// DeepSpeed JSON -> DsConfig. What each key means, and what "auto" resolves to, is in
+// docs/configs.md; the checks here are the ones that need only the file itself.
+#include "io/ds_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace seqpar {
+
+namespace {
+
+using nlohmann::json;
+
+std::string describe(const json& j) {
+  std::string value = j.dump();
+  if (value.size() > 60) value = value.substr(0, 57) + "...";
+  switch (j.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "boolean " + value;
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "integer " + value;
+    case json::value_t::number_float:
+      return "float " + value;
+    case json::value_t::string:
+      return "string " + value;
+    case json::value_t::array:
+      return "list " + value;
+    case json::value_t::object:
+      return "object " + value;
+    default:
+      return value;
+  }
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+constexpr bool kAuto = true;  // for readability at call sites: the key accepts "auto"
+
+// Typed reads from one JSON object. Every key read is marked; the keys never read are the ones
+// seqpar ignores, reported by unread(). A null value counts as absent (Python's None: DeepSpeed
+// then uses its default).
+class Reader {
+ public:
+  Reader(const json& obj, const std::string& source, std::string prefix)
+      : obj_(obj), source_(source), prefix_(std::move(prefix)) {}
+
+  std::string key(const char* name) const { return prefix_ + name; }
+
+  const json* get(const char* name) {
+    read_.push_back(name);
+    if (!obj_.contains(name) || obj_[name].is_null()) return nullptr;
+    return &obj_[name];
+  }
+
+  // The object under `name` (nullptr when absent).
+  const json* object(const char* name) {
+    const json* v = get(name);
+    if (v) expect(v->is_object(), name, "an object", *v, false);
+    return v;
+  }
+
+  DsValue<int64_t> integer(const char* name, int64_t min, int64_t max, bool allow_auto) {
+    DsValue<int64_t> out;
+    out.key = key(name);
+    const json* v = get(name);
+    if (!v) return out;
+    if (auto_value(*v, allow_auto, out)) return out;
+    std::string expected =
+        max == INT64_MAX ? fmt::format("an integer >= {}", min) : fmt::format("an integer in {}..{}", min, max);
+    expect(v->is_number_integer() && v->get<int64_t>() >= min && v->get<int64_t>() <= max, name, expected, *v,
+           allow_auto);
+    out.value = v->get<int64_t>();
+    out.state = DsValue<int64_t>::State::kSet;
+    return out;
+  }
+
+  // A number in [min, max] (max_open: the upper bound excluded).
+  DsValue<double> number(const char* name, double min, double max, bool allow_auto, bool max_open = false,
+                         bool min_open = false) {
+    DsValue<double> out;
+    out.key = key(name);
+    const json* v = get(name);
+    if (!v) return out;
+    if (auto_value(*v, allow_auto, out)) return out;
+    bool ok = v->is_number();
+    if (ok) {
+      const double x = v->get<double>();
+      ok = (min_open ? x > min : x >= min) && (max_open ? x < max : x <= max);
+    }
+    std::string expected = "a number";
+    if (max == HUGE_VAL)
+      expected += fmt::format(" {} {}", min_open ? ">" : ">=", min);
+    else
+      expected += fmt::format(" in {}{}, {}{}", min_open ? "(" : "[", min, max, max_open ? ")" : "]");
+    expect(ok, name, expected, *v, allow_auto);
+    out.value = v->get<double>();
+    out.state = DsValue<double>::State::kSet;
+    return out;
+  }
+
+  DsValue<bool> boolean(const char* name, bool allow_auto) {
+    DsValue<bool> out;
+    out.key = key(name);
+    const json* v = get(name);
+    if (!v) return out;
+    if (auto_value(*v, allow_auto, out)) return out;
+    expect(v->is_boolean(), name, "true or false", *v, allow_auto);
+    out.value = v->get<bool>();
+    out.state = DsValue<bool>::State::kSet;
+    return out;
+  }
+
+  // A string among `choices` (exact spelling).
+  DsValue<std::string> choice(const char* name, const std::vector<std::string>& choices) {
+    DsValue<std::string> out;
+    out.key = key(name);
+    const json* v = get(name);
+    if (!v) return out;
+    const bool ok = v->is_string() && std::find(choices.begin(), choices.end(), v->get<std::string>()) != choices.end();
+    expect(ok, name, "one of " + join(quoted(choices)), *v, false);
+    out.value = v->get<std::string>();
+    out.state = DsValue<std::string>::State::kSet;
+    return out;
+  }
+
+  std::string string(const char* name) {
+    const json* v = get(name);
+    if (!v) return "";
+    expect(v->is_string(), name, "a string", *v, false);
+    return v->get<std::string>();
+  }
+
+  // The keys present in the object and never read, with their full dotted path.
+  std::vector<std::string> unread() const {
+    std::vector<std::string> out;
+    for (auto it = obj_.begin(); it != obj_.end(); ++it)
+      if (std::find(read_.begin(), read_.end(), it.key()) == read_.end()) out.push_back(prefix_ + it.key());
+    return out;
+  }
+
+  bool has(const char* name) const { return obj_.contains(name) && !obj_[name].is_null(); }
+  const std::string& source() const { return source_; }
+
+  void expect(bool ok, const char* name, const std::string& expected, const json& v, bool allow_auto) const {
+    SEQPAR_INPUT_CHECK(ok, "{}: '{}' must be {}{}, got {}", source_, key(name), expected,
+                       allow_auto ? " or \"auto\"" : "", describe(v));
+  }
+
+ private:
+  template <typename T>
+  static bool auto_value(const json& v, bool allow_auto, DsValue<T>& out) {
+    if (allow_auto && v.is_string() && v.get<std::string>() == "auto") {
+      out.state = DsValue<T>::State::kAuto;
+      return true;
+    }
+    return false;
+  }
+  static std::vector<std::string> quoted(const std::vector<std::string>& items) {
+    std::vector<std::string> out;
+    for (const std::string& s : items) out.push_back("\"" + s + "\"");
+    return out;
+  }
+
+  const json& obj_;
+  const std::string& source_;
+  std::string prefix_;
+  std::vector<std::string> read_;
+};
+
+void parse_zero(Reader& top, DsConfig& c, std::vector<std::string>& unread) {
+  const json* z = top.object("zero_optimization");
+  if (!z) return;
+  Reader r(*z, c.source, "zero_optimization.");
+  c.zero_stage = r.integer("stage", 0, 3, false);
+  if (c.zero_stage.is_set() && c.zero_stage.value > 0)
+    c.warnings.push_back(fmt::format(
+        "{}: zero_optimization.stage={} is recorded, but seqpar has no ZeRO sharding yet: the optimizer state, "
+        "gradients and parameters are replicated on every rank (the memory of stage 0)",
+        c.source, c.zero_stage.value));
+  // Offload would move state to the host; silently keeping it on the device would change the
+  // memory the user planned for, so both are refused.
+  for (const char* what : {"offload_optimizer", "offload_param"}) {
+    const json* o = r.object(what);
+    if (!o) continue;
+    Reader ro(*o, c.source, std::string("zero_optimization.") + what + ".");
+    DsValue<std::string> device = ro.choice("device", {"none", "cpu", "nvme"});
+    SEQPAR_INPUT_CHECK(!device.is_set() || device.value == "none",
+                       "{}: '{}'=\"{}\" is not supported yet: seqpar keeps the {} on the device (use \"none\")",
+                       c.source, device.key, device.value,
+                       std::string(what) == "offload_optimizer" ? "optimizer state" : "parameters");
+    for (std::string& k : ro.unread()) unread.push_back(k);
+  }
+  for (std::string& k : r.unread()) unread.push_back(k);
+}
+
+void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread) {
+  // DeepSpeed accepts "bfloat16" as the older name of "bf16".
+  for (const char* name : {"bf16", "bfloat16"}) {
+    const json* b = top.object(name);
+    if (!b) continue;
+    Reader r(*b, c.source, std::string(name) + ".");
+    c.bf16_enabled = r.boolean("enabled", kAuto);
+    for (std::string& k : r.unread()) unread.push_back(k);
+  }
+  if (const json* f = top.object("fp16")) {
+    Reader r(*f, c.source, "fp16.");
+    DsValue<bool> enabled = r.boolean("enabled", kAuto);
+    SEQPAR_INPUT_CHECK(
+        !(enabled.is_set() && enabled.value),
+        "{}: 'fp16.enabled'=true is not supported: fp16 needs dynamic loss scaling, which seqpar does "
+        "not implement; use \"bf16\": {{\"enabled\": true}} (bf16 has fp32's exponent range and needs no "
+        "loss scaling)",
+        c.source);
+    for (std::string& k : r.unread()) unread.push_back(k);
+  }
+}
+
+void parse_optimizer(Reader& top, DsConfig& c, std::vector<std::string>& unread) {
+  const json* o = top.object("optimizer");
+  if (!o) return;
+  Reader r(*o, c.source, "optimizer.");
+  DsOptimizer& opt = c.optimizer;
+  opt.present = true;
+  SEQPAR_INPUT_CHECK(r.has("type"), "{}: 'optimizer.type' is missing (supported: AdamW, Adam)", c.source);
+  opt.type = r.string("type");
+  const std::string t = lower(opt.type);
+  SEQPAR_INPUT_CHECK(t == "adamw" || t == "adam",
+                     "{}: 'optimizer.type'=\"{}\" is not supported (supported: AdamW, Adam; seqpar's optimizer is "
+                     "AdamW with torch semantics)",
+                     c.source, opt.type);
+  opt.type = t == "adamw" ? "AdamW" : "Adam";
+  if (const json* p = r.object("params")) {
+    Reader rp(*p, c.source, "optimizer.params.");
+    opt.lr = rp.number("lr", 0, HUGE_VAL, kAuto, false, true);
+    opt.eps = rp.number("eps", 0, HUGE_VAL, kAuto, false, true);
+    opt.weight_decay = rp.number("weight_decay", 0, HUGE_VAL, kAuto);
+    opt.betas.key = "optimizer.params.betas";
+    if (const json* b = rp.get("betas")) {
+      if (b->is_string() && b->get<std::string>() == "auto") {
+        opt.betas.state = DsValue<std::array<double, 2>>::State::kAuto;
+      } else {
+        bool ok = b->is_array() && b->size() == 2;
+        for (size_t i = 0; ok && i < 2; ++i)
+          ok = (*b)[i].is_number() && (*b)[i].get<double>() >= 0 && (*b)[i].get<double>() < 1;
+        rp.expect(ok, "betas", "a list of two numbers in [0, 1)", *b, kAuto);
+        opt.betas.value = {(*b)[0].get<double>(), (*b)[1].get<double>()};
+        opt.betas.state = DsValue<std::array<double, 2>>::State::kSet;
+      }
+    }
+    // adam_w_mode only changes Adam (DeepSpeed's AdamW forces it on); torch_adam picks the torch
+    // implementation of the same algorithm.
+    DsValue<bool> w_mode = rp.boolean("adam_w_mode", false);
+    if (w_mode.is_set()) opt.adam_w_mode = opt.type == "AdamW" || w_mode.value;
+    rp.boolean("torch_adam", false);
+    DsValue<bool> bias_correction = rp.boolean("bias_correction", false);
+    SEQPAR_INPUT_CHECK(!bias_correction.is_set() || bias_correction.value,
+                       "{}: 'optimizer.params.bias_correction'=false is not supported: seqpar's AdamW always applies "
+                       "Adam's bias correction (torch semantics)",
+                       c.source);
+    DsValue<bool> amsgrad = rp.boolean("amsgrad", false);
+    SEQPAR_INPUT_CHECK(!amsgrad.is_set() || !amsgrad.value,
+                       "{}: 'optimizer.params.amsgrad'=true is not supported: seqpar's AdamW has no AMSGrad variant",
+                       c.source);
+    if (!opt.adam_w_mode && opt.weight_decay.is_set())
+      SEQPAR_INPUT_CHECK(opt.weight_decay.value == 0,
+                         "{}: optimizer Adam with 'optimizer.params.adam_w_mode'=false and weight_decay={} is "
+                         "L2-regularised Adam, which seqpar does not implement; use AdamW (or adam_w_mode true, "
+                         "DeepSpeed's default), or weight_decay 0",
+                         c.source, opt.weight_decay.value);
+    for (std::string& k : rp.unread()) unread.push_back(k);
+  }
+  for (std::string& k : r.unread()) unread.push_back(k);
+}
+
+void parse_scheduler(Reader& top, DsConfig& c, std::vector<std::string>& unread) {
+  const json* s = top.object("scheduler");
+  if (!s) return;
+  Reader r(*s, c.source, "scheduler.");
+  DsScheduler& sch = c.scheduler;
+  sch.present = true;
+  SEQPAR_INPUT_CHECK(r.has("type"),
+                     "{}: 'scheduler.type' is missing (supported: WarmupLR, WarmupDecayLR, "
+                     "WarmupCosineLR)",
+                     c.source);
+  sch.type = r.string("type");
+  SEQPAR_INPUT_CHECK(sch.type == "WarmupLR" || sch.type == "WarmupDecayLR" || sch.type == "WarmupCosineLR",
+                     "{}: 'scheduler.type'=\"{}\" is not supported (supported: WarmupLR, WarmupDecayLR, "
+                     "WarmupCosineLR)",
+                     c.source, sch.type);
+  const bool cosine = sch.type == "WarmupCosineLR";
+  const bool decay = sch.type == "WarmupDecayLR";
+  const json* p = r.object("params");
+  static const json kEmpty = json::object();
+  Reader rp(p ? *p : kEmpty, c.source, "scheduler.params.");
+
+  // The parameters each DeepSpeed constructor takes; any other is a TypeError there.
+  std::vector<std::string> valid = {"warmup_num_steps", "warmup_type"};
+  if (cosine) {
+    valid.insert(valid.end(), {"total_num_steps", "warmup_min_ratio", "cos_min_ratio"});
+  } else {
+    valid.insert(valid.end(), {"warmup_min_lr", "warmup_max_lr"});
+    if (decay) valid.push_back("total_num_steps");
+  }
+  if (p) {
+    for (auto it = p->begin(); it != p->end(); ++it)
+      SEQPAR_INPUT_CHECK(std::find(valid.begin(), valid.end(), it.key()) != valid.end(),
+                         "{}: 'scheduler.params.{}' is not a parameter of {} (its parameters: {})", c.source, it.key(),
+                         sch.type, join(valid));
+  }
+  sch.warmup_num_steps = rp.integer("warmup_num_steps", 1, INT64_MAX, kAuto);
+  sch.warmup_type = rp.choice("warmup_type", {"log", "linear"});
+  if (cosine || decay) {
+    sch.total_num_steps = rp.integer("total_num_steps", 1, INT64_MAX, kAuto);
+    SEQPAR_INPUT_CHECK(!sch.total_num_steps.absent(),
+                       "{}: 'scheduler.params.total_num_steps' is required by {} (a number, or \"auto\" for --steps)",
+                       c.source, sch.type);
+  }
+  if (cosine) {
+    sch.warmup_min_ratio = rp.number("warmup_min_ratio", 0, 1, false);
+    sch.cos_min_ratio = rp.number("cos_min_ratio", 0, 1, false);
+  } else {
+    sch.warmup_min_lr = rp.number("warmup_min_lr", 0, HUGE_VAL, kAuto);
+    sch.warmup_max_lr = rp.number("warmup_max_lr", 0, HUGE_VAL, kAuto, false, true);
+    if (sch.warmup_min_lr.is_set() && sch.warmup_max_lr.is_set())
+      SEQPAR_INPUT_CHECK(sch.warmup_min_lr.value <= sch.warmup_max_lr.value,
+                         "{}: 'scheduler.params.warmup_min_lr'={} must be <= 'scheduler.params.warmup_max_lr'={}",
+                         c.source, sch.warmup_min_lr.value, sch.warmup_max_lr.value);
+  }
+  for (std::string& k : r.unread()) unread.push_back(k);
+}
+
+}  // namespace
+
+DsConfig parse_ds_config(const std::string& json_text, const std::string& source) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", source, e.what()));
+  }
+  SEQPAR_INPUT_CHECK(root.is_object(), "{}: a DeepSpeed config must be a JSON object, got {}", source, describe(root));
+
+  DsConfig c;
+  c.source = source;
+  Reader top(root, c.source, "");
+  std::vector<std::string> unread;
+
+  c.train_batch_size = top.integer("train_batch_size", 1, INT64_MAX, kAuto);
+  c.train_micro_batch_size_per_gpu = top.integer("train_micro_batch_size_per_gpu", 1, INT64_MAX, kAuto);
+  c.gradient_accumulation_steps = top.integer("gradient_accumulation_steps", 1, INT64_MAX, kAuto);
+  c.sequence_parallel_size = top.integer("sequence_parallel_size", 1, INT64_MAX, kAuto);
+  parse_zero(top, c, unread);
+  parse_precision(top, c, unread);
+  parse_optimizer(top, c, unread);
+  parse_scheduler(top, c, unread);
+  c.gradient_clipping = top.number("gradient_clipping", 0, HUGE_VAL, kAuto);
+  c.steps_per_print = top.integer("steps_per_print", 1, INT64_MAX, false);
+  c.wall_clock_breakdown = top.boolean("wall_clock_breakdown", false);
+  c.seq_parallel_communication_data_type = top.choice("seq_parallel_communication_data_type", {"fp32", "bf16"});
+
+  for (std::string& k : top.unread()) unread.push_back(k);
+  if (!unread.empty())
+    c.warnings.push_back(fmt::format("{}: {} not read by seqpar (ignored): {}", source,
+                                     unread.size() == 1 ? "this key is" : "these keys are", join(unread)));
+  return c;
+}
+
+DsConfig load_ds_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SEQPAR_INPUT_CHECK(in.good(), "{}: cannot open the DeepSpeed config", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_ds_config(ss.str(), path);
+}
+
+}  // namespace seqpar

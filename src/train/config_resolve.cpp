@@ -1,0 +1,572 @@
+// Merging defaults < DeepSpeed JSON < Accelerate YAML < flags into one TrainConfig, with the
+// source of every value; and the learning-rate schedules. See config_resolve.h and docs/configs.md.
+#include "train/config_resolve.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
+#include <type_traits>
+
+#include "core/error.h"
+
+namespace seqpar {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string schedule_name(LrScheduleType t) {
+  switch (t) {
+    case LrScheduleType::kLinearCosine:
+      return "linear warmup + cosine (seqpar)";
+    case LrScheduleType::kWarmupLR:
+      return "WarmupLR";
+    case LrScheduleType::kWarmupDecayLR:
+      return "WarmupDecayLR";
+    case LrScheduleType::kWarmupCosineLR:
+      return "WarmupCosineLR";
+  }
+  return "?";
+}
+
+LrScheduleType schedule_type(const std::string& ds_name) {
+  if (ds_name == "WarmupLR") return LrScheduleType::kWarmupLR;
+  if (ds_name == "WarmupDecayLR") return LrScheduleType::kWarmupDecayLR;
+  return LrScheduleType::kWarmupCosineLR;  // the parser accepts only these three
+}
+
+template <typename T>
+std::string show(const T& v) {
+  if constexpr (std::is_same_v<T, LrScheduleType>) {
+    return schedule_name(v);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v.empty() ? "(none)" : v;
+  } else {
+    return fmt::format("{}", v);
+  }
+}
+
+using R = const ResolvedConfig&;
+
+bool is_linear_cosine(R r) { return r.train.lr_schedule.type == LrScheduleType::kLinearCosine; }
+bool is_deepspeed_schedule(R r) { return !is_linear_cosine(r); }
+bool has_warmup_lrs(R r) {
+  return r.train.lr_schedule.type == LrScheduleType::kWarmupLR ||
+         r.train.lr_schedule.type == LrScheduleType::kWarmupDecayLR;
+}
+bool has_total_steps(R r) {
+  return r.train.lr_schedule.type == LrScheduleType::kWarmupDecayLR ||
+         r.train.lr_schedule.type == LrScheduleType::kWarmupCosineLR;
+}
+bool is_cosine(R r) { return r.train.lr_schedule.type == LrScheduleType::kWarmupCosineLR; }
+
+// Every setting, in print order: its name, the flag that sets it (null: none), its value, and
+// whether it applies (null: always).
+struct SettingDef {
+  const char* name;
+  const char* flag;
+  std::string (*value)(R);
+  bool (*applies)(R) = nullptr;
+};
+
+const SettingDef kSettings[] = {
+    {"model", "--model",
+     [](R r) { return r.train.model_dir.empty() ? std::string("built-in demo Llama") : r.train.model_dir; }},
+    {"seq_len", "--seq-len", [](R r) { return show(r.train.task.seq_len); }},
+    {"steps", "--steps", [](R r) { return show(r.train.steps); }},
+    {"micro_batch", "--micro-batch", [](R r) { return show(r.train.micro_batch); }},
+    {"grad_accum", "--grad-accum", [](R r) { return show(r.train.grad_accum); }},
+    {"train_batch_size", nullptr, [](R r) { return show(r.train_batch_size); }},
+    {"sp", "--sp", [](R r) { return show(r.train.sp); }},
+    {"sp_mode", "--sp-mode", [](R r) { return sp_mode_name(r.train.sp_mode); }},
+    {"ulysses_degree", "--ulysses-degree", [](R r) { return show(r.train.ulysses_degree); }},
+    {"sp_layout", "--sp-layout", [](R r) { return std::string(sp_layout_name(r.train.layout)); }},
+    {"dp_replicate", "--dp-replicate", [](R r) { return show(r.train.dp_replicate); }},
+    {"dp_shard", "--dp-shard", [](R r) { return show(r.train.dp_shard); }},
+    {"world", nullptr, [](R r) { return show(r.world); }},
+    {"optimizer", nullptr, [](R r) { return r.recorded.optimizer; }},
+    {"lr", "--lr", [](R r) { return show(r.train.optimizer.adamw.lr); }},
+    {"beta1", "--beta1", [](R r) { return show(r.train.optimizer.adamw.beta1); }},
+    {"beta2", "--beta2", [](R r) { return show(r.train.optimizer.adamw.beta2); }},
+    {"eps", nullptr, [](R r) { return show(r.train.optimizer.adamw.eps); }},
+    {"weight_decay", "--weight-decay", [](R r) { return show(r.train.optimizer.adamw.weight_decay); }},
+    {"clip", "--clip", [](R r) { return show(r.train.optimizer.clip); }},
+    {"lr_schedule", nullptr, [](R r) { return schedule_name(r.train.lr_schedule.type); }},
+    {"warmup_steps", "--warmup-steps", [](R r) { return show(r.train.warmup_steps); }, is_linear_cosine},
+    {"min_lr_ratio", "--min-lr-ratio", [](R r) { return show(r.train.min_lr_ratio); }, is_linear_cosine},
+    {"warmup_min_lr", nullptr, [](R r) { return show(r.train.lr_schedule.warmup_min_lr); }, has_warmup_lrs},
+    {"warmup_max_lr", "--lr", [](R r) { return show(r.train.lr_schedule.warmup_max_lr); }, has_warmup_lrs},
+    {"warmup_num_steps", "--warmup-steps", [](R r) { return show(r.train.lr_schedule.warmup_num_steps); },
+     is_deepspeed_schedule},
+    {"warmup_type", nullptr,
+     [](R r) { return std::string(r.train.lr_schedule.warmup_type == WarmupType::kLog ? "log" : "linear"); },
+     is_deepspeed_schedule},
+    {"total_num_steps", nullptr, [](R r) { return show(r.train.lr_schedule.total_num_steps); }, has_total_steps},
+    {"warmup_min_ratio", nullptr, [](R r) { return show(r.train.lr_schedule.warmup_min_ratio); }, is_cosine},
+    {"cos_min_ratio", "--min-lr-ratio", [](R r) { return show(r.train.lr_schedule.cos_min_ratio); }, is_cosine},
+    {"seed", "--seed", [](R r) { return show(r.train.seed); }},
+    {"log_every", "--log-every", [](R r) { return show(r.train.log_every); }},
+    {"eval_every", "--eval-every", [](R r) { return show(r.train.eval_every); }},
+    {"stop_at_accuracy", "--stop-at-accuracy", [](R r) { return show(r.train.stop_at_accuracy); }},
+    {"metrics_out", "--metrics-out", [](R r) { return show(r.train.metrics_out); }},
+    {"num_pairs", "--num-pairs", [](R r) { return show(r.train.task.num_pairs); }},
+    {"num_queries", "--num-queries", [](R r) { return show(r.train.task.num_queries); }},
+    {"zero_stage", nullptr, [](R r) { return show(r.recorded.zero_stage); }},
+    {"bf16", nullptr, [](R r) { return show(r.recorded.bf16); }},
+    {"sp_comm_dtype", nullptr, [](R r) { return r.recorded.sp_comm_dtype; }},
+    {"wall_clock_breakdown", nullptr, [](R r) { return show(r.recorded.wall_clock_breakdown); }},
+    {"attn_implementation", nullptr, [](R r) { return r.recorded.attn_implementation; }},
+    {"seq_length_is_variable", nullptr, [](R r) { return show(r.recorded.seq_length_is_variable); }},
+    {"distributed_type", nullptr, [](R r) { return r.recorded.distributed_type; }},
+    {"num_processes", nullptr,
+     [](R r) { return r.recorded.num_processes > 0 ? show(r.recorded.num_processes) : std::string("(world)"); }},
+    {"num_machines", nullptr, [](R r) { return show(r.recorded.num_machines); }},
+    {"machine_rank", nullptr, [](R r) { return show(r.recorded.machine_rank); }},
+    {"main_process_ip", nullptr, [](R r) { return show(r.recorded.main_process_ip); }},
+    {"main_process_port", nullptr,
+     [](R r) { return r.recorded.main_process_port > 0 ? show(r.recorded.main_process_port) : std::string("(none)"); }},
+};
+
+struct Origin {
+  ConfigLayer layer = ConfigLayer::kDefault;
+  std::string text = "default";
+};
+
+class Resolver {
+ public:
+  explicit Resolver(const CommandLine& cli) : cli_(cli) {
+    out_.train = cli.values;
+    for (const SettingDef& d : kSettings)
+      origin_[d.name] = d.flag && given(d.flag) ? Origin{ConfigLayer::kFlag, d.flag} : Origin{};
+    // The flags that also set DeepSpeed's schedule parameters (docs/configs.md).
+    LrSchedule& s = out_.train.lr_schedule;
+    if (given("--lr")) s.warmup_max_lr = cli.values.optimizer.adamw.lr;
+    if (given("--warmup-steps")) s.warmup_num_steps = cli.values.warmup_steps;
+    if (given("--min-lr-ratio")) s.cos_min_ratio = cli.values.min_lr_ratio;
+  }
+
+  void apply_deepspeed(const DsConfig& ds) {
+    TrainConfig& t = out_.train;
+    RecordedSettings& rec = out_.recorded;
+    for (const std::string& w : ds.warnings) out_.warnings.push_back(w);
+    from_ds(ds, "micro_batch", t.micro_batch, ds.train_micro_batch_size_per_gpu);
+    from_ds(ds, "grad_accum", t.grad_accum, ds.gradient_accumulation_steps);
+    from_ds(ds, "sp", t.sp, ds.sequence_parallel_size);
+    train_batch_ = ds.train_batch_size;
+    train_batch_file_ = ds.source;
+    from_ds(ds, "zero_stage", rec.zero_stage, ds.zero_stage);
+    from_ds(ds, "bf16", rec.bf16, ds.bf16_enabled);
+    if (ds.optimizer.present) {
+      const DsOptimizer& o = ds.optimizer;
+      std::string name = o.type;
+      if (o.type == "Adam") name = o.adam_w_mode ? "Adam (adam_w_mode: AdamW)" : "Adam (adam_w_mode false)";
+      offer("optimizer", rec.optimizer, name, ConfigLayer::kDeepSpeed, ds.source + ": optimizer.type");
+      rec.adam_w_mode = o.adam_w_mode;
+      adam_file_ = ds.source;
+      from_ds(ds, "lr", t.optimizer.adamw.lr, o.lr);
+      if (o.betas.is_set()) {
+        offer("beta1", t.optimizer.adamw.beta1, o.betas.value[0], ConfigLayer::kDeepSpeed,
+              ds.source + ": " + o.betas.key);
+        offer("beta2", t.optimizer.adamw.beta2, o.betas.value[1], ConfigLayer::kDeepSpeed,
+              ds.source + ": " + o.betas.key);
+      } else if (o.betas.is_auto()) {
+        auto_["beta1"] = auto_["beta2"] = ds.source + ": " + o.betas.key;
+      }
+      from_ds(ds, "eps", t.optimizer.adamw.eps, o.eps);
+      from_ds(ds, "weight_decay", t.optimizer.adamw.weight_decay, o.weight_decay);
+    }
+    from_ds(ds, "clip", t.optimizer.clip, ds.gradient_clipping);
+    from_ds(ds, "log_every", t.log_every, ds.steps_per_print);
+    from_ds(ds, "wall_clock_breakdown", rec.wall_clock_breakdown, ds.wall_clock_breakdown);
+    from_ds(ds, "sp_comm_dtype", rec.sp_comm_dtype, ds.seq_parallel_communication_data_type);
+    if (ds.scheduler.present) {
+      scheduler_ = ds.scheduler;
+      scheduler_file_ = ds.source;
+      offer("lr_schedule", t.lr_schedule.type, schedule_type(ds.scheduler.type), ConfigLayer::kDeepSpeed,
+            ds.source + ": scheduler.type");
+    }
+  }
+
+  void apply_accelerate(const AccelerateConfig& a) {
+    TrainConfig& t = out_.train;
+    RecordedSettings& rec = out_.recorded;
+    for (const std::string& w : a.warnings) out_.warnings.push_back(w);
+    from_yaml(a, "distributed_type", rec.distributed_type, a.distributed_type);
+    from_yaml(a, "num_processes", rec.num_processes, a.num_processes);
+    from_yaml(a, "num_machines", rec.num_machines, a.num_machines);
+    from_yaml(a, "machine_rank", rec.machine_rank, a.machine_rank);
+    from_yaml(a, "main_process_ip", rec.main_process_ip, a.main_process_ip);
+    from_yaml(a, "main_process_port", rec.main_process_port, a.main_process_port);
+    if (a.mixed_precision.has())
+      offer("bf16", rec.bf16, *a.mixed_precision == "bf16", ConfigLayer::kAccelerate, a.source + ": mixed_precision");
+    from_yaml(a, "zero_stage", rec.zero_stage, a.zero_stage);
+    from_yaml(a, "grad_accum", t.grad_accum, a.gradient_accumulation_steps);
+    from_yaml(a, "clip", t.optimizer.clip, a.gradient_clipping);
+    from_yaml(a, "sp_comm_dtype", rec.sp_comm_dtype, a.seq_parallel_communication_data_type);
+    from_yaml(a, "sp", t.sp, a.sp_size);
+    from_yaml(a, "dp_replicate", t.dp_replicate, a.dp_replicate_size);
+    from_yaml(a, "dp_shard", t.dp_shard, a.dp_shard_size);
+    from_yaml(a, "seq_len", t.task.seq_len, a.sp_seq_length);
+    from_yaml(a, "seq_length_is_variable", rec.seq_length_is_variable, a.sp_seq_length_is_variable);
+    from_yaml(a, "attn_implementation", rec.attn_implementation, a.sp_attn_implementation);
+  }
+
+  ResolvedConfig finish() {
+    resolve_world();
+    resolve_batch();
+    resolve_schedule();
+    check_adam_mode();
+    if (out_.recorded.num_machines > 1)
+      out_.warnings.push_back(fmt::format(
+          "num_machines={} ({}) is recorded, but `seqpar train` runs all {} ranks in this process on this machine",
+          out_.recorded.num_machines, origin_.at("num_machines").text, out_.world));
+    for (const SettingDef& d : kSettings) {
+      if (d.applies && !d.applies(out_)) continue;
+      out_.settings.push_back({d.name, d.value(out_), source_text(d.name)});
+    }
+    return std::move(out_);
+  }
+
+ private:
+  bool given(const std::string& flag) const { return cli_.given.count(flag) > 0; }
+
+  std::string source_text(const std::string& name) const {
+    const Origin& o = origin_.at(name);
+    auto it = auto_.find(name);
+    if (it != auto_.end() && o.layer != ConfigLayer::kDeepSpeed && o.layer != ConfigLayer::kAccelerate)
+      return o.text + " (auto in " + it->second + ")";
+    return o.text;
+  }
+
+  // A value from `layer` for setting `name`: taken unless a higher layer set it; a different
+  // value overriding (or overridden by) another file's or flag's value is a warning.
+  template <typename F, typename V>
+  void offer(const std::string& name, F& field, const V& value, ConfigLayer layer, const std::string& source) {
+    F v;
+    if constexpr (std::is_integral_v<F> && !std::is_same_v<F, bool> && std::is_integral_v<V>) {
+      SEQPAR_INPUT_CHECK(value <= static_cast<V>(std::numeric_limits<F>::max()), "{}={} is too large (at most {})",
+                         source, value, std::numeric_limits<F>::max());
+      v = static_cast<F>(value);
+    } else {
+      v = static_cast<F>(value);
+    }
+    Origin& o = origin_.at(name);
+    if (o.layer > layer) {
+      if (!(field == v))
+        out_.warnings.push_back(
+            fmt::format("{}: {}={} is overridden by {}={}", name, source, show(v), o.text, show(field)));
+      return;
+    }
+    if (o.layer != ConfigLayer::kDefault && !(field == v))
+      out_.warnings.push_back(
+          fmt::format("{}: {}={} is overridden by {}={}", name, o.text, show(field), source, show(v)));
+    field = v;
+    o = Origin{layer, source};
+  }
+
+  template <typename F, typename T>
+  void from_ds(const DsConfig& ds, const std::string& name, F& field, const DsValue<T>& v) {
+    if (v.is_set()) offer(name, field, v.value, ConfigLayer::kDeepSpeed, ds.source + ": " + v.key);
+    if (v.is_auto()) auto_[name] = ds.source + ": " + v.key;
+  }
+
+  template <typename F, typename T>
+  void from_yaml(const AccelerateConfig& a, const std::string& name, F& field, const YamlValue<T>& v) {
+    if (v.has()) offer(name, field, *v, ConfigLayer::kAccelerate, a.source + ": " + v.key);
+  }
+
+  // num_processes (when the YAML gives it) is the world: dp_replicate × dp_shard × sp must equal
+  // it. Left at its default, dp_replicate is what fills the world (as DeepSpeed's dp = world / sp).
+  void resolve_world() {
+    TrainConfig& t = out_.train;
+    const int64_t n = out_.recorded.num_processes;
+    Origin& world = origin_.at("world");
+    if (n <= 0) {
+      world = Origin{ConfigLayer::kDefault, "derived: sp × dp_replicate × dp_shard"};
+      out_.world = t.world();
+      return;
+    }
+    const std::string& n_src = origin_.at("num_processes").text;
+    Origin& dpr = origin_.at("dp_replicate");
+    if (dpr.layer == ConfigLayer::kDefault) {
+      const int64_t per = static_cast<int64_t>(t.sp) * t.dp_shard;
+      SEQPAR_INPUT_CHECK(per > 0 && n % per == 0,
+                         "num_processes={} ({}) must equal dp_replicate × dp_shard × sp; with sp={} ({}) and "
+                         "dp_shard={} ({}), dp_replicate would be {} / ({} × {}) = {} / {}, not a whole number",
+                         n, n_src, t.sp, source_text("sp"), t.dp_shard, source_text("dp_shard"), n, t.sp, t.dp_shard, n,
+                         per);
+      t.dp_replicate = static_cast<int>(n / per);
+      dpr = Origin{ConfigLayer::kAccelerate, "derived: num_processes / (sp × dp_shard)"};
+    }
+    const int64_t product = static_cast<int64_t>(t.dp_replicate) * t.dp_shard * t.sp;
+    SEQPAR_INPUT_CHECK(product == n,
+                       "num_processes={} ({}) must equal dp_replicate × dp_shard × sp = {} × {} × {} = {} "
+                       "(dp_replicate from {}, dp_shard from {}, sp from {})",
+                       n, n_src, t.dp_replicate, t.dp_shard, t.sp, product, source_text("dp_replicate"),
+                       source_text("dp_shard"), source_text("sp"));
+    world = Origin{ConfigLayer::kAccelerate, n_src};
+    out_.world = static_cast<int>(n);
+  }
+
+  // DeepSpeed's batch triple: train_batch_size = micro × grad_accum × dp_world, dp_world = world / sp.
+  // Given train_batch_size and one of the other two, the third is derived as DeepSpeed does;
+  // given all three, they must agree.
+  void resolve_batch() {
+    TrainConfig& t = out_.train;
+    const int64_t dp = static_cast<int64_t>(t.dp_replicate) * t.dp_shard;
+    Origin& tb = origin_.at("train_batch_size");
+    if (!train_batch_.is_set()) {
+      out_.train_batch_size = static_cast<int64_t>(t.micro_batch) * t.grad_accum * dp;
+      tb = Origin{ConfigLayer::kDefault, "derived: micro_batch × grad_accum × dp_world"};
+      if (train_batch_.is_auto()) auto_["train_batch_size"] = train_batch_file_ + ": " + train_batch_.key;
+      return;
+    }
+    const int64_t want = train_batch_.value;
+    const std::string want_src = train_batch_file_ + ": " + train_batch_.key;
+    auto specified = [&](const char* name) {
+      return origin_.at(name).layer != ConfigLayer::kDefault || auto_.count(name) > 0;
+    };
+    const std::string dp_text =
+        fmt::format("dp_world = world / sequence_parallel_size = {} / {} = {}", out_.world, t.sp, dp);
+    auto derive = [&](const char* name, int& field, int64_t other, const char* other_name) {
+      const int64_t per = other * dp;
+      SEQPAR_INPUT_CHECK(want % per == 0,
+                         "train_batch_size={} ({}) must equal train_micro_batch_size_per_gpu × "
+                         "gradient_accumulation_steps × dp_world, but it is not a multiple of {} × dp_world = {} × {} "
+                         "= {}, so {} cannot be derived ({})",
+                         want, want_src, other_name, other, dp, per, name, dp_text);
+      field = static_cast<int>(want / per);
+      origin_.at(name) =
+          Origin{ConfigLayer::kDeepSpeed, fmt::format("derived: train_batch_size / ({} × dp_world)", other_name)};
+    };
+    const bool micro = specified("micro_batch"), accum = specified("grad_accum");
+    if (micro && !accum) {
+      derive("grad_accum", t.grad_accum, t.micro_batch, "micro_batch");
+    } else if (accum && !micro) {
+      derive("micro_batch", t.micro_batch, t.grad_accum, "grad_accum");
+    } else if (!micro && !accum) {
+      if (t.grad_accum != 1) {
+        t.grad_accum = 1;
+        origin_.at("grad_accum") = Origin{ConfigLayer::kDeepSpeed, "derived: 1, as DeepSpeed sets it"};
+      }
+      derive("micro_batch", t.micro_batch, t.grad_accum, "grad_accum");
+    }
+    const int64_t product = static_cast<int64_t>(t.micro_batch) * t.grad_accum * dp;
+    SEQPAR_INPUT_CHECK(want == product,
+                       "train_batch_size={} ({}) must equal train_micro_batch_size_per_gpu × "
+                       "gradient_accumulation_steps × dp_world = {} × {} × {} = {}, where {} (micro_batch from {}, "
+                       "grad_accum from {}, sp from {})",
+                       want, want_src, t.micro_batch, t.grad_accum, dp, product, dp_text, source_text("micro_batch"),
+                       source_text("grad_accum"), source_text("sp"));
+    out_.train_batch_size = want;
+    tb = Origin{ConfigLayer::kDeepSpeed, want_src};
+  }
+
+  // A DeepSpeed schedule parameter: a flag wins; then the file's value; "auto" takes the
+  // trainer's value; absent, DeepSpeed's default.
+  template <typename F, typename T>
+  void pick(const char* name, F& field, const DsValue<T>& v, std::optional<F> auto_value, const std::string& auto_of,
+            F default_value, const std::string& default_text) {
+    Origin& o = origin_.at(name);
+    const std::string where = scheduler_file_ + ": " + v.key;
+    if (o.layer == ConfigLayer::kFlag) {
+      if (v.is_set() && !(static_cast<F>(v.value) == field))
+        out_.warnings.push_back(
+            fmt::format("{}: {}={} is overridden by {}={}", name, where, show(v.value), o.text, show(field)));
+      return;
+    }
+    if (v.is_set()) {
+      field = static_cast<F>(v.value);
+      o = Origin{ConfigLayer::kDeepSpeed, where};
+    } else if (v.is_auto()) {
+      SEQPAR_INPUT_CHECK(auto_value.has_value(), "{}: \"auto\" is not accepted here", where);
+      field = *auto_value;
+      o = Origin{ConfigLayer::kDeepSpeed, auto_of + " (auto in " + where + ")"};
+    } else {
+      field = default_value;
+      o = Origin{ConfigLayer::kDeepSpeed, scheduler_file_ + ": " + default_text};
+    }
+  }
+
+  void resolve_schedule() {
+    if (!scheduler_) return;
+    const DsScheduler& s = *scheduler_;
+    TrainConfig& t = out_.train;
+    LrSchedule& ls = t.lr_schedule;
+    const bool cosine = ls.type == LrScheduleType::kWarmupCosineLR;
+    const bool decay = ls.type == LrScheduleType::kWarmupDecayLR;
+    const double lr = t.optimizer.adamw.lr;
+    pick("warmup_num_steps", ls.warmup_num_steps, s.warmup_num_steps, std::optional<int64_t>(t.warmup_steps),
+         source_text("warmup_steps"), int64_t{1000}, "DeepSpeed's default");
+    SEQPAR_INPUT_CHECK(ls.warmup_num_steps >= 1, "warmup_num_steps={} ({}) must be >= 1 (DeepSpeed's rule)",
+                       ls.warmup_num_steps, source_text("warmup_num_steps"));
+    if (!cosine) {
+      pick("warmup_min_lr", ls.warmup_min_lr, s.warmup_min_lr, std::optional<double>(0.0),
+           "0, as the HF Trainer fills it", 0.0, "DeepSpeed's default");
+      // WarmupLR's max defaults to the optimizer's lr (None in DeepSpeed); WarmupDecayLR's to 0.001.
+      pick("warmup_max_lr", ls.warmup_max_lr, s.warmup_max_lr, std::optional<double>(lr), source_text("lr"),
+           decay ? 0.001 : lr, decay ? "DeepSpeed's default" : "DeepSpeed's default (the optimizer's lr)");
+      SEQPAR_INPUT_CHECK(ls.warmup_min_lr <= ls.warmup_max_lr, "warmup_min_lr={} ({}) must be <= warmup_max_lr={} ({})",
+                         ls.warmup_min_lr, source_text("warmup_min_lr"), ls.warmup_max_lr,
+                         source_text("warmup_max_lr"));
+    }
+    if (cosine || decay) {
+      pick("total_num_steps", ls.total_num_steps, s.total_num_steps, std::optional<int64_t>(t.steps),
+           source_text("steps"), int64_t{0}, "(required)");
+      SEQPAR_INPUT_CHECK(ls.total_num_steps >= 1, "total_num_steps={} ({}) must be >= 1", ls.total_num_steps,
+                         source_text("total_num_steps"));
+    }
+    if (cosine) {
+      pick("warmup_min_ratio", ls.warmup_min_ratio, s.warmup_min_ratio, std::optional<double>(), "", 0.0,
+           "DeepSpeed's default");
+      pick("cos_min_ratio", ls.cos_min_ratio, s.cos_min_ratio, std::optional<double>(), "", 1e-4,
+           "DeepSpeed's default");
+    }
+    ls.warmup_type = s.warmup_type.is_set() && s.warmup_type.value == "linear" ? WarmupType::kLinear : WarmupType::kLog;
+    origin_.at("warmup_type") =
+        Origin{ConfigLayer::kDeepSpeed,
+               scheduler_file_ + ": " + (s.warmup_type.is_set() ? s.warmup_type.key : "DeepSpeed's default")};
+  }
+
+  // DeepSpeed's Adam with adam_w_mode false is L2-regularised Adam: the same as AdamW only
+  // without weight decay. The decay may come from "auto" or a flag, so this is checked last.
+  void check_adam_mode() {
+    if (out_.recorded.adam_w_mode) return;
+    const float wd = out_.train.optimizer.adamw.weight_decay;
+    SEQPAR_INPUT_CHECK(wd == 0,
+                       "{}: optimizer Adam with adam_w_mode=false is L2-regularised Adam, which seqpar does not "
+                       "implement; weight_decay={} ({}) must be 0, or use AdamW (or adam_w_mode true, DeepSpeed's "
+                       "default)",
+                       adam_file_, wd, source_text("weight_decay"));
+  }
+
+  const CommandLine& cli_;
+  ResolvedConfig out_;
+  std::map<std::string, Origin> origin_;
+  std::map<std::string, std::string> auto_;  // setting -> "file: key" that said "auto"
+  DsValue<int64_t> train_batch_;
+  std::string train_batch_file_, scheduler_file_, adam_file_;
+  std::optional<DsScheduler> scheduler_;
+};
+
+}  // namespace
+
+std::string ResolvedConfig::source_of(const std::string& name) const {
+  for (const ResolvedSetting& s : settings)
+    if (s.name == name) return s.source;
+  return "";
+}
+
+std::string ResolvedConfig::value_of(const std::string& name) const {
+  for (const ResolvedSetting& s : settings)
+    if (s.name == name) return s.value;
+  return "";
+}
+
+ResolvedConfig resolve_train_config(const CommandLine& cli, const DsConfig* ds, const AccelerateConfig* acc) {
+  if (ds && acc && acc->deepspeed) {
+    std::error_code e1, e2;
+    const fs::path a = fs::weakly_canonical(ds->source, e1), b = fs::weakly_canonical(acc->deepspeed->source, e2);
+    SEQPAR_INPUT_CHECK(
+        !e1 && !e2 && a == b,
+        "two DeepSpeed configs: --deepspeed {} and {}: deepspeed_config.deepspeed_config_file = {}; give "
+        "one of them",
+        ds->source, acc->source, acc->deepspeed->source);
+  }
+  Resolver r(cli);
+  if (ds)
+    r.apply_deepspeed(*ds);
+  else if (acc && acc->deepspeed)
+    r.apply_deepspeed(*acc->deepspeed);
+  if (acc) r.apply_accelerate(*acc);
+  return r.finish();
+}
+
+ResolvedConfig resolve_train_config(const CommandLine& cli, const std::string& deepspeed_path,
+                                    const std::string& accelerate_path) {
+  std::optional<DsConfig> ds;
+  std::optional<AccelerateConfig> acc;
+  if (!deepspeed_path.empty()) ds = load_ds_config(deepspeed_path);
+  if (!accelerate_path.empty()) acc = load_accelerate_config(accelerate_path);
+  return resolve_train_config(cli, ds ? &*ds : nullptr, acc ? &*acc : nullptr);
+}
+
+std::string format_resolved_config(const ResolvedConfig& config) {
+  size_t name_w = 0, value_w = 0;
+  for (const ResolvedSetting& s : config.settings) {
+    name_w = std::max(name_w, s.name.size());
+    value_w = std::max(value_w, s.value.size());
+  }
+  std::string out = "seqpar train: resolved configuration (setting, value, source)\n";
+  for (const ResolvedSetting& s : config.settings)
+    out += fmt::format("  {:<{}}  {:<{}}  {}\n", s.name, name_w, s.value, value_w, s.source);
+  if (!config.warnings.empty()) {
+    out += "warnings:\n";
+    for (const std::string& w : config.warnings) out += "  " + w + "\n";
+  }
+  return out;
+}
+
+LrSchedule lr_schedule_of(const TrainConfig& c) {
+  LrSchedule s = c.lr_schedule;
+  s.base_lr = c.optimizer.adamw.lr;
+  if (s.type == LrScheduleType::kLinearCosine) {
+    s.warmup_steps = c.warmup_steps;
+    s.min_lr_ratio = c.min_lr_ratio;
+    s.total_steps = c.steps;
+  }
+  return s;
+}
+
+float scheduled_lr(const LrSchedule& s, int64_t step) {
+  if (s.type == LrScheduleType::kLinearCosine) {
+    const double lr = s.base_lr;
+    if (step <= s.warmup_steps) return static_cast<float>(lr * step / std::max<int64_t>(1, s.warmup_steps));
+    const double progress =
+        static_cast<double>(step - s.warmup_steps) / std::max<int64_t>(1, s.total_steps - s.warmup_steps);
+    const double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
+    return static_cast<float>(lr * (s.min_lr_ratio + (1.0 - s.min_lr_ratio) * cosine));
+  }
+  // DeepSpeed (deepspeed/runtime/lr_schedules.py), in its own operation order so the doubles
+  // agree: i is last_batch_iteration, W the warmup length after DeepSpeed's max(2, ...).
+  const int64_t i = step - 2;
+  const int64_t W = std::max<int64_t>(2, s.warmup_num_steps);
+  const double inverse_log_warm_up = 1.0 / std::log(static_cast<double>(W));
+  auto warmup_gamma = [&] {
+    return s.warmup_type == WarmupType::kLog ? inverse_log_warm_up * std::log(static_cast<double>(i + 1))
+                                             : static_cast<double>(i) / static_cast<double>(W);
+  };
+  if (s.type == LrScheduleType::kWarmupCosineLR) {
+    if (i < 0) return 0.f;  // the constructor's lr: DeepSpeed returns 0 before the first step()
+    double ratio;
+    if (i < W) {
+      ratio = s.warmup_min_ratio + warmup_gamma() * (1. - s.warmup_min_ratio);
+    } else {
+      const double real_last_step = static_cast<double>(i - W + 1);
+      const double real_total_steps = static_cast<double>(std::max<int64_t>(1, s.total_num_steps - W));
+      const double cosine_progress = std::min(1.0, real_last_step / real_total_steps);
+      const double ratio_delta = 1. - s.cos_min_ratio;
+      ratio = (1 + std::cos(M_PI * cosine_progress)) / 2;
+      ratio = std::max(0.0, s.cos_min_ratio + ratio_delta * ratio);
+    }
+    return static_cast<float>(s.base_lr * ratio);
+  }
+  if (i < 0) return static_cast<float>(s.warmup_min_lr);  // the constructor's lr: min_lrs
+  double gamma;
+  if (i < W) {
+    gamma = warmup_gamma();
+  } else if (s.type == LrScheduleType::kWarmupLR) {
+    gamma = 1.0;
+  } else {
+    gamma = std::max(
+        0.0, static_cast<double>(s.total_num_steps - i) / std::max(1.0, static_cast<double>(s.total_num_steps - W)));
+  }
+  const double delta_lr = s.warmup_max_lr - s.warmup_min_lr;
+  return static_cast<float>(s.warmup_min_lr + delta_lr * gamma);
+}
+
+}  // namespace seqpar
