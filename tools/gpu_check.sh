@@ -54,7 +54,7 @@ fi
 # ---- GPU tests --------------------------------------------------------------------------------
 if [[ -x $BUILD/test_cuda ]]; then
   t0=$SECONDS
-  timeout 150 "$BUILD/test_cuda" --gtest_output="json:$OUT/test_cuda.json" >"$OUT/test_cuda.log" 2>&1
+  timeout 240 "$BUILD/test_cuda" --gtest_output="json:$OUT/test_cuda.json" >"$OUT/test_cuda.log" 2>&1
   rc=$?
   passed=$(grep -c "^\[       OK \]" "$OUT/test_cuda.log")
   failed=$(grep -c "^\[  FAILED  \] .*(" "$OUT/test_cuda.log")
@@ -113,7 +113,7 @@ if ((${#bench[@]})); then
     >>"$OUT/bench.jsonl" 2>>"$OUT/misc.log"
   note "bench gemm seqpar --autotune: rc=$? ($((SECONDS - t0)) s)"
   t0=$SECONDS
-  for v in "" "--strict"; do
+  for v in ${GPU_CHECK_TORCH_VARIANTS:-""}; do
     timeout 120 python3 bench/peers/torch_matmul.py --shapes-from "$OUT/gemm_seqpar.tmp" --warmup 10 --iters 50 \
       $v --out "$OUT/bench.jsonl" >/dev/null 2>>"$OUT/misc.log"
     note "bench gemm torch ${v:-default}: rc=$? ($((SECONDS - t0)) s)"
@@ -124,6 +124,25 @@ if ((${#bench[@]})); then
   note "bench ops seqpar: rc=$? ($((SECONDS - t0)) s)"
 else
   note "bench gemm: NO BINARY (seqpar bench gemm not wired, driver did not build; see misc.log)"
+fi
+
+# ---- attention benchmark: seqpar (flash, cuDNN) and PyTorch SDPA (flash, cuDNN) on the same shapes --
+: >"$OUT/attention.jsonl"
+if [[ -x $BUILD/seqpar ]]; then
+  for backend in flash cudnn; do
+    t0=$SECONDS
+    extra=()
+    [[ $backend == cudnn ]] && extra=(--backend cudnn)
+    if [[ $backend == flash ]] || "$BUILD/seqpar" bench attention --help 2>/dev/null | grep -q -- "--backend"; then
+      timeout 150 "$BUILD/seqpar" bench attention --seq-lens 16384,65536 --head-dims 128 "${extra[@]}" \
+        --warmup 2 --iters 5 >>"$OUT/attention.jsonl" 2>>"$OUT/misc.log"
+      note "bench attention seqpar $backend: rc=$? ($((SECONDS - t0)) s)"
+    fi
+  done
+  t0=$SECONDS
+  timeout 150 python3 bench/peers/torch_sdpa.py --seq-lens 16384,65536 --head-dims 128 --warmup 2 --iters 5 \
+    >>"$OUT/attention.jsonl" 2>>"$OUT/misc.log"
+  note "bench attention torch: rc=$? ($((SECONDS - t0)) s)"
 fi
 
 # ---- SASS spot checks: 16-byte global accesses in the op kernels -------------------------------
@@ -192,6 +211,27 @@ def stats(label, xs):
         print(f"{label}: geometric mean {geo:.3f}, min {min(xs):.3f}, max {max(xs):.3f}")
 stats("seqpar/torch TFLOP/s", ratios)
 stats("seqpar autotuned/torch TFLOP/s", aratios)
+EOF
+  python3 - "$OUT/attention.jsonl" <<'EOF'
+import json, sys
+rows = []
+for l in open(sys.argv[1]):
+    l = l.strip()
+    if l.startswith("{"):
+        try: rows.append(json.loads(l))
+        except ValueError: pass
+if not rows:
+    print("no attention results"); sys.exit()
+by = {}
+for r in rows: by.setdefault((r.get("pass"), r.get("S"), r.get("D")), {})[r.get("impl")] = r.get("tflops")
+impls = sorted({r.get("impl") for r in rows})
+print("attention, causal, H=32, TFLOP/s: " + ", ".join(impls))
+for k in sorted(by, key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0)):
+    v = by[k]
+    cells = " ".join(f"{i}={v[i]:.0f}" for i in impls if v.get(i) is not None)
+    ratios = [f"{a}/{b}={v[a]/v[b]:.2f}" for a, b in (("seqpar_flash", "torch_sdpa_flash"), ("seqpar_cudnn", "torch_sdpa_cudnn"))
+              if v.get(a) and v.get(b)]
+    print(f"  {k[0]} S={k[1]} D={k[2]}: {cells}  {' '.join(ratios)}")
 EOF
 } >"$OUT/summary.txt" 2>&1
 echo

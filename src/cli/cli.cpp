@@ -17,6 +17,9 @@ int cli_main(int argc, char** argv) {
   int rc = 0;
   add_fwdbwd_command(app, rc);
   add_train_command(app, rc);
+  add_bench_command(app, rc);
+  add_prepare_data_command(app, rc);
+  add_launch_command(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,5 +7,8 @@ namespace seqpar {
 
 void add_fwdbwd_command(CLI::App& app, int& rc);
 void add_train_command(CLI::App& app, int& rc);
+void add_bench_command(CLI::App& app, int& rc);
+void add_prepare_data_command(CLI::App& app, int& rc);
+void add_launch_command(CLI::App& app, int& rc);
 
 }  // namespace seqpar

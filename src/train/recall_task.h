@@ -24,8 +24,8 @@ namespace seqpar {
 
 struct RecallTaskConfig {
   int64_t seq_len = 128;
-  int num_pairs = 4;    // key-value pairs at the start
-  int num_queries = 4;  // queries at the end
+  int num_pairs = 8;    // key-value pairs at the start
+  int num_queries = 8;  // queries at the end
   int num_keys = 8;      // key alphabet
   int num_values = 8;    // value alphabet
   int vocab_size = 128;  // ids: Q, pair tokens (K*V), keys, values, then filler

@@ -1,0 +1,27 @@
+// seqpar bench attention|gemm: JSON lines of timings, comparable with the PyTorch peers in
+// bench/peers/ (tools/gpu_check.sh runs both in one call and prints the ratios).
+#include <memory>
+
+#include "cli/bench_attention.h"
+#include "cli/bench_gemm.h"
+#include "cli/commands.h"
+
+namespace seqpar {
+
+void add_bench_command(CLI::App& app, int& rc) {
+  CLI::App* bench = app.add_subcommand("bench", "GPU micro-benchmarks (JSON lines: shape, ms, TFLOP/s)");
+  bench->require_subcommand(1);
+
+  auto attn = std::make_shared<BenchAttentionOptions>();
+  CLI::App* a = bench->add_subcommand(
+      "attention", "attention forward and forward+backward, causal FLOPs counted as half of the full matrix");
+  add_bench_attention_options(*a, *attn);
+  a->callback([attn, &rc] { rc = run_bench_attention(*attn); });
+
+  auto gemm = std::make_shared<BenchGemmOptions>();
+  CLI::App* g = bench->add_subcommand("gemm", "cuBLASLt GEMMs: 8192^3 and the Llama-3.2-1B/3B projection shapes");
+  add_bench_gemm_options(*g, *gemm);
+  g->callback([gemm, &rc] { rc = run_bench_gemm(*gemm); });
+}
+
+}  // namespace seqpar
