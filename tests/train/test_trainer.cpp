@@ -21,6 +21,8 @@ TrainConfig tiny_run() {
   TrainConfig c;
   c.model = demo_model_config();
   c.task.seq_len = 32;
+  c.task.num_pairs = 4;  // 4 pair tokens + 4 queries of 3 tokens + filler fit in 32
+  c.task.num_queries = 4;
   c.micro_batch = 2;
   c.grad_accum = 1;
   c.steps = 4;
@@ -201,7 +203,7 @@ TEST(Trainer, ConfigErrorsNameTheSetting) {
   c.sp_mode = SpMode::kUlysses;
   expect_error(c, "ulysses degree 8 exceeds num_attention_heads=4");
   c = tiny_run();
-  c.task.seq_len = 10;  // 4 pairs and 4 queries need 21
+  c.task.seq_len = 10;  // 4 pairs and 4 queries need 17
   expect_error(c, "recall task: seq_len=10 is too short");
 }
 

@@ -1,0 +1,664 @@
+// Hugging Face tokenizer.json with a byte-level BPE model: the pipeline of HF `tokenizers`
+// (added tokens -> pre-tokenizer -> BPE -> post-processor), for the components listed in
+// io/tokenizer.h. Every unsupported component is an InputError naming its type.
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <atomic>
+#include <fstream>
+#include <queue>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "io/tokenizer.h"
+
+namespace seqpar::tokenizer_detail {
+
+namespace {
+
+using nlohmann::json;
+
+struct AddedToken {
+  std::string content;
+  int32_t id = 0;
+  bool special = false, lstrip = false, rstrip = false, single_word = false, normalized = false;
+};
+
+// A part of the input text: an added token (added >= 0, an index into the added tokens) or text
+// for the pre-tokenizer (added = -1). Byte range [begin, end) of the input.
+struct Segment {
+  size_t begin, end;
+  int added;
+};
+
+std::string utf8_of(char32_t c) {
+  std::string s;
+  if (c < 0x80) {
+    s += static_cast<char>(c);
+  } else if (c < 0x800) {
+    s += static_cast<char>(0xC0 | (c >> 6));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    s += static_cast<char>(0xE0 | (c >> 12));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (c >> 18));
+    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  }
+  return s;
+}
+
+// The code point that ends at byte `end` / starts at byte `begin` of valid UTF-8.
+char32_t cp_before(std::string_view t, size_t end, size_t* begin_out = nullptr) {
+  size_t b = end - 1;
+  while (b > 0 && (static_cast<unsigned char>(t[b]) & 0xC0) == 0x80) --b;
+  std::vector<char32_t> cps;
+  std::vector<size_t> offs;
+  decode_utf8(t.substr(b, end - b), cps, offs);
+  if (begin_out) *begin_out = b;
+  return cps.empty() ? 0 : cps[0];
+}
+char32_t cp_at(std::string_view t, size_t begin, size_t* end_out = nullptr) {
+  size_t e = begin + 1;
+  while (e < t.size() && (static_cast<unsigned char>(t[e]) & 0xC0) == 0x80) ++e;
+  std::vector<char32_t> cps;
+  std::vector<size_t> offs;
+  decode_utf8(t.substr(begin, e - begin), cps, offs);
+  if (end_out) *end_out = e;
+  return cps.empty() ? 0 : cps[0];
+}
+
+// Rust regex \w as HF's single_word uses it, approximated by letters, numbers and '_'.
+bool word_char(char32_t c) {
+  const CharClass k = char_class(c);
+  return k == CharClass::kLetter || k == CharClass::kNumber || c == U'_';
+}
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+struct WordCache {
+  uint64_t serial = 0;  // the tokenizer the entries belong to
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
+};
+
+std::atomic<uint64_t> next_serial{1};
+
+class HfBpeTokenizer final : public Tokenizer {
+ public:
+  HfBpeTokenizer(std::string path, const json& root) : Tokenizer(std::move(path)) {
+    SEQPAR_INPUT_CHECK(root.is_object(), "{}: must be a JSON object", where());
+    SEQPAR_INPUT_CHECK(root.contains("model") && root["model"].is_object(), "{}: no 'model' object", where());
+    load_model(root["model"]);
+    if (root.contains("added_tokens")) load_added_tokens(root["added_tokens"]);
+    if (root.contains("normalizer") && !root["normalizer"].is_null()) check_normalizer(root["normalizer"]);
+    load_pre_tokenizer(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json());
+    if (root.contains("post_processor")) load_post_processor(root["post_processor"], "post_processor");
+    load_decoder(root.contains("decoder") ? root["decoder"] : json());
+    build_decode_table();
+  }
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens,
+                              std::vector<int64_t>* starts) const override {
+    validate_utf8(text);  // once; everything below may assume valid UTF-8
+    std::vector<int32_t> ids;
+    if (starts) starts->clear();
+    if (add_special_tokens)
+      for (int32_t id : prefix_ids_) {
+        ids.push_back(id);
+        if (starts) starts->push_back(0);
+      }
+    std::vector<Segment> segs{{0, text.size(), -1}};
+    segs = split_added(text, segs, /*normalized=*/false);
+    segs = split_added(text, segs, /*normalized=*/true);
+    for (const Segment& s : segs) {
+      if (s.added >= 0) {
+        ids.push_back(added_[static_cast<size_t>(s.added)].id);
+        if (starts) starts->push_back(static_cast<int64_t>(s.begin));
+      } else {
+        encode_text(text, s.begin, s.end, ids, starts);
+      }
+    }
+    if (add_special_tokens)
+      for (int32_t id : suffix_ids_) {
+        ids.push_back(id);
+        if (starts) starts->push_back(static_cast<int64_t>(text.size()));
+      }
+    return ids;
+  }
+
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+    SEQPAR_INPUT_CHECK(decoder_error_.empty(), "{}", decoder_error_);
+    std::string out;
+    bool first = true;
+    for (int32_t id : ids) {
+      SEQPAR_INPUT_CHECK(id >= 0 && id < vocab_size_ && known_[static_cast<size_t>(id)],
+                         "{}: cannot decode token id {}: not in the vocabulary (size {})", where(), id, vocab_size_);
+      if (skip_special_tokens && special_[static_cast<size_t>(id)]) continue;
+      // With no decoder HF joins the token spellings with spaces.
+      if (!byte_level_decoder_ && !first) out += ' ';
+      out += decoded_[static_cast<size_t>(id)];
+      first = false;
+    }
+    return out;
+  }
+
+  int64_t vocab_size() const override { return vocab_size_; }
+
+  std::optional<int32_t> token_to_id(std::string_view token) const override {
+    const std::string key(token);
+    if (auto it = added_by_content_.find(key); it != added_by_content_.end()) return it->second;
+    if (auto it = vocab_.find(key); it != vocab_.end()) return it->second;
+    return std::nullopt;
+  }
+
+  std::string summary() const override {
+    size_t specials = 0;
+    for (const auto& a : added_) specials += a.special;
+    std::string pre;
+    for (SplitPattern p : splits_) pre += fmt::format("split({}) + ", split_pattern_name(p));
+    pre += byte_level_regex_ ? "byte-level(gpt2 regex)" : "byte-level";
+    if (add_prefix_space_) pre += " with prefix space";
+    std::string tmpl;
+    for (int32_t id : prefix_ids_) tmpl += decoded_[static_cast<size_t>(id)] + " ";
+    tmpl += "$A";
+    for (int32_t id : suffix_ids_) tmpl += " " + decoded_[static_cast<size_t>(id)];
+    return fmt::format("byte-level BPE '{}': {} ids ({} model tokens, {} merges, {} added tokens of which {} special), "
+                       "pre-tokenizer {}, template '{}'",
+                       path(), vocab_size_, vocab_.size(), merges_.size(), added_.size(), specials, pre, tmpl);
+  }
+
+ private:
+  std::string where() const { return fmt::format("tokenizer '{}'", path()); }
+
+  // ---- loading ---------------------------------------------------------------------------
+
+  void load_model(const json& m) {
+    const std::string type = m.value("type", m.contains("merges") ? "BPE" : "");
+    SEQPAR_INPUT_CHECK(type == "BPE", "{}: model type '{}' is not supported (seqpar reads byte-level BPE models only)",
+                       where(), type);
+    SEQPAR_INPUT_CHECK(m.contains("vocab") && m["vocab"].is_object(), "{}: model.vocab must be an object", where());
+    for (const auto& [tok, id] : m["vocab"].items()) {
+      SEQPAR_INPUT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t{1} << 31),
+                         "{}: model.vocab['{}'] = {} must be an id in [0, 2^31)", where(), tok, id.dump());
+      vocab_[tok] = id.get<int32_t>();
+      vocab_size_ = std::max<int64_t>(vocab_size_, id.get<int64_t>() + 1);
+    }
+    auto opt_string = [&](const char* field) -> std::string {
+      if (!m.contains(field) || m[field].is_null()) return "";
+      SEQPAR_INPUT_CHECK(m[field].is_string(), "{}: model.{} must be a string or null", where(), field);
+      return m[field].get<std::string>();
+    };
+    SEQPAR_INPUT_CHECK(opt_string("continuing_subword_prefix").empty() && opt_string("end_of_word_suffix").empty(),
+                       "{}: model.continuing_subword_prefix / end_of_word_suffix are not supported (byte-level BPE "
+                       "has neither)", where());
+    SEQPAR_INPUT_CHECK(!m.value("byte_fallback", false),
+                       "{}: model.byte_fallback=true (a SentencePiece-style BPE) is not supported", where());
+    if (m.contains("dropout") && !m["dropout"].is_null())
+      SEQPAR_INPUT_CHECK(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0,
+                         "{}: model.dropout={} is not supported (BPE dropout is for training a tokenizer)", where(),
+                         m["dropout"].dump());
+    ignore_merges_ = m.value("ignore_merges", false);
+    fuse_unk_ = m.value("fuse_unk", false);
+    if (const std::string unk = opt_string("unk_token"); !unk.empty()) {
+      auto it = vocab_.find(unk);
+      SEQPAR_INPUT_CHECK(it != vocab_.end(), "{}: model.unk_token '{}' is not in the vocabulary", where(), unk);
+      unk_ = it->second;
+    }
+    SEQPAR_INPUT_CHECK(m.contains("merges") && m["merges"].is_array(), "{}: model.merges must be an array", where());
+    const json& merges = m["merges"];
+    merges_.reserve(merges.size());
+    for (size_t r = 0; r < merges.size(); ++r) {
+      const json& e = merges[r];
+      std::string a, b;
+      if (e.is_string()) {  // "a b"
+        const std::string s = e.get<std::string>();
+        const size_t sp = s.find(' ');
+        SEQPAR_INPUT_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos,
+                           "{}: model.merges[{}] = '{}' must be two tokens separated by one space", where(), r, s);
+        a = s.substr(0, sp);
+        b = s.substr(sp + 1);
+      } else {
+        SEQPAR_INPUT_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(),
+                           "{}: model.merges[{}] = {} must be \"a b\" or [\"a\", \"b\"]", where(), r, e.dump());
+        a = e[0].get<std::string>();
+        b = e[1].get<std::string>();
+      }
+      auto ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(a + b);
+      SEQPAR_INPUT_CHECK(ia != vocab_.end() && ib != vocab_.end() && iab != vocab_.end(),
+                         "{}: model.merges[{}] ('{}', '{}'): '{}' is not in the vocabulary", where(), r, a, b,
+                         ia == vocab_.end() ? a : ib == vocab_.end() ? b : a + b);
+      // The first (lowest-rank) occurrence of a pair wins, as in HF.
+      merges_.try_emplace(pair_key(ia->second, ib->second), static_cast<int32_t>(r), iab->second);
+    }
+    for (int b = 0; b < 256; ++b) {
+      auto it = vocab_.find(utf8_of(byte_to_unicode(static_cast<uint8_t>(b))));
+      byte_token_[static_cast<size_t>(b)] = it == vocab_.end() ? -1 : it->second;
+    }
+  }
+
+  void load_added_tokens(const json& list) {
+    SEQPAR_INPUT_CHECK(list.is_array(), "{}: added_tokens must be an array", where());
+    for (size_t i = 0; i < list.size(); ++i) {
+      const json& t = list[i];
+      SEQPAR_INPUT_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
+                             t["content"].is_string() && !t["content"].get<std::string>().empty(),
+                         "{}: added_tokens[{}] must have an integer 'id' and a non-empty string 'content'", where(), i);
+      AddedToken a;
+      a.content = t["content"].get<std::string>();
+      a.id = t["id"].get<int32_t>();
+      SEQPAR_INPUT_CHECK(a.id >= 0, "{}: added_tokens[{}] ('{}') has id {} < 0", where(), i, a.content, a.id);
+      a.special = t.value("special", false);
+      a.lstrip = t.value("lstrip", false);
+      a.rstrip = t.value("rstrip", false);
+      a.single_word = t.value("single_word", false);
+      a.normalized = t.value("normalized", !a.special);
+      vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{a.id} + 1);
+      added_by_content_[a.content] = a.id;
+      added_.push_back(std::move(a));
+    }
+    // Per pass, the tokens by first byte, longest first: the leftmost-longest match of HF's
+    // Aho-Corasick automaton is the longest token that starts at the first position with one.
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t i = 0; i < added_.size(); ++i)
+        if (added_[i].normalized == (pass == 1))
+          by_first_byte_[pass][static_cast<unsigned char>(added_[i].content[0])].push_back(i);
+    for (auto& table : by_first_byte_)
+      for (auto& v : table)
+        std::stable_sort(v.begin(), v.end(),
+                         [&](size_t x, size_t y) { return added_[x].content.size() > added_[y].content.size(); });
+  }
+
+  void check_normalizer(const json& n) {
+    const std::string type = n.value("type", "?");
+    const bool empty_sequence = type == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array() &&
+                                n["normalizers"].empty();
+    SEQPAR_INPUT_CHECK(empty_sequence, "{}: normalizer type '{}' is not supported (seqpar supports no normalizer)",
+                       where(), type);
+  }
+
+  void load_pre_tokenizer(const json& p) {
+    SEQPAR_INPUT_CHECK(!p.is_null(), "{}: no pre_tokenizer: seqpar supports byte-level BPE, which needs a ByteLevel "
+                       "pre-tokenizer", where());
+    std::vector<json> steps;
+    if (p.value("type", "") == "Sequence") {
+      SEQPAR_INPUT_CHECK(p.contains("pretokenizers") && p["pretokenizers"].is_array(),
+                         "{}: pre_tokenizer Sequence needs a 'pretokenizers' array", where());
+      for (const auto& s : p["pretokenizers"]) steps.push_back(s);
+    } else {
+      steps.push_back(p);
+    }
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const json& s = steps[i];
+      const std::string type = s.value("type", "?");
+      SEQPAR_INPUT_CHECK(!byte_level_, "{}: pre-tokenizer '{}' after ByteLevel is not supported (ByteLevel must be "
+                         "the last step)", where(), type);
+      if (type == "ByteLevel") {
+        byte_level_ = true;
+        add_prefix_space_ = s.value("add_prefix_space", true);
+        byte_level_regex_ = s.value("use_regex", true);
+      } else if (type == "Split") {
+        SEQPAR_INPUT_CHECK(s.value("behavior", "") == "Isolated" && !s.value("invert", false),
+                           "{}: pre-tokenizer Split with behavior '{}' invert={} is not supported (only Isolated, "
+                           "not inverted)", where(), s.value("behavior", "?"), s.value("invert", false));
+        const json& pat = s.contains("pattern") ? s["pattern"] : json();
+        SEQPAR_INPUT_CHECK(pat.is_object() && pat.contains("Regex") && pat["Regex"].is_string(),
+                           "{}: pre-tokenizer Split pattern {} is not supported (only a Regex)", where(), pat.dump());
+        auto sp = split_pattern_from_regex(pat["Regex"].get<std::string>());
+        SEQPAR_INPUT_CHECK(sp.has_value(), "{}: pre-tokenizer Split regex '{}' is not supported: seqpar implements the "
+                           "GPT-2, Llama-3 and Qwen2 patterns (docs/prepare-data.md)", where(),
+                           pat["Regex"].get<std::string>());
+        splits_.push_back(*sp);
+      } else {
+        throw InputError(fmt::format("{}: pre-tokenizer type '{}' is not supported (supported: ByteLevel, Split with "
+                                     "the GPT-2/Llama-3/Qwen2 regex, Sequence of those)", where(), type));
+      }
+    }
+    SEQPAR_INPUT_CHECK(byte_level_, "{}: the pre-tokenizer has no ByteLevel step: seqpar supports byte-level BPE only",
+                       where());
+  }
+
+  void load_post_processor(const json& p, const std::string& at) {
+    if (p.is_null()) return;
+    const std::string type = p.value("type", "?");
+    if (type == "ByteLevel") return;  // offsets only
+    if (type == "Sequence") {
+      SEQPAR_INPUT_CHECK(p.contains("processors") && p["processors"].is_array(),
+                         "{}: {} Sequence needs a 'processors' array", where(), at);
+      for (size_t i = 0; i < p["processors"].size(); ++i)
+        load_post_processor(p["processors"][i], fmt::format("{}.processors[{}]", at, i));
+      return;
+    }
+    SEQPAR_INPUT_CHECK(type == "TemplateProcessing",
+                       "{}: {} type '{}' is not supported (supported: TemplateProcessing, ByteLevel, Sequence)",
+                       where(), at, type);
+    SEQPAR_INPUT_CHECK(p.contains("single") && p["single"].is_array(), "{}: {}.single must be an array", where(), at);
+    const json& specials = p.contains("special_tokens") ? p["special_tokens"] : json::object();
+    std::vector<int32_t> before, after;
+    int sequences = 0;
+    for (const auto& item : p["single"]) {
+      if (item.contains("Sequence")) {
+        SEQPAR_INPUT_CHECK(item["Sequence"].value("id", "") == "A", "{}: {}.single has sequence {}, expected A",
+                           where(), at, item["Sequence"].dump());
+        ++sequences;
+        continue;
+      }
+      SEQPAR_INPUT_CHECK(item.contains("SpecialToken") && item["SpecialToken"].contains("id"),
+                         "{}: {}.single item {} is neither a SpecialToken nor the Sequence", where(), at, item.dump());
+      const std::string name = item["SpecialToken"]["id"].get<std::string>();
+      SEQPAR_INPUT_CHECK(specials.contains(name) && specials[name].contains("ids") && specials[name]["ids"].is_array(),
+                         "{}: {}: special token '{}' is not in special_tokens", where(), at, name);
+      for (const auto& id : specials[name]["ids"]) {
+        SEQPAR_INPUT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size_,
+                           "{}: {}: special token '{}' has id {} outside the vocabulary", where(), at, name, id.dump());
+        (sequences == 0 ? before : after).push_back(id.get<int32_t>());
+      }
+    }
+    SEQPAR_INPUT_CHECK(sequences == 1, "{}: {}.single must hold the sequence $A once", where(), at);
+    // A later template wraps the output of an earlier one.
+    prefix_ids_.insert(prefix_ids_.begin(), before.begin(), before.end());
+    suffix_ids_.insert(suffix_ids_.end(), after.begin(), after.end());
+  }
+
+  void load_decoder(const json& d) {
+    if (d.is_null()) return;
+    const std::string type = d.value("type", "?");
+    if (type == "ByteLevel") {
+      byte_level_decoder_ = true;
+      return;
+    }
+    decoder_error_ = fmt::format("{}: decoder type '{}' is not supported (supported: ByteLevel, none)", where(), type);
+  }
+
+  void build_decode_table() {
+    std::unordered_map<char32_t, uint8_t> byte_of;
+    for (int b = 0; b < 256; ++b) byte_of[byte_to_unicode(static_cast<uint8_t>(b))] = static_cast<uint8_t>(b);
+    decoded_.assign(static_cast<size_t>(vocab_size_), "");
+    known_.assign(static_cast<size_t>(vocab_size_), 0);
+    special_.assign(static_cast<size_t>(vocab_size_), 0);
+    auto set = [&](const std::string& tok, int32_t id) {
+      std::string bytes = tok;
+      if (byte_level_decoder_) {  // HF: every char back to its byte, or the token as it is if one char is not in the map
+        std::vector<char32_t> cps;
+        std::vector<size_t> offs;
+        decode_utf8(tok, cps, offs);
+        std::string mapped;
+        bool all = true;
+        for (char32_t c : cps) {
+          auto it = byte_of.find(c);
+          if (it == byte_of.end()) {
+            all = false;
+            break;
+          }
+          mapped += static_cast<char>(it->second);
+        }
+        if (all) bytes = mapped;
+      }
+      decoded_[static_cast<size_t>(id)] = std::move(bytes);
+      known_[static_cast<size_t>(id)] = 1;
+    };
+    for (const auto& [tok, id] : vocab_) set(tok, id);
+    for (const auto& a : added_) {
+      set(a.content, a.id);
+      special_[static_cast<size_t>(a.id)] = a.special;
+    }
+  }
+
+  // ---- encoding --------------------------------------------------------------------------
+
+  static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+
+  // Splits the text segments of `in` on the added tokens of one pass (HF AddedVocabulary:
+  // non-normalized tokens on the raw text first, then normalized ones; with no normalizer both
+  // see the same text).
+  std::vector<Segment> split_added(std::string_view text, const std::vector<Segment>& in, bool normalized) const {
+    const auto& table = by_first_byte_[normalized ? 1 : 0];
+    std::vector<Segment> out;
+    for (const Segment& seg : in) {
+      if (seg.added >= 0 || added_.empty()) {
+        out.push_back(seg);
+        continue;
+      }
+      size_t emitted = seg.begin;  // start of the text not yet emitted (HF's start_offset)
+      size_t i = seg.begin;
+      while (i < seg.end) {
+        const auto& cands = table[static_cast<unsigned char>(text[i])];
+        int hit = -1;
+        for (size_t k : cands) {
+          const std::string& c = added_[k].content;
+          if (c.size() <= seg.end - i && text.compare(i, c.size(), c) == 0) {
+            hit = static_cast<int>(k);
+            break;
+          }
+        }
+        if (hit < 0) {
+          ++i;
+          continue;
+        }
+        const AddedToken& a = added_[static_cast<size_t>(hit)];
+        size_t start = i, stop = i + a.content.size();
+        i = stop;
+        if (a.single_word) {
+          const bool word_before = start > seg.begin && word_char(cp_before(text, start));
+          const bool word_after = stop < seg.end && word_char(cp_at(text, stop));
+          if (word_before || word_after) continue;
+        }
+        if (a.lstrip) {
+          size_t b = start;
+          while (b > emitted) {
+            size_t prev;
+            if (char_class(cp_before(text, b, &prev)) != CharClass::kSpace) break;
+            b = prev;
+          }
+          start = b;
+        }
+        if (a.rstrip) {
+          while (stop < seg.end) {
+            size_t next;
+            if (char_class(cp_at(text, stop, &next)) != CharClass::kSpace) break;
+            stop = next;
+          }
+          i = stop;
+        }
+        if (emitted < start) out.push_back({emitted, start, -1});
+        out.push_back({start, stop, hit});
+        emitted = stop;
+      }
+      if (emitted < seg.end) out.push_back({emitted, seg.end, -1});
+    }
+    return out;
+  }
+
+  // Pre-tokenizes text [begin, end) and appends the BPE ids of every piece.
+  void encode_text(std::string_view text, size_t begin, size_t end, std::vector<int32_t>& ids,
+                   std::vector<int64_t>* starts) const {
+    // Pieces after the Split steps, as byte ranges of `text`.
+    std::vector<std::pair<size_t, size_t>> pieces{{begin, end}};
+    std::vector<char32_t> cps;
+    std::vector<size_t> offs;
+    for (SplitPattern p : splits_) {
+      std::vector<std::pair<size_t, size_t>> next;
+      for (auto [b, e] : pieces) {
+        decode_utf8(text.substr(b, e - b), cps, offs);
+        for (auto [cb, ce] : split_pretokens(cps, p)) next.emplace_back(b + offs[cb], b + offs[ce]);
+      }
+      pieces = std::move(next);
+    }
+    std::string buf;
+    std::vector<int32_t> word_ids;
+    std::vector<size_t> word_pos;
+    for (auto [b, e] : pieces) {
+      if (b == e) continue;
+      // ByteLevel: the optional prefix space, then (use_regex) the GPT-2 split, then the bytes.
+      const bool prefixed = add_prefix_space_ && text[b] != ' ';
+      buf.clear();
+      if (prefixed) buf.push_back(' ');
+      buf.append(text.substr(b, e - b));
+      std::vector<std::pair<size_t, size_t>> words{{0, buf.size()}};
+      if (byte_level_regex_) {
+        decode_utf8(buf, cps, offs);
+        words.clear();
+        for (auto [cb, ce] : split_pretokens(cps, SplitPattern::kGpt2)) words.emplace_back(offs[cb], offs[ce]);
+      }
+      for (auto [wb, we] : words) {
+        bpe(reinterpret_cast<const unsigned char*>(buf.data()) + wb, we - wb, word_ids, word_pos);
+        ids.insert(ids.end(), word_ids.begin(), word_ids.end());
+        if (starts)
+          for (size_t p : word_pos) {
+            const size_t in_buf = wb + p;
+            const size_t in_text = prefixed ? (in_buf == 0 ? 0 : in_buf - 1) : in_buf;
+            starts->push_back(static_cast<int64_t>(b + in_text));
+          }
+      }
+    }
+  }
+
+  // BPE over the bytes of one word: ids and the byte offset where each starts. The merge order
+  // is HF's: repeatedly the pair of lowest rank, the leftmost first.
+  void bpe(const unsigned char* bytes, size_t n, std::vector<int32_t>& ids, std::vector<size_t>& pos) const {
+    ids.clear();
+    pos.clear();
+    if (n == 0) return;
+    // Short words repeat (Zipf): a per-thread cache of their result, as HF keeps one. It belongs
+    // to one tokenizer (serial_) and is dropped whole when it grows past kCacheEntries.
+    constexpr size_t kCacheWordBytes = 48, kCacheEntries = size_t{1} << 16;
+    thread_local WordCache cache;
+    const std::string_view word(reinterpret_cast<const char*>(bytes), n);
+    if (n <= kCacheWordBytes) {
+      if (cache.serial != serial_ || cache.map.size() >= kCacheEntries) {
+        cache.map.clear();
+        cache.serial = serial_;
+      }
+      if (auto it = cache.map.find(word); it != cache.map.end()) {
+        const auto& v = it->second;  // ids, then their positions
+        ids.assign(v.begin(), v.begin() + static_cast<long>(v.size() / 2));
+        pos.assign(v.begin() + static_cast<long>(v.size() / 2), v.end());
+        return;
+      }
+    }
+    bpe_uncached(bytes, n, ids, pos);
+    if (n <= kCacheWordBytes) {
+      std::vector<int32_t> v(ids);
+      for (size_t p : pos) v.push_back(static_cast<int32_t>(p));
+      cache.map.emplace(std::string(word), std::move(v));
+    }
+  }
+
+  void bpe_uncached(const unsigned char* bytes, size_t n, std::vector<int32_t>& ids, std::vector<size_t>& pos) const {
+    if (ignore_merges_) {  // a word that is a token as a whole is that token
+      std::string word;
+      for (size_t k = 0; k < n; ++k) word += byte_char_[bytes[k]];
+      if (auto it = vocab_.find(word); it != vocab_.end()) {
+        ids.push_back(it->second);
+        pos.push_back(0);
+        return;
+      }
+    }
+    // Symbols: a doubly linked list over the bytes; a merged symbol keeps its left index.
+    struct Sym {
+      int32_t id;
+      int prev, next;
+      bool alive;
+    };
+    std::vector<Sym> sym;
+    sym.reserve(n);
+    for (size_t k = 0; k < n; ++k) {
+      int32_t id = byte_token_[bytes[k]];
+      if (id < 0) {
+        SEQPAR_INPUT_CHECK(unk_.has_value(), "{}: byte 0x{:02X} has no token in the vocabulary and the model has no "
+                           "unk_token", where(), bytes[k]);
+        // A byte-level vocabulary that lacks a byte: the unk token (fused with a previous one).
+        if (fuse_unk_ && !sym.empty() && sym.back().id == *unk_) continue;
+        id = *unk_;
+      }
+      sym.push_back({id, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, true});
+      pos.push_back(k);
+    }
+    sym.back().next = -1;
+    struct Merge {
+      int32_t rank;
+      int at;
+      int32_t new_id;
+      bool operator>(const Merge& o) const { return rank != o.rank ? rank > o.rank : at > o.at; }
+    };
+    std::priority_queue<Merge, std::vector<Merge>, std::greater<Merge>> queue;
+    auto push = [&](int left) {
+      if (left < 0 || sym[static_cast<size_t>(left)].next < 0) return;
+      const int right = sym[static_cast<size_t>(left)].next;
+      auto it = merges_.find(pair_key(sym[static_cast<size_t>(left)].id, sym[static_cast<size_t>(right)].id));
+      if (it != merges_.end()) queue.push({it->second.first, left, it->second.second});
+    };
+    for (int k = 0; k + 1 < static_cast<int>(sym.size()); ++k) push(k);
+    while (!queue.empty()) {
+      const Merge m = queue.top();
+      queue.pop();
+      Sym& left = sym[static_cast<size_t>(m.at)];
+      if (!left.alive || left.next < 0) continue;
+      Sym& right = sym[static_cast<size_t>(left.next)];
+      // A stale entry: the pair at this position changed since it was queued (HF checks the id).
+      auto it = merges_.find(pair_key(left.id, right.id));
+      if (it == merges_.end() || it->second.second != m.new_id) continue;
+      left.id = m.new_id;
+      right.alive = false;
+      left.next = right.next;
+      if (right.next >= 0) sym[static_cast<size_t>(right.next)].prev = m.at;
+      push(left.prev);
+      push(m.at);
+    }
+    size_t w = 0;
+    for (size_t k = 0; k < sym.size(); ++k)
+      if (sym[k].alive) {
+        ids.push_back(sym[k].id);
+        pos[w++] = pos[k];
+      }
+    pos.resize(w);
+  }
+
+  const uint64_t serial_ = next_serial++;          // identifies this tokenizer's word cache entries
+  std::unordered_map<std::string, int32_t> vocab_;  // model tokens, in their byte-level spelling
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (left id, right id) -> (rank, merged id)
+  std::array<int32_t, 256> byte_token_{};       // id of each single-byte token, -1 when missing
+  std::array<std::string, 256> byte_char_ = [] {  // the byte-level spelling of each byte
+    std::array<std::string, 256> a;
+    for (int b = 0; b < 256; ++b) a[static_cast<size_t>(b)] = utf8_of(byte_to_unicode(static_cast<uint8_t>(b)));
+    return a;
+  }();
+  std::optional<int32_t> unk_;
+  bool fuse_unk_ = false, ignore_merges_ = false;
+
+  std::vector<AddedToken> added_;
+  std::unordered_map<std::string, int32_t> added_by_content_;
+  std::array<std::array<std::vector<size_t>, 256>, 2> by_first_byte_;  // [pass][first byte] -> added_ indices
+
+  std::vector<SplitPattern> splits_;
+  bool byte_level_ = false, byte_level_regex_ = false, add_prefix_space_ = false;
+  std::vector<int32_t> prefix_ids_, suffix_ids_;
+
+  bool byte_level_decoder_ = false;
+  std::string decoder_error_;
+  std::vector<std::string> decoded_;  // [vocab_size] bytes of each id
+  std::vector<uint8_t> known_, special_;  // [vocab_size]
+  int64_t vocab_size_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<const Tokenizer> load_hf_tokenizer(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SEQPAR_INPUT_CHECK(in.good(), "tokenizer '{}': cannot open", path);
+  json root;
+  try {
+    root = json::parse(in);
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("tokenizer '{}': not valid JSON ({}); a SentencePiece model must be named *.model",
+                                 path, e.what()));
+  }
+  return std::make_shared<HfBpeTokenizer>(path, root);
+}
+
+}  // namespace seqpar::tokenizer_detail

@@ -1,0 +1,471 @@
+#include "train/prepare_data.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "io/tokenizer.h"
+#include "train/token_file.h"
+
+namespace seqpar {
+
+DataFormat parse_data_format(const std::string& s, const std::string& setting) {
+  if (s == "text") return DataFormat::kText;
+  if (s == "jsonl") return DataFormat::kJsonl;
+  if (s == "sft") return DataFormat::kSft;
+  throw InputError(fmt::format("{}={}: expected text, jsonl or sft", setting, s));
+}
+
+DataFormat guess_data_format(const std::vector<std::string>& inputs) {
+  size_t json_like = 0;
+  for (const std::string& in : inputs) {
+    const std::string ext = std::filesystem::path(in).extension().string();
+    json_like += ext == ".jsonl" || ext == ".json";
+  }
+  SEQPAR_INPUT_CHECK(json_like == 0 || json_like == inputs.size(),
+                     "--format auto: {} of the {} inputs end in .jsonl/.json and the others do not; give --format "
+                     "text, jsonl or sft", json_like, inputs.size());
+  return json_like > 0 ? DataFormat::kJsonl : DataFormat::kText;
+}
+
+TextUnit parse_text_unit(const std::string& s, const std::string& setting) {
+  if (s == "paragraph") return TextUnit::kParagraph;
+  if (s == "line") return TextUnit::kLine;
+  if (s == "file") return TextUnit::kFile;
+  throw InputError(fmt::format("{}={}: expected paragraph, line or file", setting, s));
+}
+
+// ---- SFT ---------------------------------------------------------------------------------
+
+namespace {
+
+// python's str.strip() (Jinja's trim): Unicode White_Space and the separators U+001C..U+001F.
+std::string_view py_strip(std::string_view s) {
+  std::vector<char32_t> cps;
+  std::vector<size_t> offs;
+  tokenizer_detail::decode_utf8(s, cps, offs);
+  auto ws = [](char32_t c) {
+    return tokenizer_detail::char_class(c) == tokenizer_detail::CharClass::kSpace || (c >= 0x1C && c <= 0x1F);
+  };
+  size_t b = 0, e = cps.size();
+  while (b < e && ws(cps[b])) ++b;
+  while (e > b && ws(cps[e - 1])) --e;
+  return s.substr(offs[b], offs[e] - offs[b]);
+}
+
+TokenizedDoc mask_by_spans(const Tokenizer& tok, const std::string& text, bool add_special_tokens,
+                           const std::vector<std::pair<size_t, size_t>>& trained, int32_t eos) {
+  TokenizedDoc d;
+  std::vector<int64_t> starts;
+  d.tokens = tok.encode(text, add_special_tokens, &starts);
+  d.mask.resize(d.tokens.size(), 0);
+  for (size_t k = 0; k < d.tokens.size(); ++k)
+    for (auto [b, e] : trained)
+      if (starts[k] >= static_cast<int64_t>(b) && starts[k] < static_cast<int64_t>(e)) d.mask[k] = 1;
+  if (eos >= 0) {
+    d.tokens.push_back(eos);
+    d.mask.push_back(1);
+  }
+  return d;
+}
+
+}  // namespace
+
+RenderedChat render_chat_llama3(const std::vector<ChatMessage>& messages, const std::string& bos_token) {
+  RenderedChat r;
+  r.text = bos_token;
+  for (const ChatMessage& m : messages) {
+    r.text += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+    const size_t begin = r.text.size();
+    r.text += py_strip(m.content);
+    r.text += "<|eot_id|>";
+    if (m.role == "assistant") r.trained.emplace_back(begin, r.text.size());
+  }
+  return r;
+}
+
+TokenizedDoc tokenize_prompt_completion(const Tokenizer& tok, const std::string& prompt,
+                                        const std::string& completion, bool add_special_tokens, int32_t eos) {
+  // The suffix tokens of a template start at text.size(): the span's end is one past it.
+  return mask_by_spans(tok, prompt + completion, add_special_tokens,
+                       {{prompt.size(), prompt.size() + completion.size() + 1}}, eos);
+}
+
+TokenizedDoc tokenize_chat(const Tokenizer& tok, const RenderedChat& chat, int32_t eos) {
+  return mask_by_spans(tok, chat.text, /*add_special_tokens=*/false, chat.trained, eos);
+}
+
+// ---- the pipeline ------------------------------------------------------------------------
+
+namespace {
+
+using nlohmann::json;
+
+// One record of the input: its text and the line it starts on.
+struct Unit {
+  int64_t line;
+  std::string text;
+};
+
+struct Chunk {
+  int64_t seq;
+  size_t file;
+  std::vector<Unit> units;
+  int64_t bytes = 0;
+};
+
+struct ChunkResult {
+  std::vector<TokenizedDoc> docs;
+  int64_t skipped = 0, bytes = 0;
+  std::string error;  // the first problem, "<file>:<line>: ..."
+};
+
+bool blank(std::string_view line) {
+  return std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
+}
+
+std::string type_name(const json& v) {
+  return v.is_null() ? "null" : v.is_string() ? "a string" : v.is_number() ? "a number" : v.is_boolean() ? "a boolean"
+                                : v.is_array() ? "an array" : "an object";
+}
+
+class Pipeline {
+ public:
+  Pipeline(const PrepareDataOptions& o, const Tokenizer& tok, int32_t eos, std::optional<std::string> bos_for_chat,
+           std::string chat_error)
+      : o_(o), tok_(tok), eos_(eos), chat_bos_(std::move(bos_for_chat)), chat_error_(std::move(chat_error)) {}
+
+  ChunkResult process(const Chunk& c) const {
+    ChunkResult r;
+    r.bytes = c.bytes;
+    for (const Unit& u : c.units) {
+      try {
+        process_unit(u, r);
+      } catch (const InputError& e) {
+        r.error = fmt::format("{}:{}: {}", o_.inputs[c.file], u.line, e.what());
+        return r;
+      }
+    }
+    return r;
+  }
+
+ private:
+  void add(ChunkResult& r, const std::string& text) const {
+    if (text.empty()) {
+      ++r.skipped;
+      return;
+    }
+    TokenizedDoc d;
+    d.tokens = tok_.encode(text, o_.add_special_tokens);
+    if (eos_ >= 0) d.tokens.push_back(eos_);
+    r.docs.push_back(std::move(d));
+  }
+
+  void process_unit(const Unit& u, ChunkResult& r) const {
+    if (o_.format == DataFormat::kText) return add(r, u.text);
+    json j;
+    try {
+      j = json::parse(u.text);
+    } catch (const json::exception& e) {
+      throw InputError(fmt::format("not valid JSON: {}", e.what()));
+    }
+    SEQPAR_INPUT_CHECK(j.is_object(), "expected a JSON object, got {}", type_name(j));
+    if (o_.format == DataFormat::kJsonl) {
+      SEQPAR_INPUT_CHECK(j.contains(o_.text_field), "field '{}' is missing (--text-field {})", o_.text_field,
+                         o_.text_field);
+      const json& t = j[o_.text_field];
+      SEQPAR_INPUT_CHECK(t.is_string(), "field '{}' must be a string, got {}", o_.text_field, type_name(t));
+      return add(r, t.get<std::string>());
+    }
+    // SFT
+    auto str = [&](const json& obj, const char* field, const std::string& at) {
+      SEQPAR_INPUT_CHECK(obj.contains(field), "{}field '{}' is missing", at, field);
+      SEQPAR_INPUT_CHECK(obj[field].is_string(), "{}field '{}' must be a string, got {}", at, field,
+                         type_name(obj[field]));
+      return obj[field].get<std::string>();
+    };
+    if (j.contains("messages")) {
+      SEQPAR_INPUT_CHECK(chat_error_.empty(), "{}", chat_error_);
+      const json& ms = j["messages"];
+      SEQPAR_INPUT_CHECK(ms.is_array() && !ms.empty(), "field 'messages' must be a non-empty array, got {}",
+                         type_name(ms));
+      std::vector<ChatMessage> msgs;
+      for (size_t i = 0; i < ms.size(); ++i) {
+        const std::string at = fmt::format("messages[{}]: ", i);
+        SEQPAR_INPUT_CHECK(ms[i].is_object(), "{}expected an object with 'role' and 'content', got {}", at,
+                           type_name(ms[i]));
+        msgs.push_back({str(ms[i], "role", at), str(ms[i], "content", at)});
+      }
+      r.docs.push_back(tokenize_chat(tok_, render_chat_llama3(msgs, *chat_bos_), eos_));
+      return;
+    }
+    SEQPAR_INPUT_CHECK(j.contains("prompt") || j.contains("completion"),
+                       "an SFT record needs 'prompt' and 'completion' strings, or 'messages'");
+    const std::string prompt = str(j, "prompt", ""), completion = str(j, "completion", "");
+    r.docs.push_back(tokenize_prompt_completion(tok_, prompt, completion, o_.add_special_tokens, eos_));
+  }
+
+  const PrepareDataOptions& o_;
+  const Tokenizer& tok_;
+  int32_t eos_;
+  std::optional<std::string> chat_bos_;
+  std::string chat_error_;
+};
+
+// Reads the inputs and cuts them into chunks of whole records, calling submit(chunk) for each.
+template <typename Submit>
+void read_chunks(const PrepareDataOptions& o, Submit&& submit) {
+  int64_t seq = 0;
+  for (size_t f = 0; f < o.inputs.size(); ++f) {
+    const std::string& path = o.inputs[f];
+    std::ifstream in(path, std::ios::binary);
+    SEQPAR_INPUT_CHECK(in.good(), "--input '{}': cannot open", path);
+    Chunk cur{seq, f, {}, 0};
+    auto flush = [&](bool force) {
+      if (cur.units.empty() || (!force && cur.bytes < o.chunk_bytes)) return;
+      submit(std::move(cur));
+      cur = Chunk{++seq, f, {}, 0};
+    };
+    auto strip_bom = [](std::string& s) {
+      if (s.rfind("\xEF\xBB\xBF", 0) == 0) s.erase(0, 3);
+    };
+    if (o.format == DataFormat::kText && o.text_unit == TextUnit::kFile) {
+      std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      SEQPAR_INPUT_CHECK(!in.bad(), "--input '{}': read error", path);
+      strip_bom(all);
+      cur.bytes = static_cast<int64_t>(all.size());
+      cur.units.push_back({1, std::move(all)});
+      flush(true);
+      continue;
+    }
+    std::string line, block;
+    int64_t line_no = 0, block_line = 0;
+    auto end_block = [&] {
+      if (block.empty()) return;
+      if (block.back() == '\r') block.pop_back();  // the block's last line break is not part of it
+      cur.units.push_back({block_line, std::move(block)});
+      block.clear();
+      flush(false);
+    };
+    while (std::getline(in, line)) {
+      ++line_no;
+      cur.bytes += static_cast<int64_t>(line.size()) + 1;
+      if (line_no == 1) strip_bom(line);
+      if (o.format == DataFormat::kText && o.text_unit == TextUnit::kParagraph) {
+        if (blank(line)) {
+          end_block();
+          continue;
+        }
+        if (block.empty()) {
+          block_line = line_no;
+        } else {
+          block += '\n';
+        }
+        block += line;
+        continue;
+      }
+      if (blank(line)) continue;
+      if (o.format == DataFormat::kText && !line.empty() && line.back() == '\r') line.pop_back();
+      cur.units.push_back({line_no, std::move(line)});
+      line.clear();
+      flush(false);
+    }
+    SEQPAR_INPUT_CHECK(!in.bad(), "--input '{}': read error after line {}", path, line_no);
+    end_block();
+    flush(true);
+  }
+}
+
+// Progress on stderr: a line rewritten in place on a terminal, one line every 10 s otherwise.
+class Progress {
+ public:
+  explicit Progress(bool on) : on_(on), tty_(isatty(STDERR_FILENO) != 0), t0_(clock::now()), last_(t0_) {}
+  double seconds() const { return std::chrono::duration<double>(clock::now() - t0_).count(); }
+  void update(const PrepareDataStats& s, bool final) {
+    if (!on_) return;
+    const auto now = clock::now();
+    if (!final && now - last_ < std::chrono::milliseconds(tty_ ? 200 : 10000)) return;
+    last_ = now;
+    const double secs = std::max(seconds(), 1e-9);
+    std::fprintf(stderr, "%sprepare-data: %lld documents, %lld tokens, %.1f MB read, %.1f MB/s%s",
+                 tty_ ? "\r" : "", static_cast<long long>(s.documents), static_cast<long long>(s.tokens),
+                 s.input_bytes / 1e6, s.input_bytes / 1e6 / secs, (tty_ && !final) ? "" : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  bool on_, tty_;
+  clock::time_point t0_, last_;
+};
+
+}  // namespace
+
+PrepareDataStats prepare_data(const PrepareDataOptions& o) {
+  SEQPAR_INPUT_CHECK(!o.inputs.empty(), "--input: at least one input file is needed");
+  SEQPAR_INPUT_CHECK(!o.output.empty(), "--output: an output path is needed");
+  SEQPAR_INPUT_CHECK(o.chunk_bytes > 0, "chunk_bytes={} must be positive", o.chunk_bytes);
+  SEQPAR_INPUT_CHECK(o.threads >= 0, "--threads={} must be >= 0 (0 = all hardware threads)", o.threads);
+  SEQPAR_INPUT_CHECK(!o.text_field.empty(), "--text-field must not be empty");
+  namespace fs = std::filesystem;
+  for (const std::string& in : o.inputs) {
+    SEQPAR_INPUT_CHECK(fs::is_regular_file(in), "--input '{}': no such file", in);
+    SEQPAR_INPUT_CHECK(!fs::exists(o.output) || !fs::equivalent(in, o.output),
+                       "--output '{}' is also an --input: refusing to overwrite the data being read", o.output);
+  }
+  if (o.chat_format)
+    SEQPAR_INPUT_CHECK(*o.chat_format == "llama3", "--chat-format={}: the only built-in chat format is llama3",
+                       *o.chat_format);
+
+  const auto tok = Tokenizer::load(o.tokenizer);
+  const TokenizerConfig cfg = read_tokenizer_config(o.tokenizer);
+  int32_t eos = -1;
+  if (o.append_eos) {
+    const std::optional<std::string> name = o.eos_token ? o.eos_token : cfg.eos_token;
+    SEQPAR_INPUT_CHECK(name.has_value(), "--append-eos: no EOS token: {} has no eos_token; name one with --eos-token",
+                       cfg.path.empty() ? "there is no tokenizer_config.json next to " + o.tokenizer : cfg.path);
+    const auto id = tok->token_to_id(*name);
+    SEQPAR_INPUT_CHECK(id.has_value(), "--append-eos: EOS token '{}' is not in the vocabulary of {}", *name,
+                       o.tokenizer);
+    eos = *id;
+  }
+  // Chat `messages` need a template: the built-in Llama-3 one, asked for by --chat-format.
+  std::string chat_error;
+  std::optional<std::string> chat_bos;
+  if (o.chat_format) {
+    chat_bos = cfg.bos_token.value_or("<|begin_of_text|>");
+    for (const char* t : {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"})
+      SEQPAR_INPUT_CHECK(tok->token_to_id(t).has_value(),
+                         "--chat-format=llama3: the tokenizer {} has no '{}' token: it is not a Llama-3 tokenizer",
+                         o.tokenizer, t);
+    SEQPAR_INPUT_CHECK(chat_bos->empty() || tok->token_to_id(*chat_bos).has_value(),
+                       "--chat-format=llama3: bos_token '{}' of {} is not in the vocabulary", *chat_bos, cfg.path);
+  } else if (cfg.chat_template) {
+    chat_error = fmt::format(
+        "chat 'messages' need the chat_template of {}, and Jinja chat templates are not supported; pass "
+        "--chat-format llama3 to render them with seqpar's built-in Llama-3 format (docs/prepare-data.md), or "
+        "give 'prompt' and 'completion'", cfg.path);
+  } else {
+    chat_error = fmt::format(
+        "chat 'messages' need a chat template, and {} has none; pass --chat-format llama3 for seqpar's built-in "
+        "Llama-3 format, or give 'prompt' and 'completion'",
+        cfg.path.empty() ? "there is no tokenizer_config.json next to " + o.tokenizer : cfg.path);
+  }
+
+  const Pipeline pipeline(o, *tok, eos, chat_bos, chat_error);
+  int threads = o.threads;
+  if (threads == 0) threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  const size_t max_in_flight = static_cast<size_t>(threads) * 4;
+
+  std::mutex mu;
+  std::condition_variable work_cv, done_cv;
+  std::deque<Chunk> todo;
+  std::map<int64_t, ChunkResult> done;
+  bool closing = false;
+  std::vector<std::thread> workers;
+  for (int w = 0; w < threads; ++w)
+    workers.emplace_back([&] {
+      for (;;) {
+        Chunk c;
+        {
+          std::unique_lock lock(mu);
+          work_cv.wait(lock, [&] { return closing || !todo.empty(); });
+          if (todo.empty()) return;
+          c = std::move(todo.front());
+          todo.pop_front();
+        }
+        ChunkResult r;
+        try {
+          r = pipeline.process(c);
+        } catch (const std::exception& e) {  // not an input problem: keep its text, stop the run
+          r.error = fmt::format("{}: {}", o.inputs[c.file], e.what());
+        }
+        {
+          std::lock_guard lock(mu);
+          done.emplace(c.seq, std::move(r));
+        }
+        done_cv.notify_all();
+      }
+    });
+  auto stop_workers = [&] {
+    {
+      std::lock_guard lock(mu);
+      closing = true;
+      todo.clear();
+    }
+    work_cv.notify_all();
+    for (auto& t : workers) t.join();
+    workers.clear();
+  };
+
+  PrepareDataStats stats;
+  Progress progress(o.progress);
+  TokenFileWriter writer(o.output, o.format == DataFormat::kSft);
+  int64_t submitted = 0, written = 0;
+  // Writes finished chunks in order; with `wait_below`, first waits until fewer than that many
+  // chunks are in flight.
+  auto drain = [&](size_t wait_below) {
+    for (;;) {
+      ChunkResult r;
+      {
+        std::unique_lock lock(mu);
+        if (static_cast<size_t>(submitted - written) >= wait_below || done.count(written))
+          done_cv.wait(lock, [&] { return done.count(written) > 0; });
+        auto it = done.find(written);
+        if (it == done.end()) return;
+        r = std::move(it->second);
+        done.erase(it);
+      }
+      ++written;
+      SEQPAR_INPUT_CHECK(r.error.empty(), "{}", r.error);
+      for (TokenizedDoc& d : r.docs) {
+        if (d.tokens.empty()) {  // an empty text with no template tokens
+          ++stats.skipped;
+          continue;
+        }
+        writer.add_document(d.tokens, d.mask);
+        ++stats.documents;
+        stats.tokens += static_cast<int64_t>(d.tokens.size());
+        stats.trained_tokens += d.mask.empty() ? static_cast<int64_t>(d.tokens.size())
+                                               : std::count(d.mask.begin(), d.mask.end(), uint8_t{1});
+      }
+      stats.skipped += r.skipped;
+      stats.input_bytes += r.bytes;
+      progress.update(stats, false);
+    }
+  };
+  try {
+    read_chunks(o, [&](Chunk&& c) {
+      drain(max_in_flight);
+      {
+        std::lock_guard lock(mu);
+        todo.push_back(std::move(c));
+        ++submitted;
+      }
+      work_cv.notify_one();
+    });
+    while (written < submitted) drain(1);
+  } catch (...) {
+    stop_workers();
+    throw;  // the writer's destructor removes its temporary file
+  }
+  stop_workers();
+  writer.finish();
+  stats.seconds = progress.seconds();
+  progress.update(stats, true);
+  return stats;
+}
+
+}  // namespace seqpar

@@ -1,0 +1,99 @@
+// `seqpar prepare-data`: text / JSONL / SFT JSONL -> a token file (train/token_file.h), with
+// document boundaries and, for SFT, a loss mask. docs/prepare-data.md describes the formats.
+//
+// Multi-threaded: the reader cuts the inputs into chunks of whole records (chunk_bytes each, a
+// size independent of the thread count), workers tokenize chunks, and the writer takes the
+// results in input order: the output bytes do not depend on `threads`. The first bad record in
+// input order stops the run with "<file>:<line>: <problem>", and no output file is left.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace seqpar {
+
+class Tokenizer;
+
+enum class DataFormat {
+  kText,   // plain text; documents per `text_unit`
+  kJsonl,  // one JSON object per line; the document is the string field `text_field`
+  kSft,    // one JSON object per line: {prompt, completion} or {messages: [{role, content}]}
+};
+DataFormat parse_data_format(const std::string& s, const std::string& setting);
+// --format auto: jsonl when every input ends in .jsonl or .json, text when none does (an
+// InputError for a mix). SFT is never guessed.
+DataFormat guess_data_format(const std::vector<std::string>& inputs);
+
+// What a document is in a plain text file.
+enum class TextUnit {
+  kParagraph,  // a block of non-blank lines, ended by a blank (empty or whitespace-only) line
+  kLine,       // a non-blank line
+  kFile,       // the whole file
+};
+TextUnit parse_text_unit(const std::string& s, const std::string& setting);
+
+struct PrepareDataOptions {
+  std::string tokenizer;            // tokenizer.json / tokenizer.model
+  std::vector<std::string> inputs;  // files, read in order
+  std::string output;               // token file, written atomically
+  DataFormat format = DataFormat::kText;
+  TextUnit text_unit = TextUnit::kParagraph;
+  std::string text_field = "text";
+  int threads = 0;                          // 0: all hardware threads (at most 16)
+  bool add_special_tokens = true;           // the tokenizer's template tokens (BOS) on each document
+  bool append_eos = false;                  // an EOS token after each document (trained in SFT)
+  std::optional<std::string> eos_token;     // default: eos_token of tokenizer_config.json
+  std::optional<std::string> chat_format;   // "llama3": render SFT `messages` with the built-in format
+  int64_t chunk_bytes = 1 << 20;            // input bytes per work unit (tests make it small)
+  bool progress = true;                     // progress line on stderr
+};
+
+struct PrepareDataStats {
+  int64_t documents = 0;
+  int64_t tokens = 0;
+  int64_t trained_tokens = 0;  // loss mask 1 (all tokens without a mask)
+  int64_t skipped = 0;         // records with empty text
+  int64_t input_bytes = 0;
+  double seconds = 0;
+};
+
+PrepareDataStats prepare_data(const PrepareDataOptions& options);
+
+// ---- SFT pieces, public for tests ----------------------------------------------------------
+
+struct ChatMessage {
+  std::string role, content;
+};
+
+// A rendered conversation and the byte spans whose tokens are trained (loss mask 1).
+struct RenderedChat {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> trained;  // [begin, end) byte spans of `text`
+};
+
+// The Llama-3 (Meta-Llama-3-*-Instruct) chat template, without Jinja:
+//   bos + for each message: <|start_header_id|>ROLE<|end_header_id|>\n\n TRIM(CONTENT) <|eot_id|>
+// where TRIM is Jinja's `trim` (python str.strip()). Trained: the content and <|eot_id|> of every
+// assistant message; masked: the BOS, the headers, every other role.
+RenderedChat render_chat_llama3(const std::vector<ChatMessage>& messages, const std::string& bos_token);
+
+// One SFT / text document: ids and their loss mask (empty for a document without mask).
+struct TokenizedDoc {
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> mask;
+};
+
+// prompt + completion tokenized as one text (template tokens on when add_special_tokens); a
+// token is trained iff its first byte lies in the completion (template suffix tokens count as
+// completion). eos >= 0 appends it, trained.
+TokenizedDoc tokenize_prompt_completion(const Tokenizer& tok, const std::string& prompt,
+                                        const std::string& completion, bool add_special_tokens, int32_t eos);
+
+// The rendered chat tokenized without template tokens (the rendering has its own BOS, as HF's
+// apply_chat_template); a token is trained iff its first byte lies in a trained span.
+TokenizedDoc tokenize_chat(const Tokenizer& tok, const RenderedChat& chat, int32_t eos);
+
+}  // namespace seqpar
