@@ -23,6 +23,7 @@
 
 #include "attention/cuda/attention_cuda.h"
 #include "attention/cuda/attn_launch.h"
+#include "attention/cuda/cudnn_sdpa.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_check.h"
 #include "kernels/cuda/launchers.h"
@@ -41,6 +42,7 @@ void add_bench_attention_options(CLI::App& cmd, BenchAttentionOptions& o) {
   cmd.add_option("--iters", o.iters, "timed runs per measurement (the median is reported)")->capture_default_str();
   cmd.add_option("--out", o.out, "also write the JSON lines to this file");
   cmd.add_option("--device", o.device, "CUDA device index")->capture_default_str();
+  cmd.add_option("--backend", o.backend, "flash (seqpar's kernel) or cudnn (cuDNN fused SDPA)")->capture_default_str();
 }
 
 namespace {
@@ -64,6 +66,7 @@ struct Plan {
   std::vector<int64_t> seq_lens, head_dims;
   int64_t H, Hkv;
   bool fwd, fwd_bwd;
+  bool cudnn;
 };
 
 Plan validate(const BenchAttentionOptions& o) {
@@ -86,6 +89,8 @@ Plan validate(const BenchAttentionOptions& o) {
     (item == "fwd" ? p.fwd : p.fwd_bwd) = true;
   }
   SEQPAR_INPUT_CHECK(p.fwd || p.fwd_bwd, "--passes={} names nothing to time", o.passes);
+  SEQPAR_INPUT_CHECK(o.backend == "flash" || o.backend == "cudnn", "--backend={} must be flash or cudnn", o.backend);
+  p.cudnn = o.backend == "cudnn";
   return p;
 }
 
@@ -116,6 +121,14 @@ int run_bench_attention(const BenchAttentionOptions& o) {
     SEQPAR_INPUT_CHECK(file.good(), "--out={}: cannot open for writing", o.out);
   }
   cudaStream_t stream = current_stream();
+  // The backend for this run; the process-wide setting is restored on the way out.
+  struct BackendScope {
+    AttentionBackend prev = cuda_attn::attention_backend();
+    explicit BackendScope(bool cudnn) {
+      cuda_attn::set_attention_backend(cudnn ? AttentionBackend::kCudnn : AttentionBackend::kFlash);
+    }
+    ~BackendScope() { cuda_attn::set_attention_backend(prev); }
+  } backend_scope(plan.cudnn);
   uint64_t seed = 1;
   for (int64_t D : plan.head_dims) {
     for (int64_t S : plan.seq_lens) {
@@ -128,8 +141,9 @@ int run_bench_attention(const BenchAttentionOptions& o) {
       Tensor out = Tensor::empty({S, H, D}, DType::kBF16, dev), lse = Tensor::empty({S, H}, DType::kF32, dev);
       Tensor dq = Tensor::zeros({S, H, D}, DType::kBF16, dev);
       Tensor dk = Tensor::zeros({S, Hkv, D}, DType::kBF16, dev), dv = Tensor::zeros({S, Hkv, D}, DType::kBF16, dev);
+      // Metadata on the device for the flash kernel; cuDNN reads the document layout on the host.
       const TokenMeta host_meta = token_meta_from_cu_seqlens({0, static_cast<int32_t>(S)});
-      const TokenMeta meta{host_meta.seg.to(dev), host_meta.pos.to(dev)};
+      const TokenMeta meta = plan.cudnn ? host_meta : TokenMeta{host_meta.seg.to(dev), host_meta.pos.to(dev)};
       const AttnArgs args{meta, meta, o.causal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
       const double fwd_flops = 4.0 * S * S * H * D * (o.causal ? 0.5 : 1.0);
 
@@ -140,6 +154,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
           cuda_attn::attn_forward(out, lse, q, k, v, args);
           if (with_bwd) cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args);
         };
+        const cuda_attn::CudnnCallCounts calls_before = cuda_attn::cudnn_call_counts();
         for (int i = 0; i < o.warmup; ++i) step();
         std::vector<Event> start, stop;
         for (int i = 0; i < o.iters; ++i) {
@@ -160,7 +175,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
         const cuda_attn::FwdTile ft = cuda_attn::fwd_tile(static_cast<int>(D));
         const cuda_attn::BwdTile bt = cuda_attn::bwd_tile(static_cast<int>(D));
         nlohmann::ordered_json j = {{"bench", "attention"},
-                            {"impl", "seqpar_flash"},
+                            {"impl", plan.cudnn ? "seqpar_cudnn" : "seqpar_flash"},
                             {"S", S},
                             {"H", H},
                             {"Hkv", Hkv},
@@ -176,6 +191,16 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                             {"bwd_tile", fmt::format("{}x{}x{}", bt.bm, bt.bn, bt.warps)},
                             {"device", prop.name},
                             {"date", today()}};
+        if (plan.cudnn) {
+          // Every timed run must have been cuDNN's, not the flash fallback.
+          const cuda_attn::CudnnCallCounts calls = cuda_attn::cudnn_call_counts();
+          const int64_t runs = o.warmup + o.iters;
+          j.erase("fwd_tile");
+          j.erase("bwd_tile");
+          j["cudnn_version"] = cuda_attn::cudnn_runtime_version();
+          if (calls.forward - calls_before.forward != runs || (with_bwd && calls.backward - calls_before.backward != runs))
+            j["error"] = "cuDNN fell back to the flash kernel for some runs (see the warnings)";
+        }
         const std::string line = j.dump();
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);

@@ -1,19 +1,24 @@
-// Tensor-level entries of the CUDA attention (attention_cuda.h): checks, mask metadata upload,
-// per-tile mask statistics, workspace, launch on the calling thread's current stream
-// (core/cuda/stream.h). The kernels are in attn_*.cu(h), the launchers in attn_launch.h.
+// Tensor-level entries of the CUDA attention (attention_cuda.h): checks, the backend choice
+// (flash kernel or cuDNN SDPA, cudnn_sdpa.h), mask metadata upload, per-tile mask statistics,
+// workspace, launch on the calling thread's current stream (core/cuda/stream.h). The kernels are
+// in attn_*.cu(h), the launchers in attn_launch.h.
 #include "attention/cuda/attention_cuda.h"
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <climits>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "attention/cuda/attn_launch.h"
+#include "attention/cuda/cudnn_sdpa.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace seqpar::cuda_attn {
 
@@ -88,7 +93,33 @@ Tensor tile_stats(const DeviceMeta& m, int64_t T, int tile, Device dev, cudaStre
   return s;
 }
 
+std::atomic<AttentionBackend> g_backend{AttentionBackend::kFlash};
+
+// The documents to hand to cuDNN for this call, or nullopt for the flash kernel: the backend
+// setting, the device (auto: compute capability >= 9.0), bf16 outputs, and attention_backend.h's
+// packed_docs rule. Says why at debug level whenever a cuDNN setting ends on the flash kernel.
+std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq, int64_t Tk, bool bf16_outputs,
+                                      const AttnArgs& args) {
+  const AttentionBackend backend = g_backend.load(std::memory_order_relaxed);
+  if (backend == AttentionBackend::kFlash) return std::nullopt;
+  std::string why;
+  if (backend == AttentionBackend::kAuto) {
+    int major = 0;
+    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev.index));
+    if (major < 9) why = fmt::format("{} has compute capability {}.x (auto uses cuDNN from 9.0)", dev.str(), major);
+  }
+  if (why.empty() && !bf16_outputs) why = "f32 outputs or gradients (cuDNN writes bf16)";
+  std::optional<PackedDocs> docs;
+  if (why.empty()) docs = packed_docs(args, Tq, Tk, &why);
+  if (!docs) log_debug("{}: backend {} runs the flash kernel here: {}", entry, attention_backend_name(backend), why);
+  return docs;
+}
+
 }  // namespace
+
+void set_attention_backend(AttentionBackend backend) { g_backend.store(backend); }
+void set_attention_backend(const std::string& name) { set_attention_backend(parse_attention_backend(name)); }
+AttentionBackend attention_backend() { return g_backend.load(); }
 
 void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs& args) {
   const Device dev = check_qkv(q, k, v);
@@ -102,6 +133,8 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
   SEQPAR_CHECK(std::isfinite(args.scale) && args.scale > 0.f, "flash attention: scale={} must be finite and > 0",
                args.scale);
   if (Tq == 0 || H == 0) return;
+  if (const auto docs = cudnn_route("attn_forward", dev, Tq, Tk, out.dtype() == DType::kBF16, args))
+    if (cudnn_attn_forward(out, lse, q, k, v, args, *docs)) return;
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
   const DeviceMeta km = meta_on_device(args.k_meta, Tk, dev, "k_meta", stream);
@@ -155,6 +188,9 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   SEQPAR_CHECK(std::isfinite(args.scale) && args.scale > 0.f, "flash attention: scale={} must be finite and > 0",
                args.scale);
   if (Tq == 0 || Tk == 0 || H == 0) return;  // no key or no query: every gradient contribution is 0
+  const bool bf16_io = out.dtype() == DType::kBF16 && dq.dtype() == DType::kBF16;
+  if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, bf16_io, args))
+    if (cudnn_attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, *docs)) return;
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
   const DeviceMeta km = meta_on_device(args.k_meta, Tk, dev, "k_meta", stream);

@@ -2,9 +2,20 @@
 // signatures and contracts, for tensors on a CUDA device. attention/attention.cpp dispatches here.
 #pragma once
 
+#include <string>
+
 #include "attention/attention.h"
+#include "attention/attention_backend.h"
 
 namespace seqpar::cuda_attn {
+
+// The process-wide attention backend for CUDA tensors (attention/attention_backend.h): "flash"
+// (the default), "cudnn" or "auto". attn_forward / attn_backward consult it on every call; calls
+// the chosen cuDNN path cannot express exactly run the flash kernel (logged at debug level).
+// Forward and backward may take different paths: both produce and consume the same out / lse.
+void set_attention_backend(AttentionBackend backend);
+void set_attention_backend(const std::string& name);  // InputError for an unknown name
+AttentionBackend attention_backend();
 
 void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs& args);
 void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,

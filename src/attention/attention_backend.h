@@ -1,0 +1,56 @@
+// Which implementation runs attention on a CUDA device, and the rule that decides when cuDNN's
+// fused attention can stand in for seqpar's own flash kernel. CPU-only code (no CUDA), so the
+// parsing and the layout rule are tested everywhere; attention/cuda/ acts on them.
+//
+// Backends (set process-wide by cuda_attn::set_attention_backend, attention/cuda/attention_cuda.h):
+//   flash  seqpar's own kernel (attention/cuda/attn_*.cu): every mask attention.h can express.
+//   cudnn  cuDNN's fused SDPA (graph API) for every call it computes exactly (packed_docs below),
+//          the flash kernel for the others (said at debug log level).
+//   auto   cudnn on Hopper and newer (compute capability >= 9.0, where it runs about 2x the flash
+//          kernel, bench/NOTES.md), flash elsewhere.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attention/attention.h"
+
+namespace seqpar {
+
+enum class AttentionBackend { kFlash, kCudnn, kAuto };
+
+// "flash" | "cudnn" | "auto"; anything else is an InputError naming the value and the choices.
+AttentionBackend parse_attention_backend(const std::string& name);
+const char* attention_backend_name(AttentionBackend backend);
+
+// Hugging Face's `attn_implementation` (config.json, from_pretrained, Accelerate's
+// parallelism_config sp_attn_implementation) to a backend:
+//   sdpa                                   -> cudnn (PyTorch's SDPA picks cuDNN on Hopper; calls
+//                                             cuDNN cannot express fall back to flash)
+//   flash_attention_2, flash_attention_3   -> flash
+//   eager                                  -> InputError: eager materialises the [S, S] scores
+// and anything else is an InputError listing the accepted names.
+AttentionBackend parse_attn_implementation(const std::string& name);
+
+// Documents of one packed token stream: document d covers tokens [cu[d], cu[d+1]).
+struct PackedDocs {
+  std::vector<int32_t> cu;  // [B + 1], cu[0] = 0, cu[B] = T
+  int32_t max_len = 0;      // longest document
+  int64_t num_docs() const { return static_cast<int64_t>(cu.size()) - 1; }
+};
+
+// The packed-document layout for which cuDNN's SDPA (padding mask over ragged offsets, optionally
+// its top-left causal mask, i.e. key index <= query index inside each document) is EXACTLY the
+// attention.h rule "seg_q == seg_k and (not causal or pos_k <= pos_q)". That holds when:
+//   - queries and keys are the same token set: Tq == Tk and identical seg/pos (what
+//     LocalAttention sees, and Ulysses after its all-to-all);
+//   - seg is non-decreasing, so each document is one contiguous run of tokens;
+//   - when causal, pos strictly increases inside each run, so pos order is index order (pos need
+//     not be consecutive, nor start at 0).
+// The metadata must be host tensors (i32). Otherwise returns nullopt and, when `why` is given,
+// sets it to the first rule that failed.
+std::optional<PackedDocs> packed_docs(const AttnArgs& args, int64_t Tq, int64_t Tk, std::string* why = nullptr);
+
+}  // namespace seqpar

@@ -1,0 +1,780 @@
+// cuDNN fused attention through the backend graph API (cudnn_sdpa.h): descriptor helpers, the
+// forward and backward graphs, plan building and caching, execution on the current stream.
+#include "attention/cuda/cudnn_sdpa.h"
+
+#if defined(SEQPAR_WITH_CUDNN)
+#include <cudnn.h>
+#if CUDNN_VERSION < 91100  // device-properties descriptors (9.8), reduction determinism attribute (9.11)
+#undef SEQPAR_WITH_CUDNN
+#endif
+#endif
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/stream.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/cuda/ops_cuda.h"
+
+namespace seqpar::cuda_attn {
+
+namespace {
+std::atomic<int64_t> g_forward_calls{0}, g_backward_calls{0};
+}  // namespace
+
+CudnnCallCounts cudnn_call_counts() { return {g_forward_calls.load(), g_backward_calls.load()}; }
+
+#if defined(SEQPAR_WITH_CUDNN)
+
+namespace {
+
+// ---- error checks and descriptors --------------------------------------------------------------
+
+// cuDNN's status name plus its last detailed message (which names the failing rule).
+std::string cudnn_message(cudnnStatus_t status) {
+  char last[2048] = {0};
+  cudnnGetLastErrorString(last, sizeof(last));
+  std::string m = cudnnGetErrorString(status);
+  if (last[0] != '\0') m += std::string(": ") + last;
+  return m;
+}
+
+#define SEQPAR_CUDNN_CHECK(stmt) SEQPAR_LIB_CHECK(stmt, CUDNN_STATUS_SUCCESS, cudnn_message)
+
+// An owned backend descriptor.
+class Desc {
+ public:
+  Desc() = default;
+  explicit Desc(cudnnBackendDescriptorType_t type) { SEQPAR_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_)); }
+  ~Desc() {
+    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+  }
+  Desc(Desc&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
+  Desc& operator=(Desc&& o) noexcept {
+    if (this != &o) {
+      if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+      d_ = std::exchange(o.d_, nullptr);
+    }
+    return *this;
+  }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+
+  cudnnBackendDescriptor_t get() const { return d_; }
+  void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, const void* values, int64_t n = 1) {
+    SEQPAR_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, n, values));
+  }
+  void set_desc(cudnnBackendAttributeName_t name, cudnnBackendDescriptor_t d) {
+    set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &d);
+  }
+  void finalize() { SEQPAR_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+// ---- graph building ----------------------------------------------------------------------------
+
+using Dims = std::array<int64_t, 4>;
+
+// Tensor ids of the variant pack (below kFirstInternal: tensors bound to memory at execution).
+enum Uid : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV,
+  kScale,                                 // attention scale, f32 passed by value
+  kSeqLenQ, kSeqLenKV,                    // i32 [B]: document lengths (the same array for both)
+  kRaggedQ, kRaggedKV, kRaggedStats,      // i64 [B + 1]: element offsets of each document
+  kSoftmaxSum, kDQAccum, kDKFull, kDVFull,  // backward workspaces (f32 / bf16, ragged)
+  kFirstInternal = 100,
+};
+
+// The tensors and operations of one graph, kept alive as long as its plan.
+class Graph {
+ public:
+  // A tensor with a fixed uid (kFirstInternal and up are assigned by virt()/constant()).
+  void tensor(int64_t uid, const Dims& dims, const Dims& strides, cudnnDataType_t dtype, bool is_virtual,
+              int64_t ragged_uid = 0, bool by_value = false) {
+    Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const int64_t alignment = 16;
+    t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &dtype);
+    t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims.data(), 4);
+    t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides.data(), 4);
+    t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, &uid);
+    t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, &alignment);
+    if (is_virtual) {
+      const bool yes = true;
+      t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, &yes);
+    }
+    if (by_value) {
+      const bool yes = true;
+      t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, &yes);
+    }
+    if (ragged_uid != 0) t.set_desc(CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, at(ragged_uid));
+    t.finalize();
+    by_uid_[uid] = t.get();
+    tensors_.push_back(std::move(t));
+    if (!is_virtual && !by_value) bound_.push_back(uid);
+  }
+  // An intermediate that lives only inside the fused kernel.
+  int64_t virt(const Dims& dims, const Dims& strides, cudnnDataType_t dtype, int64_t ragged_uid = 0) {
+    const int64_t uid = next_uid_++;
+    tensor(uid, dims, strides, dtype, /*is_virtual=*/true, ragged_uid);
+    return uid;
+  }
+  // A scalar fused into the graph (its value travels in the variant pack, from the plan).
+  int64_t constant(float value) {
+    const int64_t uid = next_uid_++;
+    tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, 0, /*by_value=*/true);
+    constants_.push_back({uid, value});
+    return uid;
+  }
+
+  // y = mode(x [, b [, t]]); GEN_INDEX takes an axis.
+  void pointwise(cudnnPointwiseMode_t mode, int64_t y, int64_t x, int64_t b = 0, int64_t t = 0,
+                 cudnnDataType_t precision = CUDNN_DATA_FLOAT, int64_t axis = -1) {
+    Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode);
+    pw.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision);
+    if (mode == CUDNN_POINTWISE_GEN_INDEX) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, &axis);
+    pw.finalize();
+    Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw.get());
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, at(x));
+    if (b != 0) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, at(b));
+    if (t != 0) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, at(t));
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, at(y));
+    const float one = 1.f;
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, &one);
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, &one);
+    op.finalize();
+    parts_.push_back(std::move(pw));
+    ops_.push_back(std::move(op));
+  }
+
+  // c = a @ b (batched over dims 0-1, GQA by broadcast of b's heads); the overrides give the
+  // per-document valid extent of m, n or k (the document lengths).
+  void matmul(int64_t c, int64_t a, int64_t b, int64_t m_override, int64_t n_override, int64_t k_override) {
+    Desc mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &f32);
+    mm.finalize();
+    Desc op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, at(a));
+    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, at(b));
+    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, at(c));
+    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm.get());
+    if (m_override != 0) op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, at(m_override));
+    if (n_override != 0) op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, at(n_override));
+    if (k_override != 0) op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, at(k_override));
+    op.finalize();
+    parts_.push_back(std::move(mm));
+    ops_.push_back(std::move(op));
+  }
+
+  // y = reduce(x) over the dims where y is 1.
+  void reduction(cudnnReduceTensorOp_t mode, int64_t y, int64_t x) {
+    Desc r(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    const bool deterministic = false;
+    r.set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &f32);
+    r.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &mode);
+    r.set(CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, CUDNN_TYPE_BOOLEAN, &deterministic);
+    r.finalize();
+    Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, r.get());
+    op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, at(x));
+    op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, at(y));
+    op.finalize();
+    parts_.push_back(std::move(r));
+    ops_.push_back(std::move(op));
+  }
+
+  // y = x viewed with y's dims and strides (a transpose of the last two dims here).
+  void reshape(int64_t y, int64_t x) {
+    Desc op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, at(x));
+    op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, at(y));
+    op.finalize();
+    ops_.push_back(std::move(op));
+  }
+
+  std::vector<cudnnBackendDescriptor_t> op_handles() const {
+    std::vector<cudnnBackendDescriptor_t> v;
+    for (const Desc& d : ops_) v.push_back(d.get());
+    return v;
+  }
+  const std::vector<int64_t>& bound() const { return bound_; }
+  const std::vector<std::pair<int64_t, float>>& constants() const { return constants_; }
+
+ private:
+  cudnnBackendDescriptor_t at(int64_t uid) const {
+    auto it = by_uid_.find(uid);
+    SEQPAR_CHECK(it != by_uid_.end(), "cuDNN graph: tensor uid {} used before it was made", uid);
+    return it->second;
+  }
+
+  std::vector<Desc> tensors_, parts_, ops_;
+  std::unordered_map<int64_t, cudnnBackendDescriptor_t> by_uid_;
+  std::vector<int64_t> bound_;                         // non-virtual tensors bound at execution
+  std::vector<std::pair<int64_t, float>> constants_;  // by-value scalars and their values
+  int64_t next_uid_ = kFirstInternal;
+};
+
+// One graph's shape. S is the padded per-document extent (>= the longest document).
+struct Shape4 {
+  int64_t B, S, H, Hkv, D;
+  bool causal;
+  auto tie() const { return std::tie(B, S, H, Hkv, D, causal); }
+  bool operator<(const Shape4& o) const { return tie() < o.tie(); }
+  std::string str() const {
+    return fmt::format("docs={} S={} H={} Hkv={} D={} causal={}", B, S, H, Hkv, D, causal);
+  }
+};
+
+// Strides of a token-major ragged tensor [T, h, d] viewed as [B, h, S, d] ("BSHD" per document).
+Dims bshd(const Shape4& s, int64_t h, int64_t d) { return {s.S * h * d, d, h * d, 1}; }
+
+// The inputs every graph has: ragged offsets, document lengths, the scale.
+void common_inputs(Graph& g, const Shape4& s) {
+  for (int64_t uid : {kRaggedQ, kRaggedKV, kRaggedStats}) g.tensor(uid, {s.B + 1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT64, false);
+  g.tensor(kSeqLenQ, {s.B, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32, false);
+  g.tensor(kSeqLenKV, {s.B, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32, false);
+  g.tensor(kScale, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, 0, /*by_value=*/true);
+}
+
+// Scores [B, H, S, S] outside each document's [len, len] corner -> -inf.
+int64_t padding_mask(Graph& g, const Shape4& s, int64_t x) {
+  const Dims ss{s.B, s.H, s.S, s.S}, st{s.H * s.S * s.S, s.S * s.S, s.S, 1};
+  const int64_t row = g.virt(ss, st, CUDNN_DATA_INT32), col = g.virt(ss, st, CUDNN_DATA_INT32);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, row, x, 0, 0, CUDNN_DATA_INT32, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, col, x, 0, 0, CUDNN_DATA_INT32, 3);
+  const int64_t row_ok = g.virt(ss, st, CUDNN_DATA_BOOLEAN), col_ok = g.virt(ss, st, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, row_ok, row, kSeqLenQ, 0, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_LT, col_ok, col, kSeqLenKV, 0, CUDNN_DATA_BOOLEAN);
+  const int64_t keep = g.virt(ss, st, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, keep, row_ok, col_ok, 0, CUDNN_DATA_BOOLEAN);
+  const int64_t y = g.virt(ss, st, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, y, x, g.constant(-std::numeric_limits<float>::infinity()), keep);
+  return y;
+}
+
+// Top-left causal mask inside each document: key index > query index -> -inf.
+int64_t causal_mask(Graph& g, const Shape4& s, int64_t x) {
+  const Dims ss{s.B, s.H, s.S, s.S}, st{s.H * s.S * s.S, s.S * s.S, s.S, 1};
+  const int64_t row = g.virt(ss, st, CUDNN_DATA_INT32), col = g.virt(ss, st, CUDNN_DATA_INT32);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, row, x, 0, 0, CUDNN_DATA_FLOAT, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, col, x, 0, 0, CUDNN_DATA_FLOAT, 3);
+  const int64_t keep = g.virt(ss, st, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, keep, row, col, 0, CUDNN_DATA_BOOLEAN);
+  const int64_t y = g.virt(ss, st, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, y, x, g.constant(-std::numeric_limits<float>::infinity()), keep);
+  return y;
+}
+
+// Scores S = mask((Q K^T) * scale), [B, H, S, S], recomputed the same way in both directions
+// (the backward subtracts Stats between the two masks, as cuDNN's pattern expects).
+int64_t masked_scores(Graph& g, const Shape4& s, bool subtract_stats) {
+  const Dims ss{s.B, s.H, s.S, s.S}, st{s.H * s.S * s.S, s.S * s.S, s.S, 1};
+  const int64_t qk = g.virt(ss, st, CUDNN_DATA_FLOAT), scaled = g.virt(ss, st, CUDNN_DATA_FLOAT);
+  g.matmul(qk, kQ, kK, kSeqLenQ, kSeqLenKV, 0);
+  g.pointwise(CUDNN_POINTWISE_MUL, scaled, qk, kScale);
+  int64_t x = padding_mask(g, s, scaled);
+  if (subtract_stats) {
+    const int64_t centred = g.virt(ss, st, CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_SUB, centred, x, kStats);
+    x = centred;
+  }
+  return s.causal ? causal_mask(g, s, x) : x;
+}
+
+// Forward: O = softmax(S) V, Stats = logsumexp(S) per row.
+void forward_graph(Graph& g, const Shape4& s) {
+  common_inputs(g, s);
+  g.tensor(kQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
+  // K^T: [B, Hkv, D, S] over k [T, Hkv, D].
+  g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, {s.S * s.Hkv * s.D, s.D, 1, s.Hkv * s.D}, CUDNN_DATA_BFLOAT16, false,
+           kRaggedKV);
+  g.tensor(kV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedKV);
+  g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
+  g.tensor(kStats, {s.B, s.H, s.S, 1}, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, kRaggedStats);
+
+  const int64_t x = masked_scores(g, s, /*subtract_stats=*/false);
+  const Dims ss{s.B, s.H, s.S, s.S}, st{s.H * s.S * s.S, s.S * s.S, s.S, 1};
+  const Dims row{s.B, s.H, s.S, 1}, row_st{s.H * s.S, s.S, 1, 1};
+  const int64_t mx = g.virt(row, row_st, CUDNN_DATA_FLOAT);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, mx, x);
+  const int64_t centred = g.virt(ss, st, CUDNN_DATA_FLOAT), e = g.virt(ss, st, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_SUB, centred, x, mx);
+  g.pointwise(CUDNN_POINTWISE_EXP, e, centred);
+  const int64_t sum = g.virt(row, row_st, CUDNN_DATA_FLOAT), log_sum = g.virt(row, row_st, CUDNN_DATA_FLOAT);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, sum, e);
+  g.pointwise(CUDNN_POINTWISE_LOG, log_sum, sum);
+  g.pointwise(CUDNN_POINTWISE_ADD, kStats, mx, log_sum);
+  const int64_t p = g.virt(ss, st, CUDNN_DATA_BFLOAT16);  // P feeds the second GEMM in bf16
+  g.pointwise(CUDNN_POINTWISE_DIV, p, e, sum);
+  g.matmul(kO, p, kV, kSeqLenQ, 0, kSeqLenKV);
+}
+
+// With GQA, whether the per-query-head dK/dV are virtual (cuDNN's own business) instead of ragged
+// workspaces of ours: SEQPAR_CUDNN_VIRTUAL_GQA_GRADS=1 (a diagnostic knob; read once).
+bool virtual_gqa_grads() {
+  static const bool on = [] {
+    const char* e = std::getenv("SEQPAR_CUDNN_VIRTUAL_GQA_GRADS");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  return on;
+}
+
+// Backward: dQ, dK, dV (=) from Q, K, V, O, dO, Stats. dQ goes through an f32 ragged accumulator
+// (kDQAccum); with GQA, dK and dV are first computed per query head (kDKFull / kDVFull, bf16,
+// ragged with the KV offsets, which cuDNN scales by H / Hkv, as cudnn-frontend lays them out
+// for ragged inputs) and summed over each group.
+void backward_graph(Graph& g, const Shape4& s) {
+  common_inputs(g, s);
+  const bool gqa = s.H != s.Hkv;
+  // The per-query-head gradient before the group sum: ours (ragged) or cuDNN's (virtual).
+  auto full_head = [&](int64_t uid) {
+    const Dims full{s.B, s.H, s.S, s.D};
+    if (virtual_gqa_grads()) return g.virt(full, {s.H * s.S * s.D, s.S * s.D, s.D, 1}, CUDNN_DATA_BFLOAT16);
+    g.tensor(uid, full, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedKV);
+    return uid;
+  };
+  g.tensor(kQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
+  const Dims kt_strides{s.S * s.Hkv * s.D, s.D, 1, s.Hkv * s.D};  // K^T and V^T: [B, Hkv, D, S]
+  g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, kt_strides, CUDNN_DATA_BFLOAT16, false, kRaggedKV);
+  g.tensor(kV, {s.B, s.Hkv, s.D, s.S}, kt_strides, CUDNN_DATA_BFLOAT16, false, kRaggedKV);
+  g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
+  g.tensor(kDO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
+  g.tensor(kStats, {s.B, s.H, s.S, 1}, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, kRaggedStats);
+  g.tensor(kDQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
+  g.tensor(kDK, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedKV);
+  g.tensor(kDV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedKV);
+  const Dims ss{s.B, s.H, s.S, s.S}, st{s.H * s.S * s.S, s.S * s.S, s.S, 1};
+  const Dims st_t{s.H * s.S * s.S, s.S * s.S, 1, s.S};  // the same scores, transposed
+  const Dims row{s.B, s.H, s.S, 1}, row_st{s.H * s.S, s.S, 1, 1};
+
+  // softmax_sum = rowsum(dO * O) ("Delta"), an f32 ragged workspace laid out like Stats.
+  const int64_t d_o = g.virt({s.B, s.H, s.S, s.D}, {s.H * s.S * s.D, s.S * s.D, s.H * s.D, 1}, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_MUL, d_o, kDO, kO);
+  const int64_t delta = g.virt(row, row_st, CUDNN_DATA_FLOAT);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, delta, d_o);
+  g.tensor(kSoftmaxSum, row, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, kRaggedStats);
+  g.pointwise(CUDNN_POINTWISE_MUL, kSoftmaxSum, delta, g.constant(1.f));
+
+  // P = exp(S - Stats); dV = P^T dO.
+  const int64_t x = masked_scores(g, s, /*subtract_stats=*/true);
+  const int64_t p = g.virt(ss, st, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_EXP, p, x);
+  const int64_t p_t = g.virt(ss, st_t, CUDNN_DATA_BFLOAT16);
+  g.reshape(p_t, p);
+  const Dims full{s.B, s.H, s.S, s.D};
+  if (!gqa) {
+    g.matmul(kDV, p_t, kDO, kSeqLenKV, 0, kSeqLenQ);
+  } else {
+    const int64_t dv_full = full_head(kDVFull);
+    g.matmul(dv_full, p_t, kDO, kSeqLenKV, 0, kSeqLenQ);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, kDV, dv_full);
+  }
+
+  // dS = P (dO V^T - Delta) * scale; dK = dS^T Q.
+  const int64_t dp = g.virt(ss, st, CUDNN_DATA_FLOAT);
+  g.matmul(dp, kDO, kV, kSeqLenQ, kSeqLenKV, 0);
+  const int64_t centred = g.virt(ss, st, CUDNN_DATA_FLOAT), weighted = g.virt(ss, st, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_SUB, centred, dp, kSoftmaxSum);
+  g.pointwise(CUDNN_POINTWISE_MUL, weighted, centred, p);
+  const int64_t ds = g.virt(ss, st, CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_MUL, ds, weighted, kScale);
+  const int64_t ds_t = g.virt(ss, st_t, CUDNN_DATA_BFLOAT16);
+  g.reshape(ds_t, ds);
+  if (!gqa) {
+    g.matmul(kDK, ds_t, kQ, kSeqLenKV, 0, kSeqLenQ);
+  } else {
+    const int64_t dk_full = full_head(kDKFull);
+    g.matmul(dk_full, ds_t, kQ, kSeqLenKV, 0, kSeqLenQ);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, kDK, dk_full);
+  }
+
+  // dQ = dS K, through the f32 accumulator.
+  const int64_t k_rows = g.virt({s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_FLOAT, kRaggedKV);
+  g.reshape(k_rows, kK);
+  g.tensor(kDQAccum, full, bshd(s, s.H, s.D), CUDNN_DATA_FLOAT, false, kRaggedQ);
+  g.matmul(kDQAccum, ds, k_rows, kSeqLenQ, 0, kSeqLenKV);
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, kDQ, kDQAccum);
+}
+
+// ---- plans -------------------------------------------------------------------------------------
+
+// Where plans are built: a live device (its handle) or a described one (offline checks).
+struct Target {
+  cudnnHandle_t handle = nullptr;
+  cudnnBackendDescriptor_t device_prop = nullptr;
+};
+
+struct Plan {
+  Graph graph;
+  Desc op_graph, plan;
+  int64_t workspace = 0;
+};
+
+// Finalizes the graph and the first engine configuration cuDNN's heuristics offer that builds
+// (mode A, then the fallback list). Throws seqpar::Error listing what each try said.
+std::unique_ptr<Plan> build_plan(Graph&& graph, const Target& target) {
+  auto plan = std::make_unique<Plan>();
+  plan->graph = std::move(graph);
+  plan->op_graph = Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  const std::vector<cudnnBackendDescriptor_t> ops = plan->graph.op_handles();
+  plan->op_graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.data(),
+                     static_cast<int64_t>(ops.size()));
+  if (target.handle != nullptr) plan->op_graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &target.handle);
+  plan->op_graph.finalize();
+
+  std::string tries;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, plan->op_graph.get());
+    heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
+    if (target.device_prop != nullptr) heur.set_desc(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, target.device_prop);
+    cudnnStatus_t st = cudnnBackendFinalize(heur.get());
+    if (st != CUDNN_STATUS_SUCCESS) {
+      tries += fmt::format(" [heuristics mode {}: {}]", static_cast<int>(mode), cudnn_message(st));
+      continue;
+    }
+    int64_t count = 0;
+    SEQPAR_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
+    if (count <= 0) {
+      tries += fmt::format(" [heuristics mode {}: no engine]", static_cast<int>(mode));
+      continue;
+    }
+    std::vector<Desc> configs;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (int64_t i = 0; i < count; ++i) {
+      configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      raw.push_back(configs.back().get());
+    }
+    int64_t got = 0;
+    SEQPAR_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()));
+    if (got == 0) {  // cuDNN's support checks refused all of them (CUDNN_LOGWARN_DBG=1 says why)
+      tries += fmt::format(" [heuristics mode {}: none of {} engine configurations supported]",
+                           static_cast<int>(mode), count);
+    }
+    for (int64_t i = 0; i < got; ++i) {
+      Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      p.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw[i]);
+      if (target.handle != nullptr) p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &target.handle);
+      if (target.device_prop != nullptr) p.set_desc(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, target.device_prop);
+      st = cudnnBackendFinalize(p.get());
+      if (st != CUDNN_STATUS_SUCCESS) {
+        tries += fmt::format(" [mode {} config {}: {}]", static_cast<int>(mode), i, cudnn_message(st));
+        continue;
+      }
+      SEQPAR_CUDNN_CHECK(cudnnBackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                  CUDNN_TYPE_INT64, 1, nullptr, &plan->workspace));
+      plan->plan = std::move(p);
+      return plan;
+    }
+  }
+  SEQPAR_CHECK(false, "cuDNN has no execution plan for this graph:{}", tries);
+  return nullptr;
+}
+
+// Runs a plan on the handle's stream. `bound` maps every bound uid of the graph to its memory.
+void execute(const Plan& plan, cudnnHandle_t handle, const std::unordered_map<int64_t, void*>& bound,
+             float scale, void* workspace) {
+  std::vector<int64_t> uids;
+  std::vector<void*> ptrs;
+  for (int64_t uid : plan.graph.bound()) {
+    auto it = bound.find(uid);
+    SEQPAR_CHECK(it != bound.end() && it->second != nullptr, "cuDNN attention: no memory bound to tensor uid {}", uid);
+    uids.push_back(uid);
+    ptrs.push_back(it->second);
+  }
+  uids.push_back(kScale);
+  ptrs.push_back(&scale);
+  for (const auto& [uid, value] : plan.graph.constants()) {
+    uids.push_back(uid);
+    ptrs.push_back(const_cast<float*>(&value));
+  }
+  Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.data(), static_cast<int64_t>(uids.size()));
+  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, ptrs.data(), static_cast<int64_t>(ptrs.size()));
+  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
+  pack.finalize();
+  SEQPAR_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan.get(), pack.get()));
+}
+
+// ---- per-thread, per-device state --------------------------------------------------------------
+
+constexpr size_t kMaxCachedPlans = 32;  // per direction; the least recently used goes first
+
+struct PlanCache {
+  struct Entry {
+    std::unique_ptr<Plan> plan;  // nullptr: cuDNN has no plan for this shape (not retried)
+    uint64_t last_use = 0;
+  };
+  std::map<Shape4, Entry> entries;
+  uint64_t tick = 0;
+};
+
+struct DeviceContext {
+  cudnnHandle_t handle = nullptr;
+  PlanCache forward, backward;
+  DeviceContext() = default;
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+  ~DeviceContext() {
+    forward.entries.clear();
+    backward.entries.clear();
+    if (handle != nullptr) cudnnDestroy(handle);
+  }
+};
+
+DeviceContext& device_context(int device) {
+  thread_local std::map<int, std::unique_ptr<DeviceContext>> contexts;
+  std::unique_ptr<DeviceContext>& c = contexts[device];
+  if (!c) {
+    c = std::make_unique<DeviceContext>();
+    SEQPAR_CUDNN_CHECK(cudnnCreate(&c->handle));
+  }
+  return *c;
+}
+
+// The cached plan for `shape`, building it on first use; nullptr when cuDNN has none.
+const Plan* find_plan(PlanCache& cache, const Shape4& shape, cudnnHandle_t handle, bool backward) {
+  ++cache.tick;
+  auto it = cache.entries.find(shape);
+  if (it != cache.entries.end()) {
+    it->second.last_use = cache.tick;
+    return it->second.plan.get();
+  }
+  if (cache.entries.size() >= kMaxCachedPlans) {
+    // A plan's kernels may still be queued: let them finish before its module can go away (rare:
+    // only past kMaxCachedPlans shapes).
+    SEQPAR_CUDA_CHECK(cudaDeviceSynchronize());
+    auto oldest = std::min_element(cache.entries.begin(), cache.entries.end(), [](const auto& a, const auto& b) {
+      return a.second.last_use < b.second.last_use;
+    });
+    cache.entries.erase(oldest);
+  }
+  const char* what = backward ? "backward" : "forward";
+  const auto t0 = std::chrono::steady_clock::now();
+  PlanCache::Entry entry{nullptr, cache.tick};
+  try {
+    Graph g;
+    if (backward)
+      backward_graph(g, shape);
+    else
+      forward_graph(g, shape);
+    entry.plan = build_plan(std::move(g), Target{handle, nullptr});
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    log_debug("cuDNN attention: {} plan for {} built in {:.0f} ms, workspace {} bytes", what, shape.str(), ms,
+              entry.plan->workspace);
+  } catch (const Error& e) {
+    log_warn("cuDNN attention: no {} plan for {}; using the flash kernel for this shape. {}", what, shape.str(),
+             e.what());
+  }
+  return cache.entries.emplace(shape, std::move(entry)).first->second.plan.get();
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+Shape4 shape_for(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, bool causal) {
+  // The padded extent: a power of two >= the longest document (at least 64), so packings whose
+  // longest document varies a little share a plan; cuDNN masks by the true lengths.
+  int64_t S = 64;
+  while (S < docs.max_len) S *= 2;
+  return {docs.num_docs(), S, H, Hkv, D, causal};
+}
+
+// Document lengths and ragged offsets on the device, one upload: i64 offsets for q/o (x H*D),
+// k/v (x Hkv*D) and stats (x H), then i32 lengths.
+struct DocArrays {
+  Tensor buffer;
+  void *ragged_q, *ragged_kv, *ragged_stats, *seq_len;
+};
+
+DocArrays upload_docs(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, Device dev, cudaStream_t stream) {
+  const int64_t B = docs.num_docs(), n64 = round_up(B + 1, 2);  // keep each array 16-byte aligned
+  std::vector<int64_t> host(static_cast<size_t>(3 * n64 + round_up(B, 4) / 2), 0);
+  int32_t* lens = reinterpret_cast<int32_t*>(host.data() + 3 * n64);
+  for (int64_t b = 0; b <= B; ++b) {
+    const int64_t c = docs.cu[static_cast<size_t>(b)];
+    host[b] = c * H * D;
+    host[n64 + b] = c * Hkv * D;
+    host[2 * n64 + b] = c * H;
+    if (b < B) lens[b] = docs.cu[static_cast<size_t>(b) + 1] - docs.cu[static_cast<size_t>(b)];
+  }
+  DocArrays a;
+  a.buffer = Tensor::empty({static_cast<int64_t>(host.size())}, DType::kI64, dev);
+  SEQPAR_CUDA_CHECK(cudaMemcpyAsync(a.buffer.raw(), host.data(), host.size() * sizeof(int64_t),
+                                    cudaMemcpyHostToDevice, stream));
+  auto* base = static_cast<int64_t*>(a.buffer.raw());
+  a.ragged_q = base;
+  a.ragged_kv = base + n64;
+  a.ragged_stats = base + 2 * n64;
+  a.seq_len = base + 3 * n64;
+  return a;
+}
+
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; }
+
+Tensor workspace_for(const Plan& plan, Device dev) {
+  return Tensor::empty({std::max<int64_t>(1, (plan.workspace + 7) / 8)}, DType::kI64, dev);
+}
+
+}  // namespace
+
+bool cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const AttnArgs& args, const PackedDocs& docs) {
+  const int64_t T = q.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
+  SEQPAR_CHECK(out.dtype() == DType::kBF16, "cuDNN attention writes a bf16 out, got {}", out.str());
+  SEQPAR_CHECK(!docs.cu.empty() && docs.cu.back() == T, "cuDNN attention: documents cover {} tokens, q has {}",
+               docs.cu.empty() ? 0 : docs.cu.back(), T);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &out, &lse})
+    if (!aligned16(*t)) return false;
+  const Device dev = q.device();
+  DeviceContext& ctx = device_context(dev.index);
+  const Shape4 shape = shape_for(docs, H, Hkv, D, args.causal);
+  const Plan* plan = find_plan(ctx.forward, shape, ctx.handle, /*backward=*/false);
+  if (plan == nullptr) return false;
+  cudaStream_t stream = current_stream();
+  SEQPAR_CUDNN_CHECK(cudnnSetStream(ctx.handle, stream));
+  const DocArrays a = upload_docs(docs, H, Hkv, D, dev, stream);
+  Tensor workspace = workspace_for(*plan, dev);
+  const std::unordered_map<int64_t, void*> bound = {
+      {kQ, q.raw()},          {kK, k.raw()},           {kV, v.raw()},         {kO, out.raw()},
+      {kStats, lse.raw()},    {kSeqLenQ, a.seq_len},   {kSeqLenKV, a.seq_len}, {kRaggedQ, a.ragged_q},
+      {kRaggedKV, a.ragged_kv}, {kRaggedStats, a.ragged_stats}};
+  execute(*plan, ctx.handle, bound, args.scale, workspace.raw());
+  ++g_forward_calls;
+  return true;
+}
+
+bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
+                         const PackedDocs& docs) {
+  const int64_t T = q.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &out})
+    SEQPAR_CHECK(t->dtype() == DType::kBF16, "cuDNN attention backward takes bf16 out and dout, got {}", t->str());
+  SEQPAR_CHECK(!docs.cu.empty() && docs.cu.back() == T, "cuDNN attention: documents cover {} tokens, q has {}",
+               docs.cu.empty() ? 0 : docs.cu.back(), T);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &out, &dout, &lse})
+    if (!aligned16(*t)) return false;
+  const Device dev = q.device();
+  DeviceContext& ctx = device_context(dev.index);
+  const Shape4 shape = shape_for(docs, H, Hkv, D, args.causal);
+  const Plan* plan = find_plan(ctx.backward, shape, ctx.handle, /*backward=*/true);
+  if (plan == nullptr) return false;
+  cudaStream_t stream = current_stream();
+  SEQPAR_CUDNN_CHECK(cudnnSetStream(ctx.handle, stream));
+  const DocArrays a = upload_docs(docs, H, Hkv, D, dev, stream);
+  Tensor workspace = workspace_for(*plan, dev);
+  // cuDNN writes (=) its gradients; the contract accumulates, so they land in scratch first.
+  Tensor dq_new = Tensor::empty(q.shape(), DType::kBF16, dev);
+  Tensor dk_new = Tensor::empty(k.shape(), DType::kBF16, dev), dv_new = Tensor::empty(k.shape(), DType::kBF16, dev);
+  // Ragged f32 workspaces, one row per token, plus a tile of slack past the last document.
+  const int64_t rows = round_up(T, 128) + 128;
+  Tensor softmax_sum = Tensor::empty({rows, H}, DType::kF32, dev);
+  Tensor dq_accum = Tensor::empty({rows, H, D}, DType::kF32, dev);
+  Tensor dk_full, dv_full;
+  std::unordered_map<int64_t, void*> bound = {
+      {kQ, q.raw()},           {kK, k.raw()},           {kV, v.raw()},          {kO, out.raw()},
+      {kDO, dout.raw()},       {kStats, lse.raw()},     {kDQ, dq_new.raw()},    {kDK, dk_new.raw()},
+      {kDV, dv_new.raw()},     {kSeqLenQ, a.seq_len},   {kSeqLenKV, a.seq_len}, {kRaggedQ, a.ragged_q},
+      {kRaggedKV, a.ragged_kv}, {kRaggedStats, a.ragged_stats}, {kSoftmaxSum, softmax_sum.raw()},
+      {kDQAccum, dq_accum.raw()}};
+  if (H != Hkv && !virtual_gqa_grads()) {
+    // Declared bf16, sized as f32 the way cudnn-frontend sizes them (cuDNN owns their use).
+    dk_full = Tensor::empty({rows, H, D}, DType::kF32, dev);
+    dv_full = Tensor::empty({rows, H, D}, DType::kF32, dev);
+    bound[kDKFull] = dk_full.raw();
+    bound[kDVFull] = dv_full.raw();
+  }
+  execute(*plan, ctx.handle, bound, args.scale, workspace.raw());
+  cuda_ops::add_inplace(dq, dq_new);
+  cuda_ops::add_inplace(dk, dk_new);
+  cuda_ops::add_inplace(dv, dv_new);
+  ++g_backward_calls;
+  return true;
+}
+
+int64_t cudnn_runtime_version() { return static_cast<int64_t>(cudnnGetVersion()); }
+
+std::string cudnn_check_plans_offline(const std::string& device_json, int64_t num_docs, int64_t max_len, int64_t H,
+                                      int64_t Hkv, int64_t D, bool causal) {
+  try {
+    Desc prop(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+    prop.set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, device_json.data(),
+             static_cast<int64_t>(device_json.size()));
+    prop.finalize();
+    PackedDocs docs;
+    docs.cu.resize(static_cast<size_t>(num_docs) + 1, 0);
+    docs.max_len = static_cast<int32_t>(max_len);
+    const Shape4 shape = shape_for(docs, H, Hkv, D, causal);
+    std::string result;
+    for (bool backward : {false, true}) {
+      try {
+        Graph g;
+        if (backward)
+          backward_graph(g, shape);
+        else
+          forward_graph(g, shape);
+        build_plan(std::move(g), Target{nullptr, prop.get()});
+      } catch (const Error& e) {
+        result += fmt::format("{} {}: {}\n", backward ? "backward" : "forward", shape.str(), e.what());
+      }
+    }
+    return result;
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+#else  // built without cuDNN: every call goes to the flash kernel
+
+bool cudnn_attn_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttnArgs&,
+                        const PackedDocs&) {
+  return false;
+}
+
+bool cudnn_attn_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&, const Tensor&, const AttnArgs&, const PackedDocs&) {
+  return false;
+}
+
+int64_t cudnn_runtime_version() { return 0; }
+
+std::string cudnn_check_plans_offline(const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t, bool) {
+  return "this build has no cuDNN (CMake did not find it)";
+}
+
+#endif
+
+std::string cudnn_h200_device_json() {
+  // cudaDeviceProp of an H200 SXM as cuDNN's device-properties JSON (deviceVer = compute
+  // capability x 100, driverVer = CUDA driver API version).
+  return R"({"deviceName":"NVIDIA H200","cudaDeviceId":0,"deviceVer":900,"driverVer":13000,)"
+         R"("multiProcessorCount":132,"warpSize":32,"maxThreadsPerBlock":1024,"maxThreadsPerSM":2048,)"
+         R"("maxBlockSize":[1024,1024,64],"maxGridSize":[2147483647,65535,65535],"regsPerBlock":65536,)"
+         R"("maxRegistersPerSM":65536,"maxCtasPerSM":32,"maxSharedMemoryPerBlock":49152,)"
+         R"("maxSharedMemoryPerBlockOptin":232448,"reservedSharedMemoryPerBlock":1024,"l2CacheSize":62914560,)"
+         R"("totalGlobalMem":150754820096,"smClockRateKHz":1980000,"memClockRateKHz":3201000,"pciDeviceId":0,)"
+         R"("isTccDriver":0,"supportCoopLaunch":1})";
+}
+
+}  // namespace seqpar::cuda_attn

@@ -1,0 +1,67 @@
+// cuDNN's fused scaled-dot-product attention (its flash-attention engines; wgmma/TMA kernels on
+// Hopper) through the backend graph API (cudnn_graph.h), for the calls attention_backend.h's
+// packed_docs() accepts: one packed stream of documents attending within themselves, causal or
+// not, MHA or GQA, bf16, head dim 64 or 128. attention_cuda.cpp decides when to call it.
+//
+// The graphs are the ones cuDNN's fused SDPA engines recognise (the op pattern of NVIDIA's
+// cudnn-frontend "composite" SDPA nodes, written out against the backend API):
+//   forward   S = (Q K^T) * scale -> padding mask (seq_len) -> [causal: row >= col] ->
+//             softmax with Stats = max + log(sum exp(S - max)) -> O = P V
+//   backward  the same S recomputed from Stats, dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O))
+//             * scale, dK = dS^T Q, dQ = dS K (through an f32 accumulator)
+// Tokens are addressed as ragged ("THD") tensors: document b starts at element offset cu[b] * H * D
+// of q [T, H, D] (cu[b] * Hkv * D of k/v), so seqpar's token-major buffers are used in place.
+//
+// Numerics: Stats is the natural-log log-sum-exp of the scaled scores, f32, in place in our
+// lse [T, H] (ragged, stride H per token): exactly attention.h's lse. Outputs and gradients are
+// bf16 (f32 accumulation inside cuDNN). Each document sees at least itself, so no row is empty.
+//
+// Plans are built once per (documents, longest document rounded up to a power of two, H, Hkv, D,
+// causal) and cached per thread and device; building one takes cuDNN's heuristics plus, the first
+// time, its kernel compilation (tens to hundreds of ms).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "attention/attention.h"
+#include "attention/attention_backend.h"
+
+namespace seqpar::cuda_attn {
+
+// attention.h's attn_forward through cuDNN for `docs` (from packed_docs on the same args):
+// out bf16 [T, H, D] (=), lse f32 [T, H] (=). Returns false, having written nothing, when cuDNN has
+// no plan for the shape (the reason is logged at warn level once per shape); the caller then runs
+// the flash kernel. q/k/v bf16, already checked by the caller.
+bool cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const AttnArgs& args, const PackedDocs& docs);
+
+// attention.h's attn_backward through cuDNN: dq += , dk += , dv += (bf16; cuDNN writes its
+// gradients into scratch buffers that are then added). out/lse are the final forward results,
+// from either backend (same contract). Returns false, having written nothing, when cuDNN has no
+// plan for the shape.
+bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
+                         const PackedDocs& docs);
+
+// How many forward / backward calls cuDNN has run in this process (tests and the benchmark check
+// that the cuDNN path, not a fallback, produced their results).
+struct CudnnCallCounts {
+  int64_t forward = 0, backward = 0;
+};
+CudnnCallCounts cudnn_call_counts();
+
+// The version of the cuDNN library loaded at run time (e.g. 91900), 0 when it cannot be loaded.
+int64_t cudnn_runtime_version();
+
+// Builds the forward and backward plans for one shape against a device described by cuDNN's
+// device-properties JSON (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION), without a GPU: the graphs
+// and cuDNN's support for them are checked on any machine with the library. Returns "" on success,
+// else what failed.
+std::string cudnn_check_plans_offline(const std::string& device_json, int64_t num_docs, int64_t max_len, int64_t H,
+                                      int64_t Hkv, int64_t D, bool causal);
+
+// A device-properties JSON for an H200 SXM (132 SMs, sm_90), for cudnn_check_plans_offline.
+std::string cudnn_h200_device_json();
+
+}  // namespace seqpar::cuda_attn
