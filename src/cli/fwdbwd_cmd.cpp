@@ -2,10 +2,14 @@
 #include <memory>
 #include <string>
 
+#include "attention/attention_backend.h"
 #include "cli/commands.h"
 #include "core/log.h"
 #include "io/safetensors.h"
 #include "train/fwdbwd.h"
+#if defined(SEQPAR_WITH_CUDA)
+#include "attention/cuda/attention_cuda.h"
+#endif
 
 namespace seqpar {
 
@@ -13,6 +17,7 @@ namespace {
 
 struct FwdBwdArgs {
   std::string model, input, out, sp_mode = "ulysses", layout = "zigzag", device = "cpu";
+  std::string attn_implementation = "flash_attention_2";
   FwdBwdOptions options;
 };
 
@@ -29,6 +34,12 @@ void run(FwdBwdArgs& a) {
   a.options.sp_mode = parse_sp_mode(a.sp_mode, "--sp-mode");
   a.options.layout = parse_sp_layout(a.layout, "--sp-layout");
   a.options.device = parse_device(a.device);
+  const AttentionBackend backend = parse_attn_implementation(a.attn_implementation);
+#if defined(SEQPAR_WITH_CUDA)
+  set_attention_backend(backend);
+#else
+  (void)backend;  // the CPU reference attention serves every name
+#endif
   SafetensorsData in = read_safetensors(a.input);
   const Tensor& ids = in.at("input_ids");
   const Tensor& labels = in.at("labels");
@@ -68,6 +79,10 @@ void add_fwdbwd_command(CLI::App& app, int& rc) {
   c->add_option("--sp-layout", args->layout, "token layout for ring/hybrid: zigzag | contiguous")
       ->capture_default_str();
   c->add_option("--device", args->device, "cpu | cuda | cuda:N")->capture_default_str();
+  c->add_option("--attn-implementation", args->attn_implementation,
+                "CUDA attention, by HF's names: flash_attention_2 | flash_attention_3 (seqpar's flash kernel), sdpa "
+                "(cuDNN fused SDPA where it is exact, else flash); eager is refused")
+      ->capture_default_str();
   c->callback([args, &rc] {
     run(*args);
     rc = 0;

@@ -78,6 +78,12 @@ TEST(CudaModel, FwdBwdMatchesHuggingFaceInBf16) {
   }
 }
 
+TEST(CudaModel, CudnnAttentionMatchesHuggingFace) {
+  const std::string dir = testing::source_path("tests/fixtures/hf/gqa_untied");
+  SafetensorsData ref = read_safetensors(dir + "/expected.safetensors");
+  expect_close(run_fwdbwd(dir, "--device cuda --attn-implementation sdpa"), ref, "gqa_untied cuda sdpa");
+}
+
 TEST(CudaModel, SequenceParallelRanksOnOneGpuMatchOneRank) {
   const std::string dir = testing::source_path("tests/fixtures/hf/gqa_untied");
   SafetensorsData one = run_fwdbwd(dir, "--device cuda");
