@@ -36,7 +36,7 @@ void run(FwdBwdArgs& a) {
   a.options.device = parse_device(a.device);
   const AttentionBackend backend = parse_attn_implementation(a.attn_implementation);
 #if defined(SEQPAR_WITH_CUDA)
-  set_attention_backend(backend);
+  cuda_attn::set_attention_backend(backend);
 #else
   (void)backend;  // the CPU reference attention serves every name
 #endif
