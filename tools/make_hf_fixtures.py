@@ -101,6 +101,12 @@ CASES = [
                      "level, rope_scaling {rope_type llama3, factor 8, low 1, high 4, "
                      "original_max_position_embeddings 8}, "
                      "torch_dtype, no head_dim; tied embeddings"),
+    dict(name="gqa_d64", seed=1007, B=2, S=24,
+         config=dict(num_attention_heads=2, num_key_value_heads=1, head_dim=64, tie_word_embeddings=False,
+                     rms_norm_eps=1e-5, rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="GQA (H=2, Hkv=1) with head_dim=64, a head size the CUDA attention kernels (flash, cuDNN) "
+                     "support, so the GPU tests (tests/cuda/test_cuda_model.cpp) check this case end to end"),
 ]
 
 # Initialization: N(0, std) matrices, RMSNorm weights 1 + N(0, 0.1). A small embedding std keeps
