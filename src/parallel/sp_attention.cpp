@@ -7,9 +7,10 @@
 //             r ring steps: attention of the local queries on one KV block, merged by LSE,
 //             while the next block travels (r - 1 hops of k and v)    (ring, skipped if r = 1)
 //             a2a out [u*T, h, D] -> [T, H, D]
-//   backward: a2a dout; r ring steps carrying (k, v, dk, dv) (r - 1 hops) plus one hop that
-//             brings each block's dk, dv home; a2a dq, dk, dv back, summing the gradients of a
-//             KV head that was replicated to several ranks.
+//   backward: a2a dout; r ring steps: the next k, v travel while the current block is computed
+//             (r - 1 hops), its dk, dv follow once they hold this rank's share (r hops, the last
+//             brings each block's gradient home); a2a dq, dk, dv back, summing the gradients of
+//             a KV head that was replicated to several ranks.
 // hk is the KV heads h's query heads read, or h (one KV copy per query head) when an uneven
 // split leaves those KV heads serving unequal numbers of h's query heads (see kv_heads).
 #include "parallel/sp_attention.h"
@@ -318,30 +319,34 @@ class UspAttention final : public Attention {
 
   void ring_backward(UspContext& c, const Tensor& dout, Tensor& dq, Tensor& dk_home, Tensor& dv_home) {
     const int r = ring_.size(), me = ring_.rank();
+    const int next = (me + 1) % r, prev = (me - 1 + r) % r;
     Tensor k = c.k, v = c.v;
     Tensor dk = Tensor::zeros(k.shape(), k.dtype(), k.device());
     Tensor dv = Tensor::zeros(v.shape(), v.dtype(), v.device());
     for (int step = 0; step < r; ++step) {
       const int block = ((me - step) % r + r) % r;
+      // The next block's k, v travel while this one is computed (they do not change).
+      Tensor k_in, v_in;
+      std::unique_ptr<CommRequest> kv_req;
+      if (step + 1 < r) {
+        k_in = Tensor::empty(k.shape(), k.dtype(), k.device());
+        v_in = Tensor::empty(v.shape(), v.dtype(), v.device());
+        kv_req = ring_.send_recv_async({{next, k}, {next, v}}, {{prev, k_in}, {prev, v_in}});
+      }
       if (block_visible(block)) attn_backward(dq, dk, dv, dout, c.q, k, v, c.out, c.lse, args_for(block, c.scale));
-      // Pass (k, v, dk, dv) on; after the last block only dk, dv travel, which brings every
-      // block's accumulated gradient home to its owner.
-      const int next = (me + 1) % r, prev = (me - 1 + r) % r;
       if (r == 1) break;
+      // This block's dk, dv accumulators follow it to the next rank once they hold this rank's
+      // contribution; after the last block this hop brings each block's gradient home.
       Tensor dk_in = Tensor::empty(dk.shape(), dk.dtype(), dk.device());
       Tensor dv_in = Tensor::empty(dv.shape(), dv.dtype(), dv.device());
-      if (step + 1 < r) {
-        Tensor k_in = Tensor::empty(k.shape(), k.dtype(), k.device());
-        Tensor v_in = Tensor::empty(v.shape(), v.dtype(), v.device());
-        ring_.send_recv({{next, k}, {next, v}, {next, dk}, {next, dv}},
-                        {{prev, k_in}, {prev, v_in}, {prev, dk_in}, {prev, dv_in}});
-        k = k_in;
-        v = v_in;
-      } else {
-        ring_.send_recv({{next, dk}, {next, dv}}, {{prev, dk_in}, {prev, dv_in}});
-      }
+      ring_.send_recv({{next, dk}, {next, dv}}, {{prev, dk_in}, {prev, dv_in}});
       dk = dk_in;
       dv = dv_in;
+      if (kv_req) {
+        kv_req->wait();
+        k = k_in;
+        v = v_in;
+      }
     }
     dk_home.copy_from(dk);
     dv_home.copy_from(dv);
