@@ -1,8 +1,12 @@
 // seqpar train: the training loop. With no arguments: the embedded demo (a tiny Llama learns
-// associative recall across a sequence split over 4 in-process ranks).
+// associative recall across a sequence split over 4 in-process ranks). docs/training.md lists
+// every option.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/log.h"
@@ -18,7 +22,30 @@ struct TrainArgs {
   std::string sp_mode = "ulysses", layout = "zigzag";
   std::string deepspeed_config, accelerate_config;
   bool print_config = false;
+  bool no_shuffle = false;
 };
+
+// The settings of this command that the config files do not carry (data, checkpoints), added to
+// the printed configuration after metrics_out with their source: the flag, or the default.
+void add_data_and_checkpoint_settings(ResolvedConfig& r, const std::set<std::string>& given) {
+  const TrainConfig& c = r.train;
+  auto source = [&](const char* flag) { return given.count(flag) ? std::string(flag) : std::string("default"); };
+  auto text = [](const std::string& v) { return v.empty() ? std::string("(none)") : v; };
+  const std::vector<ResolvedSetting> extra = {
+      {"data", c.data_path.empty() ? std::string("built-in recall task") : c.data_path, source("--data")},
+      {"eval_data", text(c.eval_data_path), source("--eval-data")},
+      {"shuffle", c.shuffle ? "true" : "false", source("--no-shuffle")},
+      {"eval_batches", std::to_string(c.eval_batches), source("--eval-batches")},
+      {"save_dir", text(c.save_dir), source("--save-dir")},
+      {"save_every", std::to_string(c.save_every), source("--save-every")},
+      {"keep_last", std::to_string(c.keep_last), source("--keep-last")},
+      {"resume", text(c.resume), source("--resume")},
+      {"stop_at_step", std::to_string(c.stop_at_step), source("--stop-at-step")},
+  };
+  auto at = std::find_if(r.settings.begin(), r.settings.end(),
+                         [](const ResolvedSetting& s) { return s.name == "metrics_out"; });
+  r.settings.insert(at == r.settings.end() ? at : at + 1, extra.begin(), extra.end());
+}
 
 void run(TrainArgs& a, const CLI::App& command) {
   // defaults < DeepSpeed JSON < Accelerate YAML < the flags given (train/config_resolve.h).
@@ -26,24 +53,27 @@ void run(TrainArgs& a, const CLI::App& command) {
   cli.values = a.config;
   cli.values.sp_mode = parse_sp_mode(a.sp_mode, "--sp-mode");
   cli.values.layout = parse_sp_layout(a.layout, "--sp-layout");
+  cli.values.shuffle = !a.no_shuffle;
   for (const CLI::Option* o : command.get_options())
     if (o->count() > 0) cli.given.insert(o->get_name());
+  if (cli.given.count("--resume") && cli.values.resume.empty()) cli.values.resume = "latest";  // `--resume` alone
   ResolvedConfig resolved = resolve_train_config(cli, a.deepspeed_config, a.accelerate_config);
   TrainConfig& c = resolved.train;
   if (c.model_dir.empty()) c.model = demo_model_config();
+  add_data_and_checkpoint_settings(resolved, cli.given);
   c.validate();
+  c.config_text = format_resolved_config(resolved);
   if (a.print_config) {
-    std::fputs(format_resolved_config(resolved).c_str(), stdout);
+    std::fputs(c.config_text.c_str(), stdout);
     return;
   }
   for (const std::string& w : resolved.warnings) log_warn("{}", w);
   TrainResult r = run_training(c);
-  if (!r.eval_accuracy.empty()) {
-    log_info("done: {} steps, final loss {:.4f}, recall accuracy {:.1f}%, {:.0f} tokens/s", r.steps_run,
-             r.losses.back(), 100 * r.eval_accuracy.back().second, r.tokens_per_s);
-  } else {
-    log_info("done: {} steps, final loss {:.4f}, {:.0f} tokens/s", r.steps_run, r.losses.back(), r.tokens_per_s);
-  }
+  if (r.losses.empty()) return;
+  std::string evals;
+  if (!r.eval_accuracy.empty()) evals += fmt::format(", recall accuracy {:.1f}%", 100 * r.eval_accuracy.back().second);
+  if (!r.eval_loss.empty()) evals += fmt::format(", eval loss {:.4f}", r.eval_loss.back().second);
+  log_info("done: {} steps, final loss {:.4f}{}, {:.0f} tokens/s", r.steps_run, r.losses.back(), evals, r.tokens_per_s);
 }
 
 }  // namespace
@@ -62,8 +92,9 @@ void add_train_command(CLI::App& app, int& rc) {
   c.eval_every = 25;
   c.stop_at_accuracy = 0.95;
   CLI::App* t = app.add_subcommand(
-      "train", "Train a model. With no arguments: the embedded demo, a tiny Llama learning associative recall over a "
-               "sequence split across 4 in-process ranks");
+      "train",
+      "Train a model. With no arguments: the embedded demo, a tiny Llama learning associative recall over a "
+      "sequence split across 4 in-process ranks");
   t->add_option("--model", c.model_dir, "HF model directory to start from (default: the built-in tiny Llama)");
   t->add_option("--steps", c.steps, "optimizer steps")->capture_default_str();
   t->add_option("--seq-len", c.task.seq_len, "tokens per sequence")->capture_default_str();
@@ -87,11 +118,36 @@ void add_train_command(CLI::App& app, int& rc) {
   t->add_option("--num-pairs", c.task.num_pairs, "recall task: key-value pairs per sequence")->capture_default_str();
   t->add_option("--num-queries", c.task.num_queries, "recall task: queries per sequence")->capture_default_str();
   t->add_option("--log-every", c.log_every, "print a progress line every N steps")->capture_default_str();
-  t->add_option("--eval-every", c.eval_every, "evaluate recall accuracy every N steps (0 = only at the end)")
+  t->add_option(
+       "--eval-every", c.eval_every,
+       "evaluate (recall accuracy, or the --eval-data loss) every N steps and at the end (0 = only at the end)")
       ->capture_default_str();
   t->add_option("--stop-at-accuracy", c.stop_at_accuracy, "stop once eval accuracy reaches this (0 = never)")
       ->capture_default_str();
-  t->add_option("--metrics-out", c.metrics_out, "JSONL metrics file (loss, tokens/s per log step; eval accuracy)");
+  t->add_option("--metrics-out", c.metrics_out,
+                "JSONL metrics file (loss, tokens/s per log step; eval accuracy or loss); the plot goes next to it "
+                "with the extension .svg");
+  t->add_option("--data", c.data_path,
+                "token file (SPTOK1, from `seqpar prepare-data`) to train on instead of the recall task");
+  t->add_option("--eval-data", c.eval_data_path, "token file for the eval loss (with --data), at every --eval-every");
+  t->add_option("--eval-batches", c.eval_batches,
+                "batches per evaluation (recall task), micro-batches per data-parallel rank (--eval-data)")
+      ->capture_default_str();
+  t->add_flag("--no-shuffle", args->no_shuffle,
+              "read the token file's documents and sequences in file order (default: a new order every epoch)");
+  t->add_option("--save-dir", c.save_dir, "checkpoint directory (step_NNNNNN/ subdirectories and `latest`)");
+  t->add_option("--save-every", c.save_every,
+                "save a checkpoint every N steps (0 = only at the end of the run, when --save-dir is given)")
+      ->capture_default_str();
+  t->add_option("--keep-last", c.keep_last, "keep only the newest K checkpoints (0 = keep all)")->capture_default_str();
+  t->add_option("--resume", c.resume,
+                "resume from a checkpoint: `latest` (also --resume alone: the newest in --save-dir), `auto` "
+                "(the newest if there is one, else start fresh), or a checkpoint or save directory")
+      ->expected(0, 1);
+  t->add_option("--stop-at-step", c.stop_at_step,
+                "stop after this step (saving a checkpoint with --save-dir), the schedule still that of --steps; "
+                "0 = run to --steps")
+      ->capture_default_str();
   t->add_option("--config,--deepspeed", args->deepspeed_config,
                 "DeepSpeed JSON config (batch sizes, optimizer, scheduler, ...; docs/configs.md)");
   t->add_option("--accelerate-config", args->accelerate_config,

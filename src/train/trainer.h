@@ -1,7 +1,8 @@
 // The training loop: data -> SP shards -> forward/backward on every rank -> token-weighted loss
-// over dp × sp -> gradient all-reduce -> clip -> AdamW, with logging, evaluation and metrics.
-// Ranks are threads of this process (the `local` transport); the mesh is dp_replicate ×
-// dp_shard × sp with sp = ulysses × ring.
+// over dp × sp -> gradient all-reduce -> clip -> AdamW, with logging, evaluation, metrics (JSONL
+// and an SVG plot), checkpoints and bit-exact resume. Ranks are threads of this process (the
+// `local` transport); the mesh is dp_replicate × dp_shard × sp with sp = ulysses × ring.
+// docs/training.md is the user's guide.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "train/optimizer.h"
 #include "train/recall_task.h"
 #include "train/sp_batch.h"
+#include "train/token_file.h"
 
 namespace seqpar {
 
@@ -32,13 +34,13 @@ struct LrSchedule {
   double min_lr_ratio = 0.1;
   int64_t total_steps = 300;
   // DeepSpeed's parameters, with its defaults.
-  double warmup_min_lr = 0;        // WarmupLR, WarmupDecayLR
-  double warmup_max_lr = 1e-3;     // WarmupLR, WarmupDecayLR
+  double warmup_min_lr = 0;     // WarmupLR, WarmupDecayLR
+  double warmup_max_lr = 1e-3;  // WarmupLR, WarmupDecayLR
   int64_t warmup_num_steps = 1000;
   WarmupType warmup_type = WarmupType::kLog;
-  int64_t total_num_steps = 0;     // WarmupDecayLR, WarmupCosineLR
-  double warmup_min_ratio = 0;     // WarmupCosineLR
-  double cos_min_ratio = 1e-4;     // WarmupCosineLR
+  int64_t total_num_steps = 0;  // WarmupDecayLR, WarmupCosineLR
+  double warmup_min_ratio = 0;  // WarmupCosineLR
+  double cos_min_ratio = 1e-4;  // WarmupCosineLR
 };
 
 struct TrainConfig {
@@ -47,16 +49,23 @@ struct TrainConfig {
   LlamaConfig model;
   float init_std = 0.02f;  // HF initializer_range for random init
 
-  // Data: the built-in recall task (the demo). Each step consumes micro_batch × grad_accum × dp
-  // sequences of task.seq_len tokens.
+  // Data: a token file (data_path), or when it is empty the built-in recall task (the demo). Each
+  // step consumes micro_batch × grad_accum × dp sequences of task.seq_len tokens (the sequence
+  // length of both sources). From a token file: TokenDataset's packed sequences (documents never
+  // attend across, the loss mask honoured); an epoch is num_sequences / (micro × accum × dp) steps
+  // (the rest of the epoch's sequences, a different set each epoch, is not used), then the next
+  // epoch starts with a new order (token_data_batch).
   RecallTaskConfig task;
+  std::string data_path;       // SPTOK1 token file; "" = the recall task
+  std::string eval_data_path;  // token file for eval loss (with data_path only)
+  bool shuffle = true;         // TokenDataset's per-epoch document and sequence order
   int micro_batch = 8;
   int grad_accum = 1;
   int64_t steps = 300;
 
   OptimizerConfig optimizer;
-  int64_t warmup_steps = 20;    // linear warmup from 0
-  float min_lr_ratio = 0.1f;    // cosine decay to lr * min_lr_ratio at the last step
+  int64_t warmup_steps = 20;  // linear warmup from 0
+  float min_lr_ratio = 0.1f;  // cosine decay to lr * min_lr_ratio at the last step
   uint64_t seed = 1234;
   // The schedule's type and DeepSpeed's parameters (set from a DeepSpeed config). For
   // kLinearCosine, lr_schedule_of() takes the peak, warmup, floor and length from the fields above.
@@ -72,11 +81,27 @@ struct TrainConfig {
 
   // Output.
   int log_every = 10;
-  int eval_every = 50;
+  int eval_every = 50;  // evaluate every N steps and after the last (0: only after the last)
+  // Per evaluation: recall batches of micro_batch sequences (the task's accuracy), or
+  // micro-batches per dp rank of eval_data_path's first sequences (eval loss). Token data without
+  // eval_data_path has no evaluation.
   int eval_batches = 2;
-  double stop_at_accuracy = 0;  // > 0: stop once an evaluation reaches it
-  std::string metrics_out;     // JSONL, one record per logged step and per evaluation
+  double stop_at_accuracy = 0;  // > 0: stop once an evaluation reaches it (the recall task)
+  std::string metrics_out;      // JSONL, one record per logged step and per evaluation; the plot
+                                // goes to metrics_plot_path(metrics_out) at the end
   bool quiet = false;
+
+  // Checkpoints (train/checkpoint.h). save_every > 0 saves after every save_every-th step, and a
+  // run with a save_dir also saves after its last step.
+  std::string save_dir;
+  int64_t save_every = 0;
+  int keep_last = 0;  // > 0: keep only the newest keep_last checkpoints
+  // "" (start fresh), "latest" (save_dir's newest checkpoint; an error when there is none),
+  // "auto" (save_dir's newest when there is one, else start fresh), or a path: a checkpoint
+  // directory or a save directory (its newest).
+  std::string resume;
+  int64_t stop_at_step = 0;  // > 0: stop after this step, leaving the schedule as for `steps`
+  std::string config_text;   // the resolved configuration text, recorded in checkpoints
 
   // InputError naming the setting, the value and the rule, before any work.
   void validate() const;
@@ -84,10 +109,18 @@ struct TrainConfig {
 };
 
 struct TrainResult {
-  std::vector<double> losses;  // per step
-  std::vector<std::pair<int64_t, double>> eval_accuracy;  // (step, accuracy)
-  int64_t steps_run = 0;
+  std::vector<double> losses;  // per step, from step 1 (a resumed run includes the checkpoint's history)
+  std::vector<std::pair<int64_t, double>> eval_accuracy;  // (step, accuracy): the recall task
+  std::vector<std::pair<int64_t, double>> eval_loss;      // (step, loss): --eval-data
+  int64_t steps_run = 0;                                  // the last step done
+  int64_t first_step = 1;  // the first step this call ran (checkpoint step + 1 when resumed)
   double tokens_per_s = 0;
+  // Token data: sequences per epoch, steps per epoch, and where the stream stands at the end.
+  int64_t num_sequences = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t data_epoch = 0, data_index = 0;
+  std::vector<std::string> checkpoints;  // written by this call, in order
+  std::string resumed_from;              // the checkpoint directory, when resumed
 };
 
 // HF-style random init: normal(0, std) for embeddings and projections, ones for norms.
@@ -97,6 +130,20 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std);
 float lr_at(const TrainConfig& config, int64_t step);
 
 TrainResult run_training(const TrainConfig& config);
+
+// The sequences that micro-batch `micro` (0-based) of `step` (1-based) reads on data-parallel rank
+// dp_rank from a token file: with M = micro_batch × grad_accum × dp sequences per step and
+// E = num_sequences / M steps per epoch, step s reads epoch (s-1) / E, sequences
+// ((s-1) mod E) × M + (micro × dp + dp_rank) × micro_batch + j, j < micro_batch. (dp = 2 with one
+// micro-batch reads what dp = 1 with two does, as for the recall task.) InputError when the
+// file holds fewer than M sequences.
+std::vector<Sequence> token_data_batch(const TokenDataset& data, const TrainConfig& config, int dp, int64_t step,
+                                       int micro, int dp_rank);
+// (epoch, index) of the first sequence the step after `steps_done` reads.
+std::pair<int64_t, int64_t> token_data_position(int64_t num_sequences, int64_t sequences_per_step, int64_t steps_done);
+
+// Where the plot of a metrics file goes: its extension replaced by .svg (metrics.jsonl -> metrics.svg).
+std::string metrics_plot_path(const std::string& metrics_out);
 
 // The built-in tiny Llama of the demo (GQA with fewer KV heads than the default sp degree, so
 // Ulysses' KV-head replication is exercised).
