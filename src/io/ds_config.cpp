@@ -1,6 +1,7 @@
 // DeepSpeed JSON -> DsConfig. What each key means, and what "auto" resolves to, is in
 // docs/configs.md; the checks here are the ones that need only the file itself.
 #include "io/ds_config.h"
+#include "io/json_describe.h"
 
 #include <algorithm>
 #include <cctype>
@@ -18,29 +19,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string describe(const json& j) {
-  std::string value = j.dump();
-  if (value.size() > 60) value = value.substr(0, 57) + "...";
-  switch (j.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "boolean " + value;
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "integer " + value;
-    case json::value_t::number_float:
-      return "float " + value;
-    case json::value_t::string:
-      return "string " + value;
-    case json::value_t::array:
-      return "list " + value;
-    case json::value_t::object:
-      return "object " + value;
-    default:
-      return value;
-  }
-}
+std::string describe(const json& j) { return describe_json(j); }
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -15,6 +15,7 @@
 //     wins over the dict's, and max_position_embeddings is the last fallback.
 // Unknown extra fields are ignored (configs carry token ids, initializer_range, use_cache, ...).
 #include "io/hf_config.h"
+#include "io/json_describe.h"
 
 #include <filesystem>
 #include <fstream>
@@ -31,29 +32,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string describe(const json& j) {
-  std::string value = j.dump();
-  if (value.size() > 60) value = value.substr(0, 57) + "...";
-  switch (j.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "boolean " + value;
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "integer " + value;
-    case json::value_t::number_float:
-      return "float " + value;
-    case json::value_t::string:
-      return "string " + value;
-    case json::value_t::array:
-      return "list " + value;
-    case json::value_t::object:
-      return "object " + value;
-    default:
-      return value;
-  }
-}
+std::string describe(const json& j) { return describe_json(j); }
 
 // Typed access to the fields of one JSON object; errors read "<source>: field '<prefix><name>' ...".
 // A field whose value is null counts as absent, as it does for transformers.

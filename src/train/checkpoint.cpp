@@ -384,7 +384,7 @@ void restore_from_checkpoint(const Checkpoint& ck, LlamaParams& params, AdamW& o
   // one (params are then its rounding), else params themselves.
   LlamaParams& f32 = optimizer.weights(params);
   copy_into(f32, ck.has_master ? ck.optimizer : ck.model, ck.has_master ? "master." : "");
-  if (&f32 != &params) copy_into(params, ck.model, "");
+  if (optimizer.has_master()) copy_into(params, ck.model, "");
   copy_into(optimizer.exp_avg(), ck.optimizer, "exp_avg.");
   copy_into(optimizer.exp_avg_sq(), ck.optimizer, "exp_avg_sq.");
   optimizer.set_step_count(ck.optimizer_step);

@@ -32,6 +32,7 @@ class AdamW {
   const OptimizerConfig& config() const { return config_; }
   // The f32 weights: the master copy when there is one, else params itself.
   LlamaParams& weights(LlamaParams& params) { return has_master_ ? master_ : params; }
+  bool has_master() const { return has_master_; }
   LlamaParams& exp_avg() { return m_; }
   LlamaParams& exp_avg_sq() { return v_; }
   void set_step_count(int64_t s) { step_ = s; }
