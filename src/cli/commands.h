@@ -3,7 +3,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
+#include "core/device.h"
+
 namespace seqpar {
+
+// "cpu" | "cuda" | "cuda:N" -> Device; an InputError naming --device otherwise (or when this
+// build has no CUDA).
+Device parse_device(const std::string& s);
 
 void add_fwdbwd_command(CLI::App& app, int& rc);
 void add_train_command(CLI::App& app, int& rc);

@@ -23,7 +23,22 @@ struct TrainArgs {
   std::string deepspeed_config, accelerate_config;
   bool print_config = false;
   bool no_shuffle = false;
+  std::string device = "cpu";
+  // Sizes of the built-in model (0: the demo's).
+  int64_t hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
 };
+
+// The built-in model: the demo's tiny Llama, with any size given on the command line.
+LlamaConfig builtin_model(const TrainArgs& a) {
+  LlamaConfig m = demo_model_config();
+  if (a.hidden_size) m.hidden_size = a.hidden_size;
+  if (a.intermediate_size) m.intermediate_size = a.intermediate_size;
+  if (a.num_layers) m.num_layers = a.num_layers;
+  if (a.num_heads) m.num_heads = a.num_heads;
+  if (a.num_kv_heads) m.num_kv_heads = a.num_kv_heads;
+  if (a.head_dim) m.head_dim = a.head_dim;
+  return m;
+}
 
 // The settings of this command that the config files do not carry (data, checkpoints), added to
 // the printed configuration after metrics_out with their source: the flag, or the default.
@@ -59,7 +74,13 @@ void run(TrainArgs& a, const CLI::App& command) {
   if (cli.given.count("--resume") && cli.values.resume.empty()) cli.values.resume = "latest";  // `--resume` alone
   ResolvedConfig resolved = resolve_train_config(cli, a.deepspeed_config, a.accelerate_config);
   TrainConfig& c = resolved.train;
-  if (c.model_dir.empty()) c.model = demo_model_config();
+  for (const char* flag : {"--hidden-size", "--intermediate-size", "--num-layers", "--num-heads", "--num-kv-heads",
+                           "--head-dim"})
+    SEQPAR_INPUT_CHECK(c.model_dir.empty() || !cli.given.count(flag),
+                       "{} sizes the built-in model; with --model={} the sizes come from its config.json", flag,
+                       c.model_dir);
+  if (c.model_dir.empty()) c.model = builtin_model(a);
+  c.device = parse_device(a.device);
   add_data_and_checkpoint_settings(resolved, cli.given);
   c.validate();
   c.config_text = format_resolved_config(resolved);
@@ -96,6 +117,15 @@ void add_train_command(CLI::App& app, int& rc) {
       "Train a model. With no arguments: the embedded demo, a tiny Llama learning associative recall over a "
       "sequence split across 4 in-process ranks");
   t->add_option("--model", c.model_dir, "HF model directory to start from (default: the built-in tiny Llama)");
+  t->add_option("--device", args->device, "cpu | cuda | cuda:N (CUDA: bf16 compute, f32 gradients and master "
+                                          "weights; every rank on that GPU)")
+      ->capture_default_str();
+  t->add_option("--hidden-size", args->hidden_size, "built-in model: hidden size (demo: 64)");
+  t->add_option("--intermediate-size", args->intermediate_size, "built-in model: MLP width (demo: 128)");
+  t->add_option("--num-layers", args->num_layers, "built-in model: layers (demo: 2)");
+  t->add_option("--num-heads", args->num_heads, "built-in model: query heads (demo: 4)");
+  t->add_option("--num-kv-heads", args->num_kv_heads, "built-in model: KV heads (demo: 2)");
+  t->add_option("--head-dim", args->head_dim, "built-in model: head dim (demo: 16; CUDA needs 64 or 128)");
   t->add_option("--steps", c.steps, "optimizer steps")->capture_default_str();
   t->add_option("--seq-len", c.task.seq_len, "tokens per sequence")->capture_default_str();
   t->add_option("--micro-batch", c.micro_batch, "sequences per micro-batch per data-parallel rank")

@@ -224,6 +224,14 @@ TrainResult run_training(const TrainConfig& cfg) {
   std::optional<Checkpoint> ckpt = checkpoint_to_resume(cfg);
   const LlamaConfig mc = cfg.model_dir.empty() ? cfg.model : load_hf_llama_config(cfg.model_dir);
   validate_sp_heads(mc.num_heads, mc.num_kv_heads, sp_shape.ulysses);
+  if (cfg.device.is_cuda()) {
+    SEQPAR_INPUT_CHECK(cuda_built(), "device={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)",
+                       cfg.device.str());
+    SEQPAR_INPUT_CHECK(mc.head_dim == 64 || mc.head_dim == 128,
+                       "device={}: head_dim={} is not supported by the CUDA attention kernels (64 or 128); the "
+                       "built-in model takes --head-dim",
+                       cfg.device.str(), mc.head_dim);
+  }
   if (!token_data)
     SEQPAR_INPUT_CHECK(cfg.task.vocab_size <= mc.vocab_size,
                        "the task's vocab_size={} exceeds the model's vocab_size={}", cfg.task.vocab_size,
@@ -341,13 +349,13 @@ TrainResult run_training(const TrainConfig& cfg) {
     DeviceMesh mesh(world, mesh_shape);
     const int sp_rank = mesh.sp_rank(), dp_rank = mesh.dp_rank();
     const bool leader = world.rank() == 0;
-    LlamaModel model(mc);
+    LlamaModel model(mc, cfg.device, cfg.device.is_cuda() ? DType::kBF16 : DType::kF32);
     {
       auto dst = model.params().named();
       auto src = initial->params().named();
-      for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(*src[i].second);
+      for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
     }
-    AdamW adamw(mc, cfg.optimizer, model.params(), Device::cpu());
+    AdamW adamw(mc, cfg.optimizer, model.params(), cfg.device);
     if (ckpt) restore_from_checkpoint(*ckpt, model.params(), adamw);
 
     auto attention_for = [&](const SpBatch& b) -> std::unique_ptr<Attention> {
@@ -362,7 +370,9 @@ TrainResult run_training(const TrainConfig& cfg) {
     auto forward = [&](const SpBatch& b, Tensor* logits = nullptr) {
       const Shard& sh = b.shards[sp_rank];
       attn = attention_for(b);
-      return model.forward({i32(sh.input_ids), i32(sh.position_ids), i32(sh.targets)}, *attn, logits);
+      return model.forward({i32(sh.input_ids).to(cfg.device), i32(sh.position_ids).to(cfg.device),
+                            i32(sh.targets).to(cfg.device)},
+                           *attn, logits);
     };
 
     // The recall task: accuracy of the answers, from the logits gathered over the SP group.
@@ -373,7 +383,7 @@ TrainResult run_training(const TrainConfig& cfg) {
         SpBatch b = make_sp_batch(rows, cfg.sp, layout);
         Tensor logits;
         forward(b, &logits);
-        Tensor all = Tensor::empty({b.padded_len, mc.vocab_size}, DType::kF32);
+        Tensor all = Tensor::empty({b.padded_len, mc.vocab_size}, logits.dtype(), logits.device());
         mesh.sp().all_gather(all, logits);
         std::vector<Tensor> per_rank;
         for (int p = 0; p < cfg.sp; ++p) per_rank.push_back(all.rows(p * b.shard_len(), (p + 1) * b.shard_len()));

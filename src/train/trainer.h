@@ -47,6 +47,9 @@ struct TrainConfig {
   // Model: an HF directory, or (empty) the built-in `model` config with random init.
   std::string model_dir;
   LlamaConfig model;
+  // Where every rank computes: the CPU (f32), or a GPU (bf16 weights and activations, f32
+  // gradients and master weights; all ranks share it, as threads with the local transport).
+  Device device = Device::cpu();
   float init_std = 0.02f;  // HF initializer_range for random init
 
   // Data: a token file (data_path), or when it is empty the built-in recall task (the demo). Each

@@ -1,0 +1,67 @@
+// `seqpar train --device cuda`: the training loop on the GPU (bf16 compute, f32 gradients and
+// master weights), against the same run on the CPU (f32), and with SP ranks on one GPU against
+// one rank. The built-in model with head_dim 64 (what the CUDA attention kernels take).
+// Tolerance: bf16 compute, 2e-2 relative on the loss (see test_cuda_model.cpp).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace seqpar {
+namespace {
+
+struct TrainRun {
+  std::map<int64_t, double> loss;
+  double accuracy = -1;
+};
+
+TrainRun train(const std::string& args) {
+  const std::string metrics = testing::temp_dir() + "/m.jsonl";
+  std::string out;
+  const int rc = testing::run_command(testing::binary_path() + " train --head-dim 64 --metrics-out " + metrics + " " +
+                                          (args.find("--log-every") == std::string::npos ? "--log-every 1 " : "") + args,
+                                      &out);
+  EXPECT_EQ(rc, 0) << out;
+  TrainRun r;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) r.loss[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    if (j.contains("eval_accuracy")) r.accuracy = j["eval_accuracy"].get<double>();
+  }
+  return r;
+}
+
+void expect_same_curve(const TrainRun& a, const TrainRun& b, double tol, const std::string& what) {
+  ASSERT_FALSE(b.loss.empty()) << what;
+  for (auto [step, loss] : b.loss) {
+    ASSERT_TRUE(a.loss.count(step)) << what << " step " << step;
+    EXPECT_NEAR(a.loss.at(step), loss, tol * std::abs(loss)) << what << " step " << step;
+  }
+}
+
+TEST(CudaTrain, FirstStepsMatchTheCpu) {
+  const std::string common = "--steps 8 --eval-every 0 --sp 1";
+  TrainRun cpu = train(common + " --device cpu");
+  TrainRun gpu = train(common + " --device cuda");
+  expect_same_curve(gpu, cpu, 2e-2, "cuda vs cpu");
+}
+
+TEST(CudaTrain, SequenceParallelRanksOnOneGpuMatchOneRank) {
+  const std::string common = "--steps 8 --eval-every 0 --device cuda";
+  TrainRun one = train(common + " --sp 1");
+  for (const char* mode : {"--sp 2 --sp-mode ulysses", "--sp 4 --sp-mode ring", "--sp 4 --sp-mode hybrid --ulysses-degree 2"})
+    expect_same_curve(train(common + " " + mode), one, 2e-2, mode);
+}
+
+TEST(CudaTrain, DemoLearnsOnTheGpu) {
+  TrainRun r = train("--device cuda --log-every 50");  // the demo's sp = 4 (Ulysses), head_dim 64
+  EXPECT_GE(r.accuracy, 0.9);
+}
+
+}  // namespace
+}  // namespace seqpar
