@@ -119,7 +119,7 @@ class UspContext final : public AttentionContext {
 class UspAttention final : public Attention {
  public:
   UspAttention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta, int64_t H, int64_t Hkv, bool causal)
-      : uly_(mesh.ulysses()), ring_(mesh.ring()), H_(H), Hkv_(Hkv), causal_(causal) {
+      : uly_(mesh.ulysses()), ring_(mesh.ring()), causal_(causal) {
     const int u = uly_.size(), r = ring_.size();
     SEQPAR_CHECK_EQ(static_cast<int>(sp_meta.size()), u * r, "one TokenMeta per SP rank");
     validate_sp_heads(H, Hkv, u);
@@ -354,7 +354,6 @@ class UspAttention final : public Attention {
 
   Communicator& uly_;
   Communicator& ring_;
-  int64_t H_, Hkv_;
   bool causal_;
   std::vector<TokenMeta> group_meta_;  // [r]: the tokens of ring block b (its ulysses group)
   std::vector<HeadRuns> q_heads_, kv_heads_;  // [u]: the heads each Ulysses rank receives
