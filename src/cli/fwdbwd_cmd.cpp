@@ -18,6 +18,7 @@ namespace {
 struct FwdBwdArgs {
   std::string model, input, out, sp_mode = "ulysses", layout = "zigzag", device = "cpu";
   std::string attn_implementation = "flash_attention_2";
+  std::string transport = "auto";
   FwdBwdOptions options;
 };
 
@@ -25,6 +26,7 @@ void run(FwdBwdArgs& a) {
   a.options.sp_mode = parse_sp_mode(a.sp_mode, "--sp-mode");
   a.options.layout = parse_sp_layout(a.layout, "--sp-layout");
   a.options.device = parse_device(a.device);
+  a.options.transport = parse_transport(a.transport);
   const AttentionBackend backend = parse_attn_implementation(a.attn_implementation);
 #if defined(SEQPAR_WITH_CUDA)
   cuda_attn::set_attention_backend(backend);
@@ -37,6 +39,7 @@ void run(FwdBwdArgs& a) {
   log_info("fwdbwd: model {}, batch {}, sp={} ({}), device {}", a.model, shape_str(ids.shape()), a.options.sp_size,
            a.sp_mode, a.device);
   auto out = run_fwdbwd(a.model, ids, labels, a.options);
+  if (out.empty()) return;  // a non-leader process of a launched job: rank 0 writes
   write_safetensors(a.out, out);
   for (auto& [name, t] : out)
     if (name == "loss" || name == "grad_norm") log_info("{} = {:.8g}", name, t.data<float>()[0]);
@@ -85,6 +88,11 @@ void add_fwdbwd_command(CLI::App& app, int& rc) {
   c->add_option("--attn-implementation", args->attn_implementation,
                 "CUDA attention, by HF's names: flash_attention_2 | flash_attention_3 (seqpar's flash kernel), sdpa "
                 "(cuDNN fused SDPA where it is exact, else flash); eager is refused")
+      ->capture_default_str();
+  c->add_option("--transport", args->transport,
+                "auto | local | nccl: ranks as threads of this process (local), or one process per rank over "
+                "NCCL when started by seqpar launch / torchrun / Slurm / mpirun (auto: nccl when launched with "
+                "--device cuda)")
       ->capture_default_str();
   c->callback([args, &rc] {
     run(*args);

@@ -48,6 +48,10 @@ Allocator& allocator_for(Device device) {
   return cpu_allocator();
 }
 bool cuda_built() { return false; }
+void set_current_device(Device device) {
+  SEQPAR_CHECK(device.is_cpu(), "this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF); device {} is unavailable",
+               device.str());
+}
 #endif
 
 std::string Device::str() const { return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index); }

@@ -22,4 +22,7 @@ struct Device {
 // True when this binary was built with the CUDA backend.
 bool cuda_built();
 
+// Makes `device` the calling thread's current GPU (cudaSetDevice); nothing for the CPU.
+void set_current_device(Device device);
+
 }  // namespace seqpar

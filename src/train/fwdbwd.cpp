@@ -74,17 +74,23 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
   std::mutex out_mu;
   std::vector<std::pair<std::string, Tensor>> params_after;
   if (P > 1) set_cpu_gemm_threads(1);
-  run_local_ranks(P, [&](Communicator& world) {
+  const std::string config_text =
+      fmt::format("fwdbwd model={} batch={} sp={} mode={} ulysses={} layout={} step={} lr={} clip={}", model_dir,
+                  shape_str(input_ids.shape()), P, sp_mode_name(opt.sp_mode), opt.ulysses_degree,
+                  sp_layout_name(opt.layout), opt.optimizer_step, opt.optimizer.adamw.lr, opt.optimizer.clip);
+  run_job(P, opt.device, opt.transport, config_text, [&](JobRank& job) {
+    Communicator& world = job.world;
+    const Device device = job.device;
     DeviceMesh mesh(world, mesh_shape);
     const int r = mesh.sp_rank();
     const Shard& shard = batch.shards[r];
-    LlamaModel model(config, opt.device, opt.device.is_cuda() ? DType::kBF16 : DType::kF32);
+    LlamaModel model(config, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
     auto dst = model.params().named();
     auto src = reference->params().named();
     for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
 
-    LlamaBatch lb{i32_tensor(shard.input_ids).to(opt.device), i32_tensor(shard.position_ids).to(opt.device),
-                  i32_tensor(shard.targets).to(opt.device)};
+    LlamaBatch lb{i32_tensor(shard.input_ids).to(device), i32_tensor(shard.position_ids).to(device),
+                  i32_tensor(shard.targets).to(device)};
     std::unique_ptr<Attention> attention;
     if (P == 1) {
       attention = std::make_unique<LocalAttention>(sp_meta[0]);
@@ -108,20 +114,20 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
     for (auto& [name, g] : model.grads().named()) world.all_reduce(*g, ReduceOp::kSum);
 
     // Gather the logits of every rank (rank order), then put them back in stream order.
-    Tensor all_logits = Tensor::empty({batch.padded_len, V}, logits.dtype(), opt.device);
+    Tensor all_logits = Tensor::empty({batch.padded_len, V}, logits.dtype(), device);
     world.all_gather(all_logits, logits);
     double total_norm = 0;
     if (opt.optimizer_step) {
-      AdamW adamw(config, opt.optimizer, model.params(), opt.device);
+      AdamW adamw(config, opt.optimizer, model.params(), device);
       total_norm = AdamW::grad_norm(model.grads());
       adamw.step(model.params(), model.grads(), total_norm);
-      if (r == 0) {  // the f32 weights (the master copy on bf16 models)
+      if (job.leader) {  // the f32 weights (the master copy on bf16 models)
         std::lock_guard<std::mutex> lock(out_mu);
         for (auto& [name, p] : adamw.weights(model.params()).named())
           params_after.emplace_back("param." + name, p->to(Device::cpu()));
       }
     }
-    if (r != 0) return;
+    if (!job.leader) return;
     std::vector<Tensor> per_rank;
     for (int p = 0; p < P; ++p) per_rank.push_back(all_logits.rows(p * batch.shard_len(), (p + 1) * batch.shard_len()));
     Tensor stream = batch.gather(per_rank).to_dtype(DType::kF32);  // [S_padded, V] host

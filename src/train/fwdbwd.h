@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "parallel/sp_attention.h"
+#include "train/job.h"
 #include "train/optimizer.h"
 #include "train/sp_batch.h"
 
@@ -22,11 +23,13 @@ struct FwdBwdOptions {
   bool optimizer_step = false;
   OptimizerConfig optimizer;
   Device device = Device::cpu();
+  Transport transport = Transport::kAuto;  // local threads, or one process per rank over NCCL
 };
 
 // input_ids, labels: i32 [B, S] (HF convention: unshifted labels, -100 ignored).
 // Returns, in HF shapes and f32: logits [B, S, V], loss [1], grad.<name> for every parameter,
-// and with optimizer_step also grad_norm [1] and param.<name> after one AdamW step.
+// and with optimizer_step also grad_norm [1] and param.<name> after one AdamW step. Under the
+// nccl transport only the leader process (world rank 0) gets them; the others get an empty list.
 std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_dir, const Tensor& input_ids,
                                                        const Tensor& labels, const FwdBwdOptions& options);
 

@@ -37,10 +37,10 @@ std::string optimizer_flags(const std::string& dir) {
   return buf;
 }
 
-SafetensorsData run_fwdbwd(const std::string& dir, const std::string& extra) {
+SafetensorsData run_fwdbwd(const std::string& dir, const std::string& extra, const std::string& launcher = "") {
   const std::string out = testing::temp_dir() + "/out.safetensors";
   std::string log;
-  int rc = testing::run_command(testing::binary_path() + " fwdbwd --model " + dir + " --input " + dir +
+  int rc = testing::run_command(launcher + testing::binary_path() + " fwdbwd --model " + dir + " --input " + dir +
                                     "/input.safetensors --out " + out + optimizer_flags(dir) + " " + extra,
                                 &log);
   EXPECT_EQ(rc, 0) << log;
@@ -91,6 +91,20 @@ TEST(CudaModel, CudnnAttentionMatchesHuggingFace) {
   const std::string dir = testing::source_path("tests/fixtures/hf/gqa_d64");
   SafetensorsData ref = read_safetensors(dir + "/expected.safetensors");
   expect_close(run_fwdbwd(dir, "--device cuda --attn-implementation sdpa"), ref, "gqa_d64 cuda sdpa");
+}
+
+// One process per rank over NCCL, started by `seqpar launch` (world 1 on this one-GPU machine:
+// the NCCL communicator, the TCP store rendezvous and the config check all run).
+TEST(CudaModel, NcclTransportUnderSeqparLaunchMatchesLocal) {
+  const std::string dir = testing::source_path("tests/fixtures/hf/gqa_d64");
+  SafetensorsData local = run_fwdbwd(dir, "--device cuda --transport local");
+  SafetensorsData nccl = run_fwdbwd(dir, "--device cuda --transport nccl",
+                                    testing::binary_path() + " launch --nproc-per-node 1 --master-port 29611 -- ");
+  for (auto& [name, t] : local.tensors) {
+    const Tensor* g = nccl.find(name);
+    ASSERT_NE(g, nullptr) << name;
+    EXPECT_LE(testing::rel_error(*g, t), 1e-6) << name;
+  }
 }
 
 TEST(CudaModel, SequenceParallelRanksOnOneGpuMatchOneRank) {

@@ -89,6 +89,10 @@ class CudaCachingAllocator final : public Allocator {
 
 bool cuda_built() { return true; }
 
+void set_current_device(Device device) {
+  if (device.is_cuda()) SEQPAR_CUDA_CHECK(cudaSetDevice(device.index));
+}
+
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();
   static std::mutex mu;

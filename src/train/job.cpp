@@ -1,0 +1,58 @@
+#include "train/job.h"
+
+#include "comm/dist_env.h"
+#include "comm/tcp_store.h"
+#include "core/log.h"
+#if defined(SEQPAR_WITH_CUDA)
+#include "comm/cuda/nccl_comm.h"
+#endif
+
+namespace seqpar {
+
+Transport parse_transport(const std::string& name, const std::string& setting) {
+  if (name == "auto") return Transport::kAuto;
+  if (name == "local") return Transport::kLocal;
+  if (name == "nccl") return Transport::kNccl;
+  throw InputError(fmt::format("{}={}: expected auto, local or nccl", setting, name));
+}
+
+void run_job(int world, Device device, Transport transport, const std::string& config_text,
+             const std::function<void(JobRank&)>& fn) {
+  const DistEnv env = read_dist_env(process_env());
+  const bool chosen = transport != Transport::kAuto;
+  if (!chosen) transport = env.world_size > 1 && device.is_cuda() ? Transport::kNccl : Transport::kLocal;
+  if (transport == Transport::kLocal) {
+    if (!chosen && env.world_size > 1)
+      log_warn("{}, but on the CPU every rank is a thread of one process: this process runs the whole job", env.str());
+    SEQPAR_INPUT_CHECK(!chosen || env.world_size == 1,
+                       "{}, but --transport=local runs every rank as a thread of one process: start one process, "
+                       "or use --transport=nccl with --device cuda",
+                       env.str());
+    run_local_ranks(world, [&](Communicator& comm) {
+      set_current_device(device);
+      JobRank r{comm, device, comm.rank() == 0};
+      fn(r);
+    });
+    return;
+  }
+#if defined(SEQPAR_WITH_CUDA)
+  SEQPAR_INPUT_CHECK(device.is_cuda(), "--transport=nccl needs --device cuda (got {})", device.str());
+  SEQPAR_INPUT_CHECK(env.world_size == world,
+                     "the launch has world_size={} ({}) but the command asks for {} ranks: they must be equal",
+                     env.world_size, env.str(), world);
+  const Device mine = Device::cuda(env.local_rank);
+  set_current_device(mine);
+  log_info("nccl transport: {}", env.str());
+  std::shared_ptr<TcpStore> store = open_store(env);
+  verify_same_config(*store, env.rank, env.world_size, config_text);
+  std::unique_ptr<Communicator> comm = make_nccl_communicator(store, env.rank, env.world_size, env.local_rank);
+  JobRank r{*comm, mine, env.rank == 0};
+  fn(r);
+#else
+  (void)config_text;
+  (void)fn;
+  throw InputError("--transport=nccl needs the CUDA backend (this build has -DSEQPAR_CUDA=OFF)");
+#endif
+}
+
+}  // namespace seqpar
