@@ -30,6 +30,14 @@ std::vector<float> random_vector(size_t n, uint64_t seed, float lo, float hi) {
   return v;
 }
 
+std::vector<double> random_doubles(size_t n, uint64_t seed, double lo, double hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo, float hi) {
   return Tensor::from_vector<float>(shape, random_vector(static_cast<size_t>(shape_numel(shape)), seed, lo, hi));
 }

@@ -18,6 +18,8 @@ std::string temp_dir();                           // fresh directory per call
 // Uniform in [lo, hi), deterministic from seed.
 std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f);
+// Uniform doubles in [lo, hi), deterministic from seed (finite-difference tests run in double).
+std::vector<double> random_doubles(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0);
 
 // ||a - b|| / ||b|| (b is the reference); 0 when both are zero.
 double rel_error(const std::vector<float>& a, const std::vector<float>& b);

@@ -9,17 +9,12 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cross_entropy.h"
+#include "test_util.h"
 
 namespace seqpar {
 namespace {
 
-std::vector<double> random_doubles(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::random_doubles;
 
 constexpr int64_t kT = 7, kV = 13;
 // Rows 1 and 4 are ignored (prompt tokens / the last token after the label shift).

@@ -9,17 +9,12 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "test_util.h"
 
 namespace seqpar {
 namespace {
 
-std::vector<double> random_doubles(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::random_doubles;
 
 // Row-major (rows, cols) -> (cols, rows).
 std::vector<double> transpose(const std::vector<double>& x, int64_t rows, int64_t cols) {

@@ -8,17 +8,12 @@
 #include <vector>
 
 #include "kernels/cpu/rope.h"
+#include "test_util.h"
 
 namespace seqpar {
 namespace {
 
-std::vector<double> random_doubles(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::random_doubles;
 
 constexpr int64_t kT = 7, kH = 3, kD = 8;
 // Global positions of a shard: out of order, with gaps, one document restart (0).
