@@ -1,9 +1,10 @@
-// seqpar bench attention|gemm: JSON lines of timings, comparable with the PyTorch peers in
+// seqpar bench attention|gemm|sp-attention: JSON lines of timings, comparable with the PyTorch peers in
 // bench/peers/ (tools/gpu_check.sh runs both in one call and prints the ratios).
 #include <memory>
 
 #include "cli/bench_attention.h"
 #include "cli/bench_gemm.h"
+#include "cli/bench_sp_attention.h"
 #include "cli/commands.h"
 
 namespace seqpar {
@@ -22,6 +23,14 @@ void add_bench_command(CLI::App& app, int& rc) {
   CLI::App* g = bench->add_subcommand("gemm", "cuBLASLt GEMMs: 8192^3 and the Llama-3.2-1B/3B projection shapes");
   add_bench_gemm_options(*g, *gemm);
   g->callback([gemm, &rc] { rc = run_bench_gemm(*gemm); });
+
+  auto sp = std::make_shared<BenchSpAttentionOptions>();
+  CLI::App* s = bench->add_subcommand(
+      "sp-attention",
+      "sequence-parallel attention forward+backward over the job's ranks (threads, or one process per GPU under a "
+      "launcher): time, scaling efficiency against one device, communication and the share of it hidden");
+  add_bench_sp_attention_options(*s, *sp);
+  s->callback([sp, &rc] { rc = run_bench_sp_attention(*sp); });
 }
 
 }  // namespace seqpar

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "comm/dist_env.h"
 #include "core/log.h"
 #include "train/config_resolve.h"
 #include "train/trainer.h"
@@ -24,6 +25,7 @@ struct TrainArgs {
   bool print_config = false;
   bool no_shuffle = false;
   std::string device = "cpu";
+  std::string transport = "auto";
   // Sizes of the built-in model (0: the demo's).
   int64_t hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
 };
@@ -72,6 +74,16 @@ void run(TrainArgs& a, const CLI::App& command) {
   for (const CLI::Option* o : command.get_options())
     if (o->count() > 0) cli.given.insert(o->get_name());
   if (cli.given.count("--resume") && cli.values.resume.empty()) cli.values.resume = "latest";  // `--resume` alone
+  cli.values.device = parse_device(a.device);
+  cli.values.transport = parse_transport(a.transport);
+  // One rank per process over NCCL: the launch decides the world (run_job refuses NCCL without a GPU).
+  if (cli.values.device.is_cuda() && job_transport(cli.values.transport, cli.values.device) == Transport::kNccl) {
+    const DistEnv env = read_dist_env(process_env());
+    cli.launch_world = env.world_size;
+    cli.launch_source = env.world_size == 1 ? std::string("one process: no launcher")
+                                            : fmt::format("the launch: {}, {} processes",
+                                                          convention_name(env.convention), env.world_size);
+  }
   ResolvedConfig resolved = resolve_train_config(cli, a.deepspeed_config, a.accelerate_config);
   TrainConfig& c = resolved.train;
   for (const char* flag : {"--hidden-size", "--intermediate-size", "--num-layers", "--num-heads", "--num-kv-heads",
@@ -80,7 +92,6 @@ void run(TrainArgs& a, const CLI::App& command) {
                        "{} sizes the built-in model; with --model={} the sizes come from its config.json", flag,
                        c.model_dir);
   if (c.model_dir.empty()) c.model = builtin_model(a);
-  c.device = parse_device(a.device);
   add_data_and_checkpoint_settings(resolved, cli.given);
   c.validate();
   c.config_text = format_resolved_config(resolved);
@@ -119,6 +130,11 @@ void add_train_command(CLI::App& app, int& rc) {
   t->add_option("--model", c.model_dir, "HF model directory to start from (default: the built-in tiny Llama)");
   t->add_option("--device", args->device, "cpu | cuda | cuda:N (CUDA: bf16 compute, f32 gradients and master "
                                           "weights; every rank on that GPU)")
+      ->capture_default_str();
+  t->add_option("--transport", args->transport,
+                "auto | local | nccl: ranks as threads of this process (local), or one process per rank and GPU over "
+                "NCCL when started by seqpar launch / torchrun / Slurm / mpirun (auto: nccl when launched with "
+                "--device cuda)")
       ->capture_default_str();
   t->add_option("--hidden-size", args->hidden_size, "built-in model: hidden size (demo: 64)");
   t->add_option("--intermediate-size", args->intermediate_size, "built-in model: MLP width (demo: 128)");

@@ -281,34 +281,49 @@ class Resolver {
 
   // num_processes (when the YAML gives it) is the world: dp_replicate × dp_shard × sp must equal
   // it. Left at its default, dp_replicate is what fills the world (as DeepSpeed's dp = world / sp).
+  //
+  // Under a launcher (cli_.launch_world > 0) the launch's process count plays the same part, and
+  // num_processes, when given, must agree with it.
   void resolve_world() {
     TrainConfig& t = out_.train;
-    const int64_t n = out_.recorded.num_processes;
+    int64_t n = out_.recorded.num_processes;
+    std::string n_src = n > 0 ? origin_.at("num_processes").text : std::string();
+    if (cli_.launch_world > 0) {
+      SEQPAR_INPUT_CHECK(n <= 0 || n == cli_.launch_world,
+                         "num_processes={} ({}) but the launch started {} processes ({}): they must be equal", n, n_src,
+                         cli_.launch_world, cli_.launch_source);
+      if (n <= 0) {
+        n = cli_.launch_world;
+        n_src = cli_.launch_source;
+      }
+    }
     Origin& world = origin_.at("world");
     if (n <= 0) {
       world = Origin{ConfigLayer::kDefault, "derived: sp × dp_replicate × dp_shard"};
       out_.world = t.world();
       return;
     }
-    const std::string& n_src = origin_.at("num_processes").text;
+    const bool from_yaml = out_.recorded.num_processes > 0;
+    const char* n_name = from_yaml ? "num_processes" : "world";
     Origin& dpr = origin_.at("dp_replicate");
     if (dpr.layer == ConfigLayer::kDefault) {
       const int64_t per = static_cast<int64_t>(t.sp) * t.dp_shard;
       SEQPAR_INPUT_CHECK(per > 0 && n % per == 0,
-                         "num_processes={} ({}) must equal dp_replicate × dp_shard × sp; with sp={} ({}) and "
+                         "{}={} ({}) must equal dp_replicate × dp_shard × sp; with sp={} ({}) and "
                          "dp_shard={} ({}), dp_replicate would be {} / ({} × {}) = {} / {}, not a whole number",
-                         n, n_src, t.sp, source_text("sp"), t.dp_shard, source_text("dp_shard"), n, t.sp, t.dp_shard, n,
-                         per);
+                         n_name, n, n_src, t.sp, source_text("sp"), t.dp_shard, source_text("dp_shard"), n, t.sp,
+                         t.dp_shard, n, per);
       t.dp_replicate = static_cast<int>(n / per);
-      dpr = Origin{ConfigLayer::kAccelerate, "derived: num_processes / (sp × dp_shard)"};
+      dpr = Origin{from_yaml ? ConfigLayer::kAccelerate : ConfigLayer::kDefault,
+                   fmt::format("derived: {} / (sp × dp_shard)", n_name)};
     }
     const int64_t product = static_cast<int64_t>(t.dp_replicate) * t.dp_shard * t.sp;
     SEQPAR_INPUT_CHECK(product == n,
-                       "num_processes={} ({}) must equal dp_replicate × dp_shard × sp = {} × {} × {} = {} "
+                       "{}={} ({}) must equal dp_replicate × dp_shard × sp = {} × {} × {} = {} "
                        "(dp_replicate from {}, dp_shard from {}, sp from {})",
-                       n, n_src, t.dp_replicate, t.dp_shard, t.sp, product, source_text("dp_replicate"),
+                       n_name, n, n_src, t.dp_replicate, t.dp_shard, t.sp, product, source_text("dp_replicate"),
                        source_text("dp_shard"), source_text("sp"));
-    world = Origin{ConfigLayer::kAccelerate, n_src};
+    world = Origin{from_yaml ? ConfigLayer::kAccelerate : ConfigLayer::kDefault, n_src};
     out_.world = static_cast<int>(n);
   }
 

@@ -67,6 +67,12 @@ struct ResolvedConfig {
 struct CommandLine {
   TrainConfig values;
   std::set<std::string> given;
+  // When a launcher started this process as one rank of several over NCCL: its world size (the
+  // environment's WORLD_SIZE, SLURM_NTASKS, ...) and where it came from, for messages. The world
+  // must equal it, and dp_replicate left at its default fills it (as DeepSpeed's dp = world / sp);
+  // an Accelerate num_processes must agree. 0: not launched (the world is whatever the mesh says).
+  int launch_world = 0;
+  std::string launch_source;
 };
 
 // Merges the layers; `ds` / `acc` may be null. InputError on any inconsistency.

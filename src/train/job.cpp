@@ -16,18 +16,37 @@ Transport parse_transport(const std::string& name, const std::string& setting) {
   throw InputError(fmt::format("{}={}: expected auto, local or nccl", setting, name));
 }
 
+namespace {
+
+// kAuto resolved: NCCL when a launcher started several processes and the device is a GPU.
+Transport resolve(Transport transport, Device device, const DistEnv& env) {
+  if (transport != Transport::kAuto) return transport;
+  return env.world_size > 1 && device.is_cuda() ? Transport::kNccl : Transport::kLocal;
+}
+
+}  // namespace
+
+Transport job_transport(Transport requested, Device device) {
+  return resolve(requested, device, read_dist_env(process_env()));
+}
+
+bool hosts_leader(Device device, Transport transport) {
+  const DistEnv env = read_dist_env(process_env());
+  return resolve(transport, device, env) == Transport::kLocal || env.rank == 0;
+}
+
 void run_job(int world, Device device, Transport transport, const std::string& config_text,
              const std::function<void(JobRank&)>& fn) {
   const DistEnv env = read_dist_env(process_env());
   const bool chosen = transport != Transport::kAuto;
-  if (!chosen) transport = env.world_size > 1 && device.is_cuda() ? Transport::kNccl : Transport::kLocal;
+  transport = resolve(transport, device, env);
   if (transport == Transport::kLocal) {
-    if (!chosen && env.world_size > 1)
-      log_warn("{}, but on the CPU every rank is a thread of one process: this process runs the whole job", env.str());
-    SEQPAR_INPUT_CHECK(!chosen || env.world_size == 1,
-                       "{}, but --transport=local runs every rank as a thread of one process: start one process, "
-                       "or use --transport=nccl with --device cuda",
-                       env.str());
+    // Several launched processes each running the whole job as threads would write the same
+    // outputs: refuse, whichever way local was chosen.
+    SEQPAR_INPUT_CHECK(env.world_size == 1,
+                       "{}, but {} runs every rank as a thread of one process: start one process (without a "
+                       "launcher), or use --device cuda (one GPU per process over NCCL)",
+                       env.str(), chosen ? "--transport=local" : fmt::format("--device {}", device.str()));
     run_local_ranks(world, [&](Communicator& comm) {
       set_current_device(device);
       JobRank r{comm, device, comm.rank() == 0};

@@ -29,4 +29,12 @@ struct JobRank {
 void run_job(int world, Device device, Transport transport, const std::string& config_text,
              const std::function<void(JobRank&)>& fn);
 
+// The transport run_job will use for `requested` (kAuto resolved from the environment).
+Transport job_transport(Transport requested, Device device);
+
+// Whether this process hosts the job's leader (world rank 0) under run_job's choice of transport:
+// always with local threads, rank 0's process under NCCL. What only one process may do before or
+// after the ranks run (progress lines, the metrics file, the plot) asks this.
+bool hosts_leader(Device device, Transport transport);
+
 }  // namespace seqpar

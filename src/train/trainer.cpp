@@ -185,7 +185,7 @@ json token_file_identity(const TokenFile& f, int64_t seq_len) {
 }
 
 // The checkpoint a run resumes from (nullopt: start fresh), per TrainConfig::resume.
-std::optional<Checkpoint> checkpoint_to_resume(const TrainConfig& cfg) {
+std::optional<Checkpoint> checkpoint_to_resume(const TrainConfig& cfg, bool talk) {
   if (cfg.resume.empty()) return std::nullopt;
   std::string dir;
   if (cfg.resume == "latest" || cfg.resume == "auto") {
@@ -195,7 +195,7 @@ std::optional<Checkpoint> checkpoint_to_resume(const TrainConfig& cfg) {
                          "resume=latest: save_dir={} holds no checkpoint (no {}/latest); use --resume auto to start "
                          "fresh when there is none",
                          cfg.save_dir, cfg.save_dir);
-      if (!cfg.quiet) log_info("resume=auto: no checkpoint in {} yet: starting from step 1", cfg.save_dir);
+      if (talk) log_info("resume=auto: no checkpoint in {} yet: starting from step 1", cfg.save_dir);
       return std::nullopt;
     }
     dir = *latest;
@@ -219,9 +219,13 @@ TrainResult run_training(const TrainConfig& cfg) {
   const int64_t seq_len = cfg.task.seq_len;
   const int64_t tokens_per_step = seqs_per_step * seq_len;
   const bool token_data = !cfg.data_path.empty();
+  // Under NCCL every process runs this function; one of them (rank 0's) prints and writes the
+  // metrics file and the plot.
+  const bool leads = hosts_leader(cfg.device, cfg.transport);
+  const bool talk = !cfg.quiet && leads;
 
   // Everything is read and checked before any rank starts: the checkpoint, the model, the data.
-  std::optional<Checkpoint> ckpt = checkpoint_to_resume(cfg);
+  std::optional<Checkpoint> ckpt = checkpoint_to_resume(cfg, talk);
   const LlamaConfig mc = cfg.model_dir.empty() ? cfg.model : load_hf_llama_config(cfg.model_dir);
   validate_sp_heads(mc.num_heads, mc.num_kv_heads, sp_shape.ulysses);
   if (cfg.device.is_cuda()) {
@@ -253,7 +257,7 @@ TrainResult run_training(const TrainConfig& cfg) {
         cfg.data_path, result.num_sequences, seq_len, data->file().num_tokens(), cfg.micro_batch, cfg.grad_accum, dp,
         seqs_per_step);
     result.steps_per_epoch = result.num_sequences / seqs_per_step;
-    if (!cfg.quiet)
+    if (talk)
       log_info(
           "data: {}: {} tokens in {} documents -> {} sequences of {} tokens; {} sequences per step (micro_batch {} "
           "x grad_accum {} x dp {}) -> {} steps per epoch ({} sequences of each epoch unused); {} steps = {:.2f} "
@@ -275,7 +279,7 @@ TrainResult run_training(const TrainConfig& cfg) {
           cfg.eval_data_path, eval_data->num_sequences(), seq_len, per_batch);
       eval_batches =
           static_cast<int>(std::min<int64_t>(std::max(1, cfg.eval_batches), eval_data->num_sequences() / per_batch));
-      if (!cfg.quiet)
+      if (talk)
         log_info("eval data: {}: the first {} sequences, {} batch(es) of {}", cfg.eval_data_path,
                  eval_batches * per_batch, eval_batches, per_batch);
     }
@@ -298,7 +302,7 @@ TrainResult run_training(const TrainConfig& cfg) {
     result.eval_loss = ckpt->state.eval_loss;
     result.resumed_from = ckpt->dir;
     result.first_step = ckpt->state.step + 1;
-    if (!cfg.quiet) log_info("resuming from {} (step {})", ckpt->dir, ckpt->state.step);
+    if (talk) log_info("resuming from {} (step {})", ckpt->dir, ckpt->state.step);
   }
 
   // The model every rank starts from (weights are replicated over the mesh).
@@ -315,7 +319,7 @@ TrainResult run_training(const TrainConfig& cfg) {
 
   const int64_t first_step = result.first_step;
   const int64_t last_step = cfg.stop_at_step > 0 ? std::min(cfg.steps, cfg.stop_at_step) : cfg.steps;
-  if (!cfg.quiet)
+  if (talk)
     log_info(
         "train: {} layers, C={}, H={}, Hkv={}, V={} | world {} = dp {} x sp {} ({} ulysses x {} ring, {} layout) | "
         "{} sequences x {} tokens per step, steps {}..{} of {}",
@@ -323,15 +327,15 @@ TrainResult run_training(const TrainConfig& cfg) {
         sp_shape.ulysses, sp_shape.ring, sp_layout_name(layout), seqs_per_step, seq_len, first_step, last_step,
         cfg.steps);
 
-  MetricsLog metrics(cfg.metrics_out, ckpt ? ckpt->state.metrics : std::vector<json>{});
+  MetricsLog metrics(leads ? cfg.metrics_out : std::string(), ckpt ? ckpt->state.metrics : std::vector<json>{});
   auto write_plot = [&] {
-    if (cfg.metrics_out.empty()) return;
+    if (cfg.metrics_out.empty() || !leads) return;
     const std::string plot = metrics_plot_path(cfg.metrics_out);
     write_metrics_svg(plot, metrics.records(), "seqpar train: " + (token_data ? cfg.data_path : "recall task"));
-    if (!cfg.quiet) log_info("metrics: {}, plot: {}", cfg.metrics_out, plot);
+    if (talk) log_info("metrics: {}, plot: {}", cfg.metrics_out, plot);
   };
   if (first_step > last_step) {
-    if (!cfg.quiet)
+    if (talk)
       log_info("the checkpoint is at step {}: nothing left to train (last step {})", first_step - 1, last_step);
     result.steps_run = first_step - 1;
     if (token_data)
@@ -345,17 +349,19 @@ TrainResult run_training(const TrainConfig& cfg) {
 
   if (mesh_shape.world() > 1) set_cpu_gemm_threads(1);
   auto t_start = std::chrono::steady_clock::now();
-  run_local_ranks(mesh_shape.world(), [&](Communicator& world) {
+  run_job(mesh_shape.world(), cfg.device, cfg.transport, config.dump(), [&](JobRank& job) {
+    Communicator& world = job.world;
+    const Device device = job.device;
     DeviceMesh mesh(world, mesh_shape);
     const int sp_rank = mesh.sp_rank(), dp_rank = mesh.dp_rank();
-    const bool leader = world.rank() == 0;
-    LlamaModel model(mc, cfg.device, cfg.device.is_cuda() ? DType::kBF16 : DType::kF32);
+    const bool leader = job.leader;
+    LlamaModel model(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
     {
       auto dst = model.params().named();
       auto src = initial->params().named();
       for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
     }
-    AdamW adamw(mc, cfg.optimizer, model.params(), cfg.device);
+    AdamW adamw(mc, cfg.optimizer, model.params(), device);
     if (ckpt) restore_from_checkpoint(*ckpt, model.params(), adamw);
 
     auto attention_for = [&](const SpBatch& b) -> std::unique_ptr<Attention> {
@@ -370,8 +376,8 @@ TrainResult run_training(const TrainConfig& cfg) {
     auto forward = [&](const SpBatch& b, Tensor* logits = nullptr) {
       const Shard& sh = b.shards[sp_rank];
       attn = attention_for(b);
-      return model.forward({i32(sh.input_ids).to(cfg.device), i32(sh.position_ids).to(cfg.device),
-                            i32(sh.targets).to(cfg.device)},
+      return model.forward({i32(sh.input_ids).to(device), i32(sh.position_ids).to(device),
+                            i32(sh.targets).to(device)},
                            *attn, logits);
     };
 
@@ -529,7 +535,11 @@ TrainResult run_training(const TrainConfig& cfg) {
       if ((cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps) {
         if (!token_data) {
           const double acc = evaluate_recall(step);
-          if (cfg.stop_at_accuracy > 0 && acc >= cfg.stop_at_accuracy) {
+          // Every rank must stop at the same step: take the decision of any rank that reached it
+          // (they all evaluate the same batches, but nothing else guarantees bit-equal accuracies).
+          Tensor reached = Tensor::from_vector<int32_t>({1}, {cfg.stop_at_accuracy > 0 && acc >= cfg.stop_at_accuracy});
+          world.all_reduce(reached, ReduceOp::kMax);
+          if (reached.data<int32_t>()[0]) {
             if (leader && !cfg.quiet) log_info("reached {:.1f}% >= stop_at_accuracy; stopping", 100 * acc);
             stop = true;
           }

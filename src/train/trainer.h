@@ -1,7 +1,8 @@
 // The training loop: data -> SP shards -> forward/backward on every rank -> token-weighted loss
 // over dp × sp -> gradient all-reduce -> clip -> AdamW, with logging, evaluation, metrics (JSONL
 // and an SVG plot), checkpoints and bit-exact resume. Ranks are threads of this process (the
-// `local` transport); the mesh is dp_replicate × dp_shard × sp with sp = ulysses × ring.
+// `local` transport) or, when a launcher started one process per GPU, processes over NCCL
+// (train/job.h); the mesh is dp_replicate × dp_shard × sp with sp = ulysses × ring.
 // docs/training.md is the user's guide.
 #pragma once
 
@@ -11,6 +12,7 @@
 
 #include "model/llama_config.h"
 #include "parallel/sp_attention.h"
+#include "train/job.h"
 #include "train/optimizer.h"
 #include "train/recall_task.h"
 #include "train/sp_batch.h"
@@ -81,6 +83,9 @@ struct TrainConfig {
   SpLayout layout = SpLayout::kZigzag;
   int dp_replicate = 1;
   int dp_shard = 1;
+  // Where the world's ranks run (train/job.h): threads of this process, or one process per GPU
+  // over NCCL when a launcher started this one (kAuto picks).
+  Transport transport = Transport::kAuto;
 
   // Output.
   int log_every = 10;

@@ -288,3 +288,25 @@ TEST(Launch, RefusesBadArguments) {
 }
 
 }  // namespace
+
+// `seqpar train` across processes: on the CPU the ranks are threads of one process, so a launch
+// of several processes is refused (each would otherwise run the whole job and write the same
+// outputs), and --transport nccl needs a GPU; each message names the rule before any step.
+TEST(Launch, TrainRefusesTransportsThatCannotWork) {
+  const std::string bin = seqpar::testing::binary_path();
+  std::string out;
+  int rc = seqpar::testing::run_command(
+      fmt::format("{} launch --nproc-per-node 2 --master-port {} -- {} train --steps 1 --sp 2", bin, 29500 + getpid() % 1000, bin),
+      &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_HAS(out, "[rank 1]");
+  EXPECT_HAS(out, "runs every rank as a thread of one process: start one process (without a launcher), or use "
+                  "--device cuda");
+  EXPECT_EQ(out.find("step     1/"), std::string::npos) << out;
+  rc = seqpar::testing::run_command(fmt::format("{} train --steps 1 --transport nccl", bin), &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_HAS(out, "--transport=nccl needs");
+  rc = seqpar::testing::run_command(fmt::format("{} train --steps 1 --transport mpi", bin), &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_HAS(out, "--transport=mpi: expected auto, local or nccl");
+}

@@ -18,13 +18,15 @@ struct TrainRun {
   double accuracy = -1;
 };
 
-TrainRun train(const std::string& args) {
+// `prefix` runs it under a launcher (e.g. "seqpar launch ... -- ").
+TrainRun train(const std::string& args, const std::string& prefix = "", std::string* output = nullptr) {
   const std::string metrics = testing::temp_dir() + "/m.jsonl";
   std::string out;
-  const int rc = testing::run_command(testing::binary_path() + " train --head-dim 64 --metrics-out " + metrics + " " +
+  const int rc = testing::run_command(prefix + testing::binary_path() + " train --head-dim 64 --metrics-out " + metrics + " " +
                                           (args.find("--log-every") == std::string::npos ? "--log-every 1 " : "") + args,
                                       &out);
   EXPECT_EQ(rc, 0) << out;
+  if (output) *output = out;
   TrainRun r;
   std::ifstream in(metrics);
   std::string line;
@@ -56,6 +58,22 @@ TEST(CudaTrain, SequenceParallelRanksOnOneGpuMatchOneRank) {
   TrainRun one = train(common + " --sp 1");
   for (const char* mode : {"--sp 2 --sp-mode ulysses", "--sp 4 --sp-mode ring", "--sp 4 --sp-mode hybrid --ulysses-degree 2"})
     expect_same_curve(train(common + " " + mode), one, 2e-2, mode);
+}
+
+// One process per rank over NCCL under `seqpar launch` (world 1 on a one-GPU machine): the store
+// rendezvous, the config check, the NCCL collectives of the step, the evaluation and a checkpoint
+// all go through the nccl transport, and the curve is the local transport's.
+TEST(CudaTrain, NcclTransportUnderSeqparLaunchMatchesLocal) {
+  const std::string common = "--steps 6 --eval-every 3 --sp 1 --device cuda";
+  TrainRun local = train(common + " --transport local");
+  const std::string save = testing::temp_dir() + "/ckpt";
+  std::string out;
+  TrainRun nccl = train(common + " --transport nccl --save-dir " + save,
+                        testing::binary_path() + " launch --nproc-per-node 1 --master-port 29613 -- ", &out);
+  EXPECT_NE(out.find("nccl transport"), std::string::npos) << out;
+  EXPECT_NE(out.find("saved checkpoint"), std::string::npos) << out;
+  expect_same_curve(nccl, local, 1e-3, "nccl vs local");
+  EXPECT_GE(nccl.accuracy, 0.0);
 }
 
 TEST(CudaTrain, DemoLearnsOnTheGpu) {

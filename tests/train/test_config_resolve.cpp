@@ -373,6 +373,41 @@ parallelism_config:
   EXPECT_ERROR_HAS(resolve_train_config(c, nullptr, &a), "sp from --sp)");
 }
 
+// Launched as one process per GPU: the launch's process count is the world, as num_processes is.
+TEST(ConfigResolve, LaunchWorldIsTheWorld) {
+  CommandLine c = cli({"--sp"});
+  c.values.sp = 4;
+  c.launch_world = 8;
+  c.launch_source = "the launch: torchrun, 8 processes";
+  ResolvedConfig r = resolve_train_config(c, nullptr, nullptr);
+  EXPECT_EQ(r.train.dp_replicate, 2);
+  EXPECT_EQ(r.world, 8);
+  EXPECT_EQ(r.source_of("dp_replicate"), "derived: world / (sp × dp_shard)");
+  EXPECT_EQ(r.source_of("world"), "the launch: torchrun, 8 processes");
+  // A DeepSpeed batch size counts the derived dp.
+  DsConfig d = ds(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})");
+  EXPECT_EQ(resolve_train_config(c, &d, nullptr).train.grad_accum, 4);
+  // sp that does not divide it, and a dp_replicate given that does not fill it.
+  c.values.sp = 3;
+  EXPECT_ERROR_HAS(resolve_train_config(c, nullptr, nullptr),
+                   "world=8 (the launch: torchrun, 8 processes) must equal dp_replicate × dp_shard × sp; with sp=3");
+  CommandLine c2 = cli({"--sp", "--dp-replicate"});
+  c2.values.sp = 4;
+  c2.values.dp_replicate = 1;
+  c2.launch_world = 8;
+  c2.launch_source = "the launch: Slurm, 8 processes";
+  EXPECT_ERROR_HAS(resolve_train_config(c2, nullptr, nullptr),
+                   "world=8 (the launch: Slurm, 8 processes) must equal dp_replicate × dp_shard × sp = 1 × 1 × 4 = 4");
+  // An Accelerate num_processes must agree with the launch.
+  AccelerateConfig a = acc("num_processes: 4\nparallelism_config:\n  parallelism_config_sp_size: 4\n");
+  CommandLine c3 = cli();
+  c3.launch_world = 8;
+  c3.launch_source = "the launch: torchrun, 8 processes";
+  EXPECT_ERROR_HAS(resolve_train_config(c3, nullptr, &a),
+                   "num_processes=4 (acc.yaml: num_processes) but the launch started 8 processes (the launch: "
+                   "torchrun, 8 processes): they must be equal");
+}
+
 TEST(ConfigResolve, AdamWithoutAdamWModeNeedsZeroWeightDecay) {
   const DsConfig d = ds(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": "auto"}}})");
   EXPECT_ERROR_HAS(resolve_train_config(cli(), &d, nullptr),
