@@ -4,7 +4,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "attention/cuda/attn_fwd_sm90.h"
 #include "attention/cuda/attn_launch.h"
+#include "core/cuda_check.h"
 #include "core/error.h"
 
 namespace seqpar::cuda_attn {
@@ -82,6 +84,32 @@ const Variant& find_variant(const Variant (&table)[N], int D, const Tile& tile, 
   return table[0];
 }
 
+// The forward kernel family, from SEQPAR_FLASH_FWD_KERNEL: auto (unset or empty: the Hopper wgmma
+// kernel on compute capability 9.0 when fwd_sm90_supported, else the mma.sync kernel), mma
+// (always the mma.sync kernel of the tile table) or wgmma (the Hopper kernel; an error where it
+// cannot run).
+enum class FwdKernel { kAuto, kMma, kWgmma };
+
+FwdKernel fwd_kernel_choice() {
+  const char* env = std::getenv("SEQPAR_FLASH_FWD_KERNEL");
+  if (!env || !*env) return FwdKernel::kAuto;
+  const std::string s(env);
+  if (s == "auto") return FwdKernel::kAuto;
+  if (s == "mma") return FwdKernel::kMma;
+  if (s == "wgmma") return FwdKernel::kWgmma;
+  SEQPAR_INPUT_CHECK(false, "SEQPAR_FLASH_FWD_KERNEL={} must be auto, mma or wgmma", s);
+  return FwdKernel::kAuto;
+}
+
+// Compute capability of the current device as major * 10 + minor.
+int current_device_cc() {
+  int dev = 0, major = 0, minor = 0;
+  SEQPAR_CUDA_CHECK(cudaGetDevice(&dev));
+  SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major * 10 + minor;
+}
+
 }  // namespace
 
 bool head_dim_supported(int D) { return D == 64 || D == 128; }
@@ -104,7 +132,26 @@ std::vector<BwdTile> bwd_tiles(int D) {
 }
 
 void launch_fwd(const FwdParams& p, const FwdTile& tile, cudaStream_t stream) {
-  find_variant(kFwd, p.D, tile, "forward").run(p, stream);
+  const FwdVariant& v = find_variant(kFwd, p.D, tile, "forward");
+  const FwdKernel kind = fwd_kernel_choice();
+  if (kind != FwdKernel::kMma) {
+    const int cc = current_device_cc();
+    const bool ok = cc == 90 && fwd_sm90_supported(p);
+    if (kind == FwdKernel::kWgmma) {
+      SEQPAR_INPUT_CHECK(cc == 90,
+                         "SEQPAR_FLASH_FWD_KERNEL=wgmma needs a compute capability 9.0 device; this one is {}.{}",
+                         cc / 10, cc % 10);
+      SEQPAR_INPUT_CHECK(ok,
+                         "SEQPAR_FLASH_FWD_KERNEL=wgmma cannot run this call: the sm_90 kernel needs D 64 or 128 "
+                         "(D={}), H a multiple of Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v",
+                         p.D, p.H, p.Hkv);
+    }
+    if (ok) {
+      launch_fwd_sm90(p, stream);
+      return;
+    }
+  }
+  v.run(p, stream);
 }
 
 void launch_bwd(const BwdParams& p, const BwdTile& tile, cudaStream_t stream) {

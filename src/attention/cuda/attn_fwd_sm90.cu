@@ -1,0 +1,113 @@
+// Host side of the Hopper forward (attn_fwd_sm90.h): tensor maps for the bulk tensor copies, the
+// kernel's own per-tile mask statistics, the launch. Shapes (BN 128 keys for both): D=128 two
+// consumer warpgroups (BM 128), one producer warp, a 2-stage ring; D=64 three consumer warpgroups
+// (BM 192) and a producer warpgroup that hands them its registers (setmaxnreg 24 / 160), a 3-stage
+// ring.
+#include "attention/cuda/attn_fwd_sm90.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "attention/cuda/attn_fwd_sm90.cuh"
+#include "core/cuda_check.h"
+#include "core/error_base.h"
+
+#define SM90_CHECK(cond, msg)                                                                 \
+  do {                                                                                        \
+    if (!(cond)) [[unlikely]]                                                                 \
+      ::seqpar::throw_check_failure(#cond, __func__, __FILE__, __LINE__, std::string(msg));  \
+  } while (0)
+
+namespace seqpar::cuda_attn {
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    SEQPAR_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
+    SM90_CHECK(status == cudaDriverEntryPointSuccess && f != nullptr,
+               "the CUDA driver has no cuTensorMapEncodeTiled (driver 12.0 or newer is needed)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A token-major bf16 tensor [T, heads, D] as a 3-D map (innermost first: D, heads, T), read in
+// boxes of 64 columns x 1 head x `rows` tokens into 128-byte-swizzled shared memory; rows past T
+// arrive as zeros.
+CUtensorMap tensor_map(const uint16_t* ptr, int64_t T, int heads, int D, int rows, const char* name) {
+  CUtensorMap m{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(T)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(D) * 2, static_cast<cuuint64_t>(heads) * D * 2};
+  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(rows)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(ptr), dims,
+                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SM90_CHECK(r == CUDA_SUCCESS, std::string("cuTensorMapEncodeTiled failed for ") + name + " [" + std::to_string(T) +
+                                    ", " + std::to_string(heads) + ", " + std::to_string(D) + "] (CUresult " +
+                                    std::to_string(static_cast<int>(r)) + ")");
+  return m;
+}
+
+template <int D, int NWG, int STAGES>
+void run(const FwdParams& p, cudaStream_t stream) {
+  using S = sm90::Shape<D, NWG, STAGES>;
+  const int nqt = (p.Tq + S::BM - 1) / S::BM;
+  const int nkt = (p.Tk + S::BN - 1) / S::BN;
+  // A call without keys reads none: its key maps point at q (any valid 16-byte-aligned tensor).
+  const bool no_keys = p.Tk == 0;
+  const CUtensorMap tq = tensor_map(p.q, p.Tq, p.H, D, S::BM, "q");
+  const CUtensorMap tk = tensor_map(no_keys ? p.q : p.k, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "k");
+  const CUtensorMap tv = tensor_map(no_keys ? p.q : p.v, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "v");
+
+  int4* stats = nullptr;  // [nqt] query tiles, then [nkt] key tiles
+  SEQPAR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats), sizeof(int4) * (nqt + std::max(nkt, 1)), stream));
+  launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream);
+  launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
+
+  auto kernel = sm90::fwd_sm90_kernel<D, NWG, STAGES>;
+  SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
+  kernel<<<dim3(nqt, p.H), S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt);
+  SEQPAR_LAUNCH_CHECK();
+  SEQPAR_CUDA_CHECK(cudaFreeAsync(stats, stream));
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+}  // namespace
+
+bool fwd_sm90_supported(const FwdParams& p) {
+  return (p.D == 64 || p.D == 128) && p.Hkv > 0 && p.H % p.Hkv == 0 && p.H < 65536 && aligned16(p.q) &&
+         aligned16(p.k) && aligned16(p.v);
+}
+
+void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
+  SM90_CHECK(fwd_sm90_supported(p), "the sm_90 flash forward needs D 64 or 128 (got " + std::to_string(p.D) +
+                                        "), H a multiple of Hkv (H=" + std::to_string(p.H) + ", Hkv=" +
+                                        std::to_string(p.Hkv) + ") and 16-byte aligned q, k, v");
+  int dev = 0, major = 0, minor = 0;
+  SEQPAR_CUDA_CHECK(cudaGetDevice(&dev));
+  SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  SM90_CHECK(major == 9 && minor == 0, "the sm_90 flash forward runs on compute capability 9.0 only; device " +
+                                           std::to_string(dev) + " is " + std::to_string(major) + "." +
+                                           std::to_string(minor));
+  if (p.Tq == 0 || p.H == 0) return;
+  if (p.D == 128) {
+    run<128, 2, 2>(p, stream);
+  } else {
+    run<64, 3, 3>(p, stream);
+  }
+}
+
+}  // namespace seqpar::cuda_attn

@@ -1,0 +1,22 @@
+// The Hopper (sm_90a) flash-attention forward: warpgroup MMA (wgmma.mma_async) fed by the tensor
+// memory accelerator (cp.async.bulk.tensor) through an mbarrier ring; same contract as launch_fwd
+// (attn_launch.h: layouts, masking by seg/pos, out 0 / lse -inf for rows that see no key).
+// attn_dispatch.cpp routes launch_fwd here on sm_90 devices (SEQPAR_FLASH_FWD_KERNEL=auto|mma|wgmma).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "attention/cuda/attn_launch.h"
+
+namespace seqpar::cuda_attn {
+
+// Whether launch_fwd_sm90 can run this call: D 64 or 128, H a multiple of Hkv (H < 65536), q/k/v
+// 16-byte aligned (the tensor copies' rule). It does not look at the device (the caller does).
+// p.q_stats / p.k_stats are not used: the kernel's tiles (BM 128 or 192 queries, BN 128 keys)
+// differ from the mma kernel's, so the launcher computes its own tile statistics.
+bool fwd_sm90_supported(const FwdParams& p);
+
+// Requires fwd_sm90_supported(p) and a compute capability 9.0 device; throws otherwise.
+void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream);
+
+}  // namespace seqpar::cuda_attn
