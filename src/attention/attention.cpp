@@ -144,7 +144,7 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
 }
 
 void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
-                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args) {
+                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args, GradMode mode) {
   check_qkv(q, k, v, args);
   const int64_t Tq = q.dim(0), Tk = k.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
   check_shape(dq, q.shape(), "dq (must match q [Tq, H, D])");
@@ -162,7 +162,7 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   check_same_device(lse, "lse", q, "q");
   if (q.device().is_cuda()) {
 #if defined(SEQPAR_WITH_CUDA)
-    cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args);
+    cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, mode);
     return;
 #else
     no_cuda("attn_backward", q);
@@ -171,6 +171,13 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   for (auto [t, name] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"},
                          {&dout, "dout"}, {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}}) {
     check_cpu_f32(*t, name);
+  }
+  // The reference kernel accumulates; writing is accumulating into zeros (exact, and every
+  // element is written whatever the mask).
+  if (mode == GradMode::kWrite) {
+    dq.zero();
+    dk.zero();
+    dv.zero();
   }
   cpu_attn::attn_backward<float>(dq.data<float>(), dk.data<float>(), dv.data<float>(), dout.data<float>(),
                                  q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(),
@@ -234,11 +241,9 @@ std::unique_ptr<AttentionContext> LocalAttention::forward(const Tensor& q, const
 void LocalAttention::backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
   auto* c = dynamic_cast<LocalAttentionContext*>(&ctx);
   SEQPAR_CHECK(c != nullptr, "LocalAttention::backward got a context made by another Attention implementation");
-  // attn_backward accumulates; the Attention interface writes (=).
-  dq.zero();
-  dk.zero();
-  dv.zero();
-  attn_backward(dq, dk, dv, dout, c->q, c->k, c->v, c->out, c->lse, AttnArgs{meta_, meta_, causal_, c->scale});
+  // The Attention interface writes (=); one key block, so attn_backward writes directly.
+  attn_backward(dq, dk, dv, dout, c->q, c->k, c->v, c->out, c->lse, AttnArgs{meta_, meta_, causal_, c->scale},
+                GradMode::kWrite);
 }
 
 }  // namespace seqpar

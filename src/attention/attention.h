@@ -45,11 +45,23 @@ struct AttnArgs {
 // query head h reads KV head h / (H / Hkv)).
 void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs& args);
 
-// Gradients ACCUMULATE: dq += , dk += , dv += (so a ring can sum the contributions of every step
-// into one buffer). out and lse are the FINAL output and log-sum-exp of each query row over all
-// keys (after any merge), which makes the backward of one key block exact on its own.
+// How attn_backward stores the gradients it computes.
+enum class GradMode {
+  // dq += , dk += , dv += : a ring sums the contributions of every key block into one buffer.
+  kAccumulate,
+  // dq = , dk = , dv = : every element is written, rows and keys that see nothing get 0, and the
+  // buffers' previous contents (even NaN) are never read. What a caller with a single key block
+  // wants (LocalAttention, a ring's first block): no zero-fill beforehand, and the CUDA backends
+  // skip their read-add passes.
+  kWrite,
+};
+
+// out and lse are the FINAL output and log-sum-exp of each query row over all keys (after any
+// merge), which makes the backward of one key block exact on its own. dq [Tq, H, D], dk/dv
+// [Tk, Hkv, D], stored as `mode` says (accumulated by default).
 void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
-                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args);
+                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
+                   GradMode mode = GradMode::kAccumulate);
 
 // Merges a partial result into an accumulator, in place, by log-sum-exp:
 //   lse' = log(exp(lse_acc) + exp(lse_part)),

@@ -139,8 +139,9 @@ int run_bench_attention(const BenchAttentionOptions& o) {
       for (Tensor* t : {&q, &k, &v, &dout})
         cuda_kernels::fill_uniform(t->raw(), DType::kBF16, t->numel(), seed++, -1.f, 1.f, stream);
       Tensor out = Tensor::empty({S, H, D}, DType::kBF16, dev), lse = Tensor::empty({S, H}, DType::kF32, dev);
-      Tensor dq = Tensor::zeros({S, H, D}, DType::kBF16, dev);
-      Tensor dk = Tensor::zeros({S, Hkv, D}, DType::kBF16, dev), dv = Tensor::zeros({S, Hkv, D}, DType::kBF16, dev);
+      // The backward writes (=) its gradients, as PyTorch's does: no zero-fill, no read-add.
+      Tensor dq = Tensor::empty({S, H, D}, DType::kBF16, dev);
+      Tensor dk = Tensor::empty({S, Hkv, D}, DType::kBF16, dev), dv = Tensor::empty({S, Hkv, D}, DType::kBF16, dev);
       // Metadata on the device for the flash kernel; cuDNN reads the document layout on the host.
       const TokenMeta host_meta = token_meta_from_cu_seqlens({0, static_cast<int32_t>(S)});
       const TokenMeta meta = plan.cudnn ? host_meta : TokenMeta{host_meta.seg.to(dev), host_meta.pos.to(dev)};
@@ -152,7 +153,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
         if (with_bwd ? !plan.fwd_bwd : !plan.fwd) continue;
         auto step = [&] {
           cuda_attn::attn_forward(out, lse, q, k, v, args);
-          if (with_bwd) cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args);
+          if (with_bwd) cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, GradMode::kWrite);
         };
         const cuda_attn::CudnnCallCounts calls_before = cuda_attn::cudnn_call_counts();
         for (int i = 0; i < o.warmup; ++i) step();
@@ -183,6 +184,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                             {"causal", o.causal},
                             {"pass", with_bwd ? "fwd_bwd" : "fwd"},
                             {"dtype", "bf16"},
+                            {"grad_mode", "write"},
                             {"ms", median},
                             {"ms_min", ms.front()},
                             {"tflops", flops / (median * 1e-3) / 1e12},
@@ -198,6 +200,12 @@ int run_bench_attention(const BenchAttentionOptions& o) {
           j.erase("fwd_tile");
           j.erase("bwd_tile");
           j["cudnn_version"] = cuda_attn::cudnn_runtime_version();
+          // Which cuDNN graph ran (SEQPAR_CUDNN_DENSE, cudnn_sdpa.h): dense for every run, ragged
+          // for every run, or a mix (a dense plan cuDNN refused falls back to ragged, with a warning).
+          auto graph = [&](int64_t dense) { return dense == runs ? "dense" : dense == 0 ? "ragged" : "mixed"; };
+          j["cudnn_graph"] = graph(calls.forward_dense - calls_before.forward_dense);
+          if (with_bwd) j["cudnn_graph_bwd"] = graph(calls.backward_dense - calls_before.backward_dense);
+          j["cudnn_dense_env"] = cuda_attn::cudnn_dense_enabled() ? 1 : 0;
           if (calls.forward - calls_before.forward != runs || (with_bwd && calls.backward - calls_before.backward != runs))
             j["error"] = "cuDNN fell back to the flash kernel for some runs (see the warnings)";
         }

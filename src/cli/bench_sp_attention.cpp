@@ -198,6 +198,8 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
                        "--head-dim={}: the CUDA attention kernels take 64 or 128", o.head_dim);
 #if defined(SEQPAR_WITH_CUDA)
     cuda_attn::set_attention_backend(backend);
+#else
+    (void)backend;
 #endif
   }
   for (int64_t s : tokens)

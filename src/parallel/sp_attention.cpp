@@ -321,8 +321,10 @@ class UspAttention final : public Attention {
     const int r = ring_.size(), me = ring_.rank();
     const int next = (me + 1) % r, prev = (me - 1 + r) % r;
     Tensor k = c.k, v = c.v;
-    Tensor dk = Tensor::zeros(k.shape(), k.dtype(), k.device());
-    Tensor dv = Tensor::zeros(v.shape(), v.dtype(), v.device());
+    // Written (not accumulated) by step 0 below: the first contribution to dq and to this rank's
+    // own block's dk/dv.
+    Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+    Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
     for (int step = 0; step < r; ++step) {
       const int block = ((me - step) % r + r) % r;
       // The next block's k, v travel while this one is computed (they do not change).
@@ -333,7 +335,16 @@ class UspAttention final : public Attention {
         v_in = Tensor::empty(v.shape(), v.dtype(), v.device());
         kv_req = ring_.send_recv_async({{next, k}, {next, v}}, {{prev, k_in}, {prev, v_in}});
       }
-      if (block_visible(block)) attn_backward(dq, dk, dv, dout, c.q, k, v, c.out, c.lse, args_for(block, c.scale));
+      // Step 0 is this rank's own block (block == me): dq and dk/dv hold nothing yet, so it writes
+      // (=) them, every element; later steps add to dq and to the dk/dv that arrived with their block.
+      const GradMode mode = step == 0 ? GradMode::kWrite : GradMode::kAccumulate;
+      if (block_visible(block)) {
+        attn_backward(dq, dk, dv, dout, c.q, k, v, c.out, c.lse, args_for(block, c.scale), mode);
+      } else if (mode == GradMode::kWrite) {
+        dq.zero();
+        dk.zero();
+        dv.zero();
+      }
       if (r == 1) break;
       // This block's dk, dv accumulators follow it to the next rank once they hold this rank's
       // contribution; after the last block this hop brings each block's gradient home.

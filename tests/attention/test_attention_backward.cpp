@@ -1,11 +1,13 @@
-// attn_backward against central finite differences (f64 kernels), its accumulate semantics,
-// key blocks merged by attn_merge (what ring attention does), token shuffles, and
+// attn_backward against central finite differences (f64 kernels), its accumulate and write
+// semantics, key blocks merged by attn_merge (what ring attention does), token shuffles, and
 // LocalAttention.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "attention/attention.h"
 #include "attention/cpu/attention_cpu.h"
@@ -192,6 +194,69 @@ TEST(AttnBackward, EmptyRowsContributeNothing) {
   double norm = 0;
   for (float x : g[1]) norm += std::abs(x);
   EXPECT_GT(norm, 0.0) << "the non-empty rows must give a key gradient";
+}
+
+// GradMode::kWrite stores exactly what kAccumulate adds to zeros, into buffers whose old contents
+// (NaN here) are never read: every element is written, including the dq rows of queries that see
+// no key and the dk/dv rows of keys that no query sees (they get 0).
+TEST(AttnBackward, WriteModeEqualsAccumulateIntoZeros) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto filled = [](const Shape& shape, float x) {
+    Tensor t = Tensor::empty(shape, DType::kF32);
+    std::fill(t.data<float>(), t.data<float>() + t.numel(), x);
+    return t;
+  };
+  struct Case {
+    const char* name;
+    TokenMeta q_meta, k_meta;
+    bool causal;
+  };
+  const std::vector<Case> cases = {
+      // queries 0 (before every key) and 2 (a segment no key has) see nothing; key 3 (segment 7)
+      // and key 4 (after every query of its segment) are seen by no query
+      {"empty rows and unseen keys", make_meta({0, 0, 2, 0}, {3, 6, 9, 5}), make_meta({0, 0, 0, 7, 0}, {4, 5, 6, 1, 8}),
+       true},
+      {"packed causal", token_meta_from_cu_seqlens({0, 5, 12}), token_meta_from_cu_seqlens({0, 5, 12}), true},
+      {"non-causal", token_meta_from_cu_seqlens({0, 9}), token_meta_from_cu_seqlens({0, 9}), false},
+  };
+  const int64_t H = 4, Hkv = 2, D = 8;
+  uint64_t seed = 900;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t Tq = c.q_meta.size(), Tk = c.k_meta.size();
+    const AttnArgs args{c.q_meta, c.k_meta, c.causal, 0.4f};
+    Tensor q = random_tensor({Tq, H, D}, ++seed, -2.f, 2.f), dout = random_tensor({Tq, H, D}, ++seed);
+    Tensor k = random_tensor({Tk, Hkv, D}, ++seed, -2.f, 2.f), v = random_tensor({Tk, Hkv, D}, ++seed);
+    Tensor out = Tensor::empty({Tq, H, D}, DType::kF32), lse = Tensor::empty({Tq, H}, DType::kF32);
+    attn_forward(out, lse, q, k, v, args);
+
+    Tensor dq_acc = Tensor::zeros({Tq, H, D}, DType::kF32);
+    Tensor dk_acc = Tensor::zeros({Tk, Hkv, D}, DType::kF32), dv_acc = Tensor::zeros({Tk, Hkv, D}, DType::kF32);
+    attn_backward(dq_acc, dk_acc, dv_acc, dout, q, k, v, out, lse, args, GradMode::kAccumulate);
+    Tensor dq = filled({Tq, H, D}, nan), dk = filled({Tk, Hkv, D}, nan), dv = filled({Tk, Hkv, D}, nan);
+    attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, GradMode::kWrite);
+    EXPECT_EQ(dq.to_f32_vector(), dq_acc.to_f32_vector());  // also fails on any NaN left
+    EXPECT_EQ(dk.to_f32_vector(), dk_acc.to_f32_vector());
+    EXPECT_EQ(dv.to_f32_vector(), dv_acc.to_f32_vector());
+
+    // Writing twice gives the same (nothing accumulates), and the gradient is not all zeros.
+    attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, GradMode::kWrite);
+    EXPECT_EQ(dq.to_f32_vector(), dq_acc.to_f32_vector());
+    EXPECT_EQ(dk.to_f32_vector(), dk_acc.to_f32_vector());
+    double norm = 0;
+    for (float x : dk.to_f32_vector()) norm += std::abs(x);
+    EXPECT_GT(norm, 0.0);
+    if (&c == &cases[0]) {  // the empty rows' dq and the unseen keys' dk/dv are exact zeros
+      const std::vector<float> gq = dq.to_f32_vector(), gk = dk.to_f32_vector(), gv = dv.to_f32_vector();
+      for (int64_t row : {0, 2})
+        for (int64_t e = 0; e < H * D; ++e) EXPECT_EQ(gq[row * H * D + e], 0.f) << "dq of empty row " << row;
+      for (int64_t key : {3, 4})
+        for (int64_t e = 0; e < Hkv * D; ++e) {
+          EXPECT_EQ(gk[key * Hkv * D + e], 0.f) << "dk of unseen key " << key;
+          EXPECT_EQ(gv[key * Hkv * D + e], 0.f) << "dv of unseen key " << key;
+        }
+    }
+  }
 }
 
 // Keys split into blocks (an arbitrary, non-contiguous partition of the key set, each block with

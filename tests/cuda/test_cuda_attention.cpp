@@ -3,7 +3,8 @@
 // bf16 inputs must stay within 2x the error of the same computation done with bf16 rounding on the
 // CPU (P, dS and the outputs rounded to bf16, everything else in double), plus a tiny floor.
 // Inputs are random (never zeros); forward outputs are poisoned (NaN) before each run; gradients
-// start from random values, since the backward accumulates.
+// start from random values for GradMode::kAccumulate (the default) and from NaN for kWrite, which
+// must store every element without reading it.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -220,9 +221,14 @@ TokenMeta meta(const std::vector<int32_t>& seg, const std::vector<int32_t>& pos,
   return m;
 }
 
-// Runs forward then backward on the GPU and checks both against the reference.
-void run_and_check(const Case& c, uint64_t seed, bool meta_on_device = false) {
-  const Inputs in = make_inputs(c, seed);
+// Runs forward then backward on the GPU and checks both against the reference. kWrite: the
+// gradients start poisoned (NaN) and must equal the contribution alone (the reference from 0).
+void run_and_check(const Case& c, uint64_t seed, bool meta_on_device = false,
+                   GradMode mode = GradMode::kAccumulate) {
+  Inputs in = make_inputs(c, seed);
+  const bool write = mode == GradMode::kWrite;
+  if (write)
+    for (std::vector<float>* g : {&in.dq0, &in.dk0, &in.dv0}) std::fill(g->begin(), g->end(), 0.f);
   const Ref exact = reference(c, in, false), lowp = reference(c, in, true);
   const Shape qs{c.Tq, c.H, c.D}, ks{c.Tk, c.Hkv, c.D};
   Tensor q = device_tensor(in.q, qs, false), k = device_tensor(in.k, ks, false), v = device_tensor(in.v, ks, false);
@@ -236,13 +242,24 @@ void run_and_check(const Case& c, uint64_t seed, bool meta_on_device = false) {
   expect_within_rule("out", out, exact.out, lowp.out);
   expect_lse(lse, exact.lse);
 
-  Tensor dq = device_tensor(in.dq0, qs, c.grad_f32), dk = device_tensor(in.dk0, ks, c.grad_f32);
-  Tensor dv = device_tensor(in.dv0, ks, c.grad_f32);
-  cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args);
+  const DType gdt = c.grad_f32 ? DType::kF32 : DType::kBF16;
+  Tensor dq = write ? poisoned(qs, gdt) : device_tensor(in.dq0, qs, c.grad_f32);
+  Tensor dk = write ? poisoned(ks, gdt) : device_tensor(in.dk0, ks, c.grad_f32);
+  Tensor dv = write ? poisoned(ks, gdt) : device_tensor(in.dv0, ks, c.grad_f32);
+  cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, mode);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  expect_within_rule("dq", dq, exact.dq, lowp.dq);
+  expect_within_rule("dq", dq, exact.dq, lowp.dq);  // a NaN left anywhere fails the rule
   expect_within_rule("dk", dk, exact.dk, lowp.dk);
   expect_within_rule("dv", dv, exact.dv, lowp.dv);
+  if (!write) return;
+  // kWrite stores what kAccumulate adds to zeros: dk/dv bit for bit (each key's CTA sums in a
+  // fixed order); dq goes through f32 atomics in varying order, so the rule above covers it.
+  Tensor dk0 = Tensor::zeros(ks, gdt, Device::cuda(0)), dv0 = Tensor::zeros(ks, gdt, Device::cuda(0));
+  Tensor dq0 = Tensor::zeros(qs, gdt, Device::cuda(0));
+  cuda_attn::attn_backward(dq0, dk0, dv0, dout, q, k, v, out, lse, args, GradMode::kAccumulate);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(dk.to_f32_vector(), dk0.to_f32_vector());
+  EXPECT_EQ(dv.to_f32_vector(), dv0.to_f32_vector());
 }
 
 TEST(CudaAttention, CausalMhaD128) {
@@ -322,6 +339,50 @@ TEST(CudaAttention, EveryTileShape) {
       run_and_check(c, 66 + D + n);
     }
   }
+}
+
+// GradMode::kWrite for every backward tile shape, with whole key tiles that no query sees (the
+// kernel must still store their zero dk/dv), keys partly seen, and query rows that see nothing
+// (dq 0); bf16 and f32 gradients.
+TEST(CudaAttention, WriteModeEveryBwdTile) {
+  REQUIRE_GPU();
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("SEQPAR_FLASH_BWD_TILE"); }
+  } guard;
+  for (int D : {64, 128}) {
+    // 300 queries, 400 keys: queries 0-249 and keys 0-299 in segment 0 (causal); keys 300-399 in
+    // segment 2 (no query: at least the last key tile of every shape is unseen); queries 250-299
+    // in segment 3 (no key: empty rows).
+    Case c{300, 400, 4, 2, D, {}, {}, {}, {}, true};
+    for (int32_t i = 0; i < 300; ++i) {
+      c.qseg.push_back(i < 250 ? 0 : 3);
+      c.qpos.push_back(i);
+    }
+    for (int32_t j = 0; j < 400; ++j) {
+      c.kseg.push_back(j < 300 ? 0 : 2);
+      c.kpos.push_back(j);
+    }
+    for (const cuda_attn::BwdTile& b : cuda_attn::bwd_tiles(D)) {
+      const std::string name = std::to_string(b.bm) + "x" + std::to_string(b.bn) + "x" + std::to_string(b.warps);
+      setenv("SEQPAR_FLASH_BWD_TILE", name.c_str(), 1);
+      for (bool f32 : {false, true}) {
+        SCOPED_TRACE("D=" + std::to_string(D) + " bwd " + name + (f32 ? " f32 grads" : " bf16 grads"));
+        c.grad_f32 = f32;
+        run_and_check(c, 200 + D + b.bm, /*meta_on_device=*/false, GradMode::kWrite);
+      }
+    }
+  }
+}
+
+// kWrite on the default tiles: one causal document (the benchmark's case) and packed documents.
+TEST(CudaAttention, WriteModeCausalAndVarlen) {
+  REQUIRE_GPU();
+  run_and_check(single_doc(333, 4, 4, 128, true), 88, false, GradMode::kWrite);
+  Case c = single_doc(333, 8, 2, 64, true);
+  const int32_t cu[] = {0, 100, 230, 333};
+  for (int d = 0; d < 3; ++d)
+    for (int32_t t = cu[d]; t < cu[d + 1]; ++t) c.qseg[t] = c.kseg[t] = d;
+  run_and_check(c, 99, true, GradMode::kWrite);
 }
 
 // Keys in two blocks (a ring step): forward on each, attn_merge, then each block's backward with

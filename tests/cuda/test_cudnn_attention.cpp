@@ -5,9 +5,10 @@
 // the exact result on the same bf16 inputs must stay within 2x that of the same computation with
 // bf16 rounding (P, dS and the bf16 outputs rounded, everything else in double); lse, f32 on both
 // sides, within 1e-4 absolute. Every test also checks from cuDNN's call counters that cuDNN, not
-// the flash fallback, produced the result. Packed batches use cuDNN's ragged offsets (one call
-// for all documents). Inputs random, outputs poisoned with NaN, gradients start random (the
-// backward accumulates).
+// the flash fallback, produced the result, and which graph ran: packed batches use cuDNN's ragged
+// offsets (one call for all documents), a batch of one document the dense graph unless
+// SEQPAR_CUDNN_DENSE=0. Inputs random, outputs poisoned with NaN, gradients start random
+// (GradMode::kAccumulate) or NaN (kWrite, which must write every element).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -60,6 +61,23 @@ struct BackendScope {
     cuda_attn::set_attention_backend(std::string(name));
   }
   ~BackendScope() { cuda_attn::set_attention_backend(AttentionBackend::kFlash); }
+};
+
+// Sets SEQPAR_CUDNN_DENSE for a scope and restores what was there.
+struct DenseEnvScope {
+  explicit DenseEnvScope(const char* value) {
+    if (const char* e = std::getenv("SEQPAR_CUDNN_DENSE")) prev = e, had = true;
+    setenv("SEQPAR_CUDNN_DENSE", value, 1);
+  }
+  ~DenseEnvScope() {
+    if (had) {
+      setenv("SEQPAR_CUDNN_DENSE", prev.c_str(), 1);
+    } else {
+      unsetenv("SEQPAR_CUDNN_DENSE");
+    }
+  }
+  std::string prev;
+  bool had = false;
 };
 
 // One packed stream of documents (cu_seqlens) attending within themselves.
@@ -201,11 +219,17 @@ Tensor poisoned(const Shape& shape, DType dtype) {
 }
 
 // Forward and backward through the backend set by the caller; checks both against the
-// reference and that cuDNN ran each exactly once.
-void run_and_check(const Case& c, uint64_t seed) {
+// reference and that cuDNN ran each exactly once, with the dense graph iff `dense`. kWrite: the
+// gradients start as NaN and must equal the contribution alone (the reference from 0).
+void run_and_check(const Case& c, uint64_t seed, GradMode mode = GradMode::kAccumulate) {
   const int64_t T = c.T();
-  const Inputs in = make_inputs(c, seed);
+  Inputs in = make_inputs(c, seed);
+  const bool write = mode == GradMode::kWrite;
+  if (write)
+    for (std::vector<float>* g : {&in.dq0, &in.dk0, &in.dv0}) std::fill(g->begin(), g->end(), 0.f);
   const Ref exact = reference(c, in, false), lowp = reference(c, in, true);
+  // The dense graph runs for one document, unless SEQPAR_CUDNN_DENSE=0.
+  const bool dense = c.cu.size() == 2 && cuda_attn::cudnn_dense_enabled();
   const Shape qs{T, c.H, c.D}, ks{T, c.Hkv, c.D};
   Tensor q = device_tensor(in.q, qs), k = device_tensor(in.k, ks), v = device_tensor(in.v, ks);
   Tensor dout = device_tensor(in.dout, qs);
@@ -217,13 +241,19 @@ void run_and_check(const Case& c, uint64_t seed) {
   cuda_attn::attn_forward(out, lse, q, k, v, args);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(cuda_attn::cudnn_call_counts().forward, before.forward + 1) << "the forward did not run on cuDNN";
+  EXPECT_EQ(cuda_attn::cudnn_call_counts().forward_dense, before.forward_dense + (dense ? 1 : 0))
+      << (dense ? "the dense forward graph did not run" : "a dense forward graph ran");
   expect_within_rule("out", out, exact.out, lowp.out);
   expect_lse(lse, exact.lse);
 
-  Tensor dq = device_tensor(in.dq0, qs), dk = device_tensor(in.dk0, ks), dv = device_tensor(in.dv0, ks);
-  cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args);
+  Tensor dq = write ? poisoned(qs, DType::kBF16) : device_tensor(in.dq0, qs);
+  Tensor dk = write ? poisoned(ks, DType::kBF16) : device_tensor(in.dk0, ks);
+  Tensor dv = write ? poisoned(ks, DType::kBF16) : device_tensor(in.dv0, ks);
+  cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, mode);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(cuda_attn::cudnn_call_counts().backward, before.backward + 1) << "the backward did not run on cuDNN";
+  EXPECT_EQ(cuda_attn::cudnn_call_counts().backward_dense, before.backward_dense + (dense ? 1 : 0))
+      << (dense ? "the dense backward graph did not run" : "a dense backward graph ran");
   expect_within_rule("dq", dq, exact.dq, lowp.dq);
   expect_within_rule("dk", dk, exact.dk, lowp.dk);
   expect_within_rule("dv", dv, exact.dv, lowp.dv);
@@ -238,14 +268,36 @@ void run_and_check(const Case& c, uint64_t seed) {
 TEST(CudnnAttention, GraphsBuildForH200Offline) {
   if (cuda_attn::cudnn_runtime_version() == 0) GTEST_SKIP() << "built without cuDNN";
   if (dlopen("libcuda.so.1", RTLD_LAZY) == nullptr) GTEST_SKIP() << "no CUDA driver library";
-  for (int64_t Hkv : {4, 1}) {
-    const std::string r = cuda_attn::cudnn_check_plans_offline(cuda_attn::cudnn_h200_device_json(), 3, 200, 4, Hkv,
-                                                               128, /*causal=*/true);
-    EXPECT_EQ(r.find("GRAPH_PATTERN"), std::string::npos) << r;
-    if (!have_gpu()) {
-      EXPECT_TRUE(r.empty() || r.find("cuLibraryLoadData") != std::string::npos) << r;
+  for (bool dense : {false, true}) {
+    for (int64_t Hkv : {4, 1}) {
+      // Ragged: 3 documents, the longest 200 tokens. Dense: one sequence of 300 tokens.
+      const std::string r = cuda_attn::cudnn_check_plans_offline(
+          cuda_attn::cudnn_h200_device_json(), dense ? 1 : 3, dense ? 300 : 200, 4, Hkv, 128, /*causal=*/true, dense);
+      EXPECT_EQ(r.find("GRAPH_PATTERN"), std::string::npos) << r;
+      if (!have_gpu()) {
+        EXPECT_TRUE(r.empty() || r.find("cuLibraryLoadData") != std::string::npos) << r;
+      }
+      if (!r.empty()) {
+        std::printf("%s Hkv=%lld: built up to the module load: %s\n", dense ? "dense" : "ragged",
+                    static_cast<long long>(Hkv), r.c_str());
+      }
     }
-    if (!r.empty()) std::printf("Hkv=%lld: built up to the module load: %s\n", static_cast<long long>(Hkv), r.c_str());
+  }
+}
+
+// SEQPAR_CUDNN_DENSE: unset or 1 on, 0 off, anything else a clear error (no GPU needed).
+TEST(CudnnAttention, DenseEnvSetting) {
+  {
+    DenseEnvScope scope("1");
+    EXPECT_TRUE(cuda_attn::cudnn_dense_enabled());
+  }
+  {
+    DenseEnvScope scope("0");
+    EXPECT_FALSE(cuda_attn::cudnn_dense_enabled());
+  }
+  {
+    DenseEnvScope scope("yes");
+    EXPECT_THROW(cuda_attn::cudnn_dense_enabled(), InputError);
   }
 }
 
@@ -253,6 +305,29 @@ TEST(CudnnAttention, CausalMhaD128OneDocument) {
   REQUIRE_GPU();
   BackendScope cudnn("cudnn");
   run_and_check(Case{{0, 300}, 4, 4, 128, true}, 11);
+}
+
+// The same one-document problem through the ragged graph (SEQPAR_CUDNN_DENSE=0).
+TEST(CudnnAttention, CausalMhaD128OneDocumentRagged) {
+  REQUIRE_GPU();
+  BackendScope cudnn("cudnn");
+  DenseEnvScope ragged("0");
+  run_and_check(Case{{0, 300}, 4, 4, 128, true}, 11);
+}
+
+// GradMode::kWrite: cuDNN writes straight into NaN-poisoned dq/dk/dv (no scratch, no add), dense
+// and ragged graphs, MHA and GQA, causal or not, one document and a packed batch.
+TEST(CudnnAttention, WriteModeDenseAndRagged) {
+  REQUIRE_GPU();
+  BackendScope cudnn("cudnn");
+  for (const char* env : {"1", "0"}) {
+    DenseEnvScope scope(env);
+    SCOPED_TRACE(std::string("SEQPAR_CUDNN_DENSE=") + env);
+    run_and_check(Case{{0, 300}, 4, 4, 128, true}, 61, GradMode::kWrite);
+    run_and_check(Case{{0, 257}, 8, 2, 64, true}, 62, GradMode::kWrite);
+    run_and_check(Case{{0, 190}, 4, 1, 128, false}, 63, GradMode::kWrite);
+    run_and_check(Case{{0, 7, 200, 333, 340}, 4, 2, 128, true}, 64, GradMode::kWrite);
+  }
 }
 
 TEST(CudnnAttention, CausalGqaD64OneDocumentAuto) {
@@ -351,6 +426,56 @@ TEST(CudnnAttention, AgreesWithFlashOnLongDocuments) {
   EXPECT_LT(rel(c.dv, f.dv), 2e-2);
   double worst = 0;
   for (size_t i = 0; i < c.lse.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(c.lse[i] - f.lse[i])));
+  EXPECT_LT(worst, 1e-3);
+}
+
+// One long sequence (several of cuDNN's tiles, T not a multiple of 64) through the dense and the
+// ragged graph, kWrite: both within bf16 rounding of the exact result, so they agree to about that.
+TEST(CudnnAttention, DenseAgreesWithRaggedOnOneLongSequence) {
+  REQUIRE_GPU();
+  BackendScope cudnn("cudnn");
+  const int64_t T = 2001, H = 8, Hkv = 2, D = 128;
+  Tensor q = device_tensor(rounded(random_vector(T * H * D, 81, -1.5f, 1.5f)), {T, H, D});
+  Tensor k = device_tensor(rounded(random_vector(T * Hkv * D, 82, -1.5f, 1.5f)), {T, Hkv, D});
+  Tensor v = device_tensor(rounded(random_vector(T * Hkv * D, 83)), {T, Hkv, D});
+  Tensor dout = device_tensor(rounded(random_vector(T * H * D, 84)), {T, H, D});
+  const TokenMeta meta = token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)});
+  const AttnArgs args{meta, meta, true, static_cast<float>(1.0 / std::sqrt(128.0))};
+  struct Result {
+    std::vector<float> out, lse, dq, dk, dv;
+  };
+  auto run = [&](const char* env) {
+    DenseEnvScope scope(env);
+    const cuda_attn::CudnnCallCounts before = cuda_attn::cudnn_call_counts();
+    Tensor out = poisoned({T, H, D}, DType::kBF16), lse = poisoned({T, H}, DType::kF32);
+    Tensor dq = poisoned({T, H, D}, DType::kBF16), dk = poisoned({T, Hkv, D}, DType::kBF16);
+    Tensor dv = poisoned({T, Hkv, D}, DType::kBF16);
+    cuda_attn::attn_forward(out, lse, q, k, v, args);
+    cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, GradMode::kWrite);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const cuda_attn::CudnnCallCounts after = cuda_attn::cudnn_call_counts();
+    const int64_t dense = std::string(env) == "1" ? 1 : 0;
+    EXPECT_EQ(after.forward - before.forward, 1);
+    EXPECT_EQ(after.backward - before.backward, 1);
+    EXPECT_EQ(after.forward_dense - before.forward_dense, dense);
+    EXPECT_EQ(after.backward_dense - before.backward_dense, dense);
+    return Result{out.to_f32_vector(), lse.to_f32_vector(), dq.to_f32_vector(), dk.to_f32_vector(),
+                  dv.to_f32_vector()};
+  };
+  const Result d = run("1"), r = run("0");
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return rel_l2(a, std::vector<double>(b.begin(), b.end()));
+  };
+  EXPECT_LT(rel(d.out, r.out), 1e-2);
+  EXPECT_LT(rel(d.dq, r.dq), 2e-2);  // rel_l2 is infinite if a NaN was left anywhere
+  EXPECT_LT(rel(d.dk, r.dk), 2e-2);
+  EXPECT_LT(rel(d.dv, r.dv), 2e-2);
+  double worst = 0;
+  for (size_t i = 0; i < d.lse.size(); ++i) {
+    const bool finite = std::isfinite(d.lse[i]) && std::isfinite(r.lse[i]);
+    worst = finite ? std::max(worst, static_cast<double>(std::abs(d.lse[i] - r.lse[i]))) : kInf;
+    if (!finite) break;
+  }
   EXPECT_LT(worst, 1e-3);
 }
 

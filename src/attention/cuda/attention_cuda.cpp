@@ -166,7 +166,7 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
 }
 
 void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
-                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args) {
+                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args, GradMode mode) {
   const Device dev = check_qkv(q, k, v);
   const int64_t Tq = q.dim(0), Tk = k.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
   for (auto [t, name] : {std::pair<const Tensor*, const char*>{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}, {&dout, "dout"},
@@ -187,10 +187,18 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
                "flash attention: dq {}, dk {}, dv {} must share one dtype", dq.str(), dk.str(), dv.str());
   SEQPAR_CHECK(std::isfinite(args.scale) && args.scale > 0.f, "flash attention: scale={} must be finite and > 0",
                args.scale);
-  if (Tq == 0 || Tk == 0 || H == 0) return;  // no key or no query: every gradient contribution is 0
+  const bool write = mode == GradMode::kWrite;
+  if (Tq == 0 || Tk == 0 || H == 0) {  // no key or no query: every gradient contribution is 0
+    if (write) {
+      dq.zero();
+      dk.zero();
+      dv.zero();
+    }
+    return;
+  }
   const bool bf16_io = out.dtype() == DType::kBF16 && dq.dtype() == DType::kBF16;
   if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, bf16_io, args))
-    if (cudnn_attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, *docs)) return;
+    if (cudnn_attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, *docs, mode)) return;
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
   const DeviceMeta km = meta_on_device(args.k_meta, Tk, dev, "k_meta", stream);
@@ -214,6 +222,7 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   p.dk = dk.raw();
   p.dv = dv.raw();
   p.grad_f32 = dq.dtype() == DType::kF32;
+  p.write_grads = write;
   p.dq_acc = dq_acc.data<float>();
   p.lse2 = lse2.data<float>();
   p.delta = delta.data<float>();

@@ -18,8 +18,12 @@ void set_attention_backend(const std::string& name);  // InputError for an unkno
 AttentionBackend attention_backend();
 
 void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs& args);
+// dq, dk, dv stored as `mode` says (attention.h's GradMode). kWrite costs less: the flash kernel
+// stores dk/dv without reading them and its dq pass writes; cuDNN writes into dq/dk/dv directly
+// (no scratch, no add passes).
 void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
-                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args);
+                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
+                   GradMode mode = GradMode::kAccumulate);
 void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const Tensor& lse_part);
 
 }  // namespace seqpar::cuda_attn

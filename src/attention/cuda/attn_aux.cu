@@ -87,13 +87,21 @@ __global__ void bwd_prep_kernel(const uint16_t* __restrict__ dout, const void* _
   }
 }
 
-// dq += scale * dq_acc, 4 elements per thread (n % 4 == 0).
-__global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, const float* __restrict__ acc, float scale,
-                                 int64_t n4) {
+// dq += scale * dq_acc, or dq = scale * dq_acc when `write` (dq not read), 4 elements per thread
+// (n % 4 == 0).
+__global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, bool write, const float* __restrict__ acc,
+                                 float scale, int64_t n4) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float4 a = reinterpret_cast<const float4*>(acc)[i];
-    if (f32) {
+    if (write) {
+      if (f32) {
+        reinterpret_cast<float4*>(dq)[i] = make_float4(scale * a.x, scale * a.y, scale * a.z, scale * a.w);
+      } else {
+        reinterpret_cast<uint2*>(dq)[i] =
+            make_uint2(pack_bf16(scale * a.x, scale * a.y), pack_bf16(scale * a.z, scale * a.w));
+      }
+    } else if (f32) {
       float4 d = reinterpret_cast<float4*>(dq)[i];
       d.x += scale * a.x;
       d.y += scale * a.y;
@@ -188,7 +196,8 @@ void launch_dq_finish(const BwdParams& p, cudaStream_t stream) {
   if (n4 == 0) return;
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((n4 + threads - 1) / threads, 132 * 16);
-  dq_finish_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.dq_acc, p.scale, n4);
+  dq_finish_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.write_grads, p.dq_acc,
+                                                                          p.scale, n4);
   SEQPAR_LAUNCH_CHECK();
 }
 

@@ -2,8 +2,8 @@
 // attn_bwd_d*.cu): one CTA per (BN-key tile, KV head); each
 // warp owns 16 keys. The CTA loops over the visible BM-query tiles and, inside, over the query
 // heads of its GQA group, so dK and dV of its keys are complete (summed over the group) in
-// registers at the end and are added to dk/dv without atomics. dQ goes through f32 atomics into a
-// workspace that a last kernel adds, scaled, to dq.
+// registers at the end and are added to (or, with write_grads, stored into) dk/dv without atomics.
+// dQ goes through f32 atomics into a workspace that a last kernel adds (stores), scaled, to dq.
 //
 // Per (query tile, head), with the FINAL lse and Delta = rowsum(dO * O) from a pre-pass:
 //   S^T = K Q^T,  P^T = exp2(S^T*scale*log2e - lse*log2e)  (masked on boundary tiles),
@@ -28,19 +28,28 @@ namespace seqpar::cuda_attn::detail {
 
 using namespace dev;
 
-// dst[0..1] += (v0, v1) for a bf16 or f32 gradient row.
-__device__ __forceinline__ void add_pair(void* base, bool f32, int64_t off, float v0, float v1) {
+// dst[0..1] += (v0, v1), or = (v0, v1) when `write` (the old value is then not read), for a bf16 or
+// f32 gradient row.
+__device__ __forceinline__ void store_pair(void* base, bool f32, bool write, int64_t off, float v0, float v1) {
   if (f32) {
     float2* d = reinterpret_cast<float2*>(static_cast<float*>(base) + off);
-    float2 x = *d;
-    x.x += v0;
-    x.y += v1;
-    *d = x;
+    if (write) {
+      *d = make_float2(v0, v1);
+    } else {
+      float2 x = *d;
+      x.x += v0;
+      x.y += v1;
+      *d = x;
+    }
   } else {
     uint32_t* d = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(base) + off);
-    const uint32_t x = *d;
-    *d = pack_bf16(bf16_bits_to_f32(static_cast<uint16_t>(x & 0xffffu)) + v0,
-                   bf16_bits_to_f32(static_cast<uint16_t>(x >> 16)) + v1);
+    if (write) {
+      *d = pack_bf16(v0, v1);
+    } else {
+      const uint32_t x = *d;
+      *d = pack_bf16(bf16_bits_to_f32(static_cast<uint16_t>(x & 0xffffu)) + v0,
+                     bf16_bits_to_f32(static_cast<uint16_t>(x >> 16)) + v1);
+    }
   }
 }
 
@@ -307,9 +316,11 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
     buf ^= 1;
   }
   cp_async_wait_all();
-  if (!any) return;
+  // No query sees these keys: nothing to add; when writing, their dk/dv (still 0 in registers)
+  // must be stored all the same.
+  if (!any && !p.write_grads) return;
 
-  // dk += scale * dK, dv += dV for this CTA's keys (exclusive: no atomics).
+  // dk (+)= scale * dK, dv (+)= dV for this CTA's keys (exclusive: no atomics).
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int c = k0 + warp * 16 + g + 8 * hr;
@@ -318,8 +329,9 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
     for (int dt = 0; dt < ON; ++dt) {
       const int col = dt * 8 + 2 * t;
-      add_pair(p.dk, p.grad_f32, base + col, p.scale * dk[dt][2 * hr], p.scale * dk[dt][2 * hr + 1]);
-      add_pair(p.dv, p.grad_f32, base + col, dv[dt][2 * hr], dv[dt][2 * hr + 1]);
+      store_pair(p.dk, p.grad_f32, p.write_grads, base + col, p.scale * dk[dt][2 * hr],
+                 p.scale * dk[dt][2 * hr + 1]);
+      store_pair(p.dv, p.grad_f32, p.write_grads, base + col, dv[dt][2 * hr], dv[dt][2 * hr + 1]);
     }
   }
 }

@@ -68,9 +68,9 @@ struct BwdParams {
   const uint16_t* dout;  // (Tq, H, D) bf16
   const void* out;       // (Tq, H, D) bf16, or f32 when out_f32 (the FINAL output)
   const float* lse;      // (Tq, H) the FINAL log-sum-exp
-  void* dq;              // (Tq, H, D) += ; bf16, or f32 when grad_f32
-  void* dk;              // (Tk, Hkv, D) +=
-  void* dv;              // (Tk, Hkv, D) +=
+  void* dq;              // (Tq, H, D) += (= when write_grads); bf16, or f32 when grad_f32
+  void* dk;              // (Tk, Hkv, D) += (=)
+  void* dv;              // (Tk, Hkv, D) += (=)
   // Workspace (device): dq_acc f32 (Tq, H, D); lse2 and delta f32 (H, Tq_pad) with Tq_pad =
   // ceil(Tq / bm) * bm.
   float* dq_acc;
@@ -87,8 +87,12 @@ struct BwdParams {
   bool causal;
   bool out_f32;
   bool grad_f32;
+  // false: dq/dk/dv += (attention.h's GradMode::kAccumulate); true: = (kWrite), every element
+  // stored without reading the old value, 0 for rows and keys that see nothing (key tiles no
+  // query sees are still visited, to store their zeros).
+  bool write_grads;
 };
-// Whole backward: pre-pass (delta, lse2, dq_acc = 0), the main kernel, dq += scale * dq_acc.
+// Whole backward: pre-pass (delta, lse2, dq_acc = 0), the main kernel, dq (+)= scale * dq_acc.
 void launch_bwd(const BwdParams& p, const BwdTile& tile, cudaStream_t stream);
 
 // The backward's pieces (launch_bwd runs them in this order). Tq_pad = ceil(Tq / bm) * bm.

@@ -35,9 +35,24 @@ namespace seqpar::cuda_attn {
 
 namespace {
 std::atomic<int64_t> g_forward_calls{0}, g_backward_calls{0};
+std::atomic<int64_t> g_forward_dense_calls{0}, g_backward_dense_calls{0};
 }  // namespace
 
-CudnnCallCounts cudnn_call_counts() { return {g_forward_calls.load(), g_backward_calls.load()}; }
+CudnnCallCounts cudnn_call_counts() {
+  return {g_forward_calls.load(), g_backward_calls.load(), g_forward_dense_calls.load(),
+          g_backward_dense_calls.load()};
+}
+
+bool cudnn_dense_enabled() {
+  const char* e = std::getenv("SEQPAR_CUDNN_DENSE");
+  if (e == nullptr || *e == '\0') return true;
+  const std::string v(e);
+  SEQPAR_INPUT_CHECK(v == "0" || v == "1",
+                     "SEQPAR_CUDNN_DENSE={} must be 0 (ragged cuDNN graphs only) or 1 (a dense graph for a batch of "
+                     "one sequence, the default)",
+                     v);
+  return v == "1";
+}
 
 #if defined(SEQPAR_WITH_CUDNN)
 
@@ -234,25 +249,36 @@ class Graph {
   int64_t next_uid_ = kFirstInternal;
 };
 
-// One graph's shape. S is the padded per-document extent (>= the longest document).
+// One graph's shape. Ragged (dense = false): B documents, S the padded per-document extent (>= the
+// longest document), a padding mask by document lengths. Dense: one sequence of exactly S = T
+// tokens, no ragged offsets, no lengths, no padding mask (what PyTorch's SDPA builds).
 struct Shape4 {
   int64_t B, S, H, Hkv, D;
   bool causal;
-  auto tie() const { return std::tie(B, S, H, Hkv, D, causal); }
+  bool dense = false;
+  auto tie() const { return std::tie(B, S, H, Hkv, D, causal, dense); }
   bool operator<(const Shape4& o) const { return tie() < o.tie(); }
   std::string str() const {
-    return fmt::format("docs={} S={} H={} Hkv={} D={} causal={}", B, S, H, Hkv, D, causal);
+    return fmt::format("{} docs={} S={} H={} Hkv={} D={} causal={}", dense ? "dense" : "ragged", B, S, H, Hkv, D,
+                       causal);
   }
+  // The ragged-offset tensor of a bound tensor: `uid`, or none in a dense graph.
+  int64_t ragged(int64_t uid) const { return dense ? 0 : uid; }
+  // The GEMM M/N/K override (a document-length tensor): `uid`, or none in a dense graph.
+  int64_t len(int64_t uid) const { return dense ? 0 : uid; }
 };
 
 // Strides of a token-major ragged tensor [T, h, d] viewed as [B, h, S, d] ("BSHD" per document).
 Dims bshd(const Shape4& s, int64_t h, int64_t d) { return {s.S * h * d, d, h * d, 1}; }
 
-// The inputs every graph has: ragged offsets, document lengths, the scale.
+// The inputs every graph has: the scale; ragged graphs also the offsets and document lengths.
 void common_inputs(Graph& g, const Shape4& s) {
-  for (int64_t uid : {kRaggedQ, kRaggedKV, kRaggedStats}) g.tensor(uid, {s.B + 1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT64, false);
-  g.tensor(kSeqLenQ, {s.B, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32, false);
-  g.tensor(kSeqLenKV, {s.B, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32, false);
+  if (!s.dense) {
+    for (int64_t uid : {kRaggedQ, kRaggedKV, kRaggedStats})
+      g.tensor(uid, {s.B + 1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT64, false);
+    g.tensor(kSeqLenQ, {s.B, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32, false);
+    g.tensor(kSeqLenKV, {s.B, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32, false);
+  }
   g.tensor(kScale, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, 0, /*by_value=*/true);
 }
 
@@ -286,13 +312,14 @@ int64_t causal_mask(Graph& g, const Shape4& s, int64_t x) {
 }
 
 // Scores S = mask((Q K^T) * scale), [B, H, S, S], recomputed the same way in both directions
-// (the backward subtracts Stats between the two masks, as cuDNN's pattern expects).
+// (the backward subtracts Stats between the two masks, as cuDNN's pattern expects). A dense graph
+// has no padding mask (every row and column is a token).
 int64_t masked_scores(Graph& g, const Shape4& s, bool subtract_stats) {
   const Dims ss{s.B, s.H, s.S, s.S}, st{s.H * s.S * s.S, s.S * s.S, s.S, 1};
   const int64_t qk = g.virt(ss, st, CUDNN_DATA_FLOAT), scaled = g.virt(ss, st, CUDNN_DATA_FLOAT);
-  g.matmul(qk, kQ, kK, kSeqLenQ, kSeqLenKV, 0);
+  g.matmul(qk, kQ, kK, s.len(kSeqLenQ), s.len(kSeqLenKV), 0);
   g.pointwise(CUDNN_POINTWISE_MUL, scaled, qk, kScale);
-  int64_t x = padding_mask(g, s, scaled);
+  int64_t x = s.dense ? scaled : padding_mask(g, s, scaled);
   if (subtract_stats) {
     const int64_t centred = g.virt(ss, st, CUDNN_DATA_FLOAT);
     g.pointwise(CUDNN_POINTWISE_SUB, centred, x, kStats);
@@ -304,13 +331,13 @@ int64_t masked_scores(Graph& g, const Shape4& s, bool subtract_stats) {
 // Forward: O = softmax(S) V, Stats = logsumexp(S) per row.
 void forward_graph(Graph& g, const Shape4& s) {
   common_inputs(g, s);
-  g.tensor(kQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
+  g.tensor(kQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, s.ragged(kRaggedQ));
   // K^T: [B, Hkv, D, S] over k [T, Hkv, D].
   g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, {s.S * s.Hkv * s.D, s.D, 1, s.Hkv * s.D}, CUDNN_DATA_BFLOAT16, false,
-           kRaggedKV);
-  g.tensor(kV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedKV);
-  g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
-  g.tensor(kStats, {s.B, s.H, s.S, 1}, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, kRaggedStats);
+           s.ragged(kRaggedKV));
+  g.tensor(kV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, s.ragged(kRaggedKV));
+  g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, s.ragged(kRaggedQ));
+  g.tensor(kStats, {s.B, s.H, s.S, 1}, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, s.ragged(kRaggedStats));
 
   const int64_t x = masked_scores(g, s, /*subtract_stats=*/false);
   const Dims ss{s.B, s.H, s.S, s.S}, st{s.H * s.S * s.S, s.S * s.S, s.S, 1};
@@ -326,7 +353,7 @@ void forward_graph(Graph& g, const Shape4& s) {
   g.pointwise(CUDNN_POINTWISE_ADD, kStats, mx, log_sum);
   const int64_t p = g.virt(ss, st, CUDNN_DATA_BFLOAT16);  // P feeds the second GEMM in bf16
   g.pointwise(CUDNN_POINTWISE_DIV, p, e, sum);
-  g.matmul(kO, p, kV, kSeqLenQ, 0, kSeqLenKV);
+  g.matmul(kO, p, kV, s.len(kSeqLenQ), 0, s.len(kSeqLenKV));
 }
 
 // With GQA, whether the per-query-head dK/dV are virtual (cuDNN's own business) instead of ragged
@@ -339,40 +366,48 @@ bool virtual_gqa_grads() {
   return on;
 }
 
-// Backward: dQ, dK, dV (=) from Q, K, V, O, dO, Stats. dQ goes through an f32 ragged accumulator
-// (kDQAccum); with GQA, dK and dV are first computed per query head (kDKFull / kDVFull, bf16,
-// ragged with the KV offsets, which cuDNN scales by H / Hkv, as cudnn-frontend lays them out
-// for ragged inputs) and summed over each group.
+// Backward: dQ, dK, dV (=) from Q, K, V, O, dO, Stats. dQ goes through an f32 accumulator
+// (kDQAccum: ragged like dQ, or dense [B, H, S, D] head-major as cudnn-frontend lays it out);
+// with GQA, dK and dV are first computed per query head and summed over each group: in a ragged
+// graph into kDKFull / kDVFull (bf16, ragged with the KV offsets, which cuDNN scales by H / Hkv,
+// as cudnn-frontend lays them out for ragged inputs), in a dense one inside cuDNN (virtual).
 void backward_graph(Graph& g, const Shape4& s) {
   common_inputs(g, s);
   const bool gqa = s.H != s.Hkv;
   // The per-query-head gradient before the group sum: ours (ragged) or cuDNN's (virtual).
   auto full_head = [&](int64_t uid) {
     const Dims full{s.B, s.H, s.S, s.D};
-    if (virtual_gqa_grads()) return g.virt(full, {s.H * s.S * s.D, s.S * s.D, s.D, 1}, CUDNN_DATA_BFLOAT16);
+    if (s.dense || virtual_gqa_grads())
+      return g.virt(full, {s.H * s.S * s.D, s.S * s.D, s.D, 1}, CUDNN_DATA_BFLOAT16);
     g.tensor(uid, full, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedKV);
     return uid;
   };
-  g.tensor(kQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
+  const int64_t rq = s.ragged(kRaggedQ), rkv = s.ragged(kRaggedKV);
+  g.tensor(kQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
   const Dims kt_strides{s.S * s.Hkv * s.D, s.D, 1, s.Hkv * s.D};  // K^T and V^T: [B, Hkv, D, S]
-  g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, kt_strides, CUDNN_DATA_BFLOAT16, false, kRaggedKV);
-  g.tensor(kV, {s.B, s.Hkv, s.D, s.S}, kt_strides, CUDNN_DATA_BFLOAT16, false, kRaggedKV);
-  g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
-  g.tensor(kDO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
-  g.tensor(kStats, {s.B, s.H, s.S, 1}, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, kRaggedStats);
-  g.tensor(kDQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedQ);
-  g.tensor(kDK, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedKV);
-  g.tensor(kDV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedKV);
+  g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, kt_strides, CUDNN_DATA_BFLOAT16, false, rkv);
+  g.tensor(kV, {s.B, s.Hkv, s.D, s.S}, kt_strides, CUDNN_DATA_BFLOAT16, false, rkv);
+  g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
+  g.tensor(kDO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
+  g.tensor(kStats, {s.B, s.H, s.S, 1}, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, s.ragged(kRaggedStats));
+  g.tensor(kDQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
+  g.tensor(kDK, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, rkv);
+  g.tensor(kDV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, rkv);
   const Dims ss{s.B, s.H, s.S, s.S}, st{s.H * s.S * s.S, s.S * s.S, s.S, 1};
   const Dims st_t{s.H * s.S * s.S, s.S * s.S, 1, s.S};  // the same scores, transposed
   const Dims row{s.B, s.H, s.S, 1}, row_st{s.H * s.S, s.S, 1, 1};
 
-  // softmax_sum = rowsum(dO * O) ("Delta"), an f32 ragged workspace laid out like Stats.
+  // softmax_sum = rowsum(dO * O) ("Delta"), an f32 workspace: ragged like Stats, or dense
+  // [B, H, S, 1] head-major (cudnn-frontend's layout).
   const int64_t d_o = g.virt({s.B, s.H, s.S, s.D}, {s.H * s.S * s.D, s.S * s.D, s.H * s.D, 1}, CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_MUL, d_o, kDO, kO);
   const int64_t delta = g.virt(row, row_st, CUDNN_DATA_FLOAT);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, delta, d_o);
-  g.tensor(kSoftmaxSum, row, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, kRaggedStats);
+  if (s.dense) {
+    g.tensor(kSoftmaxSum, row, row_st, CUDNN_DATA_FLOAT, false);
+  } else {
+    g.tensor(kSoftmaxSum, row, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, kRaggedStats);
+  }
   g.pointwise(CUDNN_POINTWISE_MUL, kSoftmaxSum, delta, g.constant(1.f));
 
   // P = exp(S - Stats); dV = P^T dO.
@@ -383,16 +418,16 @@ void backward_graph(Graph& g, const Shape4& s) {
   g.reshape(p_t, p);
   const Dims full{s.B, s.H, s.S, s.D};
   if (!gqa) {
-    g.matmul(kDV, p_t, kDO, kSeqLenKV, 0, kSeqLenQ);
+    g.matmul(kDV, p_t, kDO, s.len(kSeqLenKV), 0, s.len(kSeqLenQ));
   } else {
     const int64_t dv_full = full_head(kDVFull);
-    g.matmul(dv_full, p_t, kDO, kSeqLenKV, 0, kSeqLenQ);
+    g.matmul(dv_full, p_t, kDO, s.len(kSeqLenKV), 0, s.len(kSeqLenQ));
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, kDV, dv_full);
   }
 
   // dS = P (dO V^T - Delta) * scale; dK = dS^T Q.
   const int64_t dp = g.virt(ss, st, CUDNN_DATA_FLOAT);
-  g.matmul(dp, kDO, kV, kSeqLenQ, kSeqLenKV, 0);
+  g.matmul(dp, kDO, kV, s.len(kSeqLenQ), s.len(kSeqLenKV), 0);
   const int64_t centred = g.virt(ss, st, CUDNN_DATA_FLOAT), weighted = g.virt(ss, st, CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_SUB, centred, dp, kSoftmaxSum);
   g.pointwise(CUDNN_POINTWISE_MUL, weighted, centred, p);
@@ -401,18 +436,22 @@ void backward_graph(Graph& g, const Shape4& s) {
   const int64_t ds_t = g.virt(ss, st_t, CUDNN_DATA_BFLOAT16);
   g.reshape(ds_t, ds);
   if (!gqa) {
-    g.matmul(kDK, ds_t, kQ, kSeqLenKV, 0, kSeqLenQ);
+    g.matmul(kDK, ds_t, kQ, s.len(kSeqLenKV), 0, s.len(kSeqLenQ));
   } else {
     const int64_t dk_full = full_head(kDKFull);
-    g.matmul(dk_full, ds_t, kQ, kSeqLenKV, 0, kSeqLenQ);
+    g.matmul(dk_full, ds_t, kQ, s.len(kSeqLenKV), 0, s.len(kSeqLenQ));
     g.reduction(CUDNN_REDUCE_TENSOR_ADD, kDK, dk_full);
   }
 
   // dQ = dS K, through the f32 accumulator.
-  const int64_t k_rows = g.virt({s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_FLOAT, kRaggedKV);
+  const int64_t k_rows = g.virt({s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_FLOAT, rkv);
   g.reshape(k_rows, kK);
-  g.tensor(kDQAccum, full, bshd(s, s.H, s.D), CUDNN_DATA_FLOAT, false, kRaggedQ);
-  g.matmul(kDQAccum, ds, k_rows, kSeqLenQ, 0, kSeqLenKV);
+  if (s.dense) {
+    g.tensor(kDQAccum, full, {s.H * s.S * s.D, s.S * s.D, s.D, 1}, CUDNN_DATA_FLOAT, false);
+  } else {
+    g.tensor(kDQAccum, full, bshd(s, s.H, s.D), CUDNN_DATA_FLOAT, false, kRaggedQ);
+  }
+  g.matmul(kDQAccum, ds, k_rows, s.len(kSeqLenQ), 0, s.len(kSeqLenKV));
   g.pointwise(CUDNN_POINTWISE_IDENTITY, kDQ, kDQAccum);
 }
 
@@ -593,20 +632,49 @@ const Plan* find_plan(PlanCache& cache, const Shape4& shape, cudnnHandle_t handl
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-Shape4 shape_for(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, bool causal) {
+Shape4 shape_for(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, bool causal, bool dense) {
+  if (dense) return {1, docs.cu.back(), H, Hkv, D, causal, true};
   // The padded extent: a power of two >= the longest document (at least 64), so packings whose
   // longest document varies a little share a plan; cuDNN masks by the true lengths.
   int64_t S = 64;
   while (S < docs.max_len) S *= 2;
-  return {docs.num_docs(), S, H, Hkv, D, causal};
+  return {docs.num_docs(), S, H, Hkv, D, causal, false};
+}
+
+// The plan for one call. A batch of ONE document gets the dense graph (unless SEQPAR_CUDNN_DENSE=0):
+// packed_docs() guarantees q and k are the same tokens and, when causal, positions increasing with
+// the index, so the document's mask is exactly "key index <= query index" (cuDNN's top-left
+// causal mask on the [T, T] scores) or, not causal, nothing; no padding mask or ragged offsets
+// are needed. The ragged graph otherwise, and also when cuDNN has no dense plan for the shape
+// (find_plan has warned). Returns nullptr when neither has a plan.
+const Plan* pick_plan(PlanCache& cache, cudnnHandle_t handle, const PackedDocs& docs, int64_t H, int64_t Hkv,
+                      int64_t D, bool causal, bool backward, Shape4* shape) {
+  if (docs.num_docs() == 1 && cudnn_dense_enabled()) {
+    *shape = shape_for(docs, H, Hkv, D, causal, /*dense=*/true);
+    if (const Plan* plan = find_plan(cache, *shape, handle, backward)) return plan;
+  }
+  *shape = shape_for(docs, H, Hkv, D, causal, /*dense=*/false);
+  return find_plan(cache, *shape, handle, backward);
 }
 
 // Document lengths and ragged offsets on the device, one upload: i64 offsets for q/o (x H*D),
-// k/v (x Hkv*D) and stats (x H), then i32 lengths.
+// k/v (x Hkv*D) and stats (x H), then i32 lengths. A ragged call's only per-call host work besides
+// the plan lookup: ~100 bytes from pageable memory, which cudaMemcpyAsync stages and returns
+// without waiting for the device; the buffer comes from the caching pool (no cudaMalloc once
+// warm). A dense call uploads nothing.
 struct DocArrays {
   Tensor buffer;
   void *ragged_q, *ragged_kv, *ragged_stats, *seq_len;
 };
+
+// The bound memory of the ragged graphs' document tensors.
+void bind_docs(std::unordered_map<int64_t, void*>& bound, const DocArrays& a) {
+  bound[kSeqLenQ] = a.seq_len;
+  bound[kSeqLenKV] = a.seq_len;
+  bound[kRaggedQ] = a.ragged_q;
+  bound[kRaggedKV] = a.ragged_kv;
+  bound[kRaggedStats] = a.ragged_stats;
+}
 
 DocArrays upload_docs(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, Device dev, cudaStream_t stream) {
   const int64_t B = docs.num_docs(), n64 = round_up(B + 1, 2);  // keep each array 16-byte aligned
@@ -649,25 +717,28 @@ bool cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor&
     if (!aligned16(*t)) return false;
   const Device dev = q.device();
   DeviceContext& ctx = device_context(dev.index);
-  const Shape4 shape = shape_for(docs, H, Hkv, D, args.causal);
-  const Plan* plan = find_plan(ctx.forward, shape, ctx.handle, /*backward=*/false);
+  Shape4 shape{};
+  const Plan* plan = pick_plan(ctx.forward, ctx.handle, docs, H, Hkv, D, args.causal, /*backward=*/false, &shape);
   if (plan == nullptr) return false;
   cudaStream_t stream = current_stream();
   SEQPAR_CUDNN_CHECK(cudnnSetStream(ctx.handle, stream));
-  const DocArrays a = upload_docs(docs, H, Hkv, D, dev, stream);
   Tensor workspace = workspace_for(*plan, dev);
-  const std::unordered_map<int64_t, void*> bound = {
-      {kQ, q.raw()},          {kK, k.raw()},           {kV, v.raw()},         {kO, out.raw()},
-      {kStats, lse.raw()},    {kSeqLenQ, a.seq_len},   {kSeqLenKV, a.seq_len}, {kRaggedQ, a.ragged_q},
-      {kRaggedKV, a.ragged_kv}, {kRaggedStats, a.ragged_stats}};
+  std::unordered_map<int64_t, void*> bound = {
+      {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kStats, lse.raw()}};
+  DocArrays a;
+  if (!shape.dense) {
+    a = upload_docs(docs, H, Hkv, D, dev, stream);
+    bind_docs(bound, a);
+  }
   execute(*plan, ctx.handle, bound, args.scale, workspace.raw());
   ++g_forward_calls;
+  if (shape.dense) ++g_forward_dense_calls;
   return true;
 }
 
 bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                          const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
-                         const PackedDocs& docs) {
+                         const PackedDocs& docs, GradMode mode) {
   const int64_t T = q.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &out})
     SEQPAR_CHECK(t->dtype() == DType::kBF16, "cuDNN attention backward takes bf16 out and dout, got {}", t->str());
@@ -677,55 +748,77 @@ bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
     if (!aligned16(*t)) return false;
   const Device dev = q.device();
   DeviceContext& ctx = device_context(dev.index);
-  const Shape4 shape = shape_for(docs, H, Hkv, D, args.causal);
-  const Plan* plan = find_plan(ctx.backward, shape, ctx.handle, /*backward=*/true);
+  Shape4 shape{};
+  const Plan* plan = pick_plan(ctx.backward, ctx.handle, docs, H, Hkv, D, args.causal, /*backward=*/true, &shape);
   if (plan == nullptr) return false;
   cudaStream_t stream = current_stream();
   SEQPAR_CUDNN_CHECK(cudnnSetStream(ctx.handle, stream));
-  const DocArrays a = upload_docs(docs, H, Hkv, D, dev, stream);
   Tensor workspace = workspace_for(*plan, dev);
-  // cuDNN writes (=) its gradients; the contract accumulates, so they land in scratch first.
-  Tensor dq_new = Tensor::empty(q.shape(), DType::kBF16, dev);
-  Tensor dk_new = Tensor::empty(k.shape(), DType::kBF16, dev), dv_new = Tensor::empty(k.shape(), DType::kBF16, dev);
-  // Ragged f32 workspaces, one row per token, plus a tile of slack past the last document.
-  const int64_t rows = round_up(T, 128) + 128;
+  // cuDNN writes (=) every element of its gradients: each document's rows and keys (every token
+  // sees at least itself), and the documents cover all T tokens. kWrite with bf16, 16-byte aligned
+  // gradients (Tensors are always dense) binds them directly; otherwise (kAccumulate, or an
+  // unaligned row view) cuDNN writes scratch that is then added (or copied).
+  const bool write = mode == GradMode::kWrite;
+  const bool direct = write && dq.dtype() == DType::kBF16 && dk.dtype() == DType::kBF16 &&
+                      dv.dtype() == DType::kBF16 && aligned16(dq) && aligned16(dk) && aligned16(dv);
+  Tensor dq_new = direct ? dq : Tensor::empty(q.shape(), DType::kBF16, dev);
+  Tensor dk_new = direct ? dk : Tensor::empty(k.shape(), DType::kBF16, dev);
+  Tensor dv_new = direct ? dv : Tensor::empty(k.shape(), DType::kBF16, dev);
+  // f32 workspaces. Ragged: one row per token plus a tile of slack past the last document. Dense:
+  // exactly [H, T] and [H, T, D] (cudnn-frontend's sizes).
+  const int64_t rows = shape.dense ? T : round_up(T, 128) + 128;
   Tensor softmax_sum = Tensor::empty({rows, H}, DType::kF32, dev);
   Tensor dq_accum = Tensor::empty({rows, H, D}, DType::kF32, dev);
   Tensor dk_full, dv_full;
   std::unordered_map<int64_t, void*> bound = {
-      {kQ, q.raw()},           {kK, k.raw()},           {kV, v.raw()},          {kO, out.raw()},
-      {kDO, dout.raw()},       {kStats, lse.raw()},     {kDQ, dq_new.raw()},    {kDK, dk_new.raw()},
-      {kDV, dv_new.raw()},     {kSeqLenQ, a.seq_len},   {kSeqLenKV, a.seq_len}, {kRaggedQ, a.ragged_q},
-      {kRaggedKV, a.ragged_kv}, {kRaggedStats, a.ragged_stats}, {kSoftmaxSum, softmax_sum.raw()},
-      {kDQAccum, dq_accum.raw()}};
-  if (H != Hkv && !virtual_gqa_grads()) {
-    // Declared bf16, sized as f32 the way cudnn-frontend sizes them (cuDNN owns their use).
-    dk_full = Tensor::empty({rows, H, D}, DType::kF32, dev);
-    dv_full = Tensor::empty({rows, H, D}, DType::kF32, dev);
-    bound[kDKFull] = dk_full.raw();
-    bound[kDVFull] = dv_full.raw();
+      {kQ, q.raw()},         {kK, k.raw()},           {kV, v.raw()},           {kO, out.raw()},
+      {kDO, dout.raw()},     {kStats, lse.raw()},     {kDQ, dq_new.raw()},     {kDK, dk_new.raw()},
+      {kDV, dv_new.raw()},   {kSoftmaxSum, softmax_sum.raw()}, {kDQAccum, dq_accum.raw()}};
+  DocArrays a;
+  if (!shape.dense) {
+    a = upload_docs(docs, H, Hkv, D, dev, stream);
+    bind_docs(bound, a);
+    if (H != Hkv && !virtual_gqa_grads()) {
+      // Declared bf16, sized as f32 the way cudnn-frontend sizes them (cuDNN owns their use).
+      dk_full = Tensor::empty({rows, H, D}, DType::kF32, dev);
+      dv_full = Tensor::empty({rows, H, D}, DType::kF32, dev);
+      bound[kDKFull] = dk_full.raw();
+      bound[kDVFull] = dv_full.raw();
+    }
   }
   execute(*plan, ctx.handle, bound, args.scale, workspace.raw());
-  cuda_ops::add_inplace(dq, dq_new);
-  cuda_ops::add_inplace(dk, dk_new);
-  cuda_ops::add_inplace(dv, dv_new);
+  if (!direct) {
+    if (write) {
+      dq.copy_from(dq_new);
+      dk.copy_from(dk_new);
+      dv.copy_from(dv_new);
+    } else {
+      cuda_ops::add_inplace(dq, dq_new);
+      cuda_ops::add_inplace(dk, dk_new);
+      cuda_ops::add_inplace(dv, dv_new);
+    }
+  }
   ++g_backward_calls;
+  if (shape.dense) ++g_backward_dense_calls;
   return true;
 }
 
 int64_t cudnn_runtime_version() { return static_cast<int64_t>(cudnnGetVersion()); }
 
 std::string cudnn_check_plans_offline(const std::string& device_json, int64_t num_docs, int64_t max_len, int64_t H,
-                                      int64_t Hkv, int64_t D, bool causal) {
+                                      int64_t Hkv, int64_t D, bool causal, bool dense) {
   try {
     Desc prop(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
     prop.set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, device_json.data(),
              static_cast<int64_t>(device_json.size()));
     prop.finalize();
+    SEQPAR_CHECK(!dense || num_docs == 1, "cudnn_check_plans_offline: a dense graph is one document, got {}",
+                 num_docs);
     PackedDocs docs;
     docs.cu.resize(static_cast<size_t>(num_docs) + 1, 0);
+    docs.cu.back() = static_cast<int32_t>(max_len);
     docs.max_len = static_cast<int32_t>(max_len);
-    const Shape4 shape = shape_for(docs, H, Hkv, D, causal);
+    const Shape4 shape = shape_for(docs, H, Hkv, D, causal, dense);
     std::string result;
     for (bool backward : {false, true}) {
       try {
@@ -753,13 +846,13 @@ bool cudnn_attn_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Te
 }
 
 bool cudnn_attn_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         const Tensor&, const Tensor&, const AttnArgs&, const PackedDocs&) {
+                         const Tensor&, const Tensor&, const AttnArgs&, const PackedDocs&, GradMode) {
   return false;
 }
 
 int64_t cudnn_runtime_version() { return 0; }
 
-std::string cudnn_check_plans_offline(const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t, bool) {
+std::string cudnn_check_plans_offline(const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool) {
   return "this build has no cuDNN (CMake did not find it)";
 }
 

@@ -11,14 +11,20 @@
 //             * scale, dK = dS^T Q, dQ = dS K (through an f32 accumulator)
 // Tokens are addressed as ragged ("THD") tensors: document b starts at element offset cu[b] * H * D
 // of q [T, H, D] (cu[b] * Hkv * D of k/v), so seqpar's token-major buffers are used in place.
+// A batch of ONE document gets a dense graph instead (what PyTorch's SDPA builds: [1, H, T, D]
+// views of the same buffers, no ragged offsets, no padding mask; the causal mask is cuDNN's
+// top-left one, exact because packed_docs() guarantees positions increase with the index), unless
+// the environment says SEQPAR_CUDNN_DENSE=0; when cuDNN has no dense plan, the ragged graph runs.
 //
 // Numerics: Stats is the natural-log log-sum-exp of the scaled scores, f32, in place in our
 // lse [T, H] (ragged, stride H per token): exactly attention.h's lse. Outputs and gradients are
 // bf16 (f32 accumulation inside cuDNN). Each document sees at least itself, so no row is empty.
 //
 // Plans are built once per (documents, longest document rounded up to a power of two, H, Hkv, D,
-// causal) and cached per thread and device; building one takes cuDNN's heuristics plus, the first
-// time, its kernel compilation (tens to hundreds of ms).
+// causal), or per (T, H, Hkv, D, causal) for a dense graph, and cached per thread and device;
+// building one takes cuDNN's heuristics plus, the first time, its kernel compilation (tens to
+// hundreds of ms). A cached call does no host synchronisation and no cudaMalloc (scratch comes
+// from the caching pool; a ragged call uploads its ~100 bytes of offsets, staged asynchronously).
 #pragma once
 
 #include <cstdint>
@@ -36,30 +42,39 @@ namespace seqpar::cuda_attn {
 bool cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                         const AttnArgs& args, const PackedDocs& docs);
 
-// attention.h's attn_backward through cuDNN: dq += , dk += , dv += (bf16; cuDNN writes its
-// gradients into scratch buffers that are then added). out/lse are the final forward results,
-// from either backend (same contract). Returns false, having written nothing, when cuDNN has no
-// plan for the shape.
+// attention.h's attn_backward through cuDNN, bf16 gradients. kAccumulate: dq += , dk += , dv +=
+// (cuDNN writes scratch buffers that are then added, three extra passes). kWrite: dq = , dk = ,
+// dv = , cuDNN writing straight into them (16-byte aligned; otherwise scratch and a copy). out/lse
+// are the final forward results, from either backend (same contract). Returns false, having
+// written nothing, when cuDNN has no plan for the shape.
 bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                          const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
-                         const PackedDocs& docs);
+                         const PackedDocs& docs, GradMode mode = GradMode::kAccumulate);
 
-// How many forward / backward calls cuDNN has run in this process (tests and the benchmark check
-// that the cuDNN path, not a fallback, produced their results).
+// How many forward / backward calls cuDNN has run in this process, and how many of them ran the
+// dense graph (tests and the benchmark check that the cuDNN path, not a fallback, produced their
+// results, and which graph).
 struct CudnnCallCounts {
   int64_t forward = 0, backward = 0;
+  int64_t forward_dense = 0, backward_dense = 0;
 };
 CudnnCallCounts cudnn_call_counts();
+
+// Whether a batch of one document gets the dense graph: the environment variable
+// SEQPAR_CUDNN_DENSE, "1" (or unset) yes, "0" no, anything else an InputError. Read at every call,
+// so that one process (the benchmark, a test) can compare both.
+bool cudnn_dense_enabled();
 
 // The version of the cuDNN library loaded at run time (e.g. 91900), 0 when it cannot be loaded.
 int64_t cudnn_runtime_version();
 
 // Builds the forward and backward plans for one shape against a device described by cuDNN's
 // device-properties JSON (CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION), without a GPU: the graphs
-// and cuDNN's support for them are checked on any machine with the library. Returns "" on success,
-// else what failed.
+// and cuDNN's support for them are checked on any machine with the library. `dense`: the dense
+// graph of one document of max_len tokens (num_docs must be 1). Returns "" on success, else what
+// failed.
 std::string cudnn_check_plans_offline(const std::string& device_json, int64_t num_docs, int64_t max_len, int64_t H,
-                                      int64_t Hkv, int64_t D, bool causal);
+                                      int64_t Hkv, int64_t D, bool causal, bool dense = false);
 
 // A device-properties JSON for an H200 SXM (132 SMs, sm_90), for cudnn_check_plans_offline.
 std::string cudnn_h200_device_json();
