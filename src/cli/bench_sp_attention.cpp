@@ -45,6 +45,10 @@ void add_bench_sp_attention_options(CLI::App& cmd, BenchSpAttentionOptions& o) {
   cmd.add_option("--heads", o.heads, "H, query heads")->capture_default_str();
   cmd.add_option("--kv-heads", o.kv_heads, "Hkv values, comma-separated (0: = H)")->capture_default_str();
   cmd.add_option("--head-dim", o.head_dim, "D")->capture_default_str();
+  cmd.add_option("--head-groups", o.head_groups,
+                 "Ulysses: head groups pipelined per layer (1 = all-to-all, then compute; 0 = default, "
+                 "SEQPAR_ULYSSES_HEAD_GROUPS or 2)")
+      ->capture_default_str();
   cmd.add_option("--warmup", o.warmup, "untimed iterations per shape")->capture_default_str();
   cmd.add_option("--iters", o.iters, "timed iterations per shape (the median is reported)")->capture_default_str();
   cmd.add_option("--single", o.single, "also time the whole sequence on one device (the scaling baseline)")
@@ -207,6 +211,8 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
                        "--tokens-per-rank={}: the {} layout needs the sequence (sp × tokens = {}) to be a multiple "
                        "of {}",
                        s, sp_layout_name(layout), s * o.sp, sp_layout_multiple(layout, o.sp));
+  SEQPAR_INPUT_CHECK(o.head_groups >= 0, "--head-groups={} must be >= 0", o.head_groups);
+  const int head_groups = o.head_groups > 0 ? o.head_groups : default_ulysses_head_groups();
   const DType dt = device.is_cuda() ? DType::kBF16 : DType::kF32;
   const std::string config = fmt::format("bench sp-attention {} {} {} {} {} {} {} {}", o.sp, o.sp_mode,
                                          o.ulysses_degree, o.layout, o.tokens_per_rank, o.heads, o.kv_heads, o.head_dim);
@@ -224,7 +230,7 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
         const SpBatch batch = make_sp_batch({row}, o.sp, layout);
         std::vector<TokenMeta> meta;
         for (const Shard& sh : batch.shards) meta.push_back(shard_token_meta(sh));
-        std::unique_ptr<Attention> attn = make_sp_attention(mesh, meta, H, Hkv);
+        std::unique_ptr<Attention> attn = make_sp_attention(mesh, meta, H, Hkv, /*causal=*/true, head_groups);
         const uint64_t seed = 1000 * static_cast<uint64_t>(mesh.sp_rank()) + 1;
         Tensor q = random_operand({s, H, D}, dev, seed), k = random_operand({s, Hkv, D}, dev, seed + 1);
         Tensor v = random_operand({s, Hkv, D}, dev, seed + 2), dout = random_operand({s, H, D}, dev, seed + 3);
@@ -275,6 +281,7 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
                      {"mode", o.sp_mode},
                      {"ulysses", shape.ulysses},
                      {"ring", shape.ring},
+                     {"head_groups", shape.ulysses > 1 ? std::min<int64_t>(head_groups, H / shape.ulysses) : 1},
                      {"layout", sp_layout_name(layout)},
                      {"tokens_per_rank", s},
                      {"seq_len", S},

@@ -35,6 +35,7 @@ struct BenchSpAttentionOptions {
   int64_t heads = 32;
   std::string kv_heads = "32,8";  // comma-separated Hkv values
   int64_t head_dim = 128;
+  int head_groups = 0;  // Ulysses head-group pipeline (parallel/sp_attention.h); 0: the default
   int warmup = 2;
   int iters = 5;
   bool single = true;  // also time the whole sequence on one device

@@ -71,6 +71,14 @@ class Communicator {
 // Equal all-to-all: in and out hold size() chunks of in.numel() / size() elements each.
 void all_to_all_equal(Communicator& comm, Tensor& out, const Tensor& in);
 
+// Non-blocking all_to_all (same counts and layout) through send_recv_async; the chunk a rank keeps
+// is copied at once. out is valid after wait(). Every rank posts its all-to-alls (and other
+// point-to-point operations) in the same order, so several may be in flight together: this is what
+// lets Ulysses pipeline the head groups of a layer.
+std::unique_ptr<CommRequest> all_to_all_async(Communicator& comm, Tensor& out, const Tensor& in,
+                                              const std::vector<int64_t>& send_counts,
+                                              const std::vector<int64_t>& recv_counts);
+
 // ---- local backend: ranks as threads of one process ------------------------------------
 struct LocalOptions {
   // A rank waiting longer than this in one call fails (and with it every rank), naming the

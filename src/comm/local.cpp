@@ -601,6 +601,33 @@ void all_to_all_equal(Communicator& comm, Tensor& out, const Tensor& in) {
   comm.all_to_all(out, in, counts, counts);
 }
 
+std::unique_ptr<CommRequest> all_to_all_async(Communicator& comm, Tensor& out, const Tensor& in,
+                                              const std::vector<int64_t>& send_counts,
+                                              const std::vector<int64_t>& recv_counts) {
+  const int p = comm.size(), me = comm.rank();
+  SEQPAR_CHECK(static_cast<int>(send_counts.size()) == p && static_cast<int>(recv_counts.size()) == p,
+               "all_to_all_async: {} send and {} receive counts for {} ranks", send_counts.size(), recv_counts.size(), p);
+  Tensor in_flat = in.view({in.numel()}), out_flat = out.view({out.numel()});
+  std::vector<P2POp> sends, recvs;
+  int64_t send_at = 0, recv_at = 0;
+  for (int j = 0; j < p; ++j) {
+    const int64_t s = send_counts[static_cast<size_t>(j)], r = recv_counts[static_cast<size_t>(j)];
+    if (j == me) {
+      SEQPAR_CHECK_EQ(s, r, "all_to_all_async: a rank's chunk to itself");
+      out_flat.rows(recv_at, recv_at + r).copy_from(in_flat.rows(send_at, send_at + s));
+    } else {
+      if (s > 0) sends.push_back({j, in_flat.rows(send_at, send_at + s)});
+      if (r > 0) recvs.push_back({j, out_flat.rows(recv_at, recv_at + r)});
+    }
+    send_at += s;
+    recv_at += r;
+  }
+  SEQPAR_CHECK(send_at == in.numel() && recv_at == out.numel(),
+               "all_to_all_async: counts sum to {} sent / {} received, tensors hold {} / {}", send_at, recv_at,
+               in.numel(), out.numel());
+  return comm.send_recv_async(sends, recvs);
+}
+
 void run_local_ranks(int world, const std::function<void(Communicator&)>& fn, const LocalOptions& options) {
   SEQPAR_CHECK(world >= 1, "run_local_ranks: world={} must be >= 1", world);
   SEQPAR_CHECK(options.timeout.count() > 0, "run_local_ranks: timeout={} ms must be > 0", options.timeout.count());

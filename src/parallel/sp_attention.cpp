@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/ops.h"
 
@@ -110,15 +111,32 @@ HeadRuns kv_heads(HeadRange q, int64_t H, int64_t Hkv) {
 // Bytes of one token's worth of `heads` heads.
 size_t head_bytes(const Tensor& t, int64_t heads) { return static_cast<size_t>(heads * t.dim(2)) * dtype_size(t.dtype()); }
 
+// One head group's tensors in the Ulysses layout: [u*T, h|hk, D], lse [u*T, h].
+struct HeadGroupState {
+  Tensor q, k, v, out, lse;
+  float scale = 0;
+};
+
 class UspContext final : public AttentionContext {
  public:
-  Tensor q, k, v, out, lse;  // Ulysses layout: [u*T, h|hk, D], lse [u*T, h]
-  float scale = 0;
+  std::vector<HeadGroupState> groups;
+};
+
+// The heads every Ulysses rank receives for one head group: q[j], kv[j] for rank j.
+struct HeadGroup {
+  std::vector<HeadRuns> q, kv;
+};
+
+// An all-to-all in flight and the buffers it reads and writes.
+struct PendingA2a {
+  Tensor send, recv;
+  std::unique_ptr<CommRequest> req;
 };
 
 class UspAttention final : public Attention {
  public:
-  UspAttention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta, int64_t H, int64_t Hkv, bool causal)
+  UspAttention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta, int64_t H, int64_t Hkv, bool causal,
+               int head_groups)
       : uly_(mesh.ulysses()), ring_(mesh.ring()), causal_(causal) {
     const int u = uly_.size(), r = ring_.size();
     SEQPAR_CHECK_EQ(static_cast<int>(sp_meta.size()), u * r, "one TokenMeta per SP rank");
@@ -128,40 +146,78 @@ class UspAttention final : public Attention {
       for (int i = 0; i < u; ++i) parts.push_back(sp_meta[b * u + i]);
       group_meta_.push_back(concat_token_meta(parts));
     }
+    // Head groups: every rank's query heads cut into G consecutive parts (G <= its head count), each
+    // with the KV heads it reads. G = 1 without Ulysses (nothing to overlap).
+    const int64_t fewest = H / u;  // the smallest per-rank head count (query_heads)
+    const int G = u == 1 ? 1 : static_cast<int>(std::clamp<int64_t>(head_groups, 1, fewest));
+    groups_.resize(static_cast<size_t>(G));
     for (int j = 0; j < u; ++j) {
       const HeadRange q = query_heads(H, u, j);
-      q_heads_.push_back({q});
-      kv_heads_.push_back(kv_heads(q, H, Hkv));
+      for (int g = 0; g < G; ++g) {
+        const HeadRange part{q.begin + q.size() * g / G, q.begin + q.size() * (g + 1) / G};
+        groups_[static_cast<size_t>(g)].q.push_back({part});
+        groups_[static_cast<size_t>(g)].kv.push_back(kv_heads(part, H, Hkv));
+      }
     }
   }
 
+  // Head group g's q, k, v travel while group g-1 is computed, and its output travels back while
+  // group g+1 is; with one group this is the plain a2a -> ring -> a2a.
   std::unique_ptr<AttentionContext> forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                                             float scale) override {
     auto ctx = std::make_unique<UspContext>();
-    ctx->scale = scale;
-    ctx->q = heads_to_tokens(q, q_heads_);
-    ctx->k = heads_to_tokens(k, kv_heads_);
-    ctx->v = heads_to_tokens(v, kv_heads_);
-    const int64_t Tg = ctx->q.dim(0), h = ctx->q.dim(1);
-    ctx->out = Tensor::empty(ctx->q.shape(), ctx->q.dtype(), ctx->q.device());
-    ctx->lse = Tensor::empty({Tg, h}, DType::kF32, ctx->q.device());
-    ring_forward(*ctx);
-    tokens_to_heads(out, ctx->out, q_heads_, /*accumulate=*/false);
+    const size_t G = groups_.size();
+    ctx->groups.resize(G);
+    std::vector<PendingA2a> in(3 * G), back(G);
+    auto post_inputs = [&](size_t g) {
+      in[3 * g] = post_heads_to_tokens(q, groups_[g].q);
+      in[3 * g + 1] = post_heads_to_tokens(k, groups_[g].kv);
+      in[3 * g + 2] = post_heads_to_tokens(v, groups_[g].kv);
+    };
+    post_inputs(0);
+    for (size_t g = 0; g < G; ++g) {
+      if (g + 1 < G) post_inputs(g + 1);
+      HeadGroupState& st = ctx->groups[g];
+      st.scale = scale;
+      st.q = finish(in[3 * g]);
+      st.k = finish(in[3 * g + 1]);
+      st.v = finish(in[3 * g + 2]);
+      const int64_t Tg = st.q.dim(0), h = st.q.dim(1);
+      st.out = Tensor::empty(st.q.shape(), st.q.dtype(), st.q.device());
+      st.lse = Tensor::empty({Tg, h}, DType::kF32, st.q.device());
+      ring_forward(st);
+      back[g] = post_tokens_to_heads(st.out, groups_[g].q);
+    }
+    for (size_t g = 0; g < G; ++g) finish_tokens_to_heads(out, back[g], groups_[g].q, /*accumulate=*/false);
     return ctx;
   }
 
   void backward(AttentionContext& base, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override {
     auto& ctx = static_cast<UspContext&>(base);
-    Tensor dout_g = heads_to_tokens(dout, q_heads_);
-    Tensor dq_g = Tensor::zeros(ctx.q.shape(), ctx.q.dtype(), ctx.q.device());
-    Tensor dk_g = Tensor::zeros(ctx.k.shape(), ctx.k.dtype(), ctx.k.device());
-    Tensor dv_g = Tensor::zeros(ctx.v.shape(), ctx.v.dtype(), ctx.v.device());
-    ring_backward(ctx, dout_g, dq_g, dk_g, dv_g);
-    tokens_to_heads(dq, dq_g, q_heads_, false);
+    const size_t G = groups_.size();
+    std::vector<PendingA2a> in(G), back(3 * G);
+    in[0] = post_heads_to_tokens(dout, groups_[0].q);
+    for (size_t g = 0; g < G; ++g) {
+      if (g + 1 < G) in[g + 1] = post_heads_to_tokens(dout, groups_[g + 1].q);
+      HeadGroupState& st = ctx.groups[g];
+      Tensor dout_g = finish(in[g]);
+      // ring_backward writes every element of dq_g, dk_g, dv_g.
+      Tensor dq_g = Tensor::empty(st.q.shape(), st.q.dtype(), st.q.device());
+      Tensor dk_g = Tensor::empty(st.k.shape(), st.k.dtype(), st.k.device());
+      Tensor dv_g = Tensor::empty(st.v.shape(), st.v.dtype(), st.v.device());
+      ring_backward(st, dout_g, dq_g, dk_g, dv_g);
+      back[3 * g] = post_tokens_to_heads(dq_g, groups_[g].q);
+      back[3 * g + 1] = post_tokens_to_heads(dk_g, groups_[g].kv);
+      back[3 * g + 2] = post_tokens_to_heads(dv_g, groups_[g].kv);
+    }
+    // A KV head can be read by several ranks and by several groups: its gradients are summed.
     dk.zero();
     dv.zero();
-    tokens_to_heads(dk, dk_g, kv_heads_, /*accumulate=*/true);
-    tokens_to_heads(dv, dv_g, kv_heads_, true);
+    for (size_t g = 0; g < G; ++g) {
+      finish_tokens_to_heads(dq, back[3 * g], groups_[g].q, /*accumulate=*/false);
+      finish_tokens_to_heads(dk, back[3 * g + 1], groups_[g].kv, /*accumulate=*/true);
+      finish_tokens_to_heads(dv, back[3 * g + 2], groups_[g].kv, true);
+    }
   }
 
  private:
@@ -187,12 +243,16 @@ class UspAttention final : public Attention {
     return min_k <= max_q;
   }
 
-  // Ulysses scatter: [T, Hx, D] (all heads, my tokens) -> [u*T, hx, D] (my heads, the group's
-  // tokens). ranges[j] = heads that rank j receives.
-  Tensor heads_to_tokens(const Tensor& x, const std::vector<HeadRuns>& ranges) {
+  // Ulysses scatter, posted: [T, Hx, D] (all heads, my tokens) -> [u*T, hx, D] (my heads, the
+  // group's tokens), ranges[j] = the heads rank j receives. finish() waits and returns the result.
+  PendingA2a post_heads_to_tokens(const Tensor& x, const std::vector<HeadRuns>& ranges) {
     const int u = uly_.size(), me = uly_.rank();
     const int64_t T = x.dim(0), D = x.dim(2), Hx = x.dim(1);
-    if (u == 1) return x;
+    PendingA2a a;
+    if (u == 1) {
+      a.recv = x;
+      return a;
+    }
     int64_t send_total = 0;
     std::vector<int64_t> send_counts(u), recv_counts(u);
     for (int j = 0; j < u; ++j) {
@@ -200,7 +260,7 @@ class UspAttention final : public Attention {
       recv_counts[j] = T * num_heads(ranges[me]) * D;
       send_total += send_counts[j];
     }
-    Tensor send = Tensor::empty({send_total}, x.dtype(), x.device());
+    a.send = Tensor::empty({send_total}, x.dtype(), x.device());
     size_t offset = 0;
     const size_t row = head_bytes(x, Hx);
     for (int j = 0; j < u; ++j) {
@@ -208,31 +268,32 @@ class UspAttention final : public Attention {
       size_t at = 0;  // bytes into rank j's row
       for (const HeadRange& run : ranges[j]) {
         const size_t run_width = head_bytes(x, run.size());
-        copy_bytes_2d(static_cast<char*>(send.raw()) + offset + at, width, send.device(),
+        copy_bytes_2d(static_cast<char*>(a.send.raw()) + offset + at, width, a.send.device(),
                       static_cast<const char*>(x.raw()) + head_bytes(x, run.begin), row, x.device(), run_width, T);
         at += run_width;
       }
       offset += width * T;
     }
-    Tensor recv = Tensor::empty({u * T, num_heads(ranges[me]), D}, x.dtype(), x.device());
-    Tensor recv_flat = recv.view({recv.numel()});
-    uly_.all_to_all(recv_flat, send, send_counts, recv_counts);
-    return recv;
+    a.recv = Tensor::empty({u * T, num_heads(ranges[me]), D}, x.dtype(), x.device());
+    a.req = all_to_all_async(uly_, a.recv, a.send, send_counts, recv_counts);
+    return a;
   }
 
-  // Ulysses gather, the inverse: [u*T, hx, D] -> [T, Hx, D]. With accumulate, the chunks from
-  // every rank are added (a replicated KV head's gradient is the sum of its replicas').
-  void tokens_to_heads(Tensor& x, const Tensor& g, const std::vector<HeadRuns>& ranges, bool accumulate) {
+  static Tensor finish(PendingA2a& a) {
+    if (a.req) a.req->wait();
+    a.send = Tensor();
+    return a.recv;
+  }
+
+  // Ulysses gather, the inverse, posted: [u*T, hx, D] -> chunks of [T, hx_j, D] from every rank.
+  PendingA2a post_tokens_to_heads(const Tensor& g, const std::vector<HeadRuns>& ranges) {
     const int u = uly_.size(), me = uly_.rank();
+    PendingA2a a;
     if (u == 1) {
-      if (accumulate) {
-        add_inplace(x, g);
-      } else {
-        x.copy_from(g);
-      }
-      return;
+      a.recv = g;
+      return a;
     }
-    const int64_t T = x.dim(0), D = x.dim(2), Hx = x.dim(1);
+    const int64_t T = g.dim(0) / u, D = g.dim(2);
     std::vector<int64_t> send_counts(u), recv_counts(u);
     int64_t recv_total = 0;
     for (int j = 0; j < u; ++j) {
@@ -240,9 +301,27 @@ class UspAttention final : public Attention {
       recv_counts[j] = T * num_heads(ranges[j]) * D;
       recv_total += recv_counts[j];
     }
-    Tensor recv = Tensor::empty({recv_total}, g.dtype(), g.device());
-    Tensor send = g.view({g.numel()});
-    uly_.all_to_all(recv, send, send_counts, recv_counts);
+    a.recv = Tensor::empty({recv_total}, g.dtype(), g.device());
+    a.send = g.view({g.numel()});
+    a.req = all_to_all_async(uly_, a.recv, a.send, send_counts, recv_counts);
+    return a;
+  }
+
+  // Waits for a posted gather and places (or with accumulate, adds: a replicated KV head's
+  // gradient is the sum of its replicas') the heads into x [T, Hx, D].
+  void finish_tokens_to_heads(Tensor& x, PendingA2a& a, const std::vector<HeadRuns>& ranges, bool accumulate) {
+    const int u = uly_.size();
+    const Tensor recv = finish(a);
+    if (u == 1) {
+      // One rank and one group: the whole tensor.
+      if (accumulate) {
+        add_inplace(x, recv);
+      } else {
+        x.copy_from(recv);
+      }
+      return;
+    }
+    const int64_t T = x.dim(0), Hx = x.dim(1);
     const size_t row = head_bytes(x, Hx);
     size_t offset = 0;
     for (int j = 0; j < u; ++j) {
@@ -284,7 +363,7 @@ class UspAttention final : public Attention {
     }
   }
 
-  void ring_forward(UspContext& c) {
+  void ring_forward(HeadGroupState& c) {
     const int r = ring_.size(), me = ring_.rank();
     Tensor k = c.k, v = c.v;
     bool first = true;
@@ -317,7 +396,7 @@ class UspAttention final : public Attention {
     SEQPAR_CHECK(!first, "ring attention: no key block is visible to rank {}'s queries (its own block always is)", me);
   }
 
-  void ring_backward(UspContext& c, const Tensor& dout, Tensor& dq, Tensor& dk_home, Tensor& dv_home) {
+  void ring_backward(HeadGroupState& c, const Tensor& dout, Tensor& dq, Tensor& dk_home, Tensor& dv_home) {
     const int r = ring_.size(), me = ring_.rank();
     const int next = (me + 1) % r, prev = (me - 1 + r) % r;
     Tensor k = c.k, v = c.v;
@@ -367,14 +446,26 @@ class UspAttention final : public Attention {
   Communicator& ring_;
   bool causal_;
   std::vector<TokenMeta> group_meta_;  // [r]: the tokens of ring block b (its ulysses group)
-  std::vector<HeadRuns> q_heads_, kv_heads_;  // [u]: the heads each Ulysses rank receives
+  std::vector<HeadGroup> groups_;      // [G]: the heads each Ulysses rank receives, per group
 };
 
 }  // namespace
 
+int default_ulysses_head_groups() {
+  const char* env = std::getenv("SEQPAR_ULYSSES_HEAD_GROUPS");
+  if (!env || !*env) return 2;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  SEQPAR_INPUT_CHECK(end && *end == '\0' && v >= 1 && v <= 1024,
+                     "SEQPAR_ULYSSES_HEAD_GROUPS={}: expected a whole number of head groups >= 1", env);
+  return static_cast<int>(v);
+}
+
 std::unique_ptr<Attention> make_sp_attention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta,
-                                             int64_t num_heads, int64_t num_kv_heads, bool causal) {
-  return std::make_unique<UspAttention>(mesh, sp_meta, num_heads, num_kv_heads, causal);
+                                             int64_t num_heads, int64_t num_kv_heads, bool causal, int head_groups) {
+  SEQPAR_CHECK(head_groups >= 0, "make_sp_attention: head_groups={} must be >= 0", head_groups);
+  return std::make_unique<UspAttention>(mesh, sp_meta, num_heads, num_kv_heads, causal,
+                                        head_groups > 0 ? head_groups : default_ulysses_head_groups());
 }
 
 }  // namespace seqpar

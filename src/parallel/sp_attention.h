@@ -38,7 +38,17 @@ void validate_sp_heads(int64_t num_heads, int64_t num_kv_heads, int ulysses_degr
 // each rank receives the KV heads its query heads read (a KV head needed by several ranks is
 // replicated, and its gradients are summed back). When an uneven split leaves a rank's KV heads
 // serving unequal numbers of its query heads, it gets one KV copy per query head instead.
+//
+// Overlap: with Ulysses, each rank's query heads are cut into `head_groups` groups (at most its
+// head count; each group with the KV heads it reads, so a KV head read by two groups travels
+// twice). Group g+1's q, k, v all-to-alls are in flight while group g is computed, and group g's
+// output travels back while group g+1 is; likewise dout, dq, dk, dv in backward. 1 = no pipeline;
+// 0 = default_ulysses_head_groups(). The result does not depend on it beyond f32 summation order.
 std::unique_ptr<Attention> make_sp_attention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta,
-                                             int64_t num_heads, int64_t num_kv_heads, bool causal = true);
+                                             int64_t num_heads, int64_t num_kv_heads, bool causal = true,
+                                             int head_groups = 0);
+
+// The environment's SEQPAR_ULYSSES_HEAD_GROUPS (InputError unless a whole number >= 1), else 2.
+int default_ulysses_head_groups();
 
 }  // namespace seqpar

@@ -11,6 +11,9 @@
 // tests/train/test_sp_model.cpp runs the same comparison on make_sp_batch's own shards.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <tuple>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -138,7 +141,7 @@ Result run_local(const Stream& st, const Problem& p) {
 
 // make_sp_attention on P = shape.sp() ranks, each with its rows of the problem; results gathered
 // back to stream order. Outputs start as garbage: they must be written (=), not accumulated.
-Result run_sp(const MeshShape& shape, const Stream& st, const Problem& p) {
+Result run_sp(const MeshShape& shape, const Stream& st, const Problem& p, int head_groups = 0) {
   const int P = shape.sp();
   std::vector<TokenMeta> sp_meta;
   for (int r = 0; r < P; ++r) sp_meta.push_back(meta_of(st, st.index[r]));
@@ -149,7 +152,7 @@ Result run_sp(const MeshShape& shape, const Stream& st, const Problem& p) {
     const std::vector<int64_t>& idx = st.index[r];
     Tensor q = take_rows(p.q, idx), k = take_rows(p.k, idx), v = take_rows(p.v, idx), dout = take_rows(p.dout, idx);
     Tensor o = garbage(q.shape()), gq = garbage(q.shape()), gk = garbage(k.shape()), gv = garbage(v.shape());
-    auto attn = make_sp_attention(mesh, sp_meta, p.H, p.Hkv);
+    auto attn = make_sp_attention(mesh, sp_meta, p.H, p.Hkv, /*causal=*/true, head_groups);
     auto ctx = attn->forward(q, k, v, o, p.scale());
     attn->backward(*ctx, dout, gq, gk, gv);
     out[r] = o;
@@ -235,6 +238,48 @@ TEST(SpAttention, DegreeOneAndLongerSequence) {
   const Result want = run_local(st, p);
   expect_close(run_sp(sp_mesh_shape(SpMode::kRing, 4, 0), st, p), want, kTol, "ring P=4 S=200");
   expect_close(run_sp(sp_mesh_shape(SpMode::kHybrid, 4, 2), st, p), want, kTol, "hybrid 2x2 S=200");
+}
+
+// Ulysses' head-group pipeline (several all-to-alls in flight, groups sharing KV heads, groups of
+// unequal sizes, more groups asked for than a rank has heads) computes the same attention as one
+// device, whatever the number of groups.
+TEST(SpAttention, UlyssesHeadGroupsMatchOneDevice) {
+  const std::vector<std::pair<int64_t, int64_t>> heads = {{8, 8}, {8, 2}, {8, 1}, {6, 3}, {6, 2}};
+  for (auto [mode, P, u] : {std::tuple{SpMode::kUlysses, 2, 0}, std::tuple{SpMode::kUlysses, 4, 0},
+                            std::tuple{SpMode::kHybrid, 4, 2}}) {
+    const MeshShape shape = sp_mesh_shape(mode, P, u);
+    const Stream st = make_stream({5, 1, 17, 3}, P, Layout::kZigzag);
+    for (auto [H, Hkv] : heads) {
+      if (shape.ulysses > H) continue;
+      const Problem p = make_problem(st.S, H, Hkv, 4, 31 * H + Hkv);
+      const Result want = run_local(st, p);
+      for (int groups : {1, 2, 3, 8}) {
+        const std::string what = shape.str() + " H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) +
+                                 " head_groups=" + std::to_string(groups);
+        expect_close(run_sp(shape, st, p, groups), want, kTol, what);
+      }
+    }
+  }
+}
+
+TEST(SpAttention, HeadGroupsFromTheEnvironment) {
+  ::setenv("SEQPAR_ULYSSES_HEAD_GROUPS", "3", 1);
+  EXPECT_EQ(default_ulysses_head_groups(), 3);
+  ::setenv("SEQPAR_ULYSSES_HEAD_GROUPS", "0", 1);
+  EXPECT_THROW(
+      {
+        try {
+          default_ulysses_head_groups();
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("SEQPAR_ULYSSES_HEAD_GROUPS=0: expected a whole number of head groups >= 1"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      InputError);
+  ::unsetenv("SEQPAR_ULYSSES_HEAD_GROUPS");
+  EXPECT_EQ(default_ulysses_head_groups(), 2);
 }
 
 // The two ring layouts hold different tokens per rank and merge the blocks in a different order,
