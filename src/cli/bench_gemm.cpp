@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -35,7 +38,15 @@ void add_bench_gemm_options(CLI::App& cmd, BenchGemmOptions& o) {
   cmd.add_option("--square", o.square, "edge of the square GEMM")->capture_default_str();
   cmd.add_option("--warmup", o.warmup, "untimed runs per shape")->capture_default_str();
   cmd.add_option("--iters", o.iters, "timed runs per shape (the median is reported)")->capture_default_str();
-  cmd.add_flag("--autotune", o.autotune, "pick each shape's cuBLASLt algorithm by timing the top candidates");
+  cmd.add_option("--algo", o.algo,
+                 "cuBLASLt configuration per shape: heuristic (first pick), autotune (timed candidates), or both "
+                 "(each shape both ways, and a table of the two on stderr)")
+      ->check(CLI::IsMember({"heuristic", "autotune", "both"}))
+      ->capture_default_str();
+  cmd.add_flag("--autotune", o.autotune, "the same as --algo autotune");
+  cmd.add_option("--tune-ms", o.tune_ms,
+                 "autotune budget per shape in ms (0: matmul's default, 50 or $SEQPAR_GEMM_AUTOTUNE_MS)")
+      ->capture_default_str();
   cmd.add_option("--out", o.out, "also write the JSON lines to this file");
   cmd.add_option("--device", o.device, "CUDA device index")->capture_default_str();
 }
@@ -74,6 +85,9 @@ std::vector<GemmShape> bench_shapes(const BenchGemmOptions& o) {
                      o.square);
   SEQPAR_INPUT_CHECK(o.iters > 0 && o.warmup >= 0, "--iters={} must be > 0 and --warmup={} >= 0", o.iters,
                      o.warmup);
+  SEQPAR_INPUT_CHECK(o.algo == "heuristic" || o.algo == "autotune" || o.algo == "both",
+                     "--algo={} must be one of heuristic, autotune, both", o.algo);
+  SEQPAR_INPUT_CHECK(o.tune_ms >= 0, "--tune-ms={} must be >= 0 (0: matmul's default budget)", o.tune_ms);
   std::vector<GemmShape> v;
   if (o.preset == "square" || o.preset == "all")
     v.push_back({"square." + std::to_string(o.square), o.square, o.square, o.square, false, false});
@@ -109,6 +123,11 @@ struct Timing {
   double median_ms, min_ms;
 };
 
+Timing summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front()};
+}
+
 // Median and best of `iters` runs of f after `warmup` untimed ones, each run between two events.
 template <typename F>
 Timing time_runs(int warmup, int iters, cudaStream_t stream, F&& f) {
@@ -126,8 +145,34 @@ Timing time_runs(int warmup, int iters, cudaStream_t stream, F&& f) {
   SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<double> ms(iters);
   for (int i = 0; i < iters; ++i) ms[i] = stop[i].elapsed_ms(start[i]);
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.front()};
+  return summarize(std::move(ms));
+}
+
+// The same for two alternatives run in alternation (f, g, f, g, ...), so that drift in clocks or
+// temperature during the measurement hits both alike and their ratio is fair.
+template <typename F, typename G>
+std::pair<Timing, Timing> time_alternating(int warmup, int iters, cudaStream_t stream, F&& f, G&& g) {
+  for (int i = 0; i < warmup; ++i) {
+    f();
+    g();
+  }
+  std::vector<Event> ev;
+  for (int i = 0; i < 4 * iters; ++i) ev.emplace_back(true);
+  for (int i = 0; i < iters; ++i) {
+    ev[4 * i].record(stream);
+    f();
+    ev[4 * i + 1].record(stream);
+    ev[4 * i + 2].record(stream);
+    g();
+    ev[4 * i + 3].record(stream);
+  }
+  SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> mf(iters), mg(iters);
+  for (int i = 0; i < iters; ++i) {
+    mf[i] = ev[4 * i + 1].elapsed_ms(ev[4 * i]);
+    mg[i] = ev[4 * i + 3].elapsed_ms(ev[4 * i + 2]);
+  }
+  return {summarize(std::move(mf)), summarize(std::move(mg))};
 }
 
 // A device tensor of random values in [lo, hi) (never zeros: they run faster than real data).
@@ -167,6 +212,36 @@ class JsonOut {
   std::ofstream file_;
 };
 
+// One shape of `--algo both`: the heuristic first pick against the autotuned choice.
+struct CompareRow {
+  std::string name;
+  int64_t M = 0, N = 0, K = 0;
+  double heuristic_tflops = 0, tuned_tflops = 0, tune_ms = 0;
+  int timed = 0, candidates = 0;
+  std::string chosen;
+};
+
+// The table on stderr (stdout carries only JSON lines), with the geometric mean of tuned/heuristic.
+void print_compare_table(const std::vector<CompareRow>& rows, double budget_ms) {
+  std::fprintf(stderr, "%-24s %6s %6s %6s %10s %10s %6s %8s %9s  %s\n", "GEMM (bf16, f32 acc)", "M", "N", "K",
+               "heur TF/s", "tuned TF/s", "ratio", "tune ms", "timed/of", "chosen");
+  double log_sum = 0, tune_total = 0, worst = INFINITY;
+  for (const CompareRow& r : rows) {
+    const double ratio = r.tuned_tflops / r.heuristic_tflops;
+    log_sum += std::log(ratio);
+    tune_total += r.tune_ms;
+    worst = std::min(worst, ratio);
+    std::fprintf(stderr, "%-24s %6lld %6lld %6lld %10.0f %10.0f %6.3f %8.1f %4d/%-4d  %s\n", r.name.c_str(),
+                 static_cast<long long>(r.M), static_cast<long long>(r.N), static_cast<long long>(r.K),
+                 r.heuristic_tflops, r.tuned_tflops, ratio, r.tune_ms, r.timed, r.candidates, r.chosen.c_str());
+  }
+  if (!rows.empty())
+    std::fprintf(stderr,
+                 "autotuned/heuristic TFLOP/s: geometric mean %.3f, min %.3f over %zu shapes; tuning %.0f ms in "
+                 "all (budget %.0f ms per shape)\n",
+                 std::exp(log_sum / static_cast<double>(rows.size())), worst, rows.size(), tune_total, budget_ms);
+}
+
 // The memory-bound ops at Llama-3.2-1B sizes (T tokens, C=2048, F=8192, H=32, D=64; the loss on a
 // 4096-token tile of V=128256 logits), bf16 activations: achieved bytes per second against a
 // device-to-device copy timed in the same run. bytes = the fewest an op must move (each input read
@@ -178,7 +253,7 @@ void bench_ops(const BenchGemmOptions& o, Device dev, const cudaDeviceProp& prop
   uint64_t seed = 100;
   auto report = [&](const std::string& name, double bytes, const Timing& t, double copy_gbps) {
     const double gbps = bytes / (t.median_ms * 1e-3) / 1e9;
-    nlohmann::json j = {{"bench", "op"},           {"impl", o.autotune ? "seqpar-autotune" : "seqpar"},
+    nlohmann::json j = {{"bench", "op"},           {"impl", "seqpar"},
                         {"name", name},            {"bytes", bytes},
                         {"ms", t.median_ms},       {"ms_min", t.min_ms},
                         {"gbps", gbps},            {"of_copy", copy_gbps > 0 ? gbps / copy_gbps : 1.0},
@@ -268,32 +343,104 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     bench_ops(o, dev, prop, out);
     return 0;
   }
-  cuda_ops::set_matmul_autotune(o.autotune);
+  const std::string algo = o.autotune ? "autotune" : o.algo;
+  const bool heuristic = algo != "autotune", tuned = algo != "heuristic";
+  if (o.tune_ms > 0) cuda_ops::set_matmul_autotune_budget_ms(o.tune_ms);
+  const bool autotune_before = cuda_ops::matmul_autotune();
   cudaStream_t stream = current_stream();
   uint64_t seed = 1;
+  std::vector<CompareRow> table;
   for (const GemmShape& s : shapes) {
     Tensor a = random_device(s.trans_a ? Shape{s.K, s.M} : Shape{s.M, s.K}, DType::kBF16, dev, seed++);
     Tensor b = random_device(s.trans_b ? Shape{s.N, s.K} : Shape{s.K, s.N}, DType::kBF16, dev, seed++);
     Tensor c = Tensor::empty({s.M, s.N}, DType::kBF16, dev);
-    const Timing t = time_runs(o.warmup, o.iters, stream, [&] { matmul(c, a, b, s.trans_a, s.trans_b); });
     const double flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
-    out.write({{"bench", "gemm"},
-               {"impl", o.autotune ? "seqpar-autotune" : "seqpar"},
-               {"name", s.name},
-               {"m", s.M},
-               {"n", s.N},
-               {"k", s.K},
-               {"trans_a", s.trans_a},
-               {"trans_b", s.trans_b},
-               {"dtype", "bf16"},
-               {"out_dtype", "bf16"},
-               {"ms", t.median_ms},
-               {"ms_min", t.min_ms},
-               {"tflops", flops / (t.median_ms * 1e-3) / 1e12},
-               {"iters", o.iters},
-               {"device", prop.name},
-               {"date", today()}});
+    auto line = [&](const char* impl, const Timing& t, const cuda_ops::MatmulConfig& cfg) {
+      return nlohmann::json{{"bench", "gemm"},
+                            {"impl", impl},
+                            {"name", s.name},
+                            {"m", s.M},
+                            {"n", s.N},
+                            {"k", s.K},
+                            {"trans_a", s.trans_a},
+                            {"trans_b", s.trans_b},
+                            {"dtype", "bf16"},
+                            {"out_dtype", "bf16"},
+                            {"ms", t.median_ms},
+                            {"ms_min", t.min_ms},
+                            {"tflops", flops / (t.median_ms * 1e-3) / 1e12},
+                            {"family", cuda_ops::matmul_family_name(cfg.family)},
+                            {"config", cuda_ops::matmul_config_str(cfg)},
+                            {"iters", o.iters},
+                            {"device", prop.name},
+                            {"date", today()}};
+    };
+    // Every shape plans (and tunes) afresh, so identical shapes (k and v) are independent samples
+    // of the tuning.
+    cuda_ops::clear_matmul_plans();
+    CompareRow row;
+    row.name = s.name;
+    row.M = s.M;
+    row.N = s.N;
+    row.K = s.K;
+    auto run_heuristic = [&] {
+      cuda_ops::set_matmul_autotune(false);
+      matmul(c, a, b, s.trans_a, s.trans_b);
+    };
+    auto run_tuned = [&] {
+      cuda_ops::set_matmul_autotune(true);
+      matmul(c, a, b, s.trans_a, s.trans_b);
+    };
+    cuda_ops::MatmulConfig heuristic_config;
+    if (heuristic) {
+      run_heuristic();
+      heuristic_config = cuda_ops::last_matmul_tuning().chosen;
+    }
+    cuda_ops::MatmulTuning tuning;
+    double first_call_ms = 0;
+    if (tuned) {
+      // The first call tunes (it synchronises the stream): its host time is the cost a training
+      // run pays once per shape.
+      SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const auto t0 = std::chrono::steady_clock::now();
+      run_tuned();
+      SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+      first_call_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      tuning = cuda_ops::last_matmul_tuning();
+    }
+    Timing th{}, tt{};
+    if (heuristic && tuned) {
+      std::tie(th, tt) = time_alternating(o.warmup, o.iters, stream, run_heuristic, run_tuned);
+    } else if (heuristic) {
+      th = time_runs(o.warmup, o.iters, stream, run_heuristic);
+    } else {
+      tt = time_runs(o.warmup, o.iters, stream, run_tuned);
+    }
+    if (heuristic) {
+      row.heuristic_tflops = flops / (th.median_ms * 1e-3) / 1e12;
+      out.write(line("seqpar", th, heuristic_config));
+    }
+    if (tuned) {
+      nlohmann::json j = line("seqpar-autotune", tt, tuning.chosen);
+      j["tune_ms"] = tuning.tune_ms;
+      j["tune_budget_ms"] = cuda_ops::matmul_autotune_budget_ms();
+      j["first_call_ms"] = first_call_ms;
+      j["candidates"] = tuning.candidates;
+      j["timed"] = tuning.timed;
+      j["tune_best_ms"] = tuning.best_ms;
+      j["tune_heuristic_ms"] = tuning.heuristic_ms;
+      row.tuned_tflops = flops / (tt.median_ms * 1e-3) / 1e12;
+      if (heuristic) j["vs_heuristic"] = row.tuned_tflops / row.heuristic_tflops;
+      out.write(j);
+      row.tune_ms = tuning.tune_ms;
+      row.timed = tuning.timed;
+      row.candidates = tuning.candidates;
+      row.chosen = cuda_ops::matmul_config_str(tuning.chosen);
+    }
+    table.push_back(row);
   }
+  cuda_ops::set_matmul_autotune(autotune_before);
+  if (heuristic && tuned) print_compare_table(table, cuda_ops::matmul_autotune_budget_ms());
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // `seqpar bench gemm`: times matmul (kernels/ops.h on CUDA tensors, i.e. cuBLASLt) on the GEMMs of
 // Llama's projections (forward and the two backward products) and on a square reference, and
-// prints one JSON line per shape (bench/peers/torch_matmul.py prints the same lines for PyTorch).
+// prints one JSON line per shape and algorithm choice (bench/peers/torch_matmul.py prints the same
+// lines for PyTorch). Autotuned lines also say which configuration won and what the tuning cost.
 // --preset ops instead times the memory-bound ops (kernels/ops.h) at Llama-1B sizes, in bytes per
 // second against a device copy timed in the same run.
 #pragma once
@@ -20,7 +21,13 @@ struct BenchGemmOptions {
   int64_t square = 8192;       // edge of the square GEMM
   int warmup = 5;              // untimed runs per shape
   int iters = 30;              // timed runs per shape; the median is reported
-  bool autotune = false;       // time cuBLASLt's top candidates per shape (cuda_ops::set_matmul_autotune)
+  // How matmul picks each shape's cuBLASLt configuration: heuristic (its first pick; JSON impl
+  // "seqpar"), autotune (timed candidates, cuda_ops::set_matmul_autotune; impl "seqpar-autotune"),
+  // or both, one after the other on the same operands (two lines per shape, and a table of the
+  // two on stderr).
+  std::string algo = "both";
+  bool autotune = false;       // --autotune: the same as algo = "autotune"
+  double tune_ms = 0;          // autotune budget per shape in ms (0: matmul's default, 50 or SEQPAR_GEMM_AUTOTUNE_MS)
   std::string out;             // also write the JSON lines to this file (empty: stdout only)
   int device = 0;
 };

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -358,45 +359,190 @@ struct MatmulCase {
   int64_t M, N, K;
 };
 
-void check_matmul(DType in_dt, DType out_dt, const MatmulCase& c, bool ta, bool tb, float alpha, float beta) {
-  const auto [M, N, K] = c;
-  const std::string what = "matmul in " + std::string(dtype_name(in_dt)) + " out " + std::string(dtype_name(out_dt)) +
-                           " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
-                           " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " beta=" + std::to_string(beta);
-  const Shape sa = ta ? Shape{K, M} : Shape{M, K}, sb = tb ? Shape{N, K} : Shape{K, N};
-  const auto a = random_vector(M * K, 30 + M), b = random_vector(K * N, 31 + N), c0 = random_vector(M * N, 32);
-  std::vector<double> ref = to_double(c0);
-  cpu::matmul_reference<double>(ref.data(), to_double(a).data(), to_double(b).data(), M, N, K, ta, tb, alpha, beta);
-  Tensor base = host_f32({M, N}, stored(c0, out_dt));
-  matmul(base, host_f32(sa, stored(a, in_dt)), host_f32(sb, stored(b, in_dt)), ta, tb, alpha, beta);
-  // beta == 0: out is write-only, so its NaN poison must not leak in.
-  Tensor out = beta == 0.f ? poisoned({M, N}, out_dt) : device_tensor({M, N}, c0, out_dt);
-  matmul(out, device_tensor(sa, a, in_dt), device_tensor(sb, b, in_dt), ta, tb, alpha, beta);
-  expect_within_2x(what, host(out), stored(base.to_f32_vector(), out_dt), ref);
-}
+// One matmul's inputs and references, computed once and checked against any number of CUDA runs
+// (autotune on or off, every candidate of the pool): the double reference on the original inputs
+// and the CPU f32 baseline on inputs stored like the CUDA ones (the 2x rule).
+class MatmulCheck {
+ public:
+  MatmulCheck(DType in_dt, DType out_dt, const MatmulCase& c, bool ta, bool tb, float alpha, float beta)
+      : in_dt_(in_dt), out_dt_(out_dt), c_(c), ta_(ta), tb_(tb), alpha_(alpha), beta_(beta) {
+    const auto [M, N, K] = c;
+    what_ = "matmul in " + std::string(dtype_name(in_dt)) + " out " + std::string(dtype_name(out_dt)) +
+            " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+            " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " beta=" + std::to_string(beta);
+    sa_ = ta ? Shape{K, M} : Shape{M, K};
+    sb_ = tb ? Shape{N, K} : Shape{K, N};
+    a_ = random_vector(M * K, 30 + M);
+    b_ = random_vector(K * N, 31 + N);
+    c0_ = random_vector(M * N, 32);
+    ref_ = to_double(c0_);
+    cpu::matmul_reference<double>(ref_.data(), to_double(a_).data(), to_double(b_).data(), M, N, K, ta, tb, alpha,
+                                  beta);
+    Tensor base = host_f32({M, N}, stored(c0_, out_dt));
+    matmul(base, host_f32(sa_, stored(a_, in_dt)), host_f32(sb_, stored(b_, in_dt)), ta, tb, alpha, beta);
+    base_ = stored(base.to_f32_vector(), out_dt);
+    da_ = device_tensor(sa_, a_, in_dt);
+    db_ = device_tensor(sb_, b_, in_dt);
+  }
 
+  // A fresh output: beta == 0 makes out write-only, so its NaN poison must not leak in.
+  Tensor make_out() const {
+    return beta_ == 0.f ? poisoned({c_.M, c_.N}, out_dt_) : device_tensor({c_.M, c_.N}, c0_, out_dt_);
+  }
+  std::vector<cuda_ops::MatmulConfig> candidates() const {
+    Tensor out = make_out();
+    return cuda_ops::matmul_candidates(out, da_, db_, ta_, tb_);
+  }
+  // One CUDA run under the current matmul settings, checked.
+  void run(const std::string& label) const {
+    Tensor out = make_out();
+    matmul(out, da_, db_, ta_, tb_, alpha_, beta_);
+    expect_within_2x(what_ + label, host(out), base_, ref_);
+  }
+  const std::string& what() const { return what_; }
+
+ private:
+  DType in_dt_, out_dt_;
+  MatmulCase c_;
+  bool ta_, tb_;
+  float alpha_, beta_;
+  std::string what_;
+  Shape sa_, sb_;
+  std::vector<float> a_, b_, c0_, base_;
+  std::vector<double> ref_;
+  Tensor da_, db_;
+};
+
+// Restores matmul's settings (autotune, budget, forced candidate) at scope exit, failed or not.
+class MatmulSettings {
+ public:
+  MatmulSettings() : autotune_(cuda_ops::matmul_autotune()), budget_(cuda_ops::matmul_autotune_budget_ms()) {}
+  ~MatmulSettings() {
+    cuda_ops::set_matmul_autotune(autotune_);
+    cuda_ops::set_matmul_autotune_budget_ms(budget_);
+    cuda_ops::set_matmul_forced_candidate(-1);
+  }
+
+ private:
+  bool autotune_;
+  double budget_;
+};
+
+// The heuristic first pick and the autotuned choice, on every transpose combination and dtype.
 TEST_F(CudaOps, Matmul) {
+  MatmulSettings settings;
+  cuda_ops::set_matmul_autotune_budget_ms(10);
   const MatmulCase cases[] = {{96, 80, 72}, {33, 17, 29}, {256, 128, 1000}};
   for (const auto& c : cases) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
-        check_matmul(DType::kBF16, DType::kBF16, c, ta, tb, 1.f, 0.f);
-        check_matmul(DType::kBF16, DType::kF32, c, ta, tb, 0.5f, 1.f);  // dW += dy^T x
-        check_matmul(DType::kBF16, DType::kBF16, c, ta, tb, 0.7f, 0.5f);
-        check_matmul(DType::kF32, DType::kF32, c, ta, tb, 1.f, 0.f);  // true f32 (TF32 would fail)
+        const MatmulCheck checks[] = {
+            {DType::kBF16, DType::kBF16, c, ta, tb, 1.f, 0.f},
+            {DType::kBF16, DType::kF32, c, ta, tb, 0.5f, 1.f},  // dW += dy^T x
+            {DType::kBF16, DType::kBF16, c, ta, tb, 0.7f, 0.5f},
+            {DType::kF32, DType::kF32, c, ta, tb, 1.f, 0.f},  // true f32 (TF32 would fail)
+        };
+        for (const MatmulCheck& check : checks) {
+          for (bool tune : {false, true}) {
+            cuda_ops::set_matmul_autotune(tune);
+            check.run(tune ? " autotuned" : " heuristic");
+            const cuda_ops::MatmulTuning t = cuda_ops::last_matmul_tuning();
+            EXPECT_EQ(t.autotuned, tune) << check.what();
+            if (tune) {
+              EXPECT_GE(t.timed, 1) << check.what();
+              EXPECT_LE(t.timed, t.candidates) << check.what();
+            }
+          }
+        }
       }
     }
   }
 }
 
-// With autotuning the algorithm is the fastest of cuBLASLt's candidates: still the same product.
-TEST_F(CudaOps, MatmulAutotune) {
-  cuda_ops::set_matmul_autotune(true);
-  for (bool ta : {false, true}) {
-    check_matmul(DType::kBF16, DType::kBF16, {512, 384, 640}, ta, true, 1.f, 0.f);
-    check_matmul(DType::kBF16, DType::kF32, {512, 384, 640}, ta, false, 1.f, 1.f);
+// Every candidate of the pool, forced one by one, computes the same product: both families, the
+// heuristic's split-K configurations and matmul's own split-K variants of long-K shapes (the
+// weight gradients, K = tokens). The pool's [0] is what autotune-off runs.
+TEST_F(CudaOps, MatmulEveryCandidate) {
+  MatmulSettings settings;
+  struct Case {
+    DType in, out;
+    MatmulCase c;
+    bool ta, tb;
+    float alpha, beta;
+    bool long_k;
+  };
+  const Case cases[] = {
+      {DType::kBF16, DType::kF32, {64, 96, 8192}, true, false, 0.5f, 1.f, true},   // wgrad: dW += dy^T x
+      {DType::kBF16, DType::kBF16, {64, 96, 8192}, true, false, 1.f, 0.f, true},   // wgrad, bf16 out
+      {DType::kF32, DType::kF32, {48, 64, 4096}, true, false, 1.f, 0.f, true},     // f32 long K
+      {DType::kBF16, DType::kBF16, {200, 96, 256}, false, true, 1.f, 0.f, false},  // fwd: y = x W^T
+      {DType::kBF16, DType::kBF16, {128, 160, 192}, false, false, 0.7f, 0.5f, false},  // dgrad: dx = dy W
+  };
+  for (const Case& k : cases) {
+    const MatmulCheck check(k.in, k.out, k.c, k.ta, k.tb, k.alpha, k.beta);
+    const std::vector<cuda_ops::MatmulConfig> pool = check.candidates();
+    ASSERT_FALSE(pool.empty()) << check.what();
+    int swapped = 0, split = 0;
+    for (const auto& cfg : pool) {
+      swapped += cfg.family == cuda_ops::MatmulFamily::kSwapped;
+      split += cfg.split_k > 1;
+    }
+    std::printf("%s: %zu candidates, %d swapped, %d split-K\n", check.what().c_str(), pool.size(), swapped, split);
+    EXPECT_EQ(pool[0].family, cuda_ops::MatmulFamily::kDirect) << check.what();
+    EXPECT_GT(swapped, 0) << check.what() << ": cuBLASLt offered no algorithm with a row-major D";
+    if (k.long_k) {
+      EXPECT_GT(split, 0) << check.what() << ": no split-K candidate for a long-K shape";
+    }
+    for (size_t i = 0; i < pool.size(); ++i) {
+      cuda_ops::set_matmul_forced_candidate(static_cast<int>(i));
+      const std::string cfg = cuda_ops::matmul_config_str(pool[i]);
+      const std::string label = " candidate " + std::to_string(i) + " (" + cfg + ")";
+      EXPECT_NO_THROW(check.run(label)) << check.what() << label;
+      EXPECT_EQ(cuda_ops::matmul_config_str(cuda_ops::last_matmul_tuning().chosen), cfg) << check.what();
+    }
+    cuda_ops::set_matmul_forced_candidate(-1);
+    for (bool tune : {false, true}) {
+      cuda_ops::set_matmul_autotune(tune);
+      check.run(tune ? " autotuned" : " heuristic");
+      const cuda_ops::MatmulTuning t = cuda_ops::last_matmul_tuning();
+      EXPECT_EQ(t.autotuned, tune) << check.what();
+      if (!tune) {
+        EXPECT_EQ(cuda_ops::matmul_config_str(t.chosen), cuda_ops::matmul_config_str(pool[0])) << check.what();
+      }
+    }
   }
-  cuda_ops::set_matmul_autotune(false);
+  EXPECT_THROW(cuda_ops::set_matmul_forced_candidate(-2), Error);
+}
+
+// The tuning stays within its budget: on a GEMM whose whole pool takes far longer than the budget
+// to time, the first pass stops early and the total is about the budget (one candidate's first
+// runs, lazy module loading included, may overrun it).
+TEST_F(CudaOps, MatmulAutotuneBudget) {
+  MatmulSettings settings;
+  const double budget = 5;
+  cuda_ops::set_matmul_autotune_budget_ms(budget);
+  cuda_ops::set_matmul_autotune(true);
+  const int64_t n = 4096;  // 137 GFLOP: ~0.2 ms a run on an H200, the pool of ~64+ would take > 25 ms
+  Tensor a = device_tensor({n, n}, random_vector(n * n, 40), DType::kBF16);
+  Tensor b = device_tensor({n, n}, random_vector(n * n, 41), DType::kBF16);
+  Tensor out = Tensor::empty({n, n}, DType::kBF16, kGpu);
+  const size_t pool = cuda_ops::matmul_candidates(out, a, b, false, false).size();
+  matmul(out, a, b, false, false);
+  const cuda_ops::MatmulTuning t = cuda_ops::last_matmul_tuning();
+  std::printf("budget %.1f ms: tuned in %.1f ms, %d of %d candidates timed, chose %s (%.4f ms; first pick %.4f ms)\n",
+              budget, t.tune_ms, t.timed, t.candidates, cuda_ops::matmul_config_str(t.chosen).c_str(), t.best_ms,
+              t.heuristic_ms);
+  EXPECT_TRUE(t.autotuned);
+  EXPECT_EQ(t.candidates, static_cast<int>(pool));
+  EXPECT_GE(t.timed, 1);
+  if (t.candidates >= 16) {
+    EXPECT_LT(t.timed, t.candidates) << "the budget did not stop the first pass";
+  }
+  EXPECT_LT(t.tune_ms, budget + 50) << "tuning overran its budget";
+  EXPECT_GT(t.best_ms, 0);
+  // The first pick may leave the race early with fewer samples; its median stays a fair yardstick.
+  EXPECT_LE(t.best_ms, t.heuristic_ms * 1.1) << "tuning chose a candidate slower than the first pick";
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 // ---- cross-entropy ------------------------------------------------------------------------

@@ -1,16 +1,34 @@
 // matmul through cuBLASLt: bf16 (or f32) operands, f32 accumulation, bf16 or f32 output.
 //
-// ops.h is row-major: out[M, N] = alpha * op(a) @ op(b) + beta * out. cuBLASLt is column-major,
-// and a row-major [R, C] matrix is the column-major [C, R] matrix of the same bytes. So the
-// row-major product is computed as its transpose, column-major:
-//   out^T [N, M] = op(b)^T [N, K] @ op(a)^T [K, M]
-// i.e. cuBLASLt's A is b (transposed iff trans_b), its B is a (transposed iff trans_a), m = N,
-// n = M, and every leading dimension is the row length of the row-major tensor.
+// ops.h is row-major: out[M, N] = alpha * op(a) @ op(b) + beta * out. cuBLASLt is column-major by
+// default, and a row-major [R, C] matrix is the column-major [C, R] matrix of the same bytes. Two
+// formulations write out's bytes, and cuBLASLt has different kernels for each (its kernels are
+// specialised on the layouts), so they are two families of candidates:
+//   direct:  out^T [N, M] = op(b)^T [N, K] @ op(a)^T [K, M], everything column-major: cuBLASLt's A
+//            is b (transposed iff trans_b), its B is a (transposed iff trans_a), m = N, n = M;
+//   swapped: out [M, N] = op(a) [M, K] @ op(b) [K, N] with D (and C) declared row-major
+//            (CUBLASLT_ORDER_ROW): A is a read column-major, so transposed iff !trans_a, B is b,
+//            transposed iff !trans_b, m = M, n = N.
+// Every leading dimension is the row length of the row-major tensor.
+//
+// The choice per shape (a Plan, cached per thread and device for the process):
+//  - heuristic: cuBLASLt's first pick for the direct family (pool[0]);
+//  - autotune (default on): on the shape's first call, time a pool of candidates: up to
+//    kHeuristicRequest heuristic results per family, interleaved (d0, s0, d1, s1, ...), and for
+//    long-K shapes (the weight gradients, K = tokens) split-K variants of each family's best
+//    kSplitBases, set through CUBLASLT_ALGO_CONFIG_SPLITK_NUM / _REDUCTION_SCHEME. See tune() for
+//    the timing schedule and its budget.
+// Numerics: every candidate computes in CUBLAS_COMPUTE_32F. Split-K partial sums must stay f32:
+// for a bf16 out only CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE is allowed (INPLACE and OUTPUT_TYPE
+// sum partials in bf16), for an f32 out COMPUTE_TYPE or OUTPUT_TYPE; INPLACE never, its order
+// varies from run to run. The preference's reduction mask applies the same rule to the heuristic.
 #include <cublasLt.h>
 
-#include <cmath>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -18,6 +36,7 @@
 
 #include "core/cuda/stream.h"
 #include "core/cuda_check.h"
+#include "core/log.h"
 #include "core/tensor.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/ops_cuda.h"
@@ -29,6 +48,13 @@ namespace seqpar::cuda_ops {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr int kHeuristicRequest = 32;     // heuristic results asked for per family
+constexpr int kSplitBases = 3;            // per family, the best heuristic results given split-K variants
+constexpr int kSplits[] = {2, 3, 4, 6, 8};
+constexpr int64_t kMinSplitSlice = 1024;  // K / split at least this
+constexpr double kDefaultBudgetMs = 50;
+constexpr double kFirstPassShare = 0.5;   // of the budget, for the first pass over the pool
+constexpr int kFinalSamples = 15;         // the two finalists stop at this many samples each
 
 // Largest power of two (up to 256) that divides the address: cuBLASLt picks kernels by it.
 int alignment_of(const void* p) {
@@ -40,31 +66,84 @@ int alignment_of(const void* p) {
 
 cudaDataType_t cuda_type(DType d) { return d == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
-// One shape's descriptors and chosen algorithm.
-struct Plan {
+constexpr auto kComputeType = static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+constexpr auto kOutputType = static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
+
+// Split-K reduction schemes whose partial sums are f32 (see the top of this file).
+uint32_t allowed_reductions(DType out) { return out == DType::kBF16 ? kComputeType : kComputeType | kOutputType; }
+
+// Everything the descriptors and the heuristic depend on, in ops.h's row-major terms.
+struct PlanKey {
+  int64_t M, N, K;
+  bool trans_a, trans_b;
+  DType in, out;
+  int64_t lda, ldb, ldc;          // row lengths of a, b, out
+  int align_a, align_b, align_c;  // bytes
+  auto tie() const { return std::tie(M, N, K, trans_a, trans_b, in, out, lda, ldb, ldc, align_a, align_b, align_c); }
+  bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
+  bool long_k() const { return K >= 4 * std::max(M, N) && K >= 2 * kMinSplitSlice; }
+};
+
+// One family's descriptors.
+struct Formulation {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A, B, C (= D)
-  cublasLtMatmulAlgo_t algo{};
-  size_t workspace = 0;
 
-  Plan() = default;
-  Plan(const Plan&) = delete;
-  Plan& operator=(const Plan&) = delete;
-  ~Plan() {  // no checks: may run at exit, after the driver has gone
+  Formulation() = default;
+  Formulation(const Formulation&) = delete;
+  Formulation& operator=(const Formulation&) = delete;
+  ~Formulation() { reset(); }
+  void reset() {  // no checks: may run at exit, after the driver has gone
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (desc) cublasLtMatmulDescDestroy(desc);
+    desc = nullptr;
+    a = b = c = nullptr;
   }
 };
 
-// Everything the descriptors and the heuristic depend on.
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, DType, DType, int64_t, int64_t, int64_t, int, int,
-                           int, bool>;  // m, n, k, transa, transb, in, out, lda, ldb, ldc, align a/b/c, autotune
+struct Candidate {
+  cublasLtMatmulAlgo_t algo{};
+  MatmulConfig config;  // config.family says which Formulation, config.workspace the bytes it needs
+};
 
-constexpr int kCandidates = 8;  // heuristic results considered when autotuning
+struct Plan {
+  Formulation form[2];          // indexed by MatmulFamily
+  std::vector<Candidate> pool;  // [0]: the direct family's heuristic first pick; the rest once complete
+  std::vector<Candidate> ranked[2];  // each family's heuristic results, best first
+  bool pool_complete = false;
+  bool tuned = false;
+  int choice = 0;  // pool index run while autotuning, once tuned
+  MatmulTuning tuning;
+};
 
-std::atomic<bool> g_autotune{false};
+std::atomic<int> g_autotune{-1};         // -1: not read from the environment yet
+std::atomic<double> g_budget_ms{-1.0};   // < 0: not read from the environment yet
+thread_local int g_forced = -1;
+thread_local MatmulTuning g_last;
+
+bool env_autotune() {
+  const char* v = std::getenv("SEQPAR_GEMM_AUTOTUNE");
+  if (v == nullptr || *v == '\0') return true;
+  const std::string s = v;
+  SEQPAR_INPUT_CHECK(s == "0" || s == "1",
+                     "SEQPAR_GEMM_AUTOTUNE={} must be 0 (cuBLASLt's heuristic first pick) or 1 (time the "
+                     "candidates of each GEMM shape on its first call, the default)",
+                     s);
+  return s == "1";
+}
+
+double env_budget_ms() {
+  const char* v = std::getenv("SEQPAR_GEMM_AUTOTUNE_MS");
+  if (v == nullptr || *v == '\0') return kDefaultBudgetMs;
+  char* end = nullptr;
+  const double ms = std::strtod(v, &end);
+  SEQPAR_INPUT_CHECK(end != v && *end == '\0' && std::isfinite(ms) && ms > 0,
+                     "SEQPAR_GEMM_AUTOTUNE_MS={} must be a positive number (milliseconds of tuning per GEMM shape)",
+                     v);
+  return ms;
+}
 
 // Per thread and device: the handle, a 32 MiB workspace (per thread, because two threads on two
 // streams must not share one), and the plan cache.
@@ -85,103 +164,360 @@ struct LtContext {
   }
 };
 
-LtContext& lt_context(int device) {
+std::map<int, std::unique_ptr<LtContext>>& lt_contexts() {
   thread_local std::map<int, std::unique_ptr<LtContext>> contexts;
-  auto& ctx = contexts[device];
+  return contexts;
+}
+
+LtContext& lt_context(int device) {
+  auto& ctx = lt_contexts()[device];
   if (!ctx) ctx = std::make_unique<LtContext>(device);
   return *ctx;
 }
 
-// Times one algorithm: median of 5 runs after one warm-up; infinity if it fails to launch.
-float time_algo(LtContext& ctx, const Plan& plan, const cublasLtMatmulAlgo_t& algo, size_t workspace,
-                const void* A, const void* B, void* D, cudaStream_t stream) {
-  const float alpha = 1.f, beta = 0.f;
-  auto run = [&] {
-    return cublasLtMatmul(ctx.handle, plan.desc, &alpha, A, plan.a, B, plan.b, &beta, D, plan.c, D, plan.c, &algo,
-                          ctx.workspace, workspace, stream);
-  };
-  if (run() != CUBLAS_STATUS_SUCCESS) return INFINITY;
-  std::vector<float> ms;
-  Event start(true), stop(true);
-  for (int i = 0; i < 5; ++i) {
-    start.record(stream);
-    if (run() != CUBLAS_STATUS_SUCCESS) return INFINITY;
-    stop.record(stream);
-    stop.synchronize();
-    ms.push_back(stop.elapsed_ms(start));
+// Makes `device` current for a scope.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    SEQPAR_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != device) SEQPAR_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = prev_ != device;
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  ~DeviceScope() {
+    if (changed_) cudaSetDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool changed_ = false;
+};
+
+// ---- candidates -----------------------------------------------------------------------------
+
+MatmulConfig describe(const cublasLtMatmulAlgo_t& algo, MatmulFamily family, size_t workspace, int rank) {
+  MatmulConfig c;
+  c.family = family;
+  c.workspace = workspace;
+  c.heuristic_rank = rank;
+  int32_t id = -1, split = 1;
+  uint32_t tile = 0, stages = 0, scheme = 0, swizzle = 0, custom = 0;
+  uint16_t cluster = 0;
+  size_t w = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster), &w);
+  c.algo_id = id;
+  c.tile_id = static_cast<int>(tile);
+  c.stages_id = static_cast<int>(stages);
+  c.split_k = std::max(1, static_cast<int>(split));
+  c.reduction = c.split_k > 1 ? static_cast<int>(scheme) : 0;
+  c.swizzle = static_cast<int>(swizzle);
+  c.custom = static_cast<int>(custom);
+  c.cluster_id = static_cast<int>(cluster);
+  return c;
 }
 
-// Builds the descriptors of a shape and picks its algorithm: the heuristic's first choice, or with
-// autotuning the fastest of its first kCandidates, timed on the call's own operands (A, B) with a
-// scratch output (beta = 0), so the caller's out is untouched.
-const Plan& get_plan(LtContext& ctx, const PlanKey& key, const void* A, const void* B, cudaStream_t stream) {
-  auto it = ctx.plans.find(key);
-  if (it != ctx.plans.end()) return *it->second;
-  const auto [m, n, k, transa, transb, in_dt, out_dt, lda, ldb, ldc, align_a, align_b, align_c, autotune] = key;
-  auto plan = std::make_unique<Plan>();
-  SEQPAR_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t op_a = transa ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  SEQPAR_CUBLASLT_CHECK(
-      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-  SEQPAR_CUBLASLT_CHECK(
-      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  // Column-major layouts: A is m x k (stored k x m when transposed), B is k x n (n x k), C is m x n.
-  SEQPAR_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&plan->a, cuda_type(in_dt), transa ? k : m, transa ? m : k, lda));
-  SEQPAR_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&plan->b, cuda_type(in_dt), transb ? n : k, transb ? k : n, ldb));
-  SEQPAR_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&plan->c, cuda_type(out_dt), m, n, ldc));
+bool same_config(const MatmulConfig& x, const MatmulConfig& y) {
+  return x.family == y.family && x.algo_id == y.algo_id && x.tile_id == y.tile_id && x.stages_id == y.stages_id &&
+         x.cluster_id == y.cluster_id && x.swizzle == y.swizzle && x.custom == y.custom && x.split_k == y.split_k &&
+         x.reduction == y.reduction;
+}
 
+// Creates one family's descriptors; a failure is returned (the swapped family is optional).
+// row_operands (swapped family only): A and B declared row-major too, untransposed as in ops.h,
+// instead of read column-major with flipped transposes; the same product, a fallback for a
+// cuBLASLt that rejects mixed orders.
+cublasStatus_t make_formulation(const PlanKey& key, MatmulFamily family, Formulation& f, bool row_operands = false) {
+  const bool direct = family == MatmulFamily::kDirect;
+  const bool flip = !direct && !row_operands;
+  // cuBLASLt's operands: direct A = b, B = a; swapped A = a, B = b (see the top of this file).
+  const bool t_a = direct ? key.trans_b : key.trans_a != flip, t_b = direct ? key.trans_a : key.trans_b != flip;
+  const int64_t m = direct ? key.N : key.M, n = direct ? key.M : key.N, k = key.K;
+  const int64_t ld_a = direct ? key.ldb : key.lda, ld_b = direct ? key.lda : key.ldb;
+  const cublasOperation_t op_a = t_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = t_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasStatus_t st = cublasLtMatmulDescCreate(&f.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulDescSetAttribute(f.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulDescSetAttribute(f.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
+  // Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k), C is m x n.
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatrixLayoutCreate(&f.a, cuda_type(key.in), t_a ? k : m, t_a ? m : k, ld_a);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatrixLayoutCreate(&f.b, cuda_type(key.in), t_b ? n : k, t_b ? k : n, ld_b);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&f.c, cuda_type(key.out), m, n, key.ldc);
+  const int32_t row = CUBLASLT_ORDER_ROW;
+  for (cublasLtMatrixLayout_t layout : {f.a, f.b, f.c}) {
+    const bool row_major = layout == f.c ? !direct : row_operands;
+    if (st == CUBLAS_STATUS_SUCCESS && row_major)
+      st = cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof(row));
+  }
+  return st;
+}
+
+// The heuristic's results for one family, best first (none where the family is unsupported).
+cublasStatus_t heuristic(LtContext& ctx, const PlanKey& key, MatmulFamily family, const Formulation& f,
+                         std::vector<Candidate>& out) {
+  const bool direct = family == MatmulFamily::kDirect;
   cublasLtMatmulPreference_t pref = nullptr;
-  SEQPAR_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  uint64_t ws = kWorkspaceBytes;
-  uint32_t aa = align_a, ab = align_b, ac = align_c;
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                           sizeof(ws));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac));
-  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+  cublasStatus_t st = cublasLtMatmulPreferenceCreate(&pref);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  const uint64_t ws = kWorkspaceBytes;
+  const uint32_t aa = direct ? key.align_b : key.align_a, ab = direct ? key.align_a : key.align_b,
+                 ac = key.align_c, schemes = allowed_reductions(key.out);
+  auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* v, size_t n) {
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, v, n);
+  };
+  set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes));
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa));
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab));
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac));
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac));
+  cublasLtMatmulHeuristicResult_t results[kHeuristicRequest] = {};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
-                                        autotune ? kCandidates : 1, results, &found);
+    st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, f.desc, f.a, f.b, f.c, f.c, pref, kHeuristicRequest, results,
+                                        &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  SEQPAR_CUBLASLT_CHECK(st);
-  SEQPAR_CHECK(found > 0,
-               "cuBLASLt has no algorithm for m={} n={} k={} transa={} transb={} in={} out={} lda={} ldb={} ldc={} "
-               "(alignments {}/{}/{} bytes)",
-               m, n, k, transa, transb, dtype_name(in_dt), dtype_name(out_dt), lda, ldb, ldc, align_a, align_b,
-               align_c);
-  int best = 0;
-  if (found > 1) {
-    Allocator& pool = allocator_for(Device::cuda(ctx.device));
-    const size_t out_bytes = static_cast<size_t>(ldc) * static_cast<size_t>(n) * dtype_size(out_dt);
-    void* scratch = pool.allocate(out_bytes);
-    float best_ms = INFINITY;
-    for (int i = 0; i < found; ++i) {
-      const float ms = time_algo(ctx, *plan, results[i].algo, results[i].workspaceSize, A, B, scratch, stream);
-      if (ms < best_ms) {
-        best_ms = ms;
-        best = i;
-      }
-    }
-    pool.deallocate(scratch, out_bytes);  // the stream has been synchronised by the timing
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > kWorkspaceBytes) continue;
+    out.push_back({results[i].algo, describe(results[i].algo, family, results[i].workspaceSize, i)});
   }
-  plan->algo = results[best].algo;
-  plan->workspace = results[best].workspaceSize;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// Split-K variants of `base` (K cut into s slices summed in f32), those cuBLASLt accepts.
+void add_split_variants(LtContext& ctx, const PlanKey& key, const Formulation& f, const Candidate& base,
+                        std::vector<Candidate>& pool) {
+  int32_t splittable = 0;
+  uint32_t schemes = 0;
+  size_t w = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&base.algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splittable,
+                                        sizeof(splittable), &w) != CUBLAS_STATUS_SUCCESS ||
+      splittable == 0)
+    return;
+  if (cublasLtMatmulAlgoCapGetAttribute(&base.algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
+                                        sizeof(schemes), &w) != CUBLAS_STATUS_SUCCESS)
+    return;
+  schemes &= allowed_reductions(key.out);
+  uint32_t scheme = 0;  // prefer f32 partials in the workspace (the same for both out dtypes)
+  for (uint32_t s : {kComputeType, kOutputType})
+    if (scheme == 0 && (schemes & s) != 0) scheme = s;
+  if (scheme == 0) return;
+  for (int32_t s : kSplits) {
+    if (key.K / s < kMinSplitSlice) break;
+    Candidate c = base;
+    if (cublasLtMatmulAlgoConfigSetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &s, sizeof(s)) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoConfigSetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                             sizeof(scheme)) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(ctx.handle, f.desc, f.a, f.b, f.c, f.c, &c.algo, &check) != CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > kWorkspaceBytes)
+      continue;
+    c.config = describe(c.algo, base.config.family, check.workspaceSize, base.config.heuristic_rank);
+    c.config.split_variant = true;
+    if (c.config.split_k != s) continue;  // cuBLASLt did not keep the setting
+    const bool dup = std::any_of(pool.begin(), pool.end(),
+                                 [&](const Candidate& p) { return same_config(p.config, c.config); });
+    if (!dup) pool.push_back(c);
+  }
+}
+
+// The shape's plan: descriptors of the direct family and its heuristic first pick.
+Plan& get_plan(LtContext& ctx, const PlanKey& key) {
+  auto it = ctx.plans.find(key);
+  if (it != ctx.plans.end()) return *it->second;
+  auto plan = std::make_unique<Plan>();
+  constexpr auto kDirect = static_cast<int>(MatmulFamily::kDirect);
+  SEQPAR_CUBLASLT_CHECK(make_formulation(key, MatmulFamily::kDirect, plan->form[kDirect]));
+  SEQPAR_CUBLASLT_CHECK(heuristic(ctx, key, MatmulFamily::kDirect, plan->form[kDirect], plan->ranked[kDirect]));
+  SEQPAR_CHECK(!plan->ranked[kDirect].empty(),
+               "cuBLASLt has no algorithm for M={} N={} K={} trans_a={} trans_b={} in={} out={} lda={} ldb={} ldc={} "
+               "(alignments a/b/out {}/{}/{} bytes)",
+               key.M, key.N, key.K, key.trans_a, key.trans_b, dtype_name(key.in), dtype_name(key.out), key.lda,
+               key.ldb, key.ldc, key.align_a, key.align_b, key.align_c);
+  plan->pool.push_back(plan->ranked[kDirect].front());
   return *(ctx.plans[key] = std::move(plan));
 }
 
-}  // namespace
+// Fills the pool: both families' heuristic results interleaved by rank, and after the first
+// kSplitBases ranks their split-K variants (long-K shapes only).
+void complete_pool(LtContext& ctx, const PlanKey& key, Plan& plan) {
+  if (plan.pool_complete) return;
+  constexpr auto kSwapped = static_cast<int>(MatmulFamily::kSwapped);
+  cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+  for (bool row_operands : {false, true}) {
+    plan.form[kSwapped].reset();
+    plan.ranked[kSwapped].clear();
+    st = make_formulation(key, MatmulFamily::kSwapped, plan.form[kSwapped], row_operands);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = heuristic(ctx, key, MatmulFamily::kSwapped, plan.form[kSwapped], plan.ranked[kSwapped]);
+    if (st == CUBLAS_STATUS_SUCCESS && !plan.ranked[kSwapped].empty()) break;
+  }
+  if (st != CUBLAS_STATUS_SUCCESS || plan.ranked[kSwapped].empty()) {
+    plan.ranked[kSwapped].clear();
+    log_debug("matmul M={} N={} K={}: no swapped family ({})", key.M, key.N, key.K, cublasLtGetStatusName(st));
+  }
+  std::vector<Candidate> pool;
+  const size_t ranks = std::max(plan.ranked[0].size(), plan.ranked[1].size());
+  for (size_t r = 0; r < ranks; ++r) {
+    for (int fam = 0; fam < 2; ++fam)
+      if (r < plan.ranked[fam].size()) pool.push_back(plan.ranked[fam][r]);
+    if (!key.long_k() || r >= static_cast<size_t>(kSplitBases)) continue;
+    for (int fam = 0; fam < 2; ++fam)
+      if (r < plan.ranked[fam].size()) add_split_variants(ctx, key, plan.form[fam], plan.ranked[fam][r], pool);
+  }
+  plan.pool = std::move(pool);  // pool[0] is still ranked[direct][0]
+  plan.pool_complete = true;
+}
 
-void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
+cublasStatus_t run_candidate(LtContext& ctx, const Plan& plan, const Candidate& c, const void* a, const void* b,
+                             void* out, float alpha, float beta, cudaStream_t stream) {
+  const Formulation& f = plan.form[static_cast<int>(c.config.family)];
+  const bool direct = c.config.family == MatmulFamily::kDirect;
+  return cublasLtMatmul(ctx.handle, f.desc, &alpha, direct ? b : a, f.a, direct ? a : b, f.b, &beta, out, f.c, out,
+                        f.c, &c.algo, ctx.workspace, c.config.workspace, stream);
+}
+
+// ---- tuning ---------------------------------------------------------------------------------
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A pool block of out's size, returned at scope exit.
+class Scratch {
+ public:
+  Scratch(int device, size_t bytes) : alloc_(allocator_for(Device::cuda(device))), bytes_(bytes) {
+    ptr_ = alloc_.allocate(bytes_);
+  }
+  ~Scratch() { alloc_.deallocate(ptr_, bytes_); }  // callers synchronise the stream first
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  Allocator& alloc_;
+  size_t bytes_;
+  void* ptr_ = nullptr;
+};
+
+// Times the pool on the call's own operands (a, b) into a scratch output (beta = 0), so out is
+// untouched, and sets plan.choice. Schedule, within `budget_ms` of host time from the start:
+//  1. First pass, in pool order while less than kFirstPassShare of the budget is spent: each
+//     candidate once untimed (loads its module, warms caches), once timed. pool[0] always runs;
+//     a candidate that fails to launch is dropped.
+//  2. Rounds: every live candidate once per round, interleaved, so clock drift hits all alike.
+//     After every two rounds the slower half (by median) is dropped, down to two finalists, which
+//     run until kFinalSamples samples each. A round starts only if its predicted cost (the sum of
+//     the live medians) fits in the budget left; if not, the slower half goes first.
+// The winner is the live candidate with the lowest median. The overrun is at most one first-pass
+// candidate (two runs) when pool[0] alone exceeds the budget.
+void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const void* b, cudaStream_t stream,
+          double budget_ms) {
+  using Clock = std::chrono::steady_clock;
+  const size_t out_bytes = static_cast<size_t>(key.ldc) * static_cast<size_t>(key.M) * dtype_size(key.out);
+  Scratch scratch(ctx.device, out_bytes);
+  // The operands may still be in flight: waiting for them is not tuning time.
+  SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto t0 = Clock::now();
+  auto elapsed_ms = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  auto run = [&](int i) { return run_candidate(ctx, plan, plan.pool[i], a, b, scratch.get(), 1.f, 0.f, stream); };
+
+  const int n = static_cast<int>(plan.pool.size());
+  std::vector<std::vector<float>> samples(n);
+  std::vector<int> live;
+  Event start(true), stop(true);
+  for (int i = 0; i < n; ++i) {
+    if (i > 0 && elapsed_ms() > kFirstPassShare * budget_ms) break;
+    bool ok = run(i) == CUBLAS_STATUS_SUCCESS;
+    if (ok) {
+      start.record(stream);
+      ok = run(i) == CUBLAS_STATUS_SUCCESS;
+      stop.record(stream);
+    }
+    stop.synchronize();
+    if (!ok) continue;
+    samples[i].push_back(stop.elapsed_ms(start));
+    live.push_back(i);
+  }
+  const int timed = static_cast<int>(live.size());
+  SEQPAR_CHECK(!live.empty(), "matmul autotune: no candidate ran for M={} N={} K={} (pool of {})", key.M, key.N,
+               key.K, n);
+
+  auto keep_faster_half = [&] {
+    std::vector<std::pair<double, int>> by;
+    for (int i : live) by.emplace_back(median(samples[i]), i);
+    std::sort(by.begin(), by.end());
+    live.clear();
+    for (size_t j = 0; j < std::max<size_t>(2, (by.size() + 1) / 2); ++j) live.push_back(by[j].second);
+  };
+  std::vector<Event> starts, stops;
+  int rounds = 0;
+  while (live.size() > 1) {
+    double cost = 0;
+    for (int i : live) cost += median(samples[i]);
+    if (elapsed_ms() + cost > budget_ms) {
+      if (live.size() <= 2) break;
+      keep_faster_half();
+      continue;
+    }
+    while (starts.size() < live.size()) {
+      starts.emplace_back(true);
+      stops.emplace_back(true);
+    }
+    for (size_t j = 0; j < live.size(); ++j) {
+      starts[j].record(stream);
+      SEQPAR_CUBLASLT_CHECK(run(live[j]));
+      stops[j].record(stream);
+    }
+    stops[live.size() - 1].synchronize();
+    for (size_t j = 0; j < live.size(); ++j) samples[live[j]].push_back(stops[j].elapsed_ms(starts[j]));
+    ++rounds;
+    if (live.size() > 2 && rounds % 2 == 0) keep_faster_half();
+    if (live.size() <= 2 && samples[live[0]].size() >= static_cast<size_t>(kFinalSamples)) break;
+  }
+  int best = live[0];
+  for (int i : live)
+    if (median(samples[i]) < median(samples[best])) best = i;
+  SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the scratch goes back to the pool
+
+  plan.choice = best;
+  plan.tuned = true;
+  MatmulTuning& t = plan.tuning;
+  t.chosen = plan.pool[best].config;
+  t.autotuned = true;
+  t.candidates = n;
+  t.timed = timed;
+  t.tune_ms = elapsed_ms();
+  t.best_ms = median(samples[best]);
+  t.heuristic_ms = samples[0].empty() ? 0.0 : median(samples[0]);
+  log_debug("matmul M={} N={} K={} trans_a={} trans_b={} {}->{}: {} ({:.4f} ms, heuristic first pick {:.4f} ms); "
+            "{} of {} candidates timed, {} rounds, {:.1f} ms",
+            key.M, key.N, key.K, key.trans_a, key.trans_b, dtype_name(key.in), dtype_name(key.out),
+            matmul_config_str(t.chosen), t.best_ms, t.heuristic_ms, timed, n, rounds, t.tune_ms);
+}
+
+// ---- entry ----------------------------------------------------------------------------------
+
+struct Dims {
+  int64_t M, N, K;
+};
+
+Dims check_args(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   SEQPAR_CHECK(out.defined() && a.defined() && b.defined(), "matmul: undefined tensor");
   SEQPAR_CHECK(out.device().is_cuda() && a.device() == out.device() && b.device() == out.device(),
                "matmul: tensors must be on one CUDA device: out {}, a {}, b {}", out.str(), a.str(), b.str());
@@ -196,32 +532,140 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
   SEQPAR_CHECK(K == Kb && out.dim(0) == M && out.dim(1) == N,
                "matmul: op(a) is [{}, {}], op(b) is [{}, {}], out is {} (trans_a={}, trans_b={})", M, K, Kb, N,
                shape_str(out.shape()), trans_a, trans_b);
-  if (M == 0 || N == 0) return;
-  int prev = 0;
-  SEQPAR_CUDA_CHECK(cudaGetDevice(&prev));
+  return {M, N, K};
+}
+
+PlanKey plan_key(const Dims& d, const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  return {d.M,       d.N,       d.K,        trans_a,   trans_b,   a.dtype(), out.dtype(), a.dim(1),
+          b.dim(1),  out.dim(1), alignment_of(a.raw()), alignment_of(b.raw()), alignment_of(out.raw())};
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  SEQPAR_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+const char* matmul_family_name(MatmulFamily family) {
+  return family == MatmulFamily::kDirect ? "direct" : "swapped";
+}
+
+std::string matmul_config_str(const MatmulConfig& c) {
+  std::string s = fmt::format("{} algo={} tile={} stages={} cluster={}", matmul_family_name(c.family), c.algo_id,
+                              c.tile_id, c.stages_id, c.cluster_id);
+  if (c.swizzle) s += fmt::format(" swizzle={}", c.swizzle);
+  if (c.custom) s += fmt::format(" custom={}", c.custom);
+  if (c.split_k > 1) {
+    const char* scheme = c.reduction == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE  ? "compute"
+                         : c.reduction == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE ? "output"
+                         : c.reduction == CUBLASLT_REDUCTION_SCHEME_INPLACE     ? "inplace"
+                                                                                : "none";
+    s += fmt::format(" splitk={}/{}{}", c.split_k, scheme, c.split_variant ? "(set)" : "");
+  }
+  s += fmt::format(" rank={}", c.heuristic_rank);
+  return s;
+}
+
+void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
+  const Dims d = check_args(out, a, b, trans_a, trans_b);
+  if (d.M == 0 || d.N == 0) return;
   const int dev = out.device().index;
-  if (prev != dev) SEQPAR_CUDA_CHECK(cudaSetDevice(dev));
+  DeviceScope device_scope(dev);
   cudaStream_t stream = current_stream();
-  if (K == 0) {  // an empty sum: out = beta * out
+  if (d.K == 0) {  // an empty sum: out = beta * out
     if (beta == 0.f) {
       SEQPAR_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream));
     } else {
       cuda_kernels::scale_inplace(out.raw(), out.dtype(), beta, out.numel(), stream);
     }
-  } else {
-    LtContext& ctx = lt_context(dev);
-    // cuBLASLt's A = b, B = a (see the top of this file).
-    const PlanKey key{N, M, K, trans_b, trans_a, a.dtype(), out.dtype(), b.dim(1), a.dim(1), out.dim(1),
-                      alignment_of(b.raw()), alignment_of(a.raw()), alignment_of(out.raw()),
-                      g_autotune.load(std::memory_order_relaxed)};
-    const Plan& plan = get_plan(ctx, key, b.raw(), a.raw(), stream);
-    SEQPAR_CUBLASLT_CHECK(cublasLtMatmul(ctx.handle, plan.desc, &alpha, b.raw(), plan.a, a.raw(), plan.b, &beta,
-                                         out.raw(), plan.c, out.raw(), plan.c, &plan.algo, ctx.workspace,
-                                         plan.workspace, stream));
+    return;
   }
-  if (prev != dev) SEQPAR_CUDA_CHECK(cudaSetDevice(prev));
+  LtContext& ctx = lt_context(dev);
+  const PlanKey key = plan_key(d, out, a, b, trans_a, trans_b);
+  Plan& plan = get_plan(ctx, key);
+  int index = 0;
+  MatmulTuning used;
+  if (g_forced >= 0) {
+    complete_pool(ctx, key, plan);
+    SEQPAR_CHECK(g_forced < static_cast<int>(plan.pool.size()),
+                 "matmul: forced candidate {} but the pool of M={} N={} K={} has {}", g_forced, d.M, d.N, d.K,
+                 plan.pool.size());
+    index = g_forced;
+  } else if (matmul_autotune()) {
+    // Tuning synchronises the stream, which a stream being captured into a CUDA graph forbids:
+    // such a call runs the heuristic pick and the shape is tuned on a later, uncaptured call.
+    if (!plan.tuned && !capturing(stream)) {
+      complete_pool(ctx, key, plan);
+      tune(ctx, key, plan, a.raw(), b.raw(), stream, matmul_autotune_budget_ms());
+    }
+    if (plan.tuned) {
+      index = plan.choice;
+      used = plan.tuning;
+    }
+  }
+  used.chosen = plan.pool[index].config;
+  SEQPAR_CUBLASLT_CHECK(run_candidate(ctx, plan, plan.pool[index], a.raw(), b.raw(), out.raw(), alpha, beta, stream));
+  g_last = used;
 }
 
-void set_matmul_autotune(bool on) { g_autotune = on; }
+std::vector<MatmulConfig> matmul_candidates(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
+                                            bool trans_b) {
+  const Dims d = check_args(out, a, b, trans_a, trans_b);
+  if (d.M == 0 || d.N == 0 || d.K == 0) return {};
+  const int dev = out.device().index;
+  DeviceScope device_scope(dev);
+  LtContext& ctx = lt_context(dev);
+  const PlanKey key = plan_key(d, out, a, b, trans_a, trans_b);
+  Plan& plan = get_plan(ctx, key);
+  complete_pool(ctx, key, plan);
+  std::vector<MatmulConfig> v;
+  for (const Candidate& c : plan.pool) v.push_back(c.config);
+  return v;
+}
+
+MatmulTuning last_matmul_tuning() { return g_last; }
+
+void set_matmul_autotune(bool on) { g_autotune = on ? 1 : 0; }
+
+bool matmul_autotune() {
+  int v = g_autotune.load(std::memory_order_relaxed);
+  if (v < 0) {
+    int expected = -1;
+    g_autotune.compare_exchange_strong(expected, env_autotune() ? 1 : 0);
+    v = g_autotune.load();
+  }
+  return v == 1;
+}
+
+void set_matmul_autotune_budget_ms(double ms) {
+  SEQPAR_CHECK(std::isfinite(ms) && ms > 0, "matmul autotune budget {} ms must be positive", ms);
+  g_budget_ms = ms;
+}
+
+double matmul_autotune_budget_ms() {
+  double v = g_budget_ms.load(std::memory_order_relaxed);
+  if (v < 0) {
+    double expected = -1.0;
+    g_budget_ms.compare_exchange_strong(expected, env_budget_ms());
+    v = g_budget_ms.load();
+  }
+  return v;
+}
+
+void set_matmul_forced_candidate(int index) {
+  SEQPAR_CHECK(index >= -1, "matmul forced candidate {} must be -1 (none) or a pool index", index);
+  g_forced = index;
+}
+
+void clear_matmul_plans() {
+  for (auto& [dev, ctx] : lt_contexts()) {
+    DeviceScope device_scope(dev);
+    SEQPAR_CUDA_CHECK(cudaDeviceSynchronize());  // no queued call may still use a plan's descriptors
+    ctx->plans.clear();
+  }
+  g_last = MatmulTuning{};
+}
 
 }  // namespace seqpar::cuda_ops

@@ -3,6 +3,9 @@
 // tensors' device. Work is queued on the calling thread's current stream (core/cuda/stream.h).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "kernels/ops.h"
 
 namespace seqpar::cuda_ops {
@@ -30,9 +33,69 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
 // even), or copied when the dtypes match. Same shape, same device.
 void cast(Tensor& out, const Tensor& in);
 
-// matmul's cuBLASLt algorithm choice, per shape: the heuristic's first pick (default), or, once
-// enabled, the fastest of its first 8 candidates, timed on the first call of each new shape (that
-// call synchronises the stream and takes a scratch buffer of out's size from the pool).
+// ---- matmul's cuBLASLt configuration (kernels/cuda/matmul.cpp, docs/gemm.md) ----------------
+//
+// Per shape (M, N, K, transposes, dtypes, row lengths, pointer alignments) matmul keeps a plan on
+// each thread and device, made on the shape's first call and kept for the process. It runs either
+// cuBLASLt's heuristic first pick, or, autotuning (the default), the fastest of a pool of
+// candidates timed on that first call (which then synchronises the stream and takes a scratch
+// output of out's size from the pool, so out is not touched). The pool: up to 32 heuristic results
+// of each of two families, and for long-K shapes (K >= 4 max(M, N)) split-K variants of the best
+// few. Every candidate accumulates in f32; split-K partial sums are kept in f32 (for bf16 out only
+// CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE is allowed) and reduced in a fixed order.
+
+enum class MatmulFamily {
+  kDirect,   // out^T [N, M] = op(b)^T op(a)^T, column-major: cuBLASLt's A is b, B is a
+  kSwapped,  // out [M, N] = op(a) op(b), D row-major (CUBLASLT_ORDER_ROW): A is a, B is b
+};
+const char* matmul_family_name(MatmulFamily family);  // "direct" | "swapped"
+
+// One cuBLASLt configuration (values of cublasLtMatmulAlgoConfigAttributes_t).
+struct MatmulConfig {
+  MatmulFamily family = MatmulFamily::kDirect;
+  int algo_id = -1;
+  int tile_id = 0, stages_id = 0, cluster_id = 0, swizzle = 0, custom = 0;
+  int split_k = 1;         // K splits (1: none)
+  int reduction = 0;       // cublasLtReductionScheme_t of the split-K partial sums (0: none)
+  size_t workspace = 0;    // bytes
+  int heuristic_rank = 0;  // position in cuBLASLt's heuristic list of its family
+  bool split_variant = false;  // split_k set by matmul, not by the heuristic
+};
+// e.g. "swapped algo=66 tile=20 stages=35 cluster=2 splitk=4/compute rank=3"
+std::string matmul_config_str(const MatmulConfig& config);
+
+// What one plan runs and, when it was autotuned, what the tuning measured.
+struct MatmulTuning {
+  MatmulConfig chosen;
+  bool autotuned = false;
+  int candidates = 0;         // size of the pool (autotuned plans)
+  int timed = 0;              // candidates timed before the budget ran out
+  double tune_ms = 0;         // host time of the tuning, stream synchronisation before it excluded
+  double best_ms = 0;         // tuning's median of the chosen candidate
+  double heuristic_ms = 0;    // tuning's median of the heuristic first pick (pool[0])
+};
+
+// What the last matmul call on this thread ran (bench, tests).
+MatmulTuning last_matmul_tuning();
+
+// Autotuning on or off. While off, every call runs the heuristic first pick; while on, a shape is
+// tuned on its first call made with autotuning on, and keeps that choice. The default is on; the
+// environment variable SEQPAR_GEMM_AUTOTUNE=0 makes it off. A call on a stream being captured
+// into a CUDA graph is never tuned (tuning synchronises): it runs the heuristic first pick.
 void set_matmul_autotune(bool on);
+bool matmul_autotune();
+// Cap on one shape's tuning time in ms (default 50; environment SEQPAR_GEMM_AUTOTUNE_MS).
+void set_matmul_autotune_budget_ms(double ms);
+double matmul_autotune_budget_ms();
+
+// The candidate pool of matmul(out, a, b, trans_a, trans_b), in the order tuning tries them;
+// [0] is the heuristic first pick. Same checks as matmul; nothing is run.
+std::vector<MatmulConfig> matmul_candidates(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
+                                            bool trans_b);
+// Tests: the following matmul calls on this thread run candidate `index` of their shape's pool
+// (an error if the pool is smaller) instead of the plan's choice; -1 returns to the plan.
+void set_matmul_forced_candidate(int index);
+// Drops this thread's plans: the next call of each shape plans (and tunes) again.
+void clear_matmul_plans();
 
 }  // namespace seqpar::cuda_ops
