@@ -5,9 +5,11 @@
 #
 #   tools/gpu_check.sh OUT_DIR
 #
-# OUT_DIR receives (7 files; the device tool returns at most 8):
+# OUT_DIR receives (8 files; the device tool returns at most 8):
 #   build.log        environment, configure and build output
-#   test_cuda.log    GPU tests;  test_cuda.json  their gtest JSON report
+#   test_cuda.log    GPU tests
+#   attention.jsonl  attention benchmarks (seqpar flash / cuDNN and variants, PyTorch SDPA)
+#   sp_attention.jsonl  sequence-parallel attention over this machine's GPUs, seqpar and torch_cp
 #   bench.jsonl      one JSON line per GEMM shape and implementation (seqpar heuristic / autotuned,
 #                    torch default / strict), then one per memory-bound op (seqpar, GB/s vs a copy)
 #   ctest.log        CPU tests (stopped at the time budget, see GPU_CHECK_BUDGET)
@@ -54,7 +56,7 @@ fi
 # ---- GPU tests --------------------------------------------------------------------------------
 if [[ -x $BUILD/test_cuda ]]; then
   t0=$SECONDS
-  timeout 240 "$BUILD/test_cuda" --gtest_output="json:$OUT/test_cuda.json" >"$OUT/test_cuda.log" 2>&1
+  timeout 240 "$BUILD/test_cuda" >"$OUT/test_cuda.log" 2>&1
   rc=$?
   passed=$(grep -c "^\[       OK \]" "$OUT/test_cuda.log")
   failed=$(grep -c "^\[  FAILED  \] .*(" "$OUT/test_cuda.log")
@@ -128,6 +130,7 @@ fi
 
 # ---- attention benchmark: seqpar (flash, cuDNN) and PyTorch SDPA (flash, cuDNN) on the same shapes --
 : >"$OUT/attention.jsonl"
+: >"$OUT/sp_attention.jsonl"
 if [[ -x $BUILD/seqpar ]]; then
   for backend in flash cudnn; do
     t0=$SECONDS
@@ -139,10 +142,39 @@ if [[ -x $BUILD/seqpar ]]; then
       note "bench attention seqpar $backend: rc=$? ($((SECONDS - t0)) s)"
     fi
   done
+  # Variants, tagged in the JSON: the old mma forward kernel, cuDNN's ragged graph, and our binary on
+  # PyTorch's bundled cuDNN (separates the cuDNN version from our code).
+  tag() { sed "s/^{/{\"variant\":\"$1\",/"; }
+  t0=$SECONDS
+  SEQPAR_FLASH_FWD_KERNEL=mma SEQPAR_FLASH_BWD_KERNEL=mma timeout 100 "$BUILD/seqpar" bench attention \
+    --seq-lens 16384,65536 --head-dims 128 --warmup 2 --iters 5 2>>"$OUT/misc.log" | tag mma >>"$OUT/attention.jsonl"
+  SEQPAR_CUDNN_DENSE=0 timeout 100 "$BUILD/seqpar" bench attention --backend cudnn --seq-lens 16384,65536 \
+    --head-dims 128 --warmup 2 --iters 5 2>>"$OUT/misc.log" | tag ragged >>"$OUT/attention.jsonl"
+  torch_cudnn=$(python3 -c 'import nvidia.cudnn as c, os; print(os.path.join(c.__path__[0], "lib"))' 2>/dev/null)
+  if [[ -n $torch_cudnn && -d $torch_cudnn ]]; then
+    LD_LIBRARY_PATH=$torch_cudnn${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 100 "$BUILD/seqpar" bench attention \
+      --backend cudnn --seq-lens 16384,65536 --head-dims 128 --warmup 2 --iters 5 2>>"$OUT/misc.log" \
+      | tag torch_cudnn_lib >>"$OUT/attention.jsonl"
+  fi
+  note "bench attention variants (mma, ragged, torch's cuDNN at ${torch_cudnn:-none}): ($((SECONDS - t0)) s)"
   t0=$SECONDS
   timeout 150 python3 bench/peers/torch_sdpa.py --seq-lens 16384,65536 --head-dims 128 --warmup 2 --iters 5 \
     >>"$OUT/attention.jsonl" 2>>"$OUT/misc.log"
   note "bench attention torch: rc=$? ($((SECONDS - t0)) s)"
+
+  # Sequence-parallel attention on this machine's GPUs: one process per GPU over NCCL under seqpar
+  # launch, with the PyTorch context-parallel peer on the same shapes (a world of 1 on one GPU:
+  # the path runs, the scaling needs several GPUs).
+  ngpu=$(nvidia-smi -L | wc -l)
+  t0=$SECONDS
+  timeout 150 "$BUILD/seqpar" launch --nproc-per-node "$ngpu" --master-port 29631 -- "$BUILD/seqpar" bench \
+    sp-attention --sp "$ngpu" --tokens-per-rank 8192,32768 --kv-heads 32,8 --warmup 1 --iters 3 \
+    2>>"$OUT/misc.log" | sed 's/^\[rank [0-9]*\] //' >>"$OUT/sp_attention.jsonl"
+  note "bench sp-attention seqpar (nccl, $ngpu GPU): rc=$? ($((SECONDS - t0)) s)"
+  t0=$SECONDS
+  timeout 150 torchrun --nproc-per-node "$ngpu" --master-port 29632 bench/peers/torch_cp.py --tokens-per-rank \
+    8192,32768 --kv-heads 32,8 --warmup 1 --iters 3 >>"$OUT/sp_attention.jsonl" 2>>"$OUT/misc.log"
+  note "bench sp-attention torch_cp ($ngpu GPU): rc=$? ($((SECONDS - t0)) s)"
 fi
 
 # ---- SASS spot checks: 16-byte global accesses in the op kernels -------------------------------
@@ -223,15 +255,35 @@ for l in open(sys.argv[1]):
 if not rows:
     print("no attention results"); sys.exit()
 by = {}
-for r in rows: by.setdefault((r.get("pass"), r.get("S"), r.get("D")), {})[r.get("impl")] = r.get("tflops")
-impls = sorted({r.get("impl") for r in rows})
+name = lambda r: r.get("impl") + ("/" + r["variant"] if r.get("variant") else "")
+for r in rows: by.setdefault((r.get("pass"), r.get("S"), r.get("D")), {})[name(r)] = r.get("tflops")
+impls = sorted({name(r) for r in rows})
 print("attention, causal, H=32, TFLOP/s: " + ", ".join(impls))
 for k in sorted(by, key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0)):
     v = by[k]
     cells = " ".join(f"{i}={v[i]:.0f}" for i in impls if v.get(i) is not None)
-    ratios = [f"{a}/{b}={v[a]/v[b]:.2f}" for a, b in (("seqpar_flash", "torch_sdpa_flash"), ("seqpar_cudnn", "torch_sdpa_cudnn"))
+    ratios = [f"{a}/{b}={v[a]/v[b]:.2f}" for a, b in (("seqpar_flash", "torch_sdpa_flash"), ("seqpar_cudnn", "torch_sdpa_cudnn"),
+                                                      ("seqpar_cudnn/ragged", "torch_sdpa_cudnn"),
+                                                      ("seqpar_cudnn/torch_cudnn_lib", "torch_sdpa_cudnn"))
               if v.get(a) and v.get(b)]
     print(f"  {k[0]} S={k[1]} D={k[2]}: {cells}  {' '.join(ratios)}")
+EOF
+  python3 - "$OUT/sp_attention.jsonl" <<'EOF'
+import json, sys
+rows = []
+for l in open(sys.argv[1]):
+    l = l.strip()
+    if l.startswith("{"):
+        try: rows.append(json.loads(l))
+        except ValueError: pass
+if not rows:
+    print("no sp-attention results"); sys.exit()
+print("sp-attention fwd+bwd (ms, efficiency = one GPU / (sp x ms)):")
+for r in rows:
+    eff = r.get("efficiency")
+    print(f"  {r.get('impl')} sp={r.get('sp')} {r.get('mode')} s={r.get('tokens_per_rank')} Hkv={r.get('Hkv')}: "
+          f"ms={r.get('ms')} single={r.get('ms_single')} eff={eff if eff is None else round(eff, 3)} "
+          f"{r.get('error', '')}")
 EOF
 } >"$OUT/summary.txt" 2>&1
 echo

@@ -66,11 +66,13 @@ cpu_attn::AttnMask cpu_mask(const AttnArgs& args) {
           args.k_meta.pos.data<int32_t>(), args.causal};
 }
 
+#if !defined(SEQPAR_WITH_CUDA)
 [[noreturn]] void no_cuda(const char* entry, const Tensor& t) {
   SEQPAR_CHECK(false, "{}: tensor {} is on a CUDA device but this build has no CUDA backend (SEQPAR_CUDA=OFF)", entry,
                t.str());
   __builtin_unreachable();
 }
+#endif
 
 }  // namespace
 

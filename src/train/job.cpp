@@ -35,8 +35,7 @@ bool hosts_leader(Device device, Transport transport) {
   return resolve(transport, device, env) == Transport::kLocal || env.rank == 0;
 }
 
-void run_job(int world, Device device, Transport transport, const std::string& config_text,
-             const std::function<void(JobRank&)>& fn) {
+void check_job(int world, Device device, Transport transport) {
   const DistEnv env = read_dist_env(process_env());
   const bool chosen = transport != Transport::kAuto;
   transport = resolve(transport, device, env);
@@ -47,6 +46,24 @@ void run_job(int world, Device device, Transport transport, const std::string& c
                        "{}, but {} runs every rank as a thread of one process: start one process (without a "
                        "launcher), or use --device cuda (one GPU per process over NCCL)",
                        env.str(), chosen ? "--transport=local" : fmt::format("--device {}", device.str()));
+    return;
+  }
+#if defined(SEQPAR_WITH_CUDA)
+  SEQPAR_INPUT_CHECK(device.is_cuda(), "--transport=nccl needs --device cuda (got {})", device.str());
+  SEQPAR_INPUT_CHECK(env.world_size == world,
+                     "the launch has world_size={} ({}) but the command asks for {} ranks: they must be equal",
+                     env.world_size, env.str(), world);
+#else
+  throw InputError("--transport=nccl needs the CUDA backend (this build has -DSEQPAR_CUDA=OFF)");
+#endif
+}
+
+void run_job(int world, Device device, Transport transport, const std::string& config_text,
+             const std::function<void(JobRank&)>& fn) {
+  check_job(world, device, transport);
+  const DistEnv env = read_dist_env(process_env());
+  transport = resolve(transport, device, env);
+  if (transport == Transport::kLocal) {
     run_local_ranks(world, [&](Communicator& comm) {
       set_current_device(device);
       JobRank r{comm, device, comm.rank() == 0};
@@ -55,10 +72,6 @@ void run_job(int world, Device device, Transport transport, const std::string& c
     return;
   }
 #if defined(SEQPAR_WITH_CUDA)
-  SEQPAR_INPUT_CHECK(device.is_cuda(), "--transport=nccl needs --device cuda (got {})", device.str());
-  SEQPAR_INPUT_CHECK(env.world_size == world,
-                     "the launch has world_size={} ({}) but the command asks for {} ranks: they must be equal",
-                     env.world_size, env.str(), world);
   const Device mine = Device::cuda(env.local_rank);
   set_current_device(mine);
   log_info("nccl transport: {}", env.str());

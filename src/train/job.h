@@ -29,6 +29,10 @@ struct JobRank {
 void run_job(int world, Device device, Transport transport, const std::string& config_text,
              const std::function<void(JobRank&)>& fn);
 
+// run_job's checks of the launch against the request, without starting anything: call it before
+// any work so that a wrong launch fails first (InputError naming the launch and the rule).
+void check_job(int world, Device device, Transport transport);
+
 // The transport run_job will use for `requested` (kAuto resolved from the environment).
 Transport job_transport(Transport requested, Device device);
 

@@ -221,6 +221,7 @@ TrainResult run_training(const TrainConfig& cfg) {
   const bool token_data = !cfg.data_path.empty();
   // Under NCCL every process runs this function; one of them (rank 0's) prints and writes the
   // metrics file and the plot.
+  check_job(mesh_shape.world(), cfg.device, cfg.transport);
   const bool leads = hosts_leader(cfg.device, cfg.transport);
   const bool talk = !cfg.quiet && leads;
 
