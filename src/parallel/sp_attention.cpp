@@ -396,17 +396,18 @@ class UspAttention final : public Attention {
     SEQPAR_CHECK(!first, "ring attention: no key block is visible to rank {}'s queries (its own block always is)", me);
   }
 
+  // Each step: this rank's contribution to the block it holds goes into fresh buffers while that
+  // block's accumulators (the contributions of the ranks before) and the next block's k, v are
+  // still travelling; then the accumulators are added and sent on. After the last step the hop
+  // brings each block's gradient home.
   void ring_backward(HeadGroupState& c, const Tensor& dout, Tensor& dq, Tensor& dk_home, Tensor& dv_home) {
     const int r = ring_.size(), me = ring_.rank();
     const int next = (me + 1) % r, prev = (me - 1 + r) % r;
     Tensor k = c.k, v = c.v;
-    // Written (not accumulated) by step 0 below: the first contribution to dq and to this rank's
-    // own block's dk/dv.
-    Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
-    Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+    Tensor dk_in, dv_in;                    // the accumulators arriving from prev
+    std::unique_ptr<CommRequest> grad_req;  // their hop
     for (int step = 0; step < r; ++step) {
       const int block = ((me - step) % r + r) % r;
-      // The next block's k, v travel while this one is computed (they do not change).
       Tensor k_in, v_in;
       std::unique_ptr<CommRequest> kv_req;
       if (step + 1 < r) {
@@ -414,32 +415,39 @@ class UspAttention final : public Attention {
         v_in = Tensor::empty(v.shape(), v.dtype(), v.device());
         kv_req = ring_.send_recv_async({{next, k}, {next, v}}, {{prev, k_in}, {prev, v_in}});
       }
-      // Step 0 is this rank's own block (block == me): dq and dk/dv hold nothing yet, so it writes
-      // (=) them, every element; later steps add to dq and to the dk/dv that arrived with their block.
-      const GradMode mode = step == 0 ? GradMode::kWrite : GradMode::kAccumulate;
+      // Step 0 (this rank's own block) writes dq, every element; later steps add to it. dk, dv
+      // of this step are this rank's share only: written at step 0, into zeros after.
+      const bool first = step == 0;
+      Tensor dk = r == 1 ? dk_home : first ? Tensor::empty(k.shape(), k.dtype(), k.device())
+                                           : Tensor::zeros(k.shape(), k.dtype(), k.device());
+      Tensor dv = r == 1 ? dv_home : first ? Tensor::empty(v.shape(), v.dtype(), v.device())
+                                           : Tensor::zeros(v.shape(), v.dtype(), v.device());
       if (block_visible(block)) {
-        attn_backward(dq, dk, dv, dout, c.q, k, v, c.out, c.lse, args_for(block, c.scale), mode);
-      } else if (mode == GradMode::kWrite) {
+        attn_backward(dq, dk, dv, dout, c.q, k, v, c.out, c.lse, args_for(block, c.scale),
+                      first ? GradMode::kWrite : GradMode::kAccumulate);
+      } else if (first) {
         dq.zero();
         dk.zero();
         dv.zero();
       }
-      if (r == 1) break;
-      // This block's dk, dv accumulators follow it to the next rank once they hold this rank's
-      // contribution; after the last block this hop brings each block's gradient home.
-      Tensor dk_in = Tensor::empty(dk.shape(), dk.dtype(), dk.device());
-      Tensor dv_in = Tensor::empty(dv.shape(), dv.dtype(), dv.device());
-      ring_.send_recv({{next, dk}, {next, dv}}, {{prev, dk_in}, {prev, dv_in}});
-      dk = dk_in;
-      dv = dv_in;
+      if (r == 1) return;
+      if (grad_req) {
+        grad_req->wait();
+        add_inplace(dk, dk_in);
+        add_inplace(dv, dv_in);
+      }
+      dk_in = Tensor::empty(dk.shape(), dk.dtype(), dk.device());
+      dv_in = Tensor::empty(dv.shape(), dv.dtype(), dv.device());
+      grad_req = ring_.send_recv_async({{next, dk}, {next, dv}}, {{prev, dk_in}, {prev, dv_in}});
       if (kv_req) {
         kv_req->wait();
         k = k_in;
         v = v_in;
       }
     }
-    dk_home.copy_from(dk);
-    dv_home.copy_from(dv);
+    grad_req->wait();
+    dk_home.copy_from(dk_in);
+    dv_home.copy_from(dv_in);
   }
 
   Communicator& uly_;
