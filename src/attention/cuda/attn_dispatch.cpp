@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "attention/cuda/attn_bwd_sm90.h"
 #include "attention/cuda/attn_fwd_sm90.h"
 #include "attention/cuda/attn_launch.h"
 #include "core/cuda_check.h"
@@ -101,6 +102,22 @@ FwdKernel fwd_kernel_choice() {
   return FwdKernel::kAuto;
 }
 
+// The backward main kernel family, from SEQPAR_FLASH_BWD_KERNEL, the same choices: auto (unset or
+// empty: the Hopper wgmma kernel on compute capability 9.0 when bwd_sm90_supported, else the
+// mma.sync kernel), mma or wgmma (an error where it cannot run).
+enum class BwdKernel { kAuto, kMma, kWgmma };
+
+BwdKernel bwd_kernel_choice() {
+  const char* env = std::getenv("SEQPAR_FLASH_BWD_KERNEL");
+  if (!env || !*env) return BwdKernel::kAuto;
+  const std::string s(env);
+  if (s == "auto") return BwdKernel::kAuto;
+  if (s == "mma") return BwdKernel::kMma;
+  if (s == "wgmma") return BwdKernel::kWgmma;
+  SEQPAR_INPUT_CHECK(false, "SEQPAR_FLASH_BWD_KERNEL={} must be auto, mma or wgmma", s);
+  return BwdKernel::kAuto;
+}
+
 // Compute capability of the current device as major * 10 + minor.
 int current_device_cc() {
   int dev = 0, major = 0, minor = 0;
@@ -157,6 +174,26 @@ void launch_fwd(const FwdParams& p, const FwdTile& tile, cudaStream_t stream) {
 void launch_bwd(const BwdParams& p, const BwdTile& tile, cudaStream_t stream) {
   const BwdVariant& v = find_variant(kBwd, p.D, tile, "backward");
   if (p.Tq == 0 || p.H == 0) return;
+  if (const BwdKernel kind = bwd_kernel_choice(); kind != BwdKernel::kMma) {
+    const int cc = current_device_cc();
+    const bool ok = cc == 90 && bwd_sm90_supported(p);
+    if (kind == BwdKernel::kWgmma) {
+      SEQPAR_INPUT_CHECK(cc == 90,
+                         "SEQPAR_FLASH_BWD_KERNEL=wgmma needs a compute capability 9.0 device; this one is {}.{}",
+                         cc / 10, cc % 10);
+      SEQPAR_INPUT_CHECK(ok,
+                         "SEQPAR_FLASH_BWD_KERNEL=wgmma cannot run this call: the sm_90 kernel needs D 64 or 128 "
+                         "(D={}), H a multiple of Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v, dout and workspace",
+                         p.D, p.H, p.Hkv);
+    }
+    if (ok) {
+      // Its query tile is 64 rows: the workspace (sized for tile.bm >= 64) holds these rows.
+      launch_bwd_prep(p, (p.Tq + kBwdSm90Bm - 1) / kBwdSm90Bm * kBwdSm90Bm, stream);
+      launch_bwd_main_sm90(p, stream);
+      launch_dq_finish(p, stream);
+      return;
+    }
+  }
   const int Tq_pad = (p.Tq + tile.bm - 1) / tile.bm * tile.bm;
   launch_bwd_prep(p, Tq_pad, stream);
   v.run(p, stream);

@@ -1,0 +1,117 @@
+// Host side of the Hopper backward main kernel (attn_bwd_sm90.h): tensor maps for the bulk tensor
+// copies, the kernel's own per-tile mask statistics (64-query and 128-key tiles), the launch.
+// Both head dims: two consumer warpgroups (128 keys per CTA), one producer warp, a 2-stage ring of
+// Q / dO / lse2 / delta tiles.
+#include "attention/cuda/attn_bwd_sm90.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "attention/cuda/attn_bwd_sm90.cuh"
+#include "core/cuda_check.h"
+#include "core/error_base.h"
+
+#define SM90_BWD_CHECK(cond, msg)                                                            \
+  do {                                                                                       \
+    if (!(cond)) [[unlikely]]                                                                \
+      ::seqpar::throw_check_failure(#cond, __func__, __FILE__, __LINE__, std::string(msg)); \
+  } while (0)
+
+namespace seqpar::cuda_attn {
+
+namespace {
+
+constexpr int kStages = 2;
+
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    SEQPAR_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
+    SM90_BWD_CHECK(status == cudaDriverEntryPointSuccess && f != nullptr,
+                   "the CUDA driver has no cuTensorMapEncodeTiled (driver 12.0 or newer is needed)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A token-major bf16 tensor [T, heads, D] as a 3-D map (innermost first: D, heads, T), read in
+// boxes of 64 columns x 1 head x `rows` tokens into 128-byte-swizzled shared memory; rows past T
+// arrive as zeros.
+CUtensorMap token_map(const uint16_t* ptr, int64_t T, int heads, int D, int rows, const char* name) {
+  CUtensorMap m{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(T)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(D) * 2, static_cast<cuuint64_t>(heads) * D * 2};
+  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(rows)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(ptr), dims, strides,
+                               box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SM90_BWD_CHECK(r == CUDA_SUCCESS, std::string("cuTensorMapEncodeTiled failed for ") + name + " [" +
+                                        std::to_string(T) + ", " + std::to_string(heads) + ", " + std::to_string(D) +
+                                        "] (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+  return m;
+}
+
+template <int D>
+void run(const BwdParams& p, cudaStream_t stream) {
+  using S = sm90::BwdShape<D, kStages>;
+  static_assert(S::BM == kBwdSm90Bm, "the header's query tile is the kernel's");
+  const int nqt = (p.Tq + S::BM - 1) / S::BM;
+  const int nkt = (p.Tk + S::BN - 1) / S::BN;
+  SM90_BWD_CHECK(nkt <= 65535, "the sm_90 flash backward takes at most 65535 key tiles of 128 (Tk=" +
+                                   std::to_string(p.Tk) + ")");
+  const CUtensorMap tq = token_map(p.q, p.Tq, p.H, D, S::BM, "q");
+  const CUtensorMap tdo = token_map(p.dout, p.Tq, p.H, D, S::BM, "dout");
+  const CUtensorMap tk = token_map(p.k, p.Tk, p.Hkv, D, S::BN, "k");
+  const CUtensorMap tv = token_map(p.v, p.Tk, p.Hkv, D, S::BN, "v");
+
+  int4* stats = nullptr;  // [nqt] query tiles, then [nkt] key tiles
+  SEQPAR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats), sizeof(int4) * (nqt + nkt), stream));
+  launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream);
+  launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
+
+  auto kernel = sm90::bwd_sm90_kernel<D, kStages>;
+  SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
+  kernel<<<dim3(p.Hkv, nkt), S::kThreads, S::kSmem, stream>>>(tq, tdo, tk, tv, p, stats, stats + nqt);
+  SEQPAR_LAUNCH_CHECK();
+  SEQPAR_CUDA_CHECK(cudaFreeAsync(stats, stream));
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+}  // namespace
+
+bool bwd_sm90_supported(const BwdParams& p) {
+  return (p.D == 64 || p.D == 128) && p.Hkv > 0 && p.H % p.Hkv == 0 && p.H < 65536 && p.Hkv < 65536 &&
+         aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout) && aligned16(p.dq_acc) &&
+         aligned16(p.lse2) && aligned16(p.delta);
+}
+
+void launch_bwd_main_sm90(const BwdParams& p, cudaStream_t stream) {
+  SM90_BWD_CHECK(bwd_sm90_supported(p),
+                 "the sm_90 flash backward needs D 64 or 128 (got " + std::to_string(p.D) + "), H a multiple of Hkv (H=" +
+                     std::to_string(p.H) + ", Hkv=" + std::to_string(p.Hkv) +
+                     ") and 16-byte aligned q, k, v, dout, dq_acc, lse2, delta");
+  int dev = 0, major = 0, minor = 0;
+  SEQPAR_CUDA_CHECK(cudaGetDevice(&dev));
+  SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  SM90_BWD_CHECK(major == 9 && minor == 0, "the sm_90 flash backward runs on compute capability 9.0 only; device " +
+                                               std::to_string(dev) + " is " + std::to_string(major) + "." +
+                                               std::to_string(minor));
+  if (p.Tq == 0 || p.Tk == 0 || p.H == 0) return;
+  if (p.D == 128) {
+    run<128>(p, stream);
+  } else {
+    run<64>(p, stream);
+  }
+}
+
+}  // namespace seqpar::cuda_attn

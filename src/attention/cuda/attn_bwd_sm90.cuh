@@ -1,0 +1,419 @@
+// Flash-attention backward main kernel for Hopper (sm_90a), instantiated in attn_bwd_sm90.cu. One
+// CTA per (KV head, BN = 128-key tile): two consumer warpgroups of 64 keys each, plus a producer
+// warpgroup (one warp works; the group gives its registers to the consumers). K and V of the tile stay in shared memory; the CTA walks the visible BM = 64-query tiles
+// and, inside, the query heads of its GQA group (the order of the mma.sync kernel, attn_bwd.cuh),
+// so dK and dV of its keys are complete in registers at the end and are stored without atomics.
+//
+// Producer warp: the tensor memory accelerator copies K, V once and, per step, Q_i and dO_i (3-D
+//   maps over [T, heads, D], 64-column boxes, 128-byte swizzle) plus lse2_i and delta_i (1-D bulk
+//   copies of 64 floats) into a STAGES-deep ring; `full` / `empty` mbarriers per stage.
+// Consumer warpgroup (64 keys; accumulators m64 x N over 128 threads), per step:
+//   S^T  = K Q_i^T         wgmma m64n64k16, A = K, B = Q_i, both from shared memory, K-major
+//   dP^T = V dO_i^T        the same with V, dO_i
+//   P^T  = exp2(S^T * scale*log2e - lse2_i), masked on boundary tiles (0)
+//   dS^T = P^T (dP^T - delta_i)
+//   dV  += P^T dO_i        wgmma m64nDk16, A = P^T as bf16 registers (an accumulator's layout is
+//   dK  += dS^T Q_i        the A register layout), B = dO_i / Q_i MN-major (transpose bit)
+//   dS^T -> shared memory (bf16, 128-byte swizzle), then
+//   dQ_i += dS K           wgmma m64n64k16 with A = dS (MN-major from dS^T) and B = K (MN-major),
+//                          added to dq_acc with f32 vector atomics (red.global.add.v4.f32).
+//   D = 128: warpgroup w computes dQ columns 64w..64w+63 over all 128 keys (both warpgroups' dS^T;
+//   a named barrier between them); D = 64: each warpgroup computes all 64 columns over its own 64
+//   keys and both add theirs.
+// At the end: dk (+)= scale * dK, dv (+)= dV (write_grads: stored; 0 where no query sees the keys).
+// Shared layout of a tile of R rows (forward's convention, attn_fwd_sm90.cuh): for each 64-column
+// half c, R rows of 128 bytes at c * R * 128; 16-byte chunk k of row r at chunk k ^ (r & 7); every
+// tile starts at a multiple of 1024 bytes.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attention/cuda/attn_bwd.cuh"       // detail::store_pair
+#include "attention/cuda/attn_common.cuh"
+#include "attention/cuda/attn_fwd_sm90.cuh"  // mbarriers, tensor copies, descriptors, wgmma
+#include "attention/cuda/attn_launch.h"
+
+namespace seqpar::cuda_attn::sm90 {
+
+template <int D, int STAGES>
+struct BwdShape {
+  static constexpr int BM = 64;   // queries per step
+  static constexpr int BN = 128;  // keys per CTA, 64 per consumer warpgroup
+  static constexpr int kConsumerWarps = 8;
+  // A whole producer warpgroup (ptxas budgets registers per warpgroup anyway) that hands its
+  // registers to the consumers: 128 x 24 + 256 x 240 <= 64K.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kThreads = 32 * (kConsumerWarps + 4);
+  static constexpr bool kSplitN = D == 128;  // dQ: split by columns (else by keys)
+  static constexpr uint32_t kKVBytes = BN * D * 2;    // K or V
+  static constexpr uint32_t kQBytes = BM * D * 2;     // one Q or dO tile
+  static constexpr uint32_t kRowBytes = BM * 4;       // lse2 or delta of one tile
+  static constexpr uint32_t kDSBytes = BN * BM * 2;   // dS^T [BN][BM] bf16
+  static constexpr uint32_t kK = 0;
+  static constexpr uint32_t kV = kKVBytes;
+  static constexpr uint32_t kStage0 = 2 * kKVBytes;            // [STAGES] x {Q, dO}
+  static constexpr uint32_t kDS = kStage0 + STAGES * 2 * kQBytes;  // [2] dS^T buffers
+  static constexpr uint32_t kStats = kDS + 2 * kDSBytes;       // [STAGES] x {lse2, delta}
+  static constexpr uint32_t kBar = kStats + STAGES * 2 * kRowBytes;
+  // + 1024: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel.
+  static constexpr uint32_t kSmem = 1024 + kBar + 8 * (2 * STAGES + 1);
+};
+
+// ---- helpers the forward does not have ----------------------------------------------------
+// 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared,
+// completing on bar.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// Makes this thread's generic-proxy shared-memory stores visible to the async proxy (wgmma).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// d (m64 x n64 f32) = (scale_d ? d : 0) + A B; A [64 x 16], B [16 x 64] from shared memory. TA / TB:
+// the transpose bits (0: K-major, 1: MN-major).
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t a, uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, "
+      "%32, %33, p, 1, 1, %35, %36;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
+}
+
+// An m64 x n64 f32 accumulator (32 registers) as four k16 bf16 A fragments: columns 16kk..16kk+15
+// are accumulator blocks 2kk and 2kk + 1 (register 4n + 2hr + e: row 16w + g + 8hr, column 8n + 2t + e).
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4][4], const float (&c)[32]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[kk][j] = pack_bf16(c[8 * kk + 2 * j], c[8 * kk + 2 * j + 1]);
+}
+
+// d += A B with A [64 x 16] bf16 registers, B [16 x D] MN-major from shared memory.
+template <int D>
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[D / 2], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (D == 128) {
+    wgmma_rs_n128_tb(d, a, b);
+  } else {
+    wgmma_rs_n64_tb(d, a, b);
+  }
+}
+
+// ---- the kernel ---------------------------------------------------------------------------
+// q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h). lse2 / delta rows
+// are (h, Tq_pad) with Tq_pad = ceil(Tq / BM) * BM.
+template <int D, int STAGES>
+__global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
+    bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                    const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                    const BwdParams p, const int4* __restrict__ q_stats, const int4* __restrict__ k_stats) {
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = BwdShape<D, STAGES>;
+  constexpr int BM = S::BM, BN = S::BN, NCW = S::kConsumerWarps;
+  constexpr int HALVES = D / 64;  // 128-byte column halves of a row
+  constexpr int OR = D / 2;       // dK / dV accumulator registers per thread
+  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint8_t* base_ptr = smem_raw + (base - raw);
+  const uint32_t sK = base + S::kK, sV = base + S::kV;
+  auto sQ = [&](int s) { return base + S::kStage0 + 2u * s * S::kQBytes; };
+  auto sdO = [&](int s) { return base + S::kStage0 + (2u * s + 1u) * S::kQBytes; };
+  auto sdS = [&](int b) { return base + S::kDS + b * S::kDSBytes; };
+  auto stats_off = [&](int s) { return S::kStats + 2u * s * S::kRowBytes; };  // lse2, then delta
+  const uint32_t bars = base + S::kBar;
+  auto full = [&](int s) { return bars + 8u * s; };
+  auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
+  const uint32_t kvbar = bars + 8u * 2 * STAGES;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int hk = blockIdx.x, kt = blockIdx.y;  // key tiles on y: every head's heaviest tiles first
+  const int G = p.H / p.Hkv;
+  const int k0 = kt * BN;
+  const int nqt = (p.Tq + BM - 1) / BM;
+  const int Tq_pad = nqt * BM;
+  const int4 ks = k_stats[kt];
+  const bool k_ragged = k0 + BN > p.Tk;
+
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), NCW);
+    }
+    mbar_init(kvbar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
+
+  // Producer and consumers walk the same sequence of (visible query tile, head of the group).
+  int i = next_visible<false>(ks, q_stats, nqt, 0, p.causal, lane);
+  const bool any = i < nqt;
+
+  if (warp >= NCW) {  // ---- producer warpgroup: its first warp issues the copies
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
+    if (warp != NCW) return;
+    if (lane == 0 && any) {
+      mbar_arrive_expect_tx(kvbar, 2 * S::kKVBytes);
+#pragma unroll
+      for (int c = 0; c < HALVES; ++c) {
+        tma_load_3d(sK + c * BN * 128, &tm_k, kvbar, c * 64, hk, k0);
+        tma_load_3d(sV + c * BN * 128, &tm_v, kvbar, c * 64, hk, k0);
+      }
+    }
+    int gi = 0;
+    for (int it = 0; i < nqt; ++it) {
+      const int s = it % STAGES;
+      const int h = hk * G + gi;
+      if (lane == 0) {
+        mbar_wait(empty(s), ((it / STAGES) & 1) ^ 1);  // the consumers are done with its last use
+        mbar_arrive_expect_tx(full(s), 2 * S::kQBytes + 2 * S::kRowBytes);
+#pragma unroll
+        for (int c = 0; c < HALVES; ++c) {
+          tma_load_3d(sQ(s) + c * BM * 128, &tm_q, full(s), c * 64, h, i * BM);
+          tma_load_3d(sdO(s) + c * BM * 128, &tm_do, full(s), c * 64, h, i * BM);
+        }
+        const int64_t off = static_cast<int64_t>(h) * Tq_pad + static_cast<int64_t>(i) * BM;
+        bulk_load(base + stats_off(s), p.lse2 + off, S::kRowBytes, full(s));
+        bulk_load(base + stats_off(s) + S::kRowBytes, p.delta + off, S::kRowBytes, full(s));
+      }
+      __syncwarp();
+      if (++gi == G) {
+        gi = 0;
+        i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, lane);
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegs));
+
+  // ---- consumer warpgroups. Accumulator layout (m64 x N f32): warp w of the warpgroup holds
+  // rows 16w + g and 16w + g + 8 (g = lane / 4, t = lane % 4); register 4n + 2hr + e is row
+  // 16w + g + 8hr, column 8n + 2t + e. S^T / dP^T / dS^T / dK / dV rows are keys, dQ rows queries.
+  const int wg = warp >> 2, w = warp & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const float sl2 = p.scale * kLog2e;
+  const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128;  // this warpgroup's 64 keys
+
+  // This thread's keys k0 + wg*64 + 16w + g + 8hr: their mask metadata, for boundary tiles.
+  int kseg[2], kpos[2];
+  bool kok[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int c = k0 + wg * 64 + 16 * w + g + 8 * hr;
+    kok[hr] = c < p.Tk;
+    kseg[hr] = kok[hr] ? p.k_seg[c] : 0;
+    kpos[hr] = kok[hr] ? p.k_pos[c] : 0;
+  }
+
+  float dk[OR], dv[OR];
+#pragma unroll
+  for (int r = 0; r < OR; ++r) {
+    dk[r] = 0.f;
+    dv[r] = 0.f;
+  }
+
+  if (any) mbar_wait(kvbar, 0);
+  int gi = 0;
+  for (int it = 0; i < nqt; ++it) {
+    const int s = it % STAGES, buf = it & 1;
+    const int h = hk * G + gi;
+    const int cls = tile_class(q_stats[i], ks, p.causal, k_ragged || (i + 1) * BM > p.Tq);
+    mbar_wait(full(s), (it / STAGES) & 1);
+
+    // S^T = K Q_i^T and dP^T = V dO_i^T: D / 16 steps of k16; within a 128-byte half a step moves
+    // 32 bytes.
+    float st[32], dpt[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col = (kk & 3) * 32;
+      const uint64_t da = smem_desc(sKw + (kk >> 2) * (BN * 128) + col, 16, 1024);
+      const uint64_t db = smem_desc(sQ(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
+      wgmma_ss_n64<0, 0>(st, da, db, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col = (kk & 3) * 32;
+      const uint64_t da = smem_desc(sVw + (kk >> 2) * (BN * 128) + col, 16, 1024);
+      const uint64_t db = smem_desc(sdO(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
+      wgmma_ss_n64<0, 0>(dpt, da, db, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // S^T is in (dP^T may still run)
+    reg_fence(st);
+
+    // P^T = exp2(S^T * scale*log2e - lse2) per query column; masked entries 0. Padded query rows
+    // (>= Tq) have lse2 = +inf, rows that see nothing too: P = 0.
+    const float* L = reinterpret_cast<const float*>(base_ptr + stats_off(s));
+    const float* Dl = L + BM;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float2 lq = *reinterpret_cast<const float2*>(L + 8 * n + 2 * t);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        st[4 * n + 2 * hr] = fast_exp2(fmaf(st[4 * n + 2 * hr], sl2, -lq.x));
+        st[4 * n + 2 * hr + 1] = fast_exp2(fmaf(st[4 * n + 2 * hr + 1], sl2, -lq.y));
+      }
+    }
+    if (cls == kPartial) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int qr = i * BM + 8 * n + 2 * t + e;
+          const bool qok = qr < p.Tq;
+          const int qseg = qok ? p.q_seg[qr] : 0;
+          const int qpos = qok ? p.q_pos[qr] : 0;
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const bool vis = qok && kok[hr] && kseg[hr] == qseg && (!p.causal || kpos[hr] <= qpos);
+            if (!vis) st[4 * n + 2 * hr + e] = 0.f;
+          }
+        }
+    }
+
+    wgmma_wait<0>();  // dP^T is in
+    reg_fence(dpt);
+    // dS^T = P^T (dP^T - delta)
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float2 dl = *reinterpret_cast<const float2*>(Dl + 8 * n + 2 * t);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        dpt[4 * n + 2 * hr] = st[4 * n + 2 * hr] * (dpt[4 * n + 2 * hr] - dl.x);
+        dpt[4 * n + 2 * hr + 1] = st[4 * n + 2 * hr + 1] * (dpt[4 * n + 2 * hr + 1] - dl.y);
+      }
+    }
+    uint32_t pa[4][4], da[4][4];
+    acc_to_a(pa, st);
+    acc_to_a(da, dpt);
+
+    // dV += P^T dO_i: 4 steps of k16 over the queries, each 16 query rows (2048 bytes) further.
+    reg_fence(dv);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb<D>(dv, pa[kk], smem_desc(sdO(s) + kk * 16 * 128, BM * 128, 1024));
+    wgmma_commit();
+
+    // dS^T (bf16) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n (swizzle key g).
+    // da[kk][j] holds accumulator block n = 2kk + (j >> 1), row half hr = j & 1.
+    {
+      const uint32_t row0 = sdS(buf) + (wg * 64 + 16 * w + g) * 128 + 4 * t;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int n = 2 * kk + (j >> 1), hr = j & 1;
+          sts_u32(row0 + hr * 8 * 128 + ((n ^ g) << 4), da[kk][j]);
+        }
+    }
+
+    // dK += dS^T Q_i
+    reg_fence(dk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb<D>(dk, da[kk], smem_desc(sQ(s) + kk * 16 * 128, BM * 128, 1024));
+    wgmma_commit();
+
+    // dQ_i (+)= dS K. A = dS from the dS^T tile (MN-major: 64 queries = one 128-byte row per key),
+    // B = K (MN-major: columns in 64-wide halves BN*128 bytes apart). k16 steps of 16 keys.
+    fence_proxy_async();  // this thread's dS^T stores are visible to the wgmma
+    float dq[32];
+    if constexpr (S::kSplitN) {
+      named_bar_sync(1, NCW * 32);  // both warpgroups' dS^T are in
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const uint64_t a = smem_desc(sdS(buf) + kk * 16 * 128, BM * 128, 1024);
+        const uint64_t b = smem_desc(sK + wg * (BN * 128) + kk * 16 * 128, BN * 128, 1024);
+        wgmma_ss_n64<1, 1>(dq, a, b, kk > 0 ? 1 : 0);
+      }
+    } else {
+      named_bar_sync(2 + wg, 128);  // this warpgroup's dS^T is in
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t a = smem_desc(sdS(buf) + wg * 64 * 128 + kk * 16 * 128, BM * 128, 1024);
+        const uint64_t b = smem_desc(sKw + kk * 16 * 128, BN * 128, 1024);
+        wgmma_ss_n64<1, 1>(dq, a, b, kk > 0 ? 1 : 0);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dq);
+    reg_fence(dk);
+    reg_fence(dv);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s (Q_i, dO_i, lse2, delta)
+
+    // dq_acc += dQ: lanes t and t^1 swap halves so that each adds 4 consecutive columns of one row
+    // (even t: row 16w + g, odd t: row 16w + g + 8; columns 8n + 2(t & ~1) ..+3).
+    {
+      const int col0 = S::kSplitN ? wg * 64 : 0;
+      const bool odd = t & 1;
+      const int qr = i * BM + 16 * w + g + (odd ? 8 : 0);
+      float* dst = p.dq_acc + (static_cast<int64_t>(qr) * p.H + h) * D + col0 + 2 * (t & ~1);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const float s0 = odd ? dq[4 * n] : dq[4 * n + 2];
+        const float s1 = odd ? dq[4 * n + 1] : dq[4 * n + 3];
+        const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+        const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+        const float4 v = odd ? make_float4(r0, r1, dq[4 * n + 2], dq[4 * n + 3])
+                             : make_float4(dq[4 * n], dq[4 * n + 1], r0, r1);
+        if (qr < p.Tq) atomicAdd(reinterpret_cast<float4*>(dst + 8 * n), v);
+      }
+    }
+
+    if (++gi == G) {
+      gi = 0;
+      i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, lane);
+    }
+  }
+  // No query sees these keys: nothing to add; when writing, their dk/dv (0) are stored all the same.
+  if (!any && !p.write_grads) return;
+
+  // dk (+)= scale * dK, dv (+)= dV for this CTA's keys (exclusive: no atomics).
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int c = k0 + wg * 64 + 16 * w + g + 8 * hr;
+    if (c >= p.Tk) continue;
+    const int64_t row = (static_cast<int64_t>(c) * p.Hkv + hk) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int col = n * 8 + 2 * t;
+      detail::store_pair(p.dk, p.grad_f32, p.write_grads, row + col, p.scale * dk[4 * n + 2 * hr],
+                         p.scale * dk[4 * n + 2 * hr + 1]);
+      detail::store_pair(p.dv, p.grad_f32, p.write_grads, row + col, dv[4 * n + 2 * hr], dv[4 * n + 2 * hr + 1]);
+    }
+  }
+#else
+  __trap();  // built without sm_90a features: the dispatcher never routes here
+#endif
+}
+
+}  // namespace seqpar::cuda_attn::sm90

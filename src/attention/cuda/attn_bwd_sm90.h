@@ -1,0 +1,31 @@
+// The Hopper (sm_90a) flash-attention backward MAIN kernel: warpgroup MMA (wgmma.mma_async) fed
+// by the tensor memory accelerator through an mbarrier ring. It replaces only detail::run_bwd_main
+// of launch_bwd (attn_launch.h): the pre-pass (launch_bwd_prep: delta, lse2, dq_acc = 0) and the
+// dq finish (launch_dq_finish) are the same. Same contract as the mma.sync main kernel: dk/dv
+// (+)= their gradients (write_grads: stored, 0 for keys no query sees), dq_acc += dS K (f32
+// atomics). attn_dispatch.cpp routes launch_bwd here on sm_90 devices
+// (SEQPAR_FLASH_BWD_KERNEL=auto|mma|wgmma).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "attention/cuda/attn_launch.h"
+
+namespace seqpar::cuda_attn {
+
+// Query rows per step of the sm_90 backward. Its workspace rows lse2 / delta are read with
+// Tq_pad = ceil(Tq / kBwdSm90Bm) * kBwdSm90Bm: the pre-pass must run with that Tq_pad (any
+// larger multiple of it only wastes rows; it must be this one, since rows are (h, Tq_pad)).
+constexpr int kBwdSm90Bm = 64;
+
+// Whether launch_bwd_main_sm90 can run this call: D 64 or 128, H a multiple of Hkv (H < 65536),
+// q, k, v, dout, dq_acc, lse2 and delta 16-byte aligned. It does not look at the device (the caller
+// does). p.q_stats / p.k_stats are not used: the launcher computes its own tile statistics for its
+// tiles (64 queries, 128 keys).
+bool bwd_sm90_supported(const BwdParams& p);
+
+// The main kernel only (after launch_bwd_prep with Tq_pad as above, before launch_dq_finish).
+// Requires bwd_sm90_supported(p) and a compute capability 9.0 device; throws otherwise.
+void launch_bwd_main_sm90(const BwdParams& p, cudaStream_t stream);
+
+}  // namespace seqpar::cuda_attn
