@@ -312,13 +312,20 @@ TEST(CudaAttention, LongCausalManyTilesD64) {
   run_and_check(single_doc(1100, 2, 1, 64, true), 55);
 }
 
-// Every instantiated tile shape, so that the benchmark's choice is covered.
+// Every instantiated tile shape of the mma.sync kernels (on sm_90 the wgmma kernels are the
+// default: the tiles are reached through SEQPAR_FLASH_{FWD,BWD}_KERNEL=mma).
 TEST(CudaAttention, EveryTileShape) {
   REQUIRE_GPU();
   struct EnvGuard {
+    EnvGuard() {
+      setenv("SEQPAR_FLASH_FWD_KERNEL", "mma", 1);
+      setenv("SEQPAR_FLASH_BWD_KERNEL", "mma", 1);
+    }
     ~EnvGuard() {
       unsetenv("SEQPAR_FLASH_FWD_TILE");
       unsetenv("SEQPAR_FLASH_BWD_TILE");
+      unsetenv("SEQPAR_FLASH_FWD_KERNEL");
+      unsetenv("SEQPAR_FLASH_BWD_KERNEL");
     }
   } guard;
   auto name = [](int bm, int bn, int warps) {
@@ -347,7 +354,11 @@ TEST(CudaAttention, EveryTileShape) {
 TEST(CudaAttention, WriteModeEveryBwdTile) {
   REQUIRE_GPU();
   struct EnvGuard {
-    ~EnvGuard() { unsetenv("SEQPAR_FLASH_BWD_TILE"); }
+    EnvGuard() { setenv("SEQPAR_FLASH_BWD_KERNEL", "mma", 1); }  // the tiles are the mma kernel's
+    ~EnvGuard() {
+      unsetenv("SEQPAR_FLASH_BWD_TILE");
+      unsetenv("SEQPAR_FLASH_BWD_KERNEL");
+    }
   } guard;
   for (int D : {64, 128}) {
     // 300 queries, 400 keys: queries 0-249 and keys 0-299 in segment 0 (causal); keys 300-399 in

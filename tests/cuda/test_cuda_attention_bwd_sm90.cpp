@@ -23,6 +23,7 @@
 #include "attention/cuda/attn_launch.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "sm90_test_util.h"
 #include "test_util.h"
 
 namespace seqpar {
@@ -30,27 +31,9 @@ namespace {
 
 using testing::random_vector;
 
-// "" when the device can run the sm_90 kernel, else why not.
-std::string sm90_skip_reason() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return "no CUDA device";
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  if (major != 9 || minor != 0)
-    return "device 0 has compute capability " + std::to_string(major) + "." + std::to_string(minor) +
-           "; the wgmma kernel needs 9.0";
-  return "";
-}
-
-#define REQUIRE_SM90()                                             \
-  if (const std::string why = sm90_skip_reason(); !why.empty()) \
-  GTEST_SKIP() << why
-
 // Sets SEQPAR_FLASH_BWD_KERNEL for one scope.
-struct KernelEnv {
-  explicit KernelEnv(const char* value) { setenv("SEQPAR_FLASH_BWD_KERNEL", value, 1); }
-  ~KernelEnv() { unsetenv("SEQPAR_FLASH_BWD_KERNEL"); }
+struct KernelEnv : testing::ScopedEnv {
+  explicit KernelEnv(const char* value) : ScopedEnv("SEQPAR_FLASH_BWD_KERNEL", value) {}
 };
 
 // One backward problem: sizes, mask metadata, gradient dtype and mode.

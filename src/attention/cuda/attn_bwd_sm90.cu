@@ -12,6 +12,7 @@
 #include <string>
 
 #include "attention/cuda/attn_bwd_sm90.cuh"
+#include "attention/cuda/attn_sm90_tma.h"
 #include "core/cuda_check.h"
 #include "core/error_base.h"
 
@@ -27,37 +28,6 @@ namespace {
 
 constexpr int kStages = 2;
 
-PFN_cuTensorMapEncodeTiled_v12000 encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    SEQPAR_CUDA_CHECK(
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
-    SM90_BWD_CHECK(status == cudaDriverEntryPointSuccess && f != nullptr,
-                   "the CUDA driver has no cuTensorMapEncodeTiled (driver 12.0 or newer is needed)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A token-major bf16 tensor [T, heads, D] as a 3-D map (innermost first: D, heads, T), read in
-// boxes of 64 columns x 1 head x `rows` tokens into 128-byte-swizzled shared memory; rows past T
-// arrive as zeros.
-CUtensorMap token_map(const uint16_t* ptr, int64_t T, int heads, int D, int rows, const char* name) {
-  CUtensorMap m{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(T)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(D) * 2, static_cast<cuuint64_t>(heads) * D * 2};
-  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(rows)};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(ptr), dims, strides,
-                               box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  SM90_BWD_CHECK(r == CUDA_SUCCESS, std::string("cuTensorMapEncodeTiled failed for ") + name + " [" +
-                                        std::to_string(T) + ", " + std::to_string(heads) + ", " + std::to_string(D) +
-                                        "] (CUresult " + std::to_string(static_cast<int>(r)) + ")");
-  return m;
-}
 
 template <int D>
 void run(const BwdParams& p, cudaStream_t stream) {
@@ -67,10 +37,10 @@ void run(const BwdParams& p, cudaStream_t stream) {
   const int nkt = (p.Tk + S::BN - 1) / S::BN;
   SM90_BWD_CHECK(nkt <= 65535, "the sm_90 flash backward takes at most 65535 key tiles of 128 (Tk=" +
                                    std::to_string(p.Tk) + ")");
-  const CUtensorMap tq = token_map(p.q, p.Tq, p.H, D, S::BM, "q");
-  const CUtensorMap tdo = token_map(p.dout, p.Tq, p.H, D, S::BM, "dout");
-  const CUtensorMap tk = token_map(p.k, p.Tk, p.Hkv, D, S::BN, "k");
-  const CUtensorMap tv = token_map(p.v, p.Tk, p.Hkv, D, S::BN, "v");
+  const CUtensorMap tq = token_tensor_map(p.q, p.Tq, p.H, D, S::BM, "q");
+  const CUtensorMap tdo = token_tensor_map(p.dout, p.Tq, p.H, D, S::BM, "dout");
+  const CUtensorMap tk = token_tensor_map(p.k, p.Tk, p.Hkv, D, S::BN, "k");
+  const CUtensorMap tv = token_tensor_map(p.v, p.Tk, p.Hkv, D, S::BN, "v");
 
   int4* stats = nullptr;  // [nqt] query tiles, then [nkt] key tiles
   SEQPAR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats), sizeof(int4) * (nqt + nkt), stream));

@@ -1,0 +1,47 @@
+// Tensor maps for the Hopper attention kernels (attn_sm90_tma.h).
+#include "attention/cuda/attn_sm90_tma.h"
+
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+
+namespace seqpar::cuda_attn {
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    SEQPAR_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
+    SEQPAR_CHECK(status == cudaDriverEntryPointSuccess && f != nullptr,
+                 "the CUDA driver has no cuTensorMapEncodeTiled (driver 12.0 or newer is needed)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+CUtensorMap token_tensor_map(const uint16_t* ptr, int64_t T, int heads, int D, int rows, const char* name) {
+  CUtensorMap m{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(T)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(D) * 2, static_cast<cuuint64_t>(heads) * D * 2};
+  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(rows)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(ptr), dims,
+                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SEQPAR_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for {} [{}, {}, {}] (CUresult {})", name, T, heads, D,
+               static_cast<int>(r));
+  return m;
+}
+
+}  // namespace seqpar::cuda_attn

@@ -1,0 +1,17 @@
+// Tensor maps for the Hopper attention kernels' bulk tensor copies (TMA), shared by the forward
+// (attn_fwd_sm90.cu) and the backward (attn_bwd_sm90.cu). The driver's cuTensorMapEncodeTiled is
+// reached through the runtime's entry-point query, so nothing links libcuda directly.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace seqpar::cuda_attn {
+
+// A token-major bf16 tensor [T, heads, D] as a 3-D map (innermost first: D, heads, T), read in
+// boxes of 64 columns x 1 head x `rows` tokens into 128-byte-swizzled shared memory; rows past T
+// arrive as zeros. `name` is for the error message.
+CUtensorMap token_tensor_map(const uint16_t* ptr, int64_t T, int heads, int D, int rows, const char* name);
+
+}  // namespace seqpar::cuda_attn
