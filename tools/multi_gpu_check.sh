@@ -102,14 +102,16 @@ timeout 200 torchrun --nproc-per-node "$N" --master-port 29653 bench/peers/torch
   --kv-heads 32,8 --warmup 1 --iters 3 --check 1 >>"$OUT/sp_attention.jsonl" 2>>"$OUT/build.log"
 note "scaling: $(grep -c '"impl":"seqpar"' "$OUT/sp_attention.jsonl") seqpar lines, $(grep -c torch_cp "$OUT/sp_attention.jsonl") torch_cp"
 
-# ---- 3. failure drill: kill rank 1 of a running training job ------------------------------------
-{
+# ---- 3. failure drill: kill the last rank of a running training job (one process per GPU) -------
+if ((N < 2)); then
+  echo "drill skipped: one GPU (NCCL puts no two ranks of a communicator on one GPU)" >"$OUT/drill.log"
+else {
   start=$SECONDS
-  "$BIN" launch --nproc-per-node 2 --master-port 29654 -- "$BIN" train --device cuda --head-dim 64 --sp 2 \
+  "$BIN" launch --nproc-per-node "$N" --master-port 29654 -- "$BIN" train --device cuda --head-dim 64 --sp 2 \
     --steps 100000 --eval-every 0 --stop-at-accuracy 0 --log-every 50 >"$WORK/drill.out" 2>&1 &
   launcher=$!
   sleep 20
-  victim=$(pgrep -f -n "seqpar train --device cuda --head-dim 64 --sp 2" || true)
+  victim=$(pgrep -f -n "seqpar train --device cuda --head-dim 64 --sp 2" || true)  # the newest: the last rank
   echo "killing rank process $victim (SIGKILL) at $((SECONDS - start)) s"
   [[ -n $victim ]] && kill -9 "$victim"
   t_kill=$SECONDS
@@ -118,6 +120,7 @@ note "scaling: $(grep -c '"impl":"seqpar"' "$OUT/sp_attention.jsonl") seqpar lin
   tail -8 "$WORK/drill.out"
   echo "processes left: $(pgrep -fc 'seqpar train --device cuda --head-dim 64' || true)"
 } >"$OUT/drill.log" 2>&1
+fi
 note "drill: $(grep 'launcher exit' "$OUT/drill.log")"
 
 {
