@@ -125,6 +125,15 @@ if ((${#bench[@]})); then
   done
   rm -f "$OUT/gemm_shapes.tmp"
   rm -f "$OUT/gemm_seqpar.tmp"
+  # Shape by shape, seqpar and torch alternating round by round (the fair per-shape ratio).
+  t0=$SECONDS
+  if [[ -x $BUILD/seqpar ]]; then
+    timeout 180 python3 bench/peers/gemm_interleaved.py --seqpar "$BUILD/seqpar" --rounds 5 --iters 20 \
+      >>"$OUT/bench.jsonl" 2>"$BUILD/gemm_interleaved.txt"
+    rc=$?
+    cat "$BUILD/gemm_interleaved.txt" >>"$OUT/misc.log"
+    note "bench gemm interleaved: rc=$rc ($((SECONDS - t0)) s): $(tail -1 "$BUILD/gemm_interleaved.txt")"
+  fi
   t0=$SECONDS
   timeout 60 "${bench[@]}" --preset ops --tokens 16384 --warmup 3 --iters 20 >>"$OUT/bench.jsonl" 2>>"$OUT/misc.log"
   note "bench ops seqpar: rc=$? ($((SECONDS - t0)) s)"
@@ -165,6 +174,11 @@ if [[ -x $BUILD/seqpar ]]; then
   timeout 150 python3 bench/peers/torch_sdpa.py --seq-lens 16384,65536 --head-dims 128 --warmup 2 --iters 5 \
     >>"$OUT/attention.jsonl" 2>>"$OUT/misc.log"
   note "bench attention torch: rc=$? ($((SECONDS - t0)) s)"
+  # The same with token-major operands ([1, S, H, D] transposed): the layout seqpar and HF models use.
+  t0=$SECONDS
+  timeout 150 python3 bench/peers/torch_sdpa.py --seq-lens 16384,65536 --head-dims 128 --warmup 2 --iters 5 \
+    --layout bshd 2>>"$OUT/misc.log" | tag bshd >>"$OUT/attention.jsonl"
+  note "bench attention torch, token-major operands: rc=$? ($((SECONDS - t0)) s)"
 
   # Sequence-parallel attention on this machine's GPUs: one process per GPU over NCCL under seqpar
   # launch, with the PyTorch context-parallel peer on the same shapes (a world of 1 on one GPU:
@@ -270,7 +284,9 @@ for k in sorted(by, key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0)):
     cells = " ".join(f"{i}={v[i]:.0f}" for i in impls if v.get(i) is not None)
     ratios = [f"{a}/{b}={v[a]/v[b]:.2f}" for a, b in (("seqpar_flash", "torch_sdpa_flash"), ("seqpar_cudnn", "torch_sdpa_cudnn"),
                                                       ("seqpar_cudnn/ragged", "torch_sdpa_cudnn"),
-                                                      ("seqpar_cudnn/torch_cudnn_lib", "torch_sdpa_cudnn"))
+                                                      ("seqpar_cudnn/torch_cudnn_lib", "torch_sdpa_cudnn"),
+                                                      ("seqpar_flash", "torch_sdpa_flash/bshd"),
+                                                      ("seqpar_cudnn", "torch_sdpa_cudnn/bshd"))
               if v.get(a) and v.get(b)]
     print(f"  {k[0]} S={k[1]} D={k[2]}: {cells}  {' '.join(ratios)}")
 EOF

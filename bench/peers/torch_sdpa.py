@@ -26,12 +26,20 @@ def ints(s):
     return [int(x) for x in s.split(",") if x]
 
 
-def time_one(backend, S, H, Hkv, D, causal, with_bwd, warmup, iters):
-    # [1, H, S, D], SDPA's native layout; random operands, never zeros.
-    q = (torch.rand(1, H, S, D, device="cuda", dtype=torch.bfloat16) * 2 - 1).requires_grad_(with_bwd)
-    k = (torch.rand(1, Hkv, S, D, device="cuda", dtype=torch.bfloat16) * 2 - 1).requires_grad_(with_bwd)
-    v = (torch.rand(1, Hkv, S, D, device="cuda", dtype=torch.bfloat16) * 2 - 1).requires_grad_(with_bwd)
-    dout = torch.rand(1, H, S, D, device="cuda", dtype=torch.bfloat16) * 2 - 1
+def operand(heads, S, D, layout, grad):
+    """[1, heads, S, D] as SDPA takes it: contiguous ("bhsd"), or a transposed view of a token-major
+    [1, S, heads, D] tensor ("bshd": what a Hugging Face attention layer passes, and seqpar's layout).
+    Random values in [-1, 1), never zeros."""
+    if layout == "bshd":
+        t = (torch.rand(1, S, heads, D, device="cuda", dtype=torch.bfloat16) * 2 - 1).requires_grad_(grad)
+        return t, t.transpose(1, 2)
+    t = (torch.rand(1, heads, S, D, device="cuda", dtype=torch.bfloat16) * 2 - 1).requires_grad_(grad)
+    return t, t
+
+
+def time_one(backend, S, H, Hkv, D, causal, with_bwd, warmup, iters, layout="bhsd"):
+    (q0, q), (k0, k), (v0, v) = (operand(h, S, D, layout, with_bwd) for h in (H, Hkv, Hkv))
+    _, dout = operand(H, S, D, layout, False)
     gqa = Hkv != H
 
     def step():
@@ -39,7 +47,7 @@ def time_one(backend, S, H, Hkv, D, causal, with_bwd, warmup, iters):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
         if with_bwd:
             out.backward(dout)
-            q.grad = k.grad = v.grad = None
+            q0.grad = k0.grad = v0.grad = None
 
     for _ in range(warmup):
         step()
@@ -65,6 +73,8 @@ def main():
     p.add_argument("--backends", default="flash,cudnn")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
+                   help="bhsd: contiguous [1,H,S,D]; bshd: token-major [1,S,H,D] transposed (HF's and seqpar's)")
     p.add_argument("--out", help="also write the JSON lines here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -83,10 +93,11 @@ def main():
                         continue
                     with_bwd = pas == "fwd_bwd"
                     line = dict(bench="attention", impl=f"torch_sdpa_{backend}", S=S, H=H, Hkv=Hkv, D=D,
-                                causal=causal, dtype="bf16")
+                                causal=causal, dtype="bf16", layout=args.layout)
                     line["pass"] = pas
                     try:
-                        med, best = time_one(backend, S, H, Hkv, D, causal, with_bwd, args.warmup, args.iters)
+                        med, best = time_one(backend, S, H, Hkv, D, causal, with_bwd, args.warmup, args.iters,
+                                             args.layout)
                         flops = fwd_flops * (3.5 if with_bwd else 1.0)
                         line.update(ms=med, ms_min=best, tflops=flops / (med * 1e-3) / 1e12)
                     except RuntimeError as e:  # a backend that refuses the shape

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -49,6 +51,9 @@ void add_bench_gemm_options(CLI::App& cmd, BenchGemmOptions& o) {
       ->capture_default_str();
   cmd.add_option("--out", o.out, "also write the JSON lines to this file");
   cmd.add_option("--device", o.device, "CUDA device index")->capture_default_str();
+  cmd.add_flag("--serve", o.serve,
+               "print the shapes, then time the shape named on each stdin line \"NAME ITERS\" (for "
+               "bench/peers/gemm_interleaved.py, which alternates with PyTorch shape by shape)");
 }
 
 namespace {
@@ -328,6 +333,49 @@ void bench_ops(const BenchGemmOptions& o, Device dev, const cudaDeviceProp& prop
 
 }  // namespace
 
+// --serve: the shapes as JSON lines, then one timing per request (see bench_gemm.h).
+static int serve_gemm(const BenchGemmOptions& o, const std::vector<GemmShape>& shapes, Device dev) {
+  for (const GemmShape& s : shapes)
+    std::printf("%s\n", nlohmann::json{{"shape", s.name}, {"m", s.M}, {"n", s.N}, {"k", s.K}, {"trans_a", s.trans_a},
+                                       {"trans_b", s.trans_b}}
+                            .dump()
+                            .c_str());
+  std::printf("{\"ready\": true}\n");
+  std::fflush(stdout);
+  struct Operands {
+    Tensor a, b, c;
+  };
+  std::map<std::string, Operands> ready;
+  cudaStream_t stream = current_stream();
+  uint64_t seed = 1;
+  std::string name;
+  int iters = 0;
+  while (std::cin >> name && name != "quit" && std::cin >> iters) {
+    auto it = std::find_if(shapes.begin(), shapes.end(), [&](const GemmShape& s) { return s.name == name; });
+    if (it == shapes.end() || iters < 1) {
+      std::printf("%s\n", nlohmann::json{{"name", name}, {"error", "unknown shape or iters < 1"}}.dump().c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    const GemmShape& s = *it;
+    Operands& op = ready[name];
+    if (!op.c.defined()) {
+      op.a = random_device(s.trans_a ? Shape{s.K, s.M} : Shape{s.M, s.K}, DType::kBF16, dev, seed++);
+      op.b = random_device(s.trans_b ? Shape{s.N, s.K} : Shape{s.K, s.N}, DType::kBF16, dev, seed++);
+      op.c = Tensor::empty({s.M, s.N}, DType::kBF16, dev);
+    }
+    const Timing t = time_runs(o.warmup, iters, stream, [&] { matmul(op.c, op.a, op.b, s.trans_a, s.trans_b); });
+    std::printf("%s\n", nlohmann::json{{"name", name},
+                                       {"ms", t.median_ms},
+                                       {"ms_min", t.min_ms},
+                                       {"config", cuda_ops::matmul_config_str(cuda_ops::last_matmul_tuning().chosen)}}
+                            .dump()
+                            .c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int run_bench_gemm(const BenchGemmOptions& o) {
   const std::vector<GemmShape> shapes = o.preset == "ops" ? std::vector<GemmShape>{} : bench_shapes(o);
   int count = 0;
@@ -343,6 +391,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     bench_ops(o, dev, prop, out);
     return 0;
   }
+  if (o.serve) return serve_gemm(o, shapes, dev);
   const std::string algo = o.autotune ? "autotune" : o.algo;
   const bool heuristic = algo != "autotune", tuned = algo != "heuristic";
   if (o.tune_ms > 0) cuda_ops::set_matmul_autotune_budget_ms(o.tune_ms);

@@ -30,6 +30,11 @@ struct BenchGemmOptions {
   double tune_ms = 0;          // autotune budget per shape in ms (0: matmul's default, 50 or SEQPAR_GEMM_AUTOTUNE_MS)
   std::string out;             // also write the JSON lines to this file (empty: stdout only)
   int device = 0;
+  // Serve timings on request (bench/peers/gemm_interleaved.py): print the preset's shapes, then
+  // for each stdin line "NAME ITERS" time that shape (autotuned on its first request; warm-up
+  // included) and print {"name", "ms", "ms_min"}; "quit" or end of input stops. This lets a PyTorch
+  // peer alternate with seqpar shape by shape, so clock and temperature drift hit both alike.
+  bool serve = false;
 };
 
 // Registers the options above on a (sub)command, e.g. `seqpar bench gemm`.
