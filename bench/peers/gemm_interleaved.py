@@ -9,7 +9,7 @@ rounds of --iters runs each), so drift in clocks and temperature hits both alike
 median over rounds of each side's median is reported, and the ratio of the two.
 
     python3 bench/peers/gemm_interleaved.py --seqpar build-gpu/seqpar [--preset all] [--tokens 16384]
-        [--rounds 5] [--iters 20] [--out FILE]
+        [--rounds 5] [--iters 20] [--strict] [--shapes a,b] [--out FILE]
 
 Prints one JSON line per shape (bench "gemm_interleaved": seqpar_ms, torch_ms, ratio = torch_ms /
 seqpar_ms, i.e. seqpar's speed relative to torch) and a table with the geometric mean on stderr.
@@ -54,10 +54,16 @@ def main():
     p.add_argument("--tokens", type=int, default=16384)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--strict", action="store_true",
+                   help="torch without bf16 reduced-precision split-K reductions (seqpar reduces in f32 only)")
+    p.add_argument("--shapes", default="", help="only these shape names (comma-separated)")
     p.add_argument("--out", help="also append the JSON lines here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gemm_interleaved.py: no CUDA device")
+    if args.strict:
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    only = set(filter(None, args.shapes.split(",")))
     server = subprocess.Popen([args.seqpar, "bench", "gemm", "--serve", "--preset", args.preset, "--tokens",
                                str(args.tokens)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     shapes = []
@@ -80,6 +86,8 @@ def main():
     print(f"{'shape':24} {'M':>6} {'N':>6} {'K':>6} {'seqpar ms':>9} {'torch ms':>9} {'ratio':>6}", file=sys.stderr)
     for s in shapes:
         name, m, n, k, ta, tb = s["shape"], s["m"], s["n"], s["k"], s["trans_a"], s["trans_b"]
+        if only and name not in only:
+            continue
         seqpar_time(name, 2)  # the first request tunes the shape
         sp, tt = [], []
         for _ in range(args.rounds):
@@ -90,7 +98,7 @@ def main():
         flops = 2.0 * m * n * k
         line = dict(bench="gemm_interleaved", name=name, m=m, n=n, k=k, trans_a=ta, trans_b=tb, seqpar_ms=s_ms,
                     torch_ms=t_ms, seqpar_tflops=flops / (s_ms * 1e-3) / 1e12, torch_tflops=flops / (t_ms * 1e-3) / 1e12,
-                    ratio=t_ms / s_ms, rounds=args.rounds, iters=args.iters, config=config,
+                    ratio=t_ms / s_ms, torch_variant="strict" if args.strict else "default", rounds=args.rounds, iters=args.iters, config=config,
                     device=torch.cuda.get_device_name(), torch=torch.__version__,
                     date=datetime.date.today().isoformat())
         ratios.append(line["ratio"])
