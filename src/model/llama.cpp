@@ -70,18 +70,40 @@ std::vector<std::pair<std::string, const Tensor*>> LlamaParams::named() const {
   return out;
 }
 
-LlamaParams LlamaParams::zeros(const LlamaConfig& c, DType dtype, Device device) {
+LlamaParams LlamaParams::zeros(const LlamaConfig& c, DType dtype, Device device, bool one_buffer) {
   LlamaParams p;
   p.layers.resize(c.num_layers);
   auto shapes = LlamaParams::shapes(c);
   if (!c.tie_word_embeddings) p.lm_head = Tensor::zeros({c.vocab_size, c.hidden_size}, dtype, device);
+  auto padded = [](int64_t n) { return (n + kFlatAlign - 1) / kFlatAlign * kFlatAlign; };
+  int64_t total = 0;
+  for (const auto& [name, shape] : shapes) total += padded(shape_numel(shape));
+  if (one_buffer) p.flat = Tensor::zeros({total}, dtype, device);
   size_t i = 0;
+  int64_t at = 0;
   for (auto& [name, t] : p.named()) {
     SEQPAR_CHECK_EQ(name, shapes[i].first);
-    *t = Tensor::zeros(shapes[i].second, dtype, device);
+    const Shape& shape = shapes[i].second;
+    if (one_buffer) {
+      *t = p.flat.rows(at, at + shape_numel(shape)).view(shape);
+      at += padded(shape_numel(shape));
+    } else {
+      *t = Tensor::zeros(shape, dtype, device);
+    }
     ++i;
   }
   return p;
+}
+
+bool LlamaParams::all_in_flat() const {
+  if (!flat.defined()) return false;
+  const auto* begin = static_cast<const char*>(flat.raw());
+  const char* end = begin + flat.nbytes();
+  for (const auto& [name, t] : named()) {
+    const auto* p = static_cast<const char*>(t->raw());
+    if (t->device() != flat.device() || t->dtype() != flat.dtype() || p < begin || p + t->nbytes() > end) return false;
+  }
+  return true;
 }
 
 // What one layer keeps from forward for backward (the `keep` activation policy).
@@ -114,12 +136,17 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Device device, DType dtype)
   config_.validate();
   SEQPAR_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "model dtype {} (f32 or bf16)", dtype_name(dtype));
   params_ = LlamaParams::zeros(config_, dtype_, device_);
-  grads_ = LlamaParams::zeros(config_, DType::kF32, device_);  // f32 whatever the compute dtype
+  // f32 whatever the compute dtype, in one buffer: one all-reduce sums them over the ranks.
+  grads_ = LlamaParams::zeros(config_, DType::kF32, device_, /*one_buffer=*/true);
   std::vector<float> inv = rope_inv_freq(config_);
   inv_freq_ = Tensor::from_vector<float>({static_cast<int64_t>(inv.size())}, inv).to(device_);
 }
 
 void LlamaModel::zero_grads() {
+  if (grads_.all_in_flat()) {
+    grads_.flat.zero();
+    return;
+  }
   for (auto& [name, g] : grads_.named()) g->zero();
 }
 

@@ -39,8 +39,17 @@ struct LlamaParams {
   std::vector<std::pair<std::string, const Tensor*>> named() const;
   // The HF shape of every parameter of this config, in the same order.
   static std::vector<std::pair<std::string, Shape>> shapes(const LlamaConfig& config);
-  // Zero-filled parameters of this config.
-  static LlamaParams zeros(const LlamaConfig& config, DType dtype, Device device);
+  // Zero-filled parameters of this config. With one_buffer, every tensor is a view into `flat`
+  // (each starting at a multiple of kFlatAlign elements, the gaps zero), so that one collective
+  // can reduce them all.
+  static LlamaParams zeros(const LlamaConfig& config, DType dtype, Device device, bool one_buffer = false);
+
+  static constexpr int64_t kFlatAlign = 64;
+  Tensor flat;  // defined when allocated as one buffer
+
+  // Whether `flat` is defined and every named tensor still lies inside it (an assignment that
+  // replaced a tensor breaks this; callers then fall back to per-tensor work).
+  bool all_in_flat() const;
 };
 
 // One rank's tokens. All i32 [T] on the model's device (or host for the CPU).

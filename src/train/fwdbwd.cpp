@@ -111,7 +111,7 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
     const float dloss = good > 0 ? static_cast<float>(1.0 / static_cast<double>(good)) : 0.f;
     model.zero_grads();
     model.backward(dloss);
-    for (auto& [name, g] : model.grads().named()) world.all_reduce(*g, ReduceOp::kSum);
+    all_reduce_grads(world, model.grads());
 
     // Gather the logits of every rank (rank order), then put them back in stream order.
     Tensor all_logits = Tensor::empty({batch.padded_len, V}, logits.dtype(), device);

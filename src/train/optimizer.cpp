@@ -38,4 +38,12 @@ float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm) {
   return coef;
 }
 
+void all_reduce_grads(Communicator& comm, LlamaParams& grads) {
+  if (grads.all_in_flat()) {
+    comm.all_reduce(grads.flat, ReduceOp::kSum);
+    return;
+  }
+  for (auto& [name, g] : grads.named()) comm.all_reduce(*g, ReduceOp::kSum);
+}
+
 }  // namespace seqpar

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "comm/communicator.h"
 #include "kernels/ops.h"
 #include "model/llama.h"
 
@@ -44,5 +45,10 @@ class AdamW {
   LlamaParams master_;
   int64_t step_ = 0;
 };
+
+// Sums every rank's gradients over `comm` in place: one all-reduce of the grads' single buffer
+// when they live in one (LlamaParams::all_in_flat, as LlamaModel allocates them), else one per
+// tensor. The same sums either way (a reduction is element-wise).
+void all_reduce_grads(Communicator& comm, LlamaParams& grads);
 
 }  // namespace seqpar

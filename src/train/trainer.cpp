@@ -501,7 +501,7 @@ TrainResult run_training(const TrainConfig& cfg) {
         model.backward(dloss);
       }
       // Weights are replicated over dp × sp: sum every rank's gradient contribution.
-      for (auto& [name, g] : model.grads().named()) world.all_reduce(*g, ReduceOp::kSum);
+      all_reduce_grads(world, model.grads());
       Tensor loss_t = Tensor::from_vector<float>({1}, {static_cast<float>(loss_sum)});
       world.all_reduce(loss_t, ReduceOp::kSum);
       const double loss = global_good > 0 ? loss_t.data<float>()[0] / global_good : 0.0;
