@@ -71,6 +71,9 @@ void add_fwdbwd_command(CLI::App& app, int& rc) {
   c->add_option("--out", args->out, "output safetensors")->required();
   FwdBwdOptions& o = args->options;
   c->add_flag("--optimizer-step", o.optimizer_step, "also clip and take one AdamW step; writes grad_norm and param.*");
+  c->add_flag("--activation-checkpointing", o.activation_checkpointing,
+              "keep only each decoder layer's input in forward and recompute the layer in backward (the same "
+              "results, less activation memory)");
   c->add_option("--lr", o.optimizer.adamw.lr, "AdamW learning rate")->capture_default_str();
   c->add_option("--beta1", o.optimizer.adamw.beta1, "AdamW beta1")->capture_default_str();
   c->add_option("--beta2", o.optimizer.adamw.beta2, "AdamW beta2")->capture_default_str();

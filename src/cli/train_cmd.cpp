@@ -136,6 +136,9 @@ void add_train_command(CLI::App& app, int& rc) {
                 "NCCL when started by seqpar launch / torchrun / Slurm / mpirun (auto: nccl when launched with "
                 "--device cuda)")
       ->capture_default_str();
+  t->add_flag("--activation-checkpointing,--gradient-checkpointing", c.activation_checkpointing,
+              "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
+              "gradient_checkpointing: the same gradients, far less activation memory, about one more forward)");
   t->add_option("--hidden-size", args->hidden_size, "built-in model: hidden size (demo: 64)");
   t->add_option("--intermediate-size", args->intermediate_size, "built-in model: MLP width (demo: 128)");
   t->add_option("--num-layers", args->num_layers, "built-in model: layers (demo: 2)");

@@ -150,14 +150,55 @@ void LlamaModel::zero_grads() {
   for (auto& [name, g] : grads_.named()) g->zero();
 }
 
+// One decoder layer's forward from its input x [T, C], keeping everything its backward reads in s;
+// returns the layer's output. forward() runs it, and backward() again for a checkpointed layer.
+Tensor LlamaModel::layer_forward(int64_t l, const Tensor& x, LayerActs& s) {
+  const LlamaConfig& c = config_;
+  const int64_t T = x.dim(0), C = c.hidden_size, F = c.intermediate_size;
+  const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
+  const DType act = dtype_;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const LlamaLayerParams& P = params_.layers[l];
+  s.x_in = x;
+  s.rstd1 = Tensor::empty({T}, DType::kF32, device_);
+  s.xn1 = Tensor::empty({T, C}, act, device_);
+  rmsnorm_forward(s.xn1, s.rstd1, x, P.input_norm, static_cast<float>(c.rms_norm_eps));
+  Tensor q = Tensor::empty({T, H * D}, act, device_);
+  Tensor k = Tensor::empty({T, Hkv * D}, act, device_);
+  Tensor v = Tensor::empty({T, Hkv * D}, act, device_);
+  linear_forward(q, s.xn1, P.q_proj);
+  linear_forward(k, s.xn1, P.k_proj);
+  linear_forward(v, s.xn1, P.v_proj);
+  q = q.view({T, H, D});
+  k = k.view({T, Hkv, D});
+  v = v.view({T, Hkv, D});
+  rope_forward(q, acts_->batch.position_ids, inv_freq_);
+  rope_forward(k, acts_->batch.position_ids, inv_freq_);
+  s.attn_out = Tensor::empty({T, H, D}, act, device_);
+  s.attn_ctx = acts_->attention->forward(q, k, v, s.attn_out, scale);
+  // x_mid = x + attn_out @ Wo^T
+  s.x_mid = x.clone();
+  matmul(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, false, true, 1.f, 1.f);
+  s.rstd2 = Tensor::empty({T}, DType::kF32, device_);
+  s.xn2 = Tensor::empty({T, C}, act, device_);
+  rmsnorm_forward(s.xn2, s.rstd2, s.x_mid, P.post_norm, static_cast<float>(c.rms_norm_eps));
+  s.gate = Tensor::empty({T, F}, act, device_);
+  s.up = Tensor::empty({T, F}, act, device_);
+  linear_forward(s.gate, s.xn2, P.gate_proj);
+  linear_forward(s.up, s.xn2, P.up_proj);
+  s.h = Tensor::empty({T, F}, act, device_);
+  swiglu_forward(s.h, s.gate, s.up);
+  Tensor out = s.x_mid.clone();
+  matmul(out, s.h, P.down_proj, false, true, 1.f, 1.f);
+  return out;
+}
+
 LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Tensor* logits_out) {
   const LlamaConfig& c = config_;
-  const int64_t T = batch.input_ids.numel(), C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
-  const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
+  const int64_t T = batch.input_ids.numel(), C = c.hidden_size, V = c.vocab_size;
   check_shape(batch.position_ids, {T}, "position_ids");
   check_shape(batch.targets, {T}, "targets");
   const DType act = dtype_;
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
 
   acts_ = std::make_shared<Acts>();
   Acts& a = *acts_;
@@ -168,39 +209,14 @@ LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Ten
   Tensor x = Tensor::empty({T, C}, act, device_);
   embedding_forward(x, batch.input_ids, params_.embed_tokens);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const LlamaLayerParams& P = params_.layers[l];
     LayerActs& s = a.layers[l];
-    s.x_in = x;
-    s.rstd1 = Tensor::empty({T}, DType::kF32, device_);
-    s.xn1 = Tensor::empty({T, C}, act, device_);
-    rmsnorm_forward(s.xn1, s.rstd1, x, P.input_norm, static_cast<float>(c.rms_norm_eps));
-    Tensor q = Tensor::empty({T, H * D}, act, device_);
-    Tensor k = Tensor::empty({T, Hkv * D}, act, device_);
-    Tensor v = Tensor::empty({T, Hkv * D}, act, device_);
-    linear_forward(q, s.xn1, P.q_proj);
-    linear_forward(k, s.xn1, P.k_proj);
-    linear_forward(v, s.xn1, P.v_proj);
-    q = q.view({T, H, D});
-    k = k.view({T, Hkv, D});
-    v = v.view({T, Hkv, D});
-    rope_forward(q, batch.position_ids, inv_freq_);
-    rope_forward(k, batch.position_ids, inv_freq_);
-    s.attn_out = Tensor::empty({T, H, D}, act, device_);
-    s.attn_ctx = attention.forward(q, k, v, s.attn_out, scale);
-    // x_mid = x + attn_out @ Wo^T
-    s.x_mid = x.clone();
-    matmul(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, false, true, 1.f, 1.f);
-    s.rstd2 = Tensor::empty({T}, DType::kF32, device_);
-    s.xn2 = Tensor::empty({T, C}, act, device_);
-    rmsnorm_forward(s.xn2, s.rstd2, s.x_mid, P.post_norm, static_cast<float>(c.rms_norm_eps));
-    s.gate = Tensor::empty({T, F}, act, device_);
-    s.up = Tensor::empty({T, F}, act, device_);
-    linear_forward(s.gate, s.xn2, P.gate_proj);
-    linear_forward(s.up, s.xn2, P.up_proj);
-    s.h = Tensor::empty({T, F}, act, device_);
-    swiglu_forward(s.h, s.gate, s.up);
-    x = s.x_mid.clone();
-    matmul(x, s.h, P.down_proj, false, true, 1.f, 1.f);
+    x = layer_forward(l, x, s);
+    if (policy_ == ActivationPolicy::kCheckpoint) {
+      // Keep the block input only; backward recomputes the rest (attention included).
+      Tensor keep = s.x_in;
+      s = LayerActs();
+      s.x_in = keep;
+    }
   }
   a.x_final = x;
   a.rstd_f = Tensor::empty({T}, DType::kF32, device_);
@@ -249,6 +265,7 @@ void LlamaModel::backward(float dloss) {
     const LlamaLayerParams& P = params_.layers[l];
     LlamaLayerParams& G = grads_.layers[l];
     LayerActs& s = a.layers[l];
+    if (!s.attn_ctx) layer_forward(l, s.x_in, s);  // a checkpointed layer: recompute its activations
     // MLP: x_out = x_mid + h @ Wdown^T.
     Tensor dh = Tensor::empty({T, F}, act, device_);
     linear_backward(dh, G.down_proj, dx, s.h, P.down_proj, 0.f);

@@ -78,8 +78,15 @@ class LlamaModel {
   LlamaParams& grads() { return grads_; }
   void zero_grads();
 
-  // Forward over this rank's tokens; keeps what backward needs (the whole activation set: the
-  // `keep` policy). If logits is given it receives [T, V] in the model's dtype.
+  // What forward keeps of each decoder layer for backward: everything (kKeep), or only the
+  // layer's input (kCheckpoint: backward recomputes the layer's forward, attention and its
+  // communication included, then runs its backward; the same gradients, less memory).
+  enum class ActivationPolicy { kKeep, kCheckpoint };
+  void set_activation_policy(ActivationPolicy policy) { policy_ = policy; }
+  ActivationPolicy activation_policy() const { return policy_; }
+
+  // Forward over this rank's tokens; keeps what backward needs (per the activation policy). If
+  // logits is given it receives [T, V] in the model's dtype.
   LossStats forward(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr);
   // Backward of loss = dloss * Σ_t losses[t] (dloss = 1 / global good tokens): parameter
   // gradients accumulate (+=) into grads(). Must follow forward(); attention is the same object.
@@ -88,6 +95,7 @@ class LlamaModel {
  private:
   struct LayerActs;
   struct Acts;
+  Tensor layer_forward(int64_t l, const Tensor& x, LayerActs& s);
 
   LlamaConfig config_;
   Device device_;
@@ -96,6 +104,7 @@ class LlamaModel {
   LlamaParams grads_;
   Tensor inv_freq_;  // f32 [D/2]
   std::shared_ptr<Acts> acts_;
+  ActivationPolicy policy_ = ActivationPolicy::kKeep;
 };
 
 }  // namespace seqpar

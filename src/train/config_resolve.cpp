@@ -108,6 +108,8 @@ const SettingDef kSettings[] = {
     {"total_num_steps", nullptr, [](R r) { return show(r.train.lr_schedule.total_num_steps); }, has_total_steps},
     {"warmup_min_ratio", nullptr, [](R r) { return show(r.train.lr_schedule.warmup_min_ratio); }, is_cosine},
     {"cos_min_ratio", "--min-lr-ratio", [](R r) { return show(r.train.lr_schedule.cos_min_ratio); }, is_cosine},
+    {"activation_checkpointing", "--activation-checkpointing",
+     [](R r) { return std::string(r.train.activation_checkpointing ? "true" : "false"); }},
     {"seed", "--seed", [](R r) { return show(r.train.seed); }},
     {"log_every", "--log-every", [](R r) { return show(r.train.log_every); }},
     {"eval_every", "--eval-every", [](R r) { return show(r.train.eval_every); }},

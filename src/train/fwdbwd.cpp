@@ -85,6 +85,7 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
     const int r = mesh.sp_rank();
     const Shard& shard = batch.shards[r];
     LlamaModel model(config, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
+    if (opt.activation_checkpointing) model.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
     auto dst = model.params().named();
     auto src = reference->params().named();
     for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));

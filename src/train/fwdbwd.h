@@ -24,6 +24,7 @@ struct FwdBwdOptions {
   OptimizerConfig optimizer;
   Device device = Device::cpu();
   Transport transport = Transport::kAuto;  // local threads, or one process per rank over NCCL
+  bool activation_checkpointing = false;   // keep only each layer's input; recompute in backward
 };
 
 // input_ids, labels: i32 [B, S] (HF convention: unshifted labels, -100 ignored).

@@ -357,6 +357,7 @@ TrainResult run_training(const TrainConfig& cfg) {
     const int sp_rank = mesh.sp_rank(), dp_rank = mesh.dp_rank();
     const bool leader = job.leader;
     LlamaModel model(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
+    if (cfg.activation_checkpointing) model.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
     {
       auto dst = model.params().named();
       auto src = initial->params().named();

@@ -86,6 +86,9 @@ struct TrainConfig {
   // Where the world's ranks run (train/job.h): threads of this process, or one process per GPU
   // over NCCL when a launcher started this one (kAuto picks).
   Transport transport = Transport::kAuto;
+  // Memory: keep only each decoder layer's input in forward and recompute the layer in backward
+  // (HF's gradient_checkpointing; the same gradients, the activations of one layer at a time).
+  bool activation_checkpointing = false;
 
   // Output.
   int log_every = 10;

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/allocator.h"
 #include "comm/mesh.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
@@ -20,6 +22,7 @@
 #include "test_util.h"
 #include "train/fwdbwd.h"
 #include "train/sp_batch.h"
+#include "train/trainer.h"
 
 namespace seqpar {
 namespace {
@@ -384,6 +387,58 @@ TEST(SpModel, AttentionWorkIsWhatTheRingMasksLetThrough) {
       EXPECT_GT(attention_work(con, r), attention_work(con, r - 1)) << "contiguous P=" << P;
     }
   }
+}
+
+}  // namespace
+}  // namespace seqpar
+
+namespace seqpar {
+namespace {
+
+// Activation checkpointing recomputes each layer in backward: the same outputs bit for bit (the
+// CPU is deterministic), on one rank and with every SP mode (the recompute repeats attention's
+// communication), and less peak memory.
+TEST(SpModel, ActivationCheckpointingChangesNothingButMemory) {
+  LlamaConfig config = tiny_config(4, 2, 8, false);
+  config.num_layers = 4;
+  const std::string dir = write_checkpoint(config, 41);
+  const Batch batch = pretrain_batch(2, 96, config.vocab_size, 42);
+  for (const SpSetting& s : {SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous},
+                             SpSetting{SpMode::kUlysses, 2, 0, SpLayout::kContiguous},
+                             SpSetting{SpMode::kRing, 2, 0, SpLayout::kZigzag},
+                             SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
+    FwdBwdOptions keep = options_for(s), ckpt = options_for(s);
+    ckpt.activation_checkpointing = true;
+    const Outputs a = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, keep));
+    const Outputs b = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, ckpt));
+    ASSERT_EQ(a.size(), b.size());
+    for (auto& [name, t] : a) {
+      ASSERT_TRUE(b.count(name)) << name;
+      EXPECT_EQ(std::memcmp(t.raw(), b.at(name).raw(), t.nbytes()), 0) << s.str() << ": " << name;
+    }
+  }
+  // Peak host memory of one rank's forward + backward on a longer sequence.
+  auto peak = [&](bool checkpointing) {
+    LlamaModel model(config);
+    init_llama_params(model.params(), 5, 0.02f);
+    const int64_t T = 2048;
+    std::vector<int32_t> ids(T), pos(T);
+    for (int64_t t = 0; t < T; ++t) {
+      ids[t] = static_cast<int32_t>((t * 7) % config.vocab_size);
+      pos[t] = static_cast<int32_t>(t);
+    }
+    if (checkpointing) model.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
+    LocalAttention attn(token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)}));
+    cpu_allocator().reset_peak();
+    const size_t before = cpu_allocator().current_bytes();
+    model.forward({Tensor::from_vector<int32_t>({T}, ids), Tensor::from_vector<int32_t>({T}, pos),
+                   Tensor::from_vector<int32_t>({T}, ids)},
+                  attn);
+    model.backward(1.f / T);
+    return cpu_allocator().peak_bytes() - before;
+  };
+  const size_t keep_peak = peak(false), ckpt_peak = peak(true);
+  EXPECT_LT(ckpt_peak, keep_peak * 6 / 10) << "keep " << keep_peak << " B, checkpoint " << ckpt_peak << " B";
 }
 
 }  // namespace

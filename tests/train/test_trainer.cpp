@@ -83,6 +83,18 @@ TEST(Trainer, SpDegreesReproduceDegreeOne) {
 // over both either way: the runs are the same computation summed in another order. (dp = 2 with
 // micro_batch 1 against dp = 1 with micro_batch 2 would NOT see the same rows: the row seed
 // depends on the batch index, which differs.)
+// --activation-checkpointing trains exactly as without (the CPU recompute is bit-identical).
+TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
+  TrainConfig c = tiny_run();
+  c.sp = 2;
+  const TrainResult keep = run_training(c);
+  c.activation_checkpointing = true;
+  const TrainResult ckpt = run_training(c);
+  ASSERT_EQ(ckpt.losses.size(), keep.losses.size());
+  for (size_t s = 0; s < keep.losses.size(); ++s) EXPECT_EQ(ckpt.losses[s], keep.losses[s]) << "step " << s + 1;
+  EXPECT_EQ(ckpt.eval_accuracy, keep.eval_accuracy);
+}
+
 TEST(Trainer, DataParallelEqualsGradientAccumulationOnTheSameBatches) {
   TrainConfig accum = tiny_run();
   accum.grad_accum = 2;
