@@ -107,6 +107,21 @@ TEST(CudaModel, NcclTransportUnderSeqparLaunchMatchesLocal) {
   }
 }
 
+// Activation checkpointing on the GPU: the recompute gives the same results (up to the flash
+// backward's dQ atomics, whose summation order varies run to run).
+TEST(CudaModel, ActivationCheckpointingMatchesKeepingActivations) {
+  const std::string dir = testing::source_path("tests/fixtures/hf/gqa_d64");
+  SafetensorsData keep = run_fwdbwd(dir, "--device cuda");
+  for (const char* mode : {"", "--sp 2 --sp-mode ring"}) {
+    SafetensorsData ckpt = run_fwdbwd(dir, std::string("--device cuda --activation-checkpointing ") + mode);
+    for (auto& [name, t] : keep.tensors) {
+      const Tensor* g = ckpt.find(name);
+      ASSERT_NE(g, nullptr) << name;
+      EXPECT_LE(testing::rel_error(*g, t), std::string(mode).empty() ? 1e-3 : 2e-2) << mode << " " << name;
+    }
+  }
+}
+
 TEST(CudaModel, SequenceParallelRanksOnOneGpuMatchOneRank) {
   const std::string dir = testing::source_path("tests/fixtures/hf/gqa_d64");  // H=2, Hkv=1
   SafetensorsData one = run_fwdbwd(dir, "--device cuda");
