@@ -74,6 +74,10 @@ void add_fwdbwd_command(CLI::App& app, int& rc) {
   c->add_flag("--activation-checkpointing", o.activation_checkpointing,
               "keep only each decoder layer's input in forward and recompute the layer in backward (the same "
               "results, less activation memory)");
+  c->add_option("--tiled-mlp-tokens", o.mlp_tile_tokens,
+                "run each MLP over tiles of this many tokens, recomputed in backward (0 = untiled)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   c->add_option("--lr", o.optimizer.adamw.lr, "AdamW learning rate")->capture_default_str();
   c->add_option("--beta1", o.optimizer.adamw.beta1, "AdamW beta1")->capture_default_str();
   c->add_option("--beta2", o.optimizer.adamw.beta2, "AdamW beta2")->capture_default_str();

@@ -139,6 +139,11 @@ void add_train_command(CLI::App& app, int& rc) {
   t->add_flag("--activation-checkpointing,--gradient-checkpointing", c.activation_checkpointing,
               "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
               "gradient_checkpointing: the same gradients, far less activation memory, about one more forward)");
+  t->add_option("--tiled-mlp-tokens", c.mlp_tile_tokens,
+                "tiled MLP (ALST's TiledMLP): run each layer's MLP over tiles of this many tokens of a rank's "
+                "shard, recomputed in backward, so the [tokens, intermediate] tensors exist one tile at a time "
+                "(0 = untiled)")
+      ->capture_default_str();
   t->add_option("--hidden-size", args->hidden_size, "built-in model: hidden size (demo: 64)");
   t->add_option("--intermediate-size", args->intermediate_size, "built-in model: MLP width (demo: 128)");
   t->add_option("--num-layers", args->num_layers, "built-in model: layers (demo: 2)");

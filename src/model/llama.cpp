@@ -154,7 +154,7 @@ void LlamaModel::zero_grads() {
 // returns the layer's output. forward() runs it, and backward() again for a checkpointed layer.
 Tensor LlamaModel::layer_forward(int64_t l, const Tensor& x, LayerActs& s) {
   const LlamaConfig& c = config_;
-  const int64_t T = x.dim(0), C = c.hidden_size, F = c.intermediate_size;
+  const int64_t T = x.dim(0), C = c.hidden_size;
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const DType act = dtype_;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
@@ -182,15 +182,49 @@ Tensor LlamaModel::layer_forward(int64_t l, const Tensor& x, LayerActs& s) {
   s.rstd2 = Tensor::empty({T}, DType::kF32, device_);
   s.xn2 = Tensor::empty({T, C}, act, device_);
   rmsnorm_forward(s.xn2, s.rstd2, s.x_mid, P.post_norm, static_cast<float>(c.rms_norm_eps));
-  s.gate = Tensor::empty({T, F}, act, device_);
-  s.up = Tensor::empty({T, F}, act, device_);
-  linear_forward(s.gate, s.xn2, P.gate_proj);
-  linear_forward(s.up, s.xn2, P.up_proj);
-  s.h = Tensor::empty({T, F}, act, device_);
-  swiglu_forward(s.h, s.gate, s.up);
   Tensor out = s.x_mid.clone();
+  if (mlp_tile_ > 0 && mlp_tile_ < T) {
+    // Tiled MLP: the [tokens, F] tensors exist one tile at a time; backward recomputes them.
+    for (int64_t t0 = 0; t0 < T; t0 += mlp_tile_) {
+      const int64_t t1 = std::min(T, t0 + mlp_tile_);
+      Tensor gate, up, h;
+      mlp_tile_forward(l, s.xn2.rows(t0, t1), gate, up, h);
+      Tensor o = out.rows(t0, t1);
+      matmul(o, h, P.down_proj, false, true, 1.f, 1.f);
+    }
+    return out;
+  }
+  mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
   matmul(out, s.h, P.down_proj, false, true, 1.f, 1.f);
   return out;
+}
+
+// gate, up, h [n, F] of n tokens' post-attention-norm outputs xn [n, C].
+void LlamaModel::mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h) {
+  const LlamaLayerParams& P = params_.layers[l];
+  const int64_t n = xn.dim(0), F = config_.intermediate_size;
+  gate = Tensor::empty({n, F}, dtype_, device_);
+  up = Tensor::empty({n, F}, dtype_, device_);
+  h = Tensor::empty({n, F}, dtype_, device_);
+  linear_forward(gate, xn, P.gate_proj);
+  linear_forward(up, xn, P.up_proj);
+  swiglu_forward(h, gate, up);
+}
+
+// The MLP's backward over n tokens: dx_out [n, C] (the gradient of the layer's output) -> dxn
+// [n, C] (=, the gradient of the post-attention norm's output); weight gradients +=.
+void LlamaModel::mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor& xn, const Tensor& gate,
+                                   const Tensor& up, const Tensor& h, Tensor& dxn) {
+  const LlamaLayerParams& P = params_.layers[l];
+  LlamaLayerParams& G = grads_.layers[l];
+  const int64_t n = xn.dim(0), F = config_.intermediate_size;
+  Tensor dh = Tensor::empty({n, F}, dtype_, device_);
+  linear_backward(dh, G.down_proj, dx_out, h, P.down_proj, 0.f);
+  Tensor dgate = Tensor::empty({n, F}, dtype_, device_);
+  Tensor dup = Tensor::empty({n, F}, dtype_, device_);
+  swiglu_backward(dgate, dup, dh, gate, up);
+  linear_backward(dxn, G.gate_proj, dgate, xn, P.gate_proj, 0.f);
+  linear_backward(dxn, G.up_proj, dup, xn, P.up_proj, 1.f);
 }
 
 LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Tensor* logits_out) {
@@ -244,7 +278,7 @@ void LlamaModel::backward(float dloss) {
   SEQPAR_CHECK(acts_ != nullptr, "LlamaModel::backward called without a forward");
   const LlamaConfig& c = config_;
   Acts& a = *acts_;
-  const int64_t T = a.batch.input_ids.numel(), C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t T = a.batch.input_ids.numel(), C = c.hidden_size, V = c.vocab_size;
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const DType act = dtype_;
 
@@ -266,14 +300,18 @@ void LlamaModel::backward(float dloss) {
     LlamaLayerParams& G = grads_.layers[l];
     LayerActs& s = a.layers[l];
     if (!s.attn_ctx) layer_forward(l, s.x_in, s);  // a checkpointed layer: recompute its activations
-    // MLP: x_out = x_mid + h @ Wdown^T.
-    Tensor dh = Tensor::empty({T, F}, act, device_);
-    linear_backward(dh, G.down_proj, dx, s.h, P.down_proj, 0.f);
-    Tensor dgate = Tensor::empty({T, F}, act, device_);
-    Tensor dup = Tensor::empty({T, F}, act, device_);
-    swiglu_backward(dgate, dup, dh, s.gate, s.up);
-    linear_backward(dxn, G.gate_proj, dgate, s.xn2, P.gate_proj, 0.f);
-    linear_backward(dxn, G.up_proj, dup, s.xn2, P.up_proj, 1.f);
+    // MLP: x_out = x_mid + h @ Wdown^T; tiled when forward was (no [T, F] tensors kept).
+    if (s.h.defined()) {
+      mlp_tile_backward(l, dx, s.xn2, s.gate, s.up, s.h, dxn);
+    } else {
+      for (int64_t t0 = 0; t0 < T; t0 += mlp_tile_) {
+        const int64_t t1 = std::min(T, t0 + mlp_tile_);
+        Tensor gate, up, h, dxn_t = dxn.rows(t0, t1);
+        const Tensor xn = s.xn2.rows(t0, t1);
+        mlp_tile_forward(l, xn, gate, up, h);
+        mlp_tile_backward(l, dx.rows(t0, t1), xn, gate, up, h, dxn_t);
+      }
+    }
     rmsnorm_backward(dtmp, G.post_norm, dxn, s.x_mid, P.post_norm, s.rstd2);
     add_inplace(dx, dtmp);  // dx is now d(x_mid)
     // Attention: x_mid = x_in + attn_out @ Wo^T.

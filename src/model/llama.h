@@ -84,6 +84,10 @@ class LlamaModel {
   enum class ActivationPolicy { kKeep, kCheckpoint };
   void set_activation_policy(ActivationPolicy policy) { policy_ = policy; }
   ActivationPolicy activation_policy() const { return policy_; }
+  // Tiled MLP (ALST's TiledMLP): with tokens > 0 and fewer than the sequence, each layer's MLP runs
+  // over tiles of this many tokens, so its [tokens, intermediate] tensors (gate, up, h and their
+  // gradients) exist one tile at a time; backward recomputes them per tile. 0: one tile.
+  void set_mlp_tile_tokens(int64_t tokens) { mlp_tile_ = tokens; }
 
   // Forward over this rank's tokens; keeps what backward needs (per the activation policy). If
   // logits is given it receives [T, V] in the model's dtype.
@@ -96,6 +100,9 @@ class LlamaModel {
   struct LayerActs;
   struct Acts;
   Tensor layer_forward(int64_t l, const Tensor& x, LayerActs& s);
+  void mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h);
+  void mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor& xn, const Tensor& gate, const Tensor& up,
+                         const Tensor& h, Tensor& dxn);
 
   LlamaConfig config_;
   Device device_;
@@ -105,6 +112,7 @@ class LlamaModel {
   Tensor inv_freq_;  // f32 [D/2]
   std::shared_ptr<Acts> acts_;
   ActivationPolicy policy_ = ActivationPolicy::kKeep;
+  int64_t mlp_tile_ = 0;
 };
 
 }  // namespace seqpar

@@ -110,6 +110,7 @@ const SettingDef kSettings[] = {
     {"cos_min_ratio", "--min-lr-ratio", [](R r) { return show(r.train.lr_schedule.cos_min_ratio); }, is_cosine},
     {"activation_checkpointing", "--activation-checkpointing",
      [](R r) { return std::string(r.train.activation_checkpointing ? "true" : "false"); }},
+    {"tiled_mlp_tokens", "--tiled-mlp-tokens", [](R r) { return show(r.train.mlp_tile_tokens); }},
     {"seed", "--seed", [](R r) { return show(r.train.seed); }},
     {"log_every", "--log-every", [](R r) { return show(r.train.log_every); }},
     {"eval_every", "--eval-every", [](R r) { return show(r.train.eval_every); }},

@@ -86,6 +86,7 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
     const Shard& shard = batch.shards[r];
     LlamaModel model(config, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
     if (opt.activation_checkpointing) model.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
+    model.set_mlp_tile_tokens(opt.mlp_tile_tokens);
     auto dst = model.params().named();
     auto src = reference->params().named();
     for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));

@@ -89,6 +89,9 @@ struct TrainConfig {
   // Memory: keep only each decoder layer's input in forward and recompute the layer in backward
   // (HF's gradient_checkpointing; the same gradients, the activations of one layer at a time).
   bool activation_checkpointing = false;
+  // Tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's shard,
+  // its [tokens, intermediate] tensors one tile at a time, recomputed in backward. 0: untiled.
+  int64_t mlp_tile_tokens = 0;
 
   // Output.
   int log_every = 10;

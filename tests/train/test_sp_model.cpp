@@ -443,3 +443,55 @@ TEST(SpModel, ActivationCheckpointingChangesNothingButMemory) {
 
 }  // namespace
 }  // namespace seqpar
+
+namespace seqpar {
+namespace {
+
+// Tiled MLP: the same outputs as one tile within f32 summation order (the weight gradients sum
+// over tiles), for tiles that do and do not divide the shard, with SP and with activation
+// checkpointing on top; and the [T, F] tensors no longer set the peak.
+TEST(SpModel, TiledMlpMatchesUntiled) {
+  LlamaConfig config = tiny_config(4, 2, 8, false);
+  config.intermediate_size = 256;  // MLP-heavy, so the tiles show in the peak
+  const std::string dir = write_checkpoint(config, 51);
+  const Batch batch = sft_batch(2, 96, config.vocab_size, 52);
+  for (const SpSetting& s : {SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous},
+                             SpSetting{SpMode::kRing, 2, 0, SpLayout::kZigzag},
+                             SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
+    const Outputs ref = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s)));
+    for (int64_t tile : {16, 37}) {
+      for (bool ckpt : {false, true}) {
+        FwdBwdOptions o = options_for(s);
+        o.mlp_tile_tokens = tile;
+        o.activation_checkpointing = ckpt;
+        expect_same_outputs(as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, o)), ref,
+                            s.str() + " tile " + std::to_string(tile) + (ckpt ? " + checkpointing" : ""));
+      }
+    }
+  }
+  auto peak = [&](int64_t tile) {
+    LlamaModel model(config);
+    init_llama_params(model.params(), 5, 0.02f);
+    const int64_t T = 2048;
+    std::vector<int32_t> ids(T), pos(T);
+    for (int64_t t = 0; t < T; ++t) {
+      ids[t] = static_cast<int32_t>((t * 7) % config.vocab_size);
+      pos[t] = static_cast<int32_t>(t);
+    }
+    model.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
+    model.set_mlp_tile_tokens(tile);
+    LocalAttention attn(token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)}));
+    cpu_allocator().reset_peak();
+    const size_t before = cpu_allocator().current_bytes();
+    model.forward({Tensor::from_vector<int32_t>({T}, ids), Tensor::from_vector<int32_t>({T}, pos),
+                   Tensor::from_vector<int32_t>({T}, ids)},
+                  attn);
+    model.backward(1.f / T);
+    return cpu_allocator().peak_bytes() - before;
+  };
+  const size_t whole = peak(0), tiled = peak(256);
+  EXPECT_LT(tiled, whole * 7 / 10) << "untiled " << whole << " B, tiled " << tiled << " B";
+}
+
+}  // namespace
+}  // namespace seqpar
