@@ -144,6 +144,10 @@ void add_train_command(CLI::App& app, int& rc) {
                 "shard, recomputed in backward, so the [tokens, intermediate] tensors exist one tile at a time "
                 "(0 = untiled)")
       ->capture_default_str();
+  t->add_option("--tiled-loss-tokens", c.loss_tile_tokens,
+                "tiled loss: the LM head and cross-entropy over tiles of this many tokens, never a [tokens, "
+                "vocab] logits tensor (recomputed per tile in backward; 0 = untiled)")
+      ->capture_default_str();
   t->add_option("--hidden-size", args->hidden_size, "built-in model: hidden size (demo: 64)");
   t->add_option("--intermediate-size", args->intermediate_size, "built-in model: MLP width (demo: 128)");
   t->add_option("--num-layers", args->num_layers, "built-in model: layers (demo: 2)");

@@ -256,12 +256,22 @@ LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Ten
   a.rstd_f = Tensor::empty({T}, DType::kF32, device_);
   a.xn_f = Tensor::empty({T, C}, act, device_);
   rmsnorm_forward(a.xn_f, a.rstd_f, x, params_.final_norm, static_cast<float>(c.rms_norm_eps));
-  a.logits = Tensor::empty({T, V}, act, device_);
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
-  linear_forward(a.logits, a.xn_f, head);
-
   Tensor losses = Tensor::empty({T}, DType::kF32, device_);
-  cross_entropy_forward(losses, a.logits, batch.targets);
+  if (tiled_loss(T) && logits_out == nullptr) {
+    // Tiled LM head + loss: no [T, V] logits; backward recomputes each tile's.
+    for (int64_t t0 = 0; t0 < T; t0 += loss_tile_) {
+      const int64_t t1 = std::min(T, t0 + loss_tile_);
+      Tensor logits = Tensor::empty({t1 - t0, V}, act, device_);
+      linear_forward(logits, a.xn_f.rows(t0, t1), head);
+      Tensor l = losses.rows(t0, t1);
+      cross_entropy_forward(l, logits, batch.targets.rows(t0, t1));
+    }
+  } else {
+    a.logits = Tensor::empty({T, V}, act, device_);
+    linear_forward(a.logits, a.xn_f, head);
+    cross_entropy_forward(losses, a.logits, batch.targets);
+  }
   LossStats stats;
   std::vector<float> lv = losses.to_f32_vector();
   std::vector<float> tv = batch.targets.to_f32_vector();
@@ -282,15 +292,27 @@ void LlamaModel::backward(float dloss) {
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const DType act = dtype_;
 
-  // LM head and final norm.
-  Tensor dlogits = Tensor::empty({T, V}, act, device_);
-  cross_entropy_backward(dlogits, a.logits, a.batch.targets, dloss);
-  a.logits = Tensor();
+  // LM head and final norm (per tile when forward tiled the loss).
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
   Tensor& dhead = c.tie_word_embeddings ? grads_.embed_tokens : grads_.lm_head;
   Tensor dxn = Tensor::empty({T, C}, act, device_);
-  linear_backward(dxn, dhead, dlogits, a.xn_f, head, 0.f);
-  dlogits = Tensor();
+  if (a.logits.defined()) {
+    Tensor dlogits = Tensor::empty({T, V}, act, device_);
+    cross_entropy_backward(dlogits, a.logits, a.batch.targets, dloss);
+    a.logits = Tensor();
+    linear_backward(dxn, dhead, dlogits, a.xn_f, head, 0.f);
+  } else {
+    for (int64_t t0 = 0; t0 < T; t0 += loss_tile_) {
+      const int64_t t1 = std::min(T, t0 + loss_tile_);
+      const Tensor xn = a.xn_f.rows(t0, t1);
+      Tensor logits = Tensor::empty({t1 - t0, V}, act, device_);
+      linear_forward(logits, xn, head);
+      Tensor dlogits = Tensor::empty({t1 - t0, V}, act, device_);
+      cross_entropy_backward(dlogits, logits, a.batch.targets.rows(t0, t1), dloss);
+      Tensor dxn_t = dxn.rows(t0, t1);
+      linear_backward(dxn_t, dhead, dlogits, xn, head, 0.f);
+    }
+  }
   Tensor dx = Tensor::empty({T, C}, act, device_);  // gradient of the residual stream
   rmsnorm_backward(dx, grads_.final_norm, dxn, a.x_final, params_.final_norm, a.rstd_f);
 

@@ -88,6 +88,10 @@ class LlamaModel {
   // over tiles of this many tokens, so its [tokens, intermediate] tensors (gate, up, h and their
   // gradients) exist one tile at a time; backward recomputes them per tile. 0: one tile.
   void set_mlp_tile_tokens(int64_t tokens) { mlp_tile_ = tokens; }
+  // Tiled loss: with tokens > 0 and fewer than the sequence, the LM head and the cross-entropy run
+  // over tiles of this many tokens and no [tokens, vocab] logits tensor is kept (backward
+  // recomputes each tile's logits). A forward asked for its logits computes them whole.
+  void set_loss_tile_tokens(int64_t tokens) { loss_tile_ = tokens; }
 
   // Forward over this rank's tokens; keeps what backward needs (per the activation policy). If
   // logits is given it receives [T, V] in the model's dtype.
@@ -113,6 +117,8 @@ class LlamaModel {
   std::shared_ptr<Acts> acts_;
   ActivationPolicy policy_ = ActivationPolicy::kKeep;
   int64_t mlp_tile_ = 0;
+  int64_t loss_tile_ = 0;
+  bool tiled_loss(int64_t T) const { return loss_tile_ > 0 && loss_tile_ < T; }
 };
 
 }  // namespace seqpar

@@ -111,6 +111,7 @@ const SettingDef kSettings[] = {
     {"activation_checkpointing", "--activation-checkpointing",
      [](R r) { return std::string(r.train.activation_checkpointing ? "true" : "false"); }},
     {"tiled_mlp_tokens", "--tiled-mlp-tokens", [](R r) { return show(r.train.mlp_tile_tokens); }},
+    {"tiled_loss_tokens", "--tiled-loss-tokens", [](R r) { return show(r.train.loss_tile_tokens); }},
     {"seed", "--seed", [](R r) { return show(r.train.seed); }},
     {"log_every", "--log-every", [](R r) { return show(r.train.log_every); }},
     {"eval_every", "--eval-every", [](R r) { return show(r.train.eval_every); }},

@@ -51,6 +51,7 @@ void TrainConfig::validate() const {
   SEQPAR_INPUT_CHECK(log_every >= 1, "log_every={} must be >= 1", log_every);
   SEQPAR_INPUT_CHECK(sp >= 1, "sp={} must be >= 1", sp);
   SEQPAR_INPUT_CHECK(mlp_tile_tokens >= 0, "tiled_mlp_tokens={} must be >= 0 (0 = untiled)", mlp_tile_tokens);
+  SEQPAR_INPUT_CHECK(loss_tile_tokens >= 0, "tiled_loss_tokens={} must be >= 0 (0 = untiled)", loss_tile_tokens);
   SEQPAR_INPUT_CHECK(dp_replicate >= 1 && dp_shard >= 1, "dp_replicate={} and dp_shard={} must be >= 1", dp_replicate,
                      dp_shard);
   SEQPAR_INPUT_CHECK(optimizer.adamw.lr > 0, "lr={} must be > 0", optimizer.adamw.lr);
@@ -360,6 +361,7 @@ TrainResult run_training(const TrainConfig& cfg) {
     LlamaModel model(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
     if (cfg.activation_checkpointing) model.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
     model.set_mlp_tile_tokens(cfg.mlp_tile_tokens);
+    model.set_loss_tile_tokens(cfg.loss_tile_tokens);
     {
       auto dst = model.params().named();
       auto src = initial->params().named();

@@ -92,6 +92,10 @@ struct TrainConfig {
   // Tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's shard,
   // its [tokens, intermediate] tensors one tile at a time, recomputed in backward. 0: untiled.
   int64_t mlp_tile_tokens = 0;
+  // Tiled loss: the LM head and cross-entropy over tiles of this many tokens, never a [tokens,
+  // vocab] logits tensor in training steps (evaluation of the recall task still takes whole
+  // logits). 0: untiled.
+  int64_t loss_tile_tokens = 0;
 
   // Output.
   int log_every = 10;

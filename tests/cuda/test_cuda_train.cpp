@@ -76,6 +76,14 @@ TEST(CudaTrain, NcclTransportUnderSeqparLaunchMatchesLocal) {
   EXPECT_GE(nccl.accuracy, 0.0);
 }
 
+// The memory levers on the GPU: the same losses as without them, within the bf16 rule.
+TEST(CudaTrain, MemoryLeversTrainAlike) {
+  const std::string common = "--steps 8 --eval-every 0 --device cuda --sp 2";
+  TrainRun plain = train(common);
+  TrainRun levers = train(common + " --activation-checkpointing --tiled-mlp-tokens 24 --tiled-loss-tokens 40");
+  expect_same_curve(levers, plain, 2e-2, "checkpointing + tiled MLP + tiled loss");
+}
+
 TEST(CudaTrain, DemoLearnsOnTheGpu) {
   TrainRun r = train("--device cuda --log-every 50");  // the demo's sp = 4 (Ulysses), head_dim 64
   EXPECT_GE(r.accuracy, 0.9);

@@ -495,3 +495,58 @@ TEST(SpModel, TiledMlpMatchesUntiled) {
 
 }  // namespace
 }  // namespace seqpar
+
+namespace seqpar {
+namespace {
+
+// Tiled loss: the loss and every gradient as with whole logits (f32 summation order), no
+// [T, V] tensor in the peak; a forward asked for its logits still returns them whole.
+TEST(SpModel, TiledLossMatchesWholeLogits) {
+  LlamaConfig config = tiny_config(4, 2, 8, true);  // tied: the head's gradient lands in embed_tokens
+  config.vocab_size = 512;                           // vocabulary-heavy, so the logits set the peak
+  const int64_t T = 1024;
+  std::vector<int32_t> ids(T), pos(T), targets(T);
+  for (int64_t t = 0; t < T; ++t) {
+    ids[t] = static_cast<int32_t>((t * 13) % config.vocab_size);
+    pos[t] = static_cast<int32_t>(t);
+    targets[t] = t % 5 == 0 ? kIgnoreIndex : static_cast<int32_t>((t * 7 + 3) % config.vocab_size);
+  }
+  struct Run {
+    LossStats stats;
+    std::vector<std::pair<std::string, Tensor>> grads;
+    size_t peak;
+  };
+  auto run = [&](int64_t tile, Tensor* logits) {
+    LlamaModel model(config);
+    init_llama_params(model.params(), 9, 0.02f);
+    model.set_loss_tile_tokens(tile);
+    LocalAttention attn(token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)}));
+    cpu_allocator().reset_peak();
+    const size_t before = cpu_allocator().current_bytes();
+    Run r;
+    r.stats = model.forward({Tensor::from_vector<int32_t>({T}, ids), Tensor::from_vector<int32_t>({T}, pos),
+                             Tensor::from_vector<int32_t>({T}, targets)},
+                            attn, logits);
+    model.backward(1.f / static_cast<float>(r.stats.good_tokens));
+    r.peak = cpu_allocator().peak_bytes() - before;
+    for (auto& [name, g] : model.grads().named()) r.grads.emplace_back(name, g->clone());
+    return r;
+  };
+  const Run whole = run(0, nullptr);
+  for (int64_t tile : {128, 100}) {
+    const Run tiled = run(tile, nullptr);
+    EXPECT_EQ(tiled.stats.good_tokens, whole.stats.good_tokens);
+    EXPECT_NEAR(tiled.stats.loss_sum, whole.stats.loss_sum, 1e-5 * whole.stats.loss_sum) << "tile " << tile;
+    for (size_t i = 0; i < whole.grads.size(); ++i)
+      EXPECT_LE(rel_error(tiled.grads[i].second, whole.grads[i].second), kTol) << "tile " << tile << " "
+                                                                                << whole.grads[i].first;
+    EXPECT_LT(tiled.peak, whole.peak * 7 / 10) << "whole " << whole.peak << " B, tiled " << tiled.peak << " B";
+  }
+  Tensor logits;
+  const Run asked = run(128, &logits);  // logits wanted: computed whole
+  EXPECT_EQ(logits.shape(), (Shape{T, config.vocab_size}));
+  EXPECT_EQ(asked.stats.loss_sum, whole.stats.loss_sum);
+}
+
+}  // namespace
+}  // namespace seqpar

@@ -95,6 +95,21 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
   EXPECT_EQ(ckpt.eval_accuracy, keep.eval_accuracy);
 }
 
+// The memory levers together (checkpointing, tiled MLP, tiled loss) train as without them, up to
+// f32 summation order.
+TEST(Trainer, MemoryLeversTrainAlike) {
+  TrainConfig c = tiny_run();
+  c.sp = 2;
+  c.sp_mode = SpMode::kRing;
+  const TrainResult plain = run_training(c);
+  c.activation_checkpointing = true;
+  c.mlp_tile_tokens = 5;
+  c.loss_tile_tokens = 7;
+  expect_same_losses(run_training(c), plain, "checkpointing + tiled MLP + tiled loss");
+  c.loss_tile_tokens = -1;
+  EXPECT_THROW(run_training(c), InputError);
+}
+
 TEST(Trainer, DataParallelEqualsGradientAccumulationOnTheSameBatches) {
   TrainConfig accum = tiny_run();
   accum.grad_accum = 2;
