@@ -11,6 +11,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mesh.h"
+#include "core/allocator.h"
 #include "core/log.h"
 #include "io/hf_config.h"
 #include "kernels/ops.h"
@@ -526,14 +527,20 @@ TrainResult run_training(const TrainConfig& cfg) {
       if (leader && (record_step || step == first_step || step == last_step)) {
         auto now = std::chrono::steady_clock::now();
         const double secs = std::chrono::duration<double>(now - t_log).count();
+        // The device allocator's peak since the last progress line (every rank of this process on
+        // that device: with ranks as threads on one GPU, all of them).
+        Allocator& mem = allocator_for(device);
+        const double peak_gib = static_cast<double>(mem.peak_bytes()) / (1024.0 * 1024.0 * 1024.0);
+        mem.reset_peak();
         const double tps = static_cast<double>(tokens_per_step * (step - last_logged)) / std::max(secs, 1e-9);
         t_log = now;
         last_logged = step;
         if (!cfg.quiet)
-          log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s", step, cfg.steps,
-                   loss, lr_at(cfg, step), norm, tps);
-        json record = {
-            {"step", step}, {"loss", loss}, {"tokens_per_s", tps}, {"lr", lr_at(cfg, step)}, {"grad_norm", norm}};
+          log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}", step,
+                   cfg.steps, loss, lr_at(cfg, step), norm, tps,
+                   peak_gib >= 1 ? fmt::format("{:.2f} GiB", peak_gib) : fmt::format("{:.1f} MiB", peak_gib * 1024));
+        json record = {{"step", step},          {"loss", loss},          {"tokens_per_s", tps},
+                       {"lr", lr_at(cfg, step)}, {"grad_norm", norm},    {"peak_mem_gib", peak_gib}};
         if (token_data) record["epoch"] = (step - 1) / result.steps_per_epoch;
         if (record_step) metrics.write(record);
       }

@@ -144,14 +144,15 @@ TEST(Trainer, MetricsJsonl) {
   ASSERT_EQ(train.size(), 4u);
   for (size_t s = 0; s < train.size(); ++s) {
     const nlohmann::json& j = train[s];
-    for (const char* key : {"step", "loss", "tokens_per_s", "lr", "grad_norm"})
+    for (const char* key : {"step", "loss", "tokens_per_s", "lr", "grad_norm", "peak_mem_gib"})
       EXPECT_TRUE(j.contains(key)) << key << " missing in " << j.dump();
-    EXPECT_EQ(j.size(), 5u) << j.dump();
+    EXPECT_EQ(j.size(), 6u) << j.dump();
     EXPECT_EQ(j["step"].get<int64_t>(), static_cast<int64_t>(s + 1));
     EXPECT_DOUBLE_EQ(j["loss"].get<double>(), r.losses[s]);
     EXPECT_FLOAT_EQ(j["lr"].get<float>(), lr_at(c, static_cast<int64_t>(s + 1)));
     EXPECT_GT(j["grad_norm"].get<double>(), 0);
     EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(j["peak_mem_gib"].get<double>(), 0);
   }
   ASSERT_EQ(eval.size(), 1u);
   EXPECT_EQ(eval[0]["step"].get<int64_t>(), 4);
