@@ -148,6 +148,10 @@ void add_train_command(CLI::App& app, int& rc) {
                 "tiled loss: the LM head and cross-entropy over tiles of this many tokens, never a [tokens, "
                 "vocab] logits tensor (recomputed per tile in backward; 0 = untiled)")
       ->capture_default_str();
+  t->add_option("--zero-stage", c.zero_stage,
+                "ZeRO (DeepSpeed's zero_optimization.stage): 1 shards the AdamW state (moments, f32 master weights) "
+                "over the ranks; 2 and 3 run as 1 (gradients and weights stay whole); 0 = replicated")
+      ->capture_default_str();
   t->add_option("--hidden-size", args->hidden_size, "built-in model: hidden size (demo: 64)");
   t->add_option("--intermediate-size", args->intermediate_size, "built-in model: MLP width (demo: 128)");
   t->add_option("--num-layers", args->num_layers, "built-in model: layers (demo: 2)");

@@ -146,11 +146,11 @@ class Reader {
 };
 
 void check_zero_stage(AccelerateConfig& c) {
-  if (c.zero_stage.has() && *c.zero_stage > 0)
-    c.warnings.push_back(
-        fmt::format("{}: {}={} is recorded, but seqpar has no ZeRO sharding yet: the optimizer state, gradients and "
-                    "parameters are replicated on every rank (the memory of stage 0)",
-                    c.source, c.zero_stage.key, *c.zero_stage));
+  if (c.zero_stage.has() && *c.zero_stage > 1)
+    c.warnings.push_back(fmt::format(
+        "{}: {}={} runs as stage 1: seqpar shards the optimizer state over the ranks, but gradients{} are kept "
+        "whole on every rank",
+        c.source, c.zero_stage.key, *c.zero_stage, *c.zero_stage >= 3 ? " and parameters" : ""));
 }
 
 void parse_deepspeed_section(Reader& top, AccelerateConfig& c, const std::string& base_dir,

@@ -170,11 +170,11 @@ void parse_zero(Reader& top, DsConfig& c, std::vector<std::string>& unread) {
   if (!z) return;
   Reader r(*z, c.source, "zero_optimization.");
   c.zero_stage = r.integer("stage", 0, 3, false);
-  if (c.zero_stage.is_set() && c.zero_stage.value > 0)
+  if (c.zero_stage.is_set() && c.zero_stage.value > 1)
     c.warnings.push_back(fmt::format(
-        "{}: zero_optimization.stage={} is recorded, but seqpar has no ZeRO sharding yet: the optimizer state, "
-        "gradients and parameters are replicated on every rank (the memory of stage 0)",
-        c.source, c.zero_stage.value));
+        "{}: zero_optimization.stage={} runs as stage 1: seqpar shards the optimizer state over the ranks, but "
+        "gradients{} are kept whole on every rank",
+        c.source, c.zero_stage.value, c.zero_stage.value >= 3 ? " and parameters" : ""));
   // Offload would move state to the host; silently keeping it on the device would change the
   // memory the user planned for, so both are refused.
   for (const char* what : {"offload_optimizer", "offload_param"}) {

@@ -380,6 +380,22 @@ void restore_from_checkpoint(const Checkpoint& ck, LlamaParams& params, AdamW& o
       t->copy_from(t->dtype() == s.dtype() ? s : s.to_dtype(t->dtype()).to(t->device()));
     }
   };
+  if (optimizer.sharded()) {
+    // A ZeRO-sharded optimizer takes the whole state and keeps its shard.
+    copy_into(params, ck.model, "");
+    LlamaParams m = LlamaParams::zeros(ck.model_config, DType::kF32, params.embed_tokens.device(), true);
+    LlamaParams v = LlamaParams::zeros(ck.model_config, DType::kF32, params.embed_tokens.device(), true);
+    LlamaParams master;
+    copy_into(m, ck.optimizer, "exp_avg.");
+    copy_into(v, ck.optimizer, "exp_avg_sq.");
+    if (optimizer.has_master()) {
+      master = LlamaParams::zeros(ck.model_config, DType::kF32, params.embed_tokens.device(), true);
+      copy_into(master, ck.has_master ? ck.optimizer : ck.model, ck.has_master ? "master." : "");
+    }
+    optimizer.load_full_state(m, v, optimizer.has_master() ? &master : nullptr);
+    optimizer.set_step_count(ck.optimizer_step);
+    return;
+  }
   // The weights to restore exactly are the f32 ones: the master copy when the optimizer keeps
   // one (params are then its rounding), else params themselves.
   LlamaParams& f32 = optimizer.weights(params);

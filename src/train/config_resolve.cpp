@@ -119,7 +119,7 @@ const SettingDef kSettings[] = {
     {"metrics_out", "--metrics-out", [](R r) { return show(r.train.metrics_out); }},
     {"num_pairs", "--num-pairs", [](R r) { return show(r.train.task.num_pairs); }},
     {"num_queries", "--num-queries", [](R r) { return show(r.train.task.num_queries); }},
-    {"zero_stage", nullptr, [](R r) { return show(r.recorded.zero_stage); }},
+    {"zero_stage", "--zero-stage", [](R r) { return show(r.train.zero_stage); }},
     {"bf16", nullptr, [](R r) { return show(r.recorded.bf16); }},
     {"sp_comm_dtype", nullptr, [](R r) { return r.recorded.sp_comm_dtype; }},
     {"wall_clock_breakdown", nullptr, [](R r) { return show(r.recorded.wall_clock_breakdown); }},
@@ -162,7 +162,7 @@ class Resolver {
     from_ds(ds, "sp", t.sp, ds.sequence_parallel_size);
     train_batch_ = ds.train_batch_size;
     train_batch_file_ = ds.source;
-    from_ds(ds, "zero_stage", rec.zero_stage, ds.zero_stage);
+    from_ds(ds, "zero_stage", t.zero_stage, ds.zero_stage);
     from_ds(ds, "bf16", rec.bf16, ds.bf16_enabled);
     if (ds.optimizer.present) {
       const DsOptimizer& o = ds.optimizer;
@@ -207,7 +207,7 @@ class Resolver {
     from_yaml(a, "main_process_port", rec.main_process_port, a.main_process_port);
     if (a.mixed_precision.has())
       offer("bf16", rec.bf16, *a.mixed_precision == "bf16", ConfigLayer::kAccelerate, a.source + ": mixed_precision");
-    from_yaml(a, "zero_stage", rec.zero_stage, a.zero_stage);
+    from_yaml(a, "zero_stage", t.zero_stage, a.zero_stage);
     from_yaml(a, "grad_accum", t.grad_accum, a.gradient_accumulation_steps);
     from_yaml(a, "clip", t.optimizer.clip, a.gradient_clipping);
     from_yaml(a, "sp_comm_dtype", rec.sp_comm_dtype, a.seq_parallel_communication_data_type);

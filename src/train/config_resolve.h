@@ -25,12 +25,11 @@ namespace seqpar {
 enum class ConfigLayer { kDefault = 0, kDeepSpeed = 1, kAccelerate = 2, kFlag = 3 };
 
 // Settings from the config files that have no TrainConfig field: the optimizer's name and mode
-// (checked here), and what is recorded without being acted on yet (ZeRO stage, precision,
+// (checked here), and what is recorded without being acted on yet (precision,
 // communication dtype, attention choice, launch topology): printed, and there for the parts to come.
 struct RecordedSettings {
   std::string optimizer = "AdamW";  // as the config names it (DeepSpeed's Adam in adam_w_mode is AdamW)
   bool adam_w_mode = true;          // false only for DeepSpeed's Adam with adam_w_mode false (needs weight_decay 0)
-  int zero_stage = 0;
   bool bf16 = false;                   // bf16.enabled / mixed_precision: bf16 (the CUDA path computes in bf16)
   std::string sp_comm_dtype = "fp32";  // seq_parallel_communication_data_type
   bool wall_clock_breakdown = false;

@@ -1,20 +1,53 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace seqpar {
 
 AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, const LlamaParams& params,
-             Device device)
-    : config_(config),
-      m_(LlamaParams::zeros(model_config, DType::kF32, device)),
-      v_(LlamaParams::zeros(model_config, DType::kF32, device)) {
+             Device device, ZeroShard shard)
+    : config_(config), shard_(shard) {
+  SEQPAR_CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size, "AdamW: shard {} of {}", shard.rank,
+               shard.size);
   const auto named = params.named();
   has_master_ = !named.empty() && named.front().second->dtype() != DType::kF32;
+  if (sharded()) {
+    SEQPAR_CHECK(params.all_in_flat(), "AdamW: ZeRO sharding needs the weights in one buffer");
+    total_ = params.flat.numel();
+    shard_len_ = (total_ + shard.size - 1) / shard.size;
+    begin_ = std::min(total_, shard.rank * shard_len_);
+    end_ = std::min(total_, begin_ + shard_len_);
+    m_shard_ = Tensor::zeros({shard_len_}, DType::kF32, device);
+    v_shard_ = Tensor::zeros({shard_len_}, DType::kF32, device);
+    if (has_master_) {
+      master_shard_ = Tensor::zeros({shard_len_}, DType::kF32, device);
+      if (end_ > begin_) {
+        Tensor dst = master_shard_.rows(0, end_ - begin_);
+        cast(dst, params.flat.rows(begin_, end_));
+      }
+    }
+    return;
+  }
+  m_ = LlamaParams::zeros(model_config, DType::kF32, device);
+  v_ = LlamaParams::zeros(model_config, DType::kF32, device);
   if (!has_master_) return;
   master_ = LlamaParams::zeros(model_config, DType::kF32, device);
   auto dst = master_.named();
   for (size_t i = 0; i < dst.size(); ++i) cast(*dst[i].second, *named[i].second);
+}
+
+LlamaParams& AdamW::weights(LlamaParams& params) {
+  SEQPAR_CHECK(!sharded(), "AdamW::weights: the optimizer is sharded (use full_state)");
+  return has_master_ ? master_ : params;
+}
+LlamaParams& AdamW::exp_avg() {
+  SEQPAR_CHECK(!sharded(), "AdamW::exp_avg: the optimizer is sharded (use full_state)");
+  return m_;
+}
+LlamaParams& AdamW::exp_avg_sq() {
+  SEQPAR_CHECK(!sharded(), "AdamW::exp_avg_sq: the optimizer is sharded (use full_state)");
+  return v_;
 }
 
 double AdamW::grad_norm(LlamaParams& grads) {
@@ -26,6 +59,22 @@ double AdamW::grad_norm(LlamaParams& grads) {
 float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm) {
   ++step_;
   float coef = clip_coefficient(total_norm, config_.clip);
+  if (sharded()) {
+    SEQPAR_CHECK(grads.all_in_flat() && grads.flat.numel() == total_ && params.all_in_flat(),
+                 "AdamW: sharded steps need the weights and gradients in buffers of the same layout");
+    const int64_t n = end_ - begin_;
+    if (n == 0) return coef;
+    Tensor m = m_shard_.rows(0, n), v = v_shard_.rows(0, n), p = params.flat.rows(begin_, end_);
+    const Tensor g = grads.flat.rows(begin_, end_);
+    if (has_master_) {
+      Tensor w = master_shard_.rows(0, n);
+      adamw_step(w, m, v, g, config_.adamw, step_, coef);
+      cast(p, w);
+    } else {
+      adamw_step(p, m, v, g, config_.adamw, step_, coef);
+    }
+    return coef;
+  }
   auto p = params.named();
   auto g = grads.named();
   auto m = m_.named();
@@ -36,6 +85,69 @@ float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm) {
     if (has_master_) cast(*p[i].second, *w[i].second);
   }
   return coef;
+}
+
+void AdamW::gather_params(Communicator& comm, LlamaParams& params) {
+  if (!sharded()) return;
+  SEQPAR_CHECK_EQ(comm.size(), shard_.size, "AdamW::gather_params: the communicator must hold the shard's ranks");
+  SEQPAR_CHECK_EQ(comm.rank(), shard_.rank, "AdamW::gather_params: rank in the communicator");
+  Tensor mine = Tensor::zeros({shard_len_}, params.flat.dtype(), params.flat.device());
+  if (end_ > begin_) mine.rows(0, end_ - begin_).copy_from(params.flat.rows(begin_, end_));
+  Tensor all = Tensor::empty({shard_len_ * shard_.size}, params.flat.dtype(), params.flat.device());
+  comm.all_gather(all, mine);
+  params.flat.copy_from(all.rows(0, total_));
+}
+
+AdamW::FullState AdamW::full_state(Communicator& comm, const LlamaConfig& model_config) {
+  FullState st;
+  const Device dev = sharded() ? m_shard_.device() : m_.flat.defined() ? m_.flat.device() : m_.embed_tokens.device();
+  st.exp_avg = LlamaParams::zeros(model_config, DType::kF32, dev, /*one_buffer=*/true);
+  st.exp_avg_sq = LlamaParams::zeros(model_config, DType::kF32, dev, true);
+  if (has_master_) st.master = LlamaParams::zeros(model_config, DType::kF32, dev, true);
+  if (!sharded()) {
+    auto copy = [](LlamaParams& dst, LlamaParams& src) {
+      auto d = dst.named();
+      auto s = src.named();
+      for (size_t i = 0; i < d.size(); ++i) d[i].second->copy_from(*s[i].second);
+    };
+    copy(st.exp_avg, m_);
+    copy(st.exp_avg_sq, v_);
+    if (has_master_) copy(st.master, master_);
+    return st;
+  }
+  SEQPAR_CHECK_EQ(comm.size(), shard_.size, "AdamW::full_state: the communicator must hold the shard's ranks");
+  SEQPAR_CHECK_EQ(st.exp_avg.flat.numel(), total_, "AdamW::full_state: buffer layout");
+  auto gather = [&](LlamaParams& dst, const Tensor& shard) {
+    Tensor all = Tensor::empty({shard_len_ * shard_.size}, DType::kF32, shard.device());
+    comm.all_gather(all, shard);
+    dst.flat.copy_from(all.rows(0, total_));
+  };
+  gather(st.exp_avg, m_shard_);
+  gather(st.exp_avg_sq, v_shard_);
+  if (has_master_) gather(st.master, master_shard_);
+  return st;
+}
+
+void AdamW::load_full_state(const LlamaParams& exp_avg, const LlamaParams& exp_avg_sq, const LlamaParams* master) {
+  SEQPAR_CHECK(!has_master_ || master != nullptr, "AdamW::load_full_state: the master weights are missing");
+  if (!sharded()) {
+    auto copy = [](LlamaParams& dst, const LlamaParams& src) {
+      auto d = dst.named();
+      auto s = src.named();
+      for (size_t i = 0; i < d.size(); ++i) d[i].second->copy_from(*s[i].second);
+    };
+    copy(m_, exp_avg);
+    copy(v_, exp_avg_sq);
+    if (has_master_) copy(master_, *master);
+    return;
+  }
+  auto take = [&](Tensor& shard, const LlamaParams& full) {
+    SEQPAR_CHECK(full.all_in_flat() && full.flat.numel() == total_, "AdamW::load_full_state: buffer layout");
+    if (end_ > begin_) shard.rows(0, end_ - begin_).copy_from(full.flat.rows(begin_, end_));
+  };
+  take(m_shard_, exp_avg);
+  take(v_shard_, exp_avg_sq);
+  if (has_master_) take(master_shard_, *master);
 }
 
 void all_reduce_grads(Communicator& comm, LlamaParams& grads) {

@@ -53,6 +53,7 @@ void TrainConfig::validate() const {
   SEQPAR_INPUT_CHECK(sp >= 1, "sp={} must be >= 1", sp);
   SEQPAR_INPUT_CHECK(mlp_tile_tokens >= 0, "tiled_mlp_tokens={} must be >= 0 (0 = untiled)", mlp_tile_tokens);
   SEQPAR_INPUT_CHECK(loss_tile_tokens >= 0, "tiled_loss_tokens={} must be >= 0 (0 = untiled)", loss_tile_tokens);
+  SEQPAR_INPUT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage={} must be 0, 1, 2 or 3", zero_stage);
   SEQPAR_INPUT_CHECK(dp_replicate >= 1 && dp_shard >= 1, "dp_replicate={} and dp_shard={} must be >= 1", dp_replicate,
                      dp_shard);
   SEQPAR_INPUT_CHECK(optimizer.adamw.lr > 0, "lr={} must be > 0", optimizer.adamw.lr);
@@ -368,7 +369,10 @@ TrainResult run_training(const TrainConfig& cfg) {
       auto src = initial->params().named();
       for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
     }
-    AdamW adamw(mc, cfg.optimizer, model.params(), device);
+    // ZeRO stages 1-3 shard the optimizer state over every rank (all hold the same weights);
+    // gradients and weights stay whole (stage 1's memory; config_resolve says so for 2 and 3).
+    const ZeroShard shard = cfg.zero_stage >= 1 ? ZeroShard{world.rank(), world.size()} : ZeroShard{};
+    AdamW adamw(mc, cfg.optimizer, model.params(), device, shard);
     if (ckpt) restore_from_checkpoint(*ckpt, model.params(), adamw);
 
     auto attention_for = [&](const SpBatch& b) -> std::unique_ptr<Attention> {
@@ -442,7 +446,9 @@ TrainResult run_training(const TrainConfig& cfg) {
       }
     };
 
-    auto save = [&](int64_t step) {
+    // state: the whole optimizer state assembled from a sharded optimizer's shards (null: the
+    // optimizer holds it whole).
+    auto save = [&](int64_t step, AdamW::FullState* state) {
       TrainerState st;
       st.step = step;
       st.seed = cfg.seed;
@@ -462,12 +468,12 @@ TrainResult run_training(const TrainConfig& cfg) {
         st.eval_loss = result.eval_loss;
       }
       st.metrics = metrics.records();
-      LlamaParams& weights = adamw.weights(model.params());
-      const bool has_master = &weights != &model.params();
+      const bool has_master = adamw.has_master();
+      LlamaParams& weights = state ? (has_master ? state->master : model.params()) : adamw.weights(model.params());
       CheckpointContents c{&mc,
                            &weights,
-                           &adamw.exp_avg(),
-                           &adamw.exp_avg_sq(),
+                           state ? &state->exp_avg : &adamw.exp_avg(),
+                           state ? &state->exp_avg_sq : &adamw.exp_avg_sq(),
                            has_master ? &weights : nullptr,
                            adamw.step_count(),
                            std::move(st)};
@@ -515,6 +521,7 @@ TrainResult run_training(const TrainConfig& cfg) {
       const double norm = AdamW::grad_norm(model.grads());
       adamw.set_lr(lr_at(cfg, step));
       adamw.step(model.params(), model.grads(), norm);
+      adamw.gather_params(world, model.params());
 
       if (leader) {
         std::lock_guard<std::mutex> lock(result_mu);
@@ -561,7 +568,9 @@ TrainResult run_training(const TrainConfig& cfg) {
         }
       }
       if (!cfg.save_dir.empty() && ((cfg.save_every > 0 && step % cfg.save_every == 0) || stop)) {
-        if (leader) save(step);
+        std::optional<AdamW::FullState> state;
+        if (adamw.sharded()) state = adamw.full_state(world, mc);  // a collective: every rank
+        if (leader) save(step, state ? &*state : nullptr);
         // Every rank waits for the save: a run that stops here is resumable once it returns.
         world.barrier();
       }

@@ -96,6 +96,10 @@ struct TrainConfig {
   // vocab] logits tensor in training steps (evaluation of the recall task still takes whole
   // logits). 0: untiled.
   int64_t loss_tile_tokens = 0;
+  // ZeRO (DeepSpeed's zero_optimization.stage): >= 1 shards the AdamW state (moments, f32 master
+  // weights) over the world's ranks, each updating its shard of the weights, which are then
+  // all-gathered. Gradients and weights are not partitioned (stages 2 and 3 run as stage 1).
+  int zero_stage = 0;
 
   // Output.
   int log_every = 10;

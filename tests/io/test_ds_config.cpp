@@ -121,11 +121,12 @@ TEST(DsConfig, OptimizerSpellings) {
 }
 
 TEST(DsConfig, ZeroStageIsRecordedWithAWarning) {
+  EXPECT_TRUE(parse_ds_config(R"({"zero_optimization": {"stage": 1}})", "z.json").warnings.empty());
   const DsConfig c = parse_ds_config(R"({"zero_optimization": {"stage": 2}})", "z.json");
   EXPECT_EQ(c.zero_stage.value, 2);
   ASSERT_EQ(c.warnings.size(), 1u);
-  EXPECT_NE(c.warnings[0].find("z.json: zero_optimization.stage=2 is recorded, but seqpar has no ZeRO sharding yet: "
-                               "the optimizer state, gradients and parameters are replicated on every rank"),
+  EXPECT_NE(c.warnings[0].find("z.json: zero_optimization.stage=2 runs as stage 1: seqpar shards the optimizer "
+                               "state over the ranks, but gradients are kept whole on every rank"),
             std::string::npos)
       << c.warnings[0];
   EXPECT_TRUE(parse_ds_config(R"({"zero_optimization": {"stage": 0}})", "z.json").warnings.empty());
