@@ -15,7 +15,9 @@ AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, con
   if (sharded()) {
     SEQPAR_CHECK(params.all_in_flat(), "AdamW: ZeRO sharding needs the weights in one buffer");
     total_ = params.flat.numel();
-    shard_len_ = (total_ + shard.size - 1) / shard.size;
+    // Shards start on kFlatAlign-element boundaries, as the tensors do (vector loads).
+    const int64_t a = LlamaParams::kFlatAlign;
+    shard_len_ = ((total_ + shard.size - 1) / shard.size + a - 1) / a * a;
     begin_ = std::min(total_, shard.rank * shard_len_);
     end_ = std::min(total_, begin_ + shard_len_);
     m_shard_ = Tensor::zeros({shard_len_}, DType::kF32, device);
