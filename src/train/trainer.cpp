@@ -374,6 +374,14 @@ TrainResult run_training(const TrainConfig& cfg) {
     const ZeroShard shard = cfg.zero_stage >= 1 ? ZeroShard{world.rank(), world.size()} : ZeroShard{};
     AdamW adamw(mc, cfg.optimizer, model.params(), device, shard);
     if (ckpt) restore_from_checkpoint(*ckpt, model.params(), adamw);
+    // Every rank of this process holds its weights now: free the host copies they came from (a
+    // whole model, and a checkpoint's weights and optimizer state).
+    world.barrier();
+    {
+      std::lock_guard<std::mutex> lock(result_mu);
+      initial.reset();
+      ckpt.reset();
+    }
 
     auto attention_for = [&](const SpBatch& b) -> std::unique_ptr<Attention> {
       std::vector<TokenMeta> meta;
