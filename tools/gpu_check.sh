@@ -193,6 +193,19 @@ if [[ -x $BUILD/seqpar ]]; then
   timeout 150 torchrun --nproc-per-node "$ngpu" --master-port 29632 bench/peers/torch_cp.py --tokens-per-rank \
     8192,32768 --kv-heads 32,8 --warmup 1 --iters 3 >>"$OUT/sp_attention.jsonl" 2>>"$OUT/misc.log"
   note "bench sp-attention torch_cp ($ngpu GPU): rc=$? ($((SECONDS - t0)) s)"
+
+  # Whole training steps, Llama-3.2-1B sized, one GPU, beside transformers (HF Trainer's bf16 setup),
+  # with and without activation checkpointing; lengths that OOM say so in their line.
+  for ck in "" "--activation-checkpointing"; do
+    t0=$SECONDS
+    timeout 200 "$BUILD/seqpar" bench train --preset llama-3.2-1b --seq-lens 8192,32768 --steps 4 $ck \
+      --tiled-loss-tokens $([[ -n $ck ]] && echo 4096 || echo 0) --out "$OUT/bench.jsonl" >/dev/null 2>>"$OUT/misc.log"
+    note "bench train seqpar ${ck:-keep}: rc=$? ($((SECONDS - t0)) s)"
+    t0=$SECONDS
+    timeout 200 python3 bench/peers/hf_train_step.py --preset llama-3.2-1b --seq-lens 8192,32768 --steps 4 \
+      ${ck:+--gradient-checkpointing} --out "$OUT/bench.jsonl" >/dev/null 2>>"$OUT/misc.log"
+    note "bench train hf ${ck:-keep}: rc=$? ($((SECONDS - t0)) s)"
+  done
 fi
 
 # ---- SASS spot checks: 16-byte global accesses in the op kernels -------------------------------
@@ -289,6 +302,19 @@ for k in sorted(by, key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0)):
                                                       ("seqpar_cudnn", "torch_sdpa_cudnn/bshd"))
               if v.get(a) and v.get(b)]
     print(f"  {k[0]} S={k[1]} D={k[2]}: {cells}  {' '.join(ratios)}")
+EOF
+  python3 - "$OUT/bench.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rows = [r for r in rows if r.get("bench") == "train"]
+if rows:
+    print("train steps (Llama-3.2-1B sized, one GPU): impl, checkpointing, seq_len: step ms, tokens/s, TFLOP/s, peak GiB")
+    for r in rows:
+        if "error" in r:
+            print(f"  {r['impl']:6} ckpt={r.get('activation_checkpointing')} S={r['seq_len']}: {r['error'][:80]}")
+        else:
+            print(f"  {r['impl']:6} ckpt={r.get('activation_checkpointing')} S={r['seq_len']}: {r['step_ms']:.0f} ms, "
+                  f"{r['tokens_per_s_per_gpu']:.0f} tok/s, {r['tflops_per_gpu']:.0f} TFLOP/s, {r['peak_mem_gib']:.1f} GiB")
 EOF
   python3 - "$OUT/sp_attention.jsonl" <<'EOF'
 import json, sys

@@ -1,10 +1,11 @@
-// seqpar bench attention|gemm|sp-attention: JSON lines of timings, comparable with the PyTorch peers in
+// seqpar bench attention|gemm|sp-attention|train: JSON lines of timings, comparable with the PyTorch peers in
 // bench/peers/ (tools/gpu_check.sh runs both in one call and prints the ratios).
 #include <memory>
 
 #include "cli/bench_attention.h"
 #include "cli/bench_gemm.h"
 #include "cli/bench_sp_attention.h"
+#include "cli/bench_train.h"
 #include "cli/commands.h"
 
 namespace seqpar {
@@ -31,6 +32,14 @@ void add_bench_command(CLI::App& app, int& rc) {
       "launcher): time, scaling efficiency against one device, communication and the share of it hidden");
   add_bench_sp_attention_options(*s, *sp);
   s->callback([sp, &rc] { rc = run_bench_sp_attention(*sp); });
+
+  auto tr = std::make_shared<BenchTrainOptions>();
+  CLI::App* t = bench->add_subcommand(
+      "train",
+      "training steps of a Llama-3.2-1B/3B or Llama-3.1-8B sized model on synthetic tokens: step time, tokens/s and "
+      "TFLOP/s per GPU, peak memory, per sequence length (bench/peers/hf_train_step.py is the transformers peer)");
+  add_bench_train_options(*t, *tr);
+  t->callback([tr, &rc] { rc = run_bench_train(*tr); });
 }
 
 }  // namespace seqpar

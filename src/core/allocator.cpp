@@ -52,6 +52,7 @@ void set_current_device(Device device) {
   SEQPAR_CHECK(device.is_cpu(), "this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF); device {} is unavailable",
                device.str());
 }
+void synchronize_device(Device device) { set_current_device(device); }
 #endif
 
 std::string Device::str() const { return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index); }

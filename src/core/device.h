@@ -24,5 +24,8 @@ bool cuda_built();
 
 // Makes `device` the calling thread's current GPU (cudaSetDevice); nothing for the CPU.
 void set_current_device(Device device);
+// Waits until every stream of `device` has finished its work (cudaDeviceSynchronize); nothing for
+// the CPU. For timing.
+void synchronize_device(Device device);
 
 }  // namespace seqpar

@@ -54,6 +54,7 @@ void check_job(int world, Device device, Transport transport) {
                      "the launch has world_size={} ({}) but the command asks for {} ranks: they must be equal",
                      env.world_size, env.str(), world);
 #else
+  (void)world;
   throw InputError("--transport=nccl needs the CUDA backend (this build has -DSEQPAR_CUDA=OFF)");
 #endif
 }

@@ -495,6 +495,7 @@ TrainResult run_training(const TrainConfig& cfg) {
     auto t_log = std::chrono::steady_clock::now();
     int64_t step = first_step;
     for (; step <= last_step; ++step) {
+      const auto t_step = std::chrono::steady_clock::now();
       // This dp rank's micro-batches, and the global count of good tokens they hold.
       std::vector<SpBatch> micro;
       int64_t local_good = 0;
@@ -531,9 +532,14 @@ TrainResult run_training(const TrainConfig& cfg) {
       adamw.step(model.params(), model.grads(), norm);
       adamw.gather_params(world, model.params());
 
+      if (cfg.time_steps) synchronize_device(device);
       if (leader) {
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
+        const int64_t peak = static_cast<int64_t>(allocator_for(device).peak_bytes());
         std::lock_guard<std::mutex> lock(result_mu);
         result.losses.push_back(loss);
+        result.step_seconds.push_back(secs);
+        result.peak_mem_bytes = std::max(result.peak_mem_bytes, peak);
       }
       // A metrics record at the steps that do not depend on where a run was stopped or resumed
       // (so a resumed run's records are the uninterrupted run's); a progress line also at the first

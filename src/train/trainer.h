@@ -100,6 +100,7 @@ struct TrainConfig {
   // weights) over the world's ranks, each updating its shard of the weights, which are then
   // all-gathered. Gradients and weights are not partitioned (stages 2 and 3 run as stage 1).
   int zero_stage = 0;
+  bool time_steps = false;  // benchmarks: synchronise the device at each step's end (see TrainResult)
 
   // Output.
   int log_every = 10;
@@ -142,6 +143,11 @@ struct TrainResult {
   int64_t steps_per_epoch = 0;
   int64_t data_epoch = 0, data_index = 0;
   std::vector<std::string> checkpoints;  // written by this call, in order
+  // Timing and memory of this call's steps (with time_steps: the device synchronised at each
+  // step's end, so a step's seconds are its whole work): wall seconds per step, and the largest
+  // device-allocator peak of any step (all ranks of this process on that device).
+  std::vector<double> step_seconds;
+  int64_t peak_mem_bytes = 0;
   std::string resumed_from;              // the checkpoint directory, when resumed
 };
 

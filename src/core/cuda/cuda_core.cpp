@@ -93,6 +93,14 @@ void set_current_device(Device device) {
   if (device.is_cuda()) SEQPAR_CUDA_CHECK(cudaSetDevice(device.index));
 }
 
+void synchronize_device(Device device) {
+  if (!device.is_cuda()) return;
+  int current = 0;
+  SEQPAR_CUDA_CHECK(cudaGetDevice(&current));
+  SEQPAR_CHECK_EQ(current, device.index, "synchronize_device: the calling thread's current GPU");
+  SEQPAR_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();
   static std::mutex mu;

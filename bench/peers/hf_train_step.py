@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers peer of `seqpar bench train`: training steps of a Llama-3.2-1B/3B or
+Llama-3.1-8B sized LlamaForCausalLM (random weights) on synthetic tokens, one GPU, as HF Trainer
+runs it with bf16=True: f32 weights, bf16 autocast, torch AdamW (fused), grad-norm clipping at 1.0,
+optionally gradient checkpointing. Prints the same JSON lines as seqpar (impl "hf"): median step
+time (the first step excluded), tokens/s and TFLOP/s per GPU (the same FLOP formula), and
+torch.cuda.max_memory_allocated; or "error" (e.g. out of memory) and goes on with the next length.
+
+    python3 bench/peers/hf_train_step.py --preset llama-3.2-1b --seq-lens 8192,16384,32768
+        [--gradient-checkpointing] [--attn sdpa|flash_attention_2] [--steps 4] [--out FILE]
+
+Memory is not like for like: HF keeps f32 weights and grads (16 bytes per parameter with the
+moments), seqpar bf16 weights, f32 grads, moments and master weights (18 bytes per parameter).
+"""
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+PRESETS = {  # config.json of each model (rope scaling left out: it changes no cost)
+    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                         num_key_value_heads=8, head_dim=64, tie_word_embeddings=True),
+    "llama-3.2-3b": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+                         num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                         num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+    "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=64, tie_word_embeddings=False, vocab_size=1024),
+}
+
+
+def step_flops(cfg, seq_len, sequences):
+    """src/cli/bench_train.h's formula."""
+    C, F = cfg["hidden_size"], cfg["intermediate_size"]
+    HD = cfg["num_attention_heads"] * cfg["head_dim"]
+    KD = cfg["num_key_value_heads"] * cfg["head_dim"]
+    per_layer = C * HD * 2 + C * KD * 2 + 3 * C * F + 2 * C
+    params = cfg["num_hidden_layers"] * per_layer + C + cfg["vocab_size"] * C
+    tokens = seq_len * sequences
+    attention = cfg["num_hidden_layers"] * 3.5 * 2 * seq_len * seq_len * HD * sequences
+    return 6 * params * tokens + attention
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="llama-3.2-1b", choices=sorted(PRESETS))
+    p.add_argument("--seq-lens", default="8192")
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--attn", default="sdpa", help="attn_implementation: sdpa | flash_attention_2 | eager")
+    p.add_argument("--out", help="also append the JSON lines here")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("hf_train_step.py: no CUDA device")
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = dict(vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=1 << 22)
+    cfg.update(PRESETS[args.preset])
+    out = open(args.out, "a") if args.out else None
+    for S in [int(x) for x in args.seq_lens.split(",") if x]:
+        line = dict(bench="train", impl="hf", model=args.preset, seq_len=S, micro_batch=args.micro_batch, sp=1,
+                    dp=1, activation_checkpointing=args.gradient_checkpointing, attn=args.attn, device="cuda:0",
+                    torch=torch.__version__, transformers=transformers.__version__)
+        model = opt = None
+        try:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            model = LlamaForCausalLM(LlamaConfig(**cfg, attn_implementation=args.attn)).cuda()
+            if args.gradient_checkpointing:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.train()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+            g = torch.Generator(device="cuda").manual_seed(S)
+            times, loss = [], None
+            for _ in range(args.steps):
+                ids = torch.randint(0, cfg["vocab_size"], (args.micro_batch, S), device="cuda", generator=g)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+            secs = statistics.median(times[1:])
+            line.update(step_ms=secs * 1e3, tokens_per_s_per_gpu=S * args.micro_batch / secs,
+                        tflops_per_gpu=step_flops(cfg, S, args.micro_batch) / secs / 1e12,
+                        peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, loss=float(loss))
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
+            line.update(error=str(e).splitlines()[0][:300])
+        del model, opt
+        torch.cuda.empty_cache()
+        line["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        text = json.dumps(line)
+        print(text, flush=True)
+        if out:
+            out.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

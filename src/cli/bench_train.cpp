@@ -1,0 +1,209 @@
+#include "cli/bench_train.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "comm/dist_env.h"
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "io/hf_config.h"
+#include "train/token_file.h"
+#include "train/trainer.h"
+
+namespace seqpar {
+
+void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& o) {
+  cmd.add_option("--preset", o.preset, "model size: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny")
+      ->check(CLI::IsMember({"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "tiny"}))
+      ->capture_default_str();
+  cmd.add_option("--model", o.model, "HF model directory instead of a preset (its config.json and weights)");
+  cmd.add_option("--seq-lens", o.seq_lens, "sequence lengths, comma-separated")->capture_default_str();
+  cmd.add_option("--micro-batch", o.micro_batch, "sequences per step per data-parallel rank")->capture_default_str();
+  cmd.add_option("--steps", o.steps, "steps per sequence length (the first is not timed)")->capture_default_str();
+  cmd.add_option("--sp", o.sp, "sequence-parallel degree")->capture_default_str();
+  cmd.add_option("--sp-mode", o.sp_mode, "ulysses | ring | hybrid")->capture_default_str();
+  cmd.add_option("--ulysses-degree", o.ulysses_degree, "hybrid: ranks per Ulysses group");
+  cmd.add_flag("--activation-checkpointing", o.activation_checkpointing, "recompute each layer in backward");
+  cmd.add_option("--tiled-mlp-tokens", o.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();
+  cmd.add_option("--tiled-loss-tokens", o.loss_tile_tokens, "tiled loss tile (0 = untiled)")->capture_default_str();
+  cmd.add_option("--zero-stage", o.zero_stage, "ZeRO stage (1 shards the optimizer state)")->capture_default_str();
+  cmd.add_option("--device", o.device, "cuda | cpu")->capture_default_str();
+  cmd.add_option("--transport", o.transport, "auto | local | nccl (one process per GPU under a launcher)")
+      ->capture_default_str();
+  cmd.add_option("--out", o.out, "also append the JSON lines here");
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+// The published sizes (config.json of each model). RoPE is plain with the model's theta (the
+// llama3 frequency scaling changes no cost).
+LlamaConfig preset_config(const std::string& name) {
+  LlamaConfig c;
+  c.rms_norm_eps = 1e-5;
+  c.rope.theta = 500000.0;
+  c.vocab_size = 128256;
+  if (name == "llama-3.2-1b") {
+    c.hidden_size = 2048, c.intermediate_size = 8192, c.num_layers = 16, c.num_heads = 32, c.num_kv_heads = 8;
+    c.head_dim = 64, c.tie_word_embeddings = true;
+  } else if (name == "llama-3.2-3b") {
+    c.hidden_size = 3072, c.intermediate_size = 8192, c.num_layers = 28, c.num_heads = 24, c.num_kv_heads = 8;
+    c.head_dim = 128, c.tie_word_embeddings = true;
+  } else if (name == "llama-3.1-8b") {
+    c.hidden_size = 4096, c.intermediate_size = 14336, c.num_layers = 32, c.num_heads = 32, c.num_kv_heads = 8;
+    c.head_dim = 128, c.tie_word_embeddings = false;
+  } else {  // tiny: a functional check
+    c.vocab_size = 1024, c.hidden_size = 256, c.intermediate_size = 512, c.num_layers = 2, c.num_heads = 4;
+    c.num_kv_heads = 2, c.head_dim = 64, c.tie_word_embeddings = false;
+  }
+  c.max_position_embeddings = 1 << 22;
+  return c;
+}
+
+std::vector<int64_t> positive_list(const std::string& s, const char* flag) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long x = std::strtoll(item.c_str(), &end, 10);
+    SEQPAR_INPUT_CHECK(!item.empty() && end && *end == '\0' && x > 0,
+                       "{}={}: '{}' is not a positive integer (comma-separated list expected)", flag, s, item);
+    v.push_back(x);
+  }
+  SEQPAR_INPUT_CHECK(!v.empty(), "{} is empty", flag);
+  return v;
+}
+
+// FLOPs of one training step (see bench_train.h).
+double step_flops(const LlamaConfig& c, int64_t seq_len, int64_t sequences) {
+  const double C = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
+  const double HD = static_cast<double>(c.num_heads * c.head_dim), KD = static_cast<double>(c.num_kv_heads * c.head_dim);
+  const double per_layer = C * HD * 2 + C * KD * 2 + 3 * C * F + 2 * C;
+  const double params = static_cast<double>(c.num_layers) * per_layer + C + static_cast<double>(c.vocab_size) * C;
+  const double tokens = static_cast<double>(seq_len) * static_cast<double>(sequences);
+  const double S = static_cast<double>(seq_len);
+  const double attention = static_cast<double>(c.num_layers) * 3.5 * 2 * S * S * HD * static_cast<double>(sequences);
+  return 6 * params * tokens + attention;
+}
+
+}  // namespace
+
+int run_bench_train(const BenchTrainOptions& o) {
+  const std::vector<int64_t> seq_lens = positive_list(o.seq_lens, "--seq-lens");
+  SEQPAR_INPUT_CHECK(o.steps >= 2, "--steps={} must be >= 2 (the first step is not timed)", o.steps);
+  SEQPAR_INPUT_CHECK(o.micro_batch >= 1, "--micro-batch={} must be >= 1", o.micro_batch);
+  const Device device = parse_device(o.device);
+  const Transport transport = parse_transport(o.transport);
+  const LlamaConfig model = o.model.empty() ? preset_config(o.preset) : load_hf_llama_config(o.model);
+  // Under a launcher the world is the launch's: dp fills what sp leaves.
+  int dp = 1;
+  if (device.is_cuda() && job_transport(transport, device) == Transport::kNccl) {
+    const DistEnv env = read_dist_env(process_env());
+    SEQPAR_INPUT_CHECK(env.world_size % o.sp == 0, "--sp={} must divide the launch's {} processes", o.sp,
+                       env.world_size);
+    dp = env.world_size / o.sp;
+  }
+  const bool leader = hosts_leader(device, transport);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("seqpar-bench-train-{}-{}", static_cast<long>(::getpid()), std::time(nullptr)))
+                              .string();
+  std::filesystem::create_directories(dir);
+  for (int64_t S : seq_lens) {
+    // Synthetic data: one document per sequence, random tokens.
+    const int64_t sequences = static_cast<int64_t>(o.micro_batch) * dp;
+    const std::string data = fmt::format("{}/tokens_{}.bin", dir, S);
+    {
+      std::mt19937_64 rng(static_cast<uint64_t>(S));
+      std::vector<std::vector<int32_t>> docs(static_cast<size_t>(sequences * o.steps));
+      for (auto& d : docs) {
+        d.resize(static_cast<size_t>(S));
+        for (auto& t : d) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.vocab_size));
+      }
+      write_token_file(data, docs);
+    }
+    TrainConfig c;
+    c.model_dir = o.model;
+    c.model = model;
+    c.device = device;
+    c.transport = transport;
+    c.data_path = data;
+    c.shuffle = false;
+    c.task.seq_len = S;
+    c.micro_batch = o.micro_batch;
+    c.steps = o.steps;
+    c.warmup_steps = 1;
+    c.optimizer.adamw.lr = 1e-5f;
+    c.optimizer.clip = 1.0;
+    c.sp = o.sp;
+    c.sp_mode = parse_sp_mode(o.sp_mode, "--sp-mode");
+    c.ulysses_degree = o.ulysses_degree;
+    c.dp_replicate = dp;
+    c.activation_checkpointing = o.activation_checkpointing;
+    c.mlp_tile_tokens = o.mlp_tile_tokens;
+    c.loss_tile_tokens = o.loss_tile_tokens;
+    c.zero_stage = o.zero_stage;
+    c.eval_every = 0;
+    c.log_every = o.steps;
+    c.quiet = true;
+    c.time_steps = true;
+    json line = {{"bench", "train"},
+                 {"impl", "seqpar"},
+                 {"model", o.model.empty() ? o.preset : o.model},
+                 {"seq_len", S},
+                 {"micro_batch", o.micro_batch},
+                 {"sp", o.sp},
+                 {"sp_mode", o.sp_mode},
+                 {"dp", dp},
+                 {"activation_checkpointing", o.activation_checkpointing},
+                 {"tiled_mlp_tokens", o.mlp_tile_tokens},
+                 {"tiled_loss_tokens", o.loss_tile_tokens},
+                 {"zero_stage", o.zero_stage},
+                 {"device", device.str()}};
+    try {
+      allocator_for(device).reset_peak();  // this length's peak, not the previous one's
+      const TrainResult r = run_training(c);
+      if (r.step_seconds.empty()) continue;  // not the leader's process
+      std::vector<double> timed(r.step_seconds.begin() + 1, r.step_seconds.end());
+      std::sort(timed.begin(), timed.end());
+      const double secs = timed[timed.size() / 2];
+      const int world = o.sp * dp;
+      line["step_ms"] = secs * 1e3;
+      line["tokens_per_s_per_gpu"] = static_cast<double>(S * sequences) / secs / world;
+      line["tflops_per_gpu"] = step_flops(model, S, sequences) / secs / world / 1e12;
+      line["peak_mem_gib"] = static_cast<double>(r.peak_mem_bytes) / (1024.0 * 1024.0 * 1024.0);
+      line["loss"] = r.losses.back();
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      line["error"] = what.substr(0, 300);  // e.g. out of memory: the line says so, the next length runs
+    }
+    std::filesystem::remove(data);
+    if (!leader) continue;
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    line["date"] = date;
+    std::printf("%s\n", line.dump().c_str());
+    std::fflush(stdout);
+    if (!o.out.empty()) std::ofstream(o.out, std::ios::app) << line.dump() << "\n";
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return 0;
+}
+
+}  // namespace seqpar

@@ -1,0 +1,59 @@
+// `seqpar bench train` on the CPU with the tiny preset: a functional check of the benchmark path
+// (synthetic data, the training loop with SP and the memory levers, the JSON line); CPU timings
+// mean nothing and are not checked.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+std::vector<nlohmann::json> bench(const std::string& args, int* rc, std::string* out) {
+  const char* steps = args.find("--steps") == std::string::npos ? "--steps 2" : "";
+  *rc = seqpar::testing::run_command(
+      fmt::format("{} bench train --preset tiny --device cpu {} {} 2>&1", seqpar::testing::binary_path(), steps, args),
+      out);
+  std::vector<nlohmann::json> lines;
+  std::stringstream ss(*out);
+  std::string line;
+  while (std::getline(ss, line))
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+TEST(BenchTrain, OneLinePerSequenceLength) {
+  int rc = 0;
+  std::string out;
+  auto lines = bench("--seq-lens 64,128 --sp 2 --sp-mode ring --activation-checkpointing --tiled-mlp-tokens 16 "
+                     "--tiled-loss-tokens 16 --zero-stage 1",
+                     &rc, &out);
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_EQ(lines.size(), 2u) << out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto& j = lines[i];
+    EXPECT_EQ(j["seq_len"], i == 0 ? 64 : 128) << j.dump();
+    for (const char* key : {"step_ms", "tokens_per_s_per_gpu", "tflops_per_gpu", "peak_mem_gib", "loss"})
+      EXPECT_GT(j[key].get<double>(), 0) << key << " in " << j.dump();
+    EXPECT_EQ(j["sp"], 2);
+    EXPECT_EQ(j["zero_stage"], 1);
+    EXPECT_FALSE(j.contains("error")) << j.dump();
+  }
+}
+
+TEST(BenchTrain, BadSettingsAreNamed) {
+  int rc = 0;
+  std::string out;
+  bench("--seq-lens 64,x", &rc, &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--seq-lens=64,x: 'x' is not a positive integer"), std::string::npos) << out;
+  bench("--seq-lens 64 --steps 1", &rc, &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--steps=1 must be >= 2"), std::string::npos) << out;
+}
+
+}  // namespace
