@@ -6,7 +6,8 @@
 #   correctness.log     seqpar fwdbwd over NCCL (seqpar launch, one process per GPU) for ulysses, ring
 #                       zigzag and every hybrid u x r, MHA and GQA (P > KV heads), fixed / variable /
 #                       packed batches, each against the single-GPU result: worst relative error
-#   sp_attention.jsonl  seqpar bench sp-attention per mode, then bench/peers/torch_cp.py, same shapes
+#   sp_attention.jsonl  seqpar bench sp-attention per mode, then bench/peers/torch_cp.py, same shapes;
+#                       then seqpar bench train (Llama-3.2-1B sized, sequence over all GPUs)
 #   drill.log           a 2-process training run with one rank killed mid-run: how long the job took
 #                       to end, which rank it named, processes left behind
 #   summary.txt         the tables
@@ -92,7 +93,8 @@ note "correctness: $(grep -c 'worst' "$OUT/correctness.log") runs, $(grep -c 'FA
 
 # ---- 2. attention scaling, seqpar and torch context parallelism ---------------------------------
 : >"$OUT/sp_attention.jsonl"
-for m in "${modes[@]}"; do
+# Ulysses twice: without the head-group pipeline (--head-groups 1) and with it (2): what it hides.
+for m in "${modes[@]}" "--sp-mode ulysses --head-groups 1"; do
   ((SECONDS > BUDGET - 150)) && break
   timeout 150 "$BIN" launch --nproc-per-node "$N" --master-port 29652 -- "$BIN" bench sp-attention --sp "$N" $m \
     --tokens-per-rank 8192,32768 --kv-heads 32,8 --warmup 1 --iters 3 2>>"$OUT/build.log" \
@@ -101,6 +103,14 @@ done
 timeout 200 torchrun --nproc-per-node "$N" --master-port 29653 bench/peers/torch_cp.py --tokens-per-rank 8192,32768 \
   --kv-heads 32,8 --warmup 1 --iters 3 --check 1 >>"$OUT/sp_attention.jsonl" 2>>"$OUT/build.log"
 note "scaling: $(grep -c '"impl":"seqpar"' "$OUT/sp_attention.jsonl") seqpar lines, $(grep -c torch_cp "$OUT/sp_attention.jsonl") torch_cp"
+# Whole training steps of a Llama-3.2-1B sized model with the sequence over all GPUs (Ulysses), the
+# memory levers on: the longest lengths seqpar trains here (lines with "error" did not fit).
+if ((SECONDS < BUDGET - 120)); then
+  timeout 150 "$BIN" launch --nproc-per-node "$N" --master-port 29655 -- "$BIN" bench train --preset llama-3.2-1b \
+    --sp "$N" --seq-lens $((N * 32768)),$((N * 131072)) --steps 3 --activation-checkpointing \
+    --tiled-mlp-tokens 16384 --tiled-loss-tokens 8192 --zero-stage 1 2>>"$OUT/build.log" \
+    | sed 's/^\[rank [0-9]*\] //' | grep '^{' >>"$OUT/sp_attention.jsonl"
+fi
 
 # ---- 3. failure drill: kill the last rank of a running training job (one process per GPU) -------
 if ((N < 2)); then
@@ -132,7 +142,7 @@ import json, sys
 for l in sys.stdin:
     r = json.loads(l)
     print(r.get("impl"), r.get("mode"), "u=%s r=%s" % (r.get("ulysses"), r.get("ring")), "s=%s Hkv=%s" % (r.get("tokens_per_rank"), r.get("Hkv")),
-          "ms=%.1f eff=%s hidden=%s a2a=%s p2p=%s" % (r.get("ms", 0), r.get("efficiency"), r.get("hidden"), r.get("a2a_GBps"), r.get("p2p_GBps")), r.get("error", ""))'
+          "groups=%s ms=%.1f eff=%s hidden=%s a2a=%s p2p=%s" % (r.get("head_groups"), r.get("ms", 0), r.get("efficiency"), r.get("hidden"), r.get("a2a_GBps"), r.get("p2p_GBps")), r.get("error", ""))'
   cat "$OUT/drill.log"
 } | tee "$OUT/summary.txt"
 rm -rf "$WORK"
