@@ -351,6 +351,12 @@ DsConfig parse_ds_config(const std::string& json_text, const std::string& source
   parse_precision(top, c, unread);
   parse_optimizer(top, c, unread);
   parse_scheduler(top, c, unread);
+  if (top.object("activation_checkpointing"))
+    c.warnings.push_back(fmt::format(
+        "{}: activation_checkpointing configures DeepSpeed's own checkpointing API, which Hugging Face models do "
+        "not call (their switch is TrainingArguments.gradient_checkpointing); it is ignored: seqpar's equivalent is "
+        "--activation-checkpointing",
+        source));
   c.gradient_clipping = top.number("gradient_clipping", 0, HUGE_VAL, kAuto);
   c.steps_per_print = top.integer("steps_per_print", 1, INT64_MAX, false);
   c.wall_clock_breakdown = top.boolean("wall_clock_breakdown", false);

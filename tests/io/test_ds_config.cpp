@@ -120,6 +120,18 @@ TEST(DsConfig, OptimizerSpellings) {
   EXPECT_TRUE(parse_ds_config(R"({"bfloat16": {"enabled": true}})", "b.json").bf16_enabled.value);
 }
 
+// DeepSpeed's activation_checkpointing section is not HF's gradient checkpointing: it is named in a
+// warning that points at seqpar's flag, and its keys are not listed as unread.
+TEST(DsConfig, ActivationCheckpointingSectionPointsAtTheFlag) {
+  const DsConfig c = parse_ds_config(
+      R"({"activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": false}})", "a.json");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_NE(c.warnings[0].find("a.json: activation_checkpointing configures DeepSpeed's own checkpointing API"),
+            std::string::npos)
+      << c.warnings[0];
+  EXPECT_NE(c.warnings[0].find("seqpar's equivalent is --activation-checkpointing"), std::string::npos);
+}
+
 TEST(DsConfig, ZeroStageIsRecordedWithAWarning) {
   EXPECT_TRUE(parse_ds_config(R"({"zero_optimization": {"stage": 1}})", "z.json").warnings.empty());
   const DsConfig c = parse_ds_config(R"({"zero_optimization": {"stage": 2}})", "z.json");
