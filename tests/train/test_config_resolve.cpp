@@ -3,6 +3,8 @@
 // against DeepSpeed's formulas, and `seqpar train --print-config` end to end.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -576,6 +578,27 @@ TEST(PrintConfig, PrintsEverySettingWithItsSourceAndExits) {
   expect_line("seed", "1234", "default");
   EXPECT_NE(out.find("optimizer.params.lr=0.003 is overridden by --lr=0.002"), std::string::npos) << out;
   EXPECT_EQ(out.find("tokens/s"), std::string::npos) << "--print-config must not train:\n" << out;
+}
+
+// The memory settings, from their flags.
+TEST(PrintConfig, MemorySettingsFromFlags) {
+  std::string out;
+  const int rc = testing::run_command(testing::binary_path() +
+                                          " train --zero-stage 1 --gradient-checkpointing --tiled-mlp-tokens 64 "
+                                          "--tiled-loss-tokens 32 --print-config",
+                                      &out);
+  ASSERT_EQ(rc, 0) << out;
+  for (auto [name, value, source] : {std::tuple{"zero_stage", "1", "--zero-stage"},
+                                     std::tuple{"activation_checkpointing", "true", "--activation-checkpointing"},
+                                     std::tuple{"tiled_mlp_tokens", "64", "--tiled-mlp-tokens"},
+                                     std::tuple{"tiled_loss_tokens", "32", "--tiled-loss-tokens"}}) {
+    const std::string line = line_of(out, name);
+    EXPECT_NE(line.find(std::string(" ") + value + " "), std::string::npos) << name << ": " << line << "\n" << out;
+    EXPECT_NE(line.find(source), std::string::npos) << name << ": " << line;
+  }
+  const int bad = testing::run_command(testing::binary_path() + " train --zero-stage 4 --steps 1", &out);
+  EXPECT_NE(bad, 0);
+  EXPECT_NE(out.find("zero_stage=4 must be 0, 1, 2 or 3"), std::string::npos) << out;
 }
 
 TEST(PrintConfig, ConfigErrorsFailTheCommand) {
