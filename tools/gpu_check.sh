@@ -128,11 +128,15 @@ if ((${#bench[@]})); then
   # Shape by shape, seqpar and torch alternating round by round (the fair per-shape ratio).
   t0=$SECONDS
   if [[ -x $BUILD/seqpar ]]; then
-    timeout 180 python3 bench/peers/gemm_interleaved.py --seqpar "$BUILD/seqpar" --rounds 5 --iters 20 \
-      >>"$OUT/bench.jsonl" 2>"$BUILD/gemm_interleaved.txt"
-    rc=$?
-    cat "$BUILD/gemm_interleaved.txt" >>"$OUT/misc.log"
-    note "bench gemm interleaved: rc=$rc ($((SECONDS - t0)) s): $(tail -1 "$BUILD/gemm_interleaved.txt")"
+    # torch as configured by default (bf16 split-K reductions allowed), and --strict (f32 reductions
+    # only, what seqpar does: the semantically equal peer).
+    for v in "" --strict; do
+      timeout 180 python3 bench/peers/gemm_interleaved.py --seqpar "$BUILD/seqpar" --rounds 5 --iters 20 $v \
+        >>"$OUT/bench.jsonl" 2>"$BUILD/gemm_interleaved.txt"
+      rc=$?
+      cat "$BUILD/gemm_interleaved.txt" >>"$OUT/misc.log"
+      note "bench gemm interleaved ${v:-default}: rc=$rc ($((SECONDS - t0)) s): $(tail -1 "$BUILD/gemm_interleaved.txt")"
+    done
   fi
   t0=$SECONDS
   timeout 60 "${bench[@]}" --preset ops --tokens 16384 --warmup 3 --iters 20 >>"$OUT/bench.jsonl" 2>>"$OUT/misc.log"
