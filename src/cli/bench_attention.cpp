@@ -4,17 +4,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "attention/attention.h"
+#include "cli/bench_util.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -47,21 +44,6 @@ void add_bench_attention_options(CLI::App& cmd, BenchAttentionOptions& o) {
 
 namespace {
 
-std::vector<int64_t> parse_list(const std::string& s, const char* flag) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long x = std::strtoll(item.c_str(), &end, 10);
-    SEQPAR_INPUT_CHECK(!item.empty() && end && *end == '\0' && x > 0,
-                       "{}={}: '{}' is not a positive integer (comma-separated list expected)", flag, s, item);
-    v.push_back(x);
-  }
-  SEQPAR_INPUT_CHECK(!v.empty(), "{}={} names no value", flag, s);
-  return v;
-}
-
 struct Plan {
   std::vector<int64_t> seq_lens, head_dims;
   int64_t H, Hkv;
@@ -71,8 +53,8 @@ struct Plan {
 
 Plan validate(const BenchAttentionOptions& o) {
   Plan p;
-  p.seq_lens = parse_list(o.seq_lens, "--seq-lens");
-  p.head_dims = parse_list(o.head_dims, "--head-dims");
+  p.seq_lens = parse_int_list(o.seq_lens, "--seq-lens");
+  p.head_dims = parse_int_list(o.head_dims, "--head-dims");
   for (int64_t D : p.head_dims)
     SEQPAR_INPUT_CHECK(D == 64 || D == 128, "--head-dims: D={} is not supported by the flash kernels (64, 128)", D);
   p.H = o.heads;
@@ -94,13 +76,6 @@ Plan validate(const BenchAttentionOptions& o) {
   return p;
 }
 
-[[maybe_unused]] std::string today() {
-  std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&t));
-  return buf;
-}
-
 }  // namespace
 
 #if defined(SEQPAR_WITH_CUDA)
@@ -115,11 +90,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
   cudaDeviceProp prop{};
   SEQPAR_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
   const Device dev = Device::cuda(o.device);
-  std::ofstream file;
-  if (!o.out.empty()) {
-    file.open(o.out);
-    SEQPAR_INPUT_CHECK(file.good(), "--out={}: cannot open for writing", o.out);
-  }
+  JsonLines sink(o.out);
   cudaStream_t stream = current_stream();
   // The backend for this run; the process-wide setting is restored on the way out.
   struct BackendScope {
@@ -192,7 +163,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                             {"fwd_tile", fmt::format("{}x{}x{}", ft.bm, ft.bn, ft.warps)},
                             {"bwd_tile", fmt::format("{}x{}x{}", bt.bm, bt.bn, bt.warps)},
                             {"device", prop.name},
-                            {"date", today()}};
+                            {"date", utc_now("%Y-%m-%d")}};
         if (plan.cudnn) {
           // Every timed run must have been cuDNN's, not the flash fallback.
           const cuda_attn::CudnnCallCounts calls = cuda_attn::cudnn_call_counts();
@@ -209,10 +180,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
           if (calls.forward - calls_before.forward != runs || (with_bwd && calls.backward - calls_before.backward != runs))
             j["error"] = "cuDNN fell back to the flash kernel for some runs (see the warnings)";
         }
-        const std::string line = j.dump();
-        std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
-        if (file.is_open()) file << line << "\n";
+        sink.write(j);
       }
     }
   }

@@ -7,8 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
@@ -16,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/bench_util.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -111,13 +110,6 @@ std::vector<GemmShape> bench_shapes(const BenchGemmOptions& o) {
   return v;
 }
 
-[[maybe_unused]] std::string today() {
-  std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&t));
-  return buf;
-}
-
 }  // namespace
 
 #if defined(SEQPAR_WITH_CUDA)
@@ -199,24 +191,6 @@ Tensor random_ids(int64_t n, int32_t hi, Device dev, uint64_t seed) {
   return Tensor::from_vector<int32_t>({n}, v).to(dev);
 }
 
-class JsonOut {
- public:
-  explicit JsonOut(const std::string& path) {
-    if (path.empty()) return;
-    file_.open(path);
-    SEQPAR_INPUT_CHECK(file_.good(), "--out={}: cannot open for writing", path);
-  }
-  void write(const nlohmann::json& j) {
-    const std::string line = j.dump();
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
-    if (file_.is_open()) file_ << line << "\n" << std::flush;
-  }
-
- private:
-  std::ofstream file_;
-};
-
 // One shape of `--algo both`: the heuristic first pick against the autotuned choice.
 struct CompareRow {
   std::string name;
@@ -251,7 +225,7 @@ void print_compare_table(const std::vector<CompareRow>& rows, double budget_ms) 
 // 4096-token tile of V=128256 logits), bf16 activations: achieved bytes per second against a
 // device-to-device copy timed in the same run. bytes = the fewest an op must move (each input read
 // once, each output written once).
-void bench_ops(const BenchGemmOptions& o, Device dev, const cudaDeviceProp& prop, JsonOut& out) {
+void bench_ops(const BenchGemmOptions& o, Device dev, const cudaDeviceProp& prop, JsonLines& out) {
   const int64_t T = o.tokens, C = 2048, F = 8192, H = 32, D = 64, V = 128256, TL = 4096;
   const DType bf = DType::kBF16, f32 = DType::kF32;
   cudaStream_t stream = current_stream();
@@ -263,7 +237,7 @@ void bench_ops(const BenchGemmOptions& o, Device dev, const cudaDeviceProp& prop
                         {"ms", t.median_ms},       {"ms_min", t.min_ms},
                         {"gbps", gbps},            {"of_copy", copy_gbps > 0 ? gbps / copy_gbps : 1.0},
                         {"tokens", T},             {"iters", o.iters},
-                        {"device", prop.name},     {"date", today()}};
+                        {"device", prop.name},     {"date", utc_now("%Y-%m-%d")}};
     out.write(j);
     return gbps;
   };
@@ -386,7 +360,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   cudaDeviceProp prop{};
   SEQPAR_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
   const Device dev = Device::cuda(o.device);
-  JsonOut out(o.out);
+  JsonLines out(o.out);
   if (o.preset == "ops") {
     bench_ops(o, dev, prop, out);
     return 0;
@@ -422,7 +396,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
                             {"config", cuda_ops::matmul_config_str(cfg)},
                             {"iters", o.iters},
                             {"device", prop.name},
-                            {"date", today()}};
+                            {"date", utc_now("%Y-%m-%d")}};
     };
     // Every shape plans (and tunes) afresh, so identical shapes (k and v) are independent samples
     // of the tuning.

@@ -6,15 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "attention/attention.h"
 #include "attention/attention_backend.h"
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "comm/mesh.h"
 #include "core/error.h"
@@ -66,22 +64,6 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-std::vector<int64_t> int_list(const std::string& s, const char* flag, bool allow_zero) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long x = std::strtoll(item.c_str(), &end, 10);
-    SEQPAR_INPUT_CHECK(!item.empty() && end && *end == '\0' && (x > 0 || (allow_zero && x == 0)),
-                       "{}={}: '{}' is not a {} integer (comma-separated list expected)", flag, s, item,
-                       allow_zero ? "non-negative" : "positive");
-    v.push_back(x);
-  }
-  SEQPAR_INPUT_CHECK(!v.empty(), "{} is empty", flag);
-  return v;
-}
 
 void device_sync(Device device) {
 #if defined(SEQPAR_WITH_CUDA)
@@ -188,8 +170,8 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
   const SpMode mode = parse_sp_mode(o.sp_mode, "--sp-mode");
   const MeshShape shape = sp_mesh_shape(mode, o.sp, o.ulysses_degree);
   const SpLayout layout = shape.ring > 1 ? parse_sp_layout(o.layout, "--sp-layout") : SpLayout::kContiguous;
-  const std::vector<int64_t> tokens = int_list(o.tokens_per_rank, "--tokens-per-rank", false);
-  std::vector<int64_t> kv_heads = int_list(o.kv_heads, "--kv-heads", true);
+  const std::vector<int64_t> tokens = parse_int_list(o.tokens_per_rank, "--tokens-per-rank");
+  std::vector<int64_t> kv_heads = parse_int_list(o.kv_heads, "--kv-heads", /*allow_zero=*/true);
   for (int64_t& h : kv_heads) h = h == 0 ? o.heads : h;
   for (int64_t h : kv_heads) {
     SEQPAR_INPUT_CHECK(o.heads % h == 0, "--kv-heads={}: {} does not divide --heads={}", o.kv_heads, h, o.heads);
@@ -218,6 +200,7 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
                                          o.ulysses_degree, o.layout, o.tokens_per_rank, o.heads, o.kv_heads, o.head_dim);
   if (o.sp > 1 && !device.is_cuda()) set_cpu_gemm_threads(1);
 
+  JsonLines sink(hosts_leader(device, transport) ? o.out : std::string(), /*append=*/true);
   run_job(o.sp, device, transport, config, [&](JobRank& job) {
     DeviceMesh mesh(job.world, shape);
     const Device dev = job.device;
@@ -299,16 +282,8 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
         }
         if (a2a_ms > 0) line["a2a_GBps"] = comm.a2a_bytes() * (shape.ulysses - 1.0) / shape.ulysses / (a2a_ms * 1e6);
         if (hop_ms > 0) line["p2p_GBps"] = comm.hop_bytes() / (hop_ms * 1e6);
-        char date[32];
-        const std::time_t now = std::time(nullptr);
-        std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-        line["date"] = date;
-        std::printf("%s\n", line.dump().c_str());
-        std::fflush(stdout);
-        if (!o.out.empty()) {
-          std::ofstream f(o.out, std::ios::app);
-          f << line.dump() << "\n";
-        }
+        line["date"] = utc_now("%Y-%m-%dT%H:%M:%SZ");
+        sink.write(line);
       }
     }
   });

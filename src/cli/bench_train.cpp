@@ -8,12 +8,11 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "comm/dist_env.h"
 #include "core/allocator.h"
@@ -74,21 +73,6 @@ LlamaConfig preset_config(const std::string& name) {
   return c;
 }
 
-std::vector<int64_t> positive_list(const std::string& s, const char* flag) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long x = std::strtoll(item.c_str(), &end, 10);
-    SEQPAR_INPUT_CHECK(!item.empty() && end && *end == '\0' && x > 0,
-                       "{}={}: '{}' is not a positive integer (comma-separated list expected)", flag, s, item);
-    v.push_back(x);
-  }
-  SEQPAR_INPUT_CHECK(!v.empty(), "{} is empty", flag);
-  return v;
-}
-
 // FLOPs of one training step (see bench_train.h).
 double step_flops(const LlamaConfig& c, int64_t seq_len, int64_t sequences) {
   const double C = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
@@ -104,7 +88,7 @@ double step_flops(const LlamaConfig& c, int64_t seq_len, int64_t sequences) {
 }  // namespace
 
 int run_bench_train(const BenchTrainOptions& o) {
-  const std::vector<int64_t> seq_lens = positive_list(o.seq_lens, "--seq-lens");
+  const std::vector<int64_t> seq_lens = parse_int_list(o.seq_lens, "--seq-lens");
   SEQPAR_INPUT_CHECK(o.steps >= 2, "--steps={} must be >= 2 (the first step is not timed)", o.steps);
   SEQPAR_INPUT_CHECK(o.micro_batch >= 1, "--micro-batch={} must be >= 1", o.micro_batch);
   const Device device = parse_device(o.device);
@@ -123,6 +107,7 @@ int run_bench_train(const BenchTrainOptions& o) {
                            fmt::format("seqpar-bench-train-{}-{}", static_cast<long>(::getpid()), std::time(nullptr)))
                               .string();
   std::filesystem::create_directories(dir);
+  JsonLines out(leader ? o.out : std::string(), /*append=*/true);
   for (int64_t S : seq_lens) {
     // Synthetic data: one document per sequence, random tokens.
     const int64_t sequences = static_cast<int64_t>(o.micro_batch) * dp;
@@ -193,13 +178,8 @@ int run_bench_train(const BenchTrainOptions& o) {
     }
     std::filesystem::remove(data);
     if (!leader) continue;
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    line["date"] = date;
-    std::printf("%s\n", line.dump().c_str());
-    std::fflush(stdout);
-    if (!o.out.empty()) std::ofstream(o.out, std::ios::app) << line.dump() << "\n";
+    line["date"] = utc_now("%Y-%m-%dT%H:%M:%SZ");
+    out.write(line);
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
