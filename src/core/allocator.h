@@ -36,4 +36,22 @@ Allocator& cpu_allocator();
 // The allocator for a device: CPU, or the CUDA caching pool of that GPU.
 Allocator& allocator_for(Device device);
 
+// Scratch bytes of a device's allocator for one scope (raw memory for a kernel's workspace).
+// On the CUDA pool, returning them before the queued kernels ran is safe for reuse on the same
+// stream (stream order); a caller that used them on another stream synchronises first.
+class ScratchBytes {
+ public:
+  ScratchBytes(Device device, size_t bytes)
+      : alloc_(allocator_for(device)), bytes_(bytes), ptr_(alloc_.allocate(bytes)) {}
+  ~ScratchBytes() { alloc_.deallocate(ptr_, bytes_); }
+  ScratchBytes(const ScratchBytes&) = delete;
+  ScratchBytes& operator=(const ScratchBytes&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  Allocator& alloc_;
+  size_t bytes_;
+  void* ptr_;
+};
+
 }  // namespace seqpar

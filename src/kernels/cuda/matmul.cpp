@@ -398,23 +398,6 @@ double median(std::vector<float> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// A pool block of out's size, returned at scope exit.
-class Scratch {
- public:
-  Scratch(int device, size_t bytes) : alloc_(allocator_for(Device::cuda(device))), bytes_(bytes) {
-    ptr_ = alloc_.allocate(bytes_);
-  }
-  ~Scratch() { alloc_.deallocate(ptr_, bytes_); }  // callers synchronise the stream first
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  Allocator& alloc_;
-  size_t bytes_;
-  void* ptr_ = nullptr;
-};
-
 // Times the pool on the call's own operands (a, b) into a scratch output (beta = 0), so out is
 // untouched, and sets plan.choice. Schedule, within `budget_ms` of host time from the start:
 //  1. First pass, in pool order while less than kFirstPassShare of the budget is spent: each
@@ -430,7 +413,7 @@ void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const v
           double budget_ms) {
   using Clock = std::chrono::steady_clock;
   const size_t out_bytes = static_cast<size_t>(key.ldc) * static_cast<size_t>(key.M) * dtype_size(key.out);
-  Scratch scratch(ctx.device, out_bytes);
+  ScratchBytes scratch(Device::cuda(ctx.device), out_bytes);  // the stream is synchronised before it returns
   // The operands may still be in flight: waiting for them is not tuning time.
   SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
   const auto t0 = Clock::now();

@@ -104,22 +104,6 @@ ErrorSlot& error_slot(int device) {
                                op, token, target, V, kIgnoreIndex));
 }
 
-// Scratch device bytes from the caching pool, returned when the scope ends. Returning them
-// before the queued kernels ran is safe for reuse on the same stream (stream order).
-class Scratch {
- public:
-  Scratch(Device dev, size_t bytes) : alloc_(allocator_for(dev)), bytes_(bytes), ptr_(alloc_.allocate(bytes)) {}
-  ~Scratch() { alloc_.deallocate(ptr_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  Allocator& alloc_;
-  size_t bytes_;
-  void* ptr_;
-};
-
 }  // namespace
 
 // ---- embedding ----------------------------------------------------------------------------
@@ -200,7 +184,7 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
   // The per-block dweight partials live in shared memory while a block works: C floats.
   SEQPAR_CHECK(C <= 48 * 1024, "rmsnorm_backward: C={} exceeds the supported 49152 (shared-memory partials)", C);
   const int blocks = cuda_kernels::rmsnorm_backward_blocks(T);
-  Scratch partials(inp.device(), static_cast<size_t>(blocks) * C * sizeof(float));
+  ScratchBytes partials(inp.device(), static_cast<size_t>(blocks) * C * sizeof(float));
   cuda_kernels::rmsnorm_backward(dinp.raw(), dweight.raw(), dweight.dtype(), static_cast<float*>(partials.get()),
                                  dout.raw(), inp.raw(), inp.dtype(), weight.raw(), weight.dtype(), rstd.data<float>(),
                                  T, C, current_stream());
@@ -324,7 +308,7 @@ double sum_squares(const Tensor& x) {
   check_float(x, "sum_squares", "x");
   if (x.numel() == 0) return 0.0;
   cudaStream_t stream = current_stream();
-  Scratch scratch(x.device(), (cuda_kernels::kSumSquaresBlocks + 1) * sizeof(double));
+  ScratchBytes scratch(x.device(), (cuda_kernels::kSumSquaresBlocks + 1) * sizeof(double));
   auto* partials = static_cast<double*>(scratch.get());
   cuda_kernels::sum_squares(partials, x.raw(), x.dtype(), x.numel(), stream);
   double result = 0.0;
