@@ -24,3 +24,11 @@ class InputError : public Error {
                                       const std::string& message);
 
 }  // namespace seqpar
+
+// SEQPAR_CHECK with a ready-made message string instead of a format (error.h), for sources that
+// cannot include fmt (nvcc-compiled .cu files).
+#define SEQPAR_CHECK_MSG(cond, message)                                                      \
+  do {                                                                                       \
+    if (!(cond)) [[unlikely]]                                                                \
+      ::seqpar::throw_check_failure(#cond, __func__, __FILE__, __LINE__, std::string(message)); \
+  } while (0)

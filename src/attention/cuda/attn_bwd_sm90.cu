@@ -16,12 +16,6 @@
 #include "core/cuda_check.h"
 #include "core/error_base.h"
 
-#define SM90_BWD_CHECK(cond, msg)                                                            \
-  do {                                                                                       \
-    if (!(cond)) [[unlikely]]                                                                \
-      ::seqpar::throw_check_failure(#cond, __func__, __FILE__, __LINE__, std::string(msg)); \
-  } while (0)
-
 namespace seqpar::cuda_attn {
 
 namespace {
@@ -35,7 +29,7 @@ void run(const BwdParams& p, cudaStream_t stream) {
   static_assert(S::BM == kBwdSm90Bm, "the header's query tile is the kernel's");
   const int nqt = (p.Tq + S::BM - 1) / S::BM;
   const int nkt = (p.Tk + S::BN - 1) / S::BN;
-  SM90_BWD_CHECK(nkt <= 65535, "the sm_90 flash backward takes at most 65535 key tiles of 128 (Tk=" +
+  SEQPAR_CHECK_MSG(nkt <= 65535, "the sm_90 flash backward takes at most 65535 key tiles of 128 (Tk=" +
                                    std::to_string(p.Tk) + ")");
   const CUtensorMap tq = token_tensor_map(p.q, p.Tq, p.H, D, S::BM, "q");
   const CUtensorMap tdo = token_tensor_map(p.dout, p.Tq, p.H, D, S::BM, "dout");
@@ -65,7 +59,7 @@ bool bwd_sm90_supported(const BwdParams& p) {
 }
 
 void launch_bwd_main_sm90(const BwdParams& p, cudaStream_t stream) {
-  SM90_BWD_CHECK(bwd_sm90_supported(p),
+  SEQPAR_CHECK_MSG(bwd_sm90_supported(p),
                  "the sm_90 flash backward needs D 64 or 128 (got " + std::to_string(p.D) + "), H a multiple of Hkv (H=" +
                      std::to_string(p.H) + ", Hkv=" + std::to_string(p.Hkv) +
                      ") and 16-byte aligned q, k, v, dout, dq_acc, lse2, delta");
@@ -73,7 +67,7 @@ void launch_bwd_main_sm90(const BwdParams& p, cudaStream_t stream) {
   SEQPAR_CUDA_CHECK(cudaGetDevice(&dev));
   SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  SM90_BWD_CHECK(major == 9 && minor == 0, "the sm_90 flash backward runs on compute capability 9.0 only; device " +
+  SEQPAR_CHECK_MSG(major == 9 && minor == 0, "the sm_90 flash backward runs on compute capability 9.0 only; device " +
                                                std::to_string(dev) + " is " + std::to_string(major) + "." +
                                                std::to_string(minor));
   if (p.Tq == 0 || p.Tk == 0 || p.H == 0) return;

@@ -17,12 +17,6 @@
 #include "core/cuda_check.h"
 #include "core/error_base.h"
 
-#define SM90_CHECK(cond, msg)                                                                 \
-  do {                                                                                        \
-    if (!(cond)) [[unlikely]]                                                                 \
-      ::seqpar::throw_check_failure(#cond, __func__, __FILE__, __LINE__, std::string(msg));  \
-  } while (0)
-
 namespace seqpar::cuda_attn {
 
 namespace {
@@ -61,14 +55,14 @@ bool fwd_sm90_supported(const FwdParams& p) {
 }
 
 void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
-  SM90_CHECK(fwd_sm90_supported(p), "the sm_90 flash forward needs D 64 or 128 (got " + std::to_string(p.D) +
+  SEQPAR_CHECK_MSG(fwd_sm90_supported(p), "the sm_90 flash forward needs D 64 or 128 (got " + std::to_string(p.D) +
                                         "), H a multiple of Hkv (H=" + std::to_string(p.H) + ", Hkv=" +
                                         std::to_string(p.Hkv) + ") and 16-byte aligned q, k, v");
   int dev = 0, major = 0, minor = 0;
   SEQPAR_CUDA_CHECK(cudaGetDevice(&dev));
   SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  SM90_CHECK(major == 9 && minor == 0, "the sm_90 flash forward runs on compute capability 9.0 only; device " +
+  SEQPAR_CHECK_MSG(major == 9 && minor == 0, "the sm_90 flash forward runs on compute capability 9.0 only; device " +
                                            std::to_string(dev) + " is " + std::to_string(major) + "." +
                                            std::to_string(minor));
   if (p.Tq == 0 || p.H == 0) return;
