@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
 namespace seqpar::testing {
 
@@ -70,6 +71,15 @@ int run_command(const std::string& cmd, std::string* output) {
   int status = pclose(p);
   if (output) *output = out;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::vector<nlohmann::json> lines;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line))
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  return lines;
 }
 
 }  // namespace seqpar::testing

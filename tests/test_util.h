@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/tensor.h"
 
 namespace seqpar::testing {
@@ -27,5 +29,8 @@ double rel_error(const Tensor& a, const Tensor& b);
 
 // Runs a shell command, returns exit code; stdout+stderr captured into *output if given.
 int run_command(const std::string& cmd, std::string* output = nullptr);
+
+// The JSON objects among a command's output lines (the lines that start with '{').
+std::vector<nlohmann::json> json_lines(const std::string& text);
 
 }  // namespace seqpar::testing

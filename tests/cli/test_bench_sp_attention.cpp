@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,12 +17,7 @@ std::vector<nlohmann::json> bench(const std::string& args, int* rc, std::string*
       fmt::format("{} bench sp-attention --device cpu --heads 4 --head-dim 16 --warmup 0 --iters 1 {} {} 2>&1",
                   seqpar::testing::binary_path(), kv, args),
       out);
-  std::vector<nlohmann::json> lines;
-  std::stringstream ss(*out);
-  std::string line;
-  while (std::getline(ss, line))
-    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
-  return lines;
+  return seqpar::testing::json_lines(*out);
 }
 
 TEST(BenchSpAttention, EveryModePrintsOneLinePerShape) {

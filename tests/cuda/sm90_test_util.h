@@ -1,12 +1,17 @@
 // Shared by the Hopper (sm_90) attention kernel tests: skipping where the kernels cannot run, and
-// an environment variable set for one scope (the kernel switches SEQPAR_FLASH_{FWD,BWD}_KERNEL).
+// an environment variable set for one scope (the kernel switches SEQPAR_FLASH_{FWD,BWD}_KERNEL), mask
+// metadata from vectors.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
+
+#include "attention/attention.h"
 
 namespace seqpar::testing {
 
@@ -26,6 +31,12 @@ inline std::string sm90_skip_reason() {
 #define REQUIRE_SM90()                                                                  \
   if (const std::string why = ::seqpar::testing::sm90_skip_reason(); !why.empty()) \
   GTEST_SKIP() << why
+
+// Mask metadata of a token set from its per-token segments and positions (host tensors).
+inline TokenMeta meta_of(const std::vector<int32_t>& seg, const std::vector<int32_t>& pos) {
+  const int64_t n = static_cast<int64_t>(seg.size());
+  return {Tensor::from_vector<int32_t>({n}, seg), Tensor::from_vector<int32_t>({n}, pos)};
+}
 
 // Sets an environment variable for one scope.
 struct ScopedEnv {

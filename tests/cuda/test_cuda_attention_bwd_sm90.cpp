@@ -29,6 +29,7 @@
 namespace seqpar {
 namespace {
 
+using testing::meta_of;
 using testing::random_vector;
 
 // Sets SEQPAR_FLASH_BWD_KERNEL for one scope.
@@ -46,11 +47,6 @@ struct Problem {
   float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))); }
   AttnArgs args() const { return AttnArgs{qm, km, causal, scale()}; }
 };
-
-TokenMeta meta_of(const std::vector<int32_t>& seg, const std::vector<int32_t>& pos) {
-  const int64_t n = static_cast<int64_t>(seg.size());
-  return {Tensor::from_vector<int32_t>({n}, seg), Tensor::from_vector<int32_t>({n}, pos)};
-}
 
 Problem one_doc(int64_t T, int64_t H, int64_t Hkv, int64_t D, bool causal) {
   const TokenMeta m = token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)});

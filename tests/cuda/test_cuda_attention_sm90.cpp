@@ -28,6 +28,7 @@
 namespace seqpar {
 namespace {
 
+using testing::meta_of;
 using testing::random_vector;
 
 // Sets SEQPAR_FLASH_FWD_KERNEL for one scope.
@@ -43,11 +44,6 @@ struct Problem {
   bool out_f32 = false;
   float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))); }
 };
-
-TokenMeta meta_of(const std::vector<int32_t>& seg, const std::vector<int32_t>& pos) {
-  const int64_t n = static_cast<int64_t>(seg.size());
-  return {Tensor::from_vector<int32_t>({n}, seg), Tensor::from_vector<int32_t>({n}, pos)};
-}
 
 // One document of T tokens, queries and keys the same tokens.
 Problem one_doc(int64_t T, int64_t H, int64_t Hkv, int64_t D, bool causal) {

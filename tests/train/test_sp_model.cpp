@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -395,6 +396,27 @@ TEST(SpModel, AttentionWorkIsWhatTheRingMasksLetThrough) {
 namespace seqpar {
 namespace {
 
+// Peak host bytes of one rank's forward + backward over one causal sequence of T tokens, for a
+// model of `config` set up by `setup` (the memory levers).
+size_t step_peak_bytes(const LlamaConfig& config, int64_t T, const std::function<void(LlamaModel&)>& setup) {
+  LlamaModel model(config);
+  init_llama_params(model.params(), 5, 0.02f);
+  std::vector<int32_t> ids(T), pos(T);
+  for (int64_t t = 0; t < T; ++t) {
+    ids[t] = static_cast<int32_t>((t * 7) % config.vocab_size);
+    pos[t] = static_cast<int32_t>(t);
+  }
+  setup(model);
+  LocalAttention attn(token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)}));
+  cpu_allocator().reset_peak();
+  const size_t before = cpu_allocator().current_bytes();
+  model.forward({Tensor::from_vector<int32_t>({T}, ids), Tensor::from_vector<int32_t>({T}, pos),
+                 Tensor::from_vector<int32_t>({T}, ids)},
+                attn);
+  model.backward(1.f / static_cast<float>(T));
+  return cpu_allocator().peak_bytes() - before;
+}
+
 // Activation checkpointing recomputes each layer in backward: the same outputs bit for bit (the
 // CPU is deterministic), on one rank and with every SP mode (the recompute repeats attention's
 // communication), and less peak memory.
@@ -417,25 +439,10 @@ TEST(SpModel, ActivationCheckpointingChangesNothingButMemory) {
       EXPECT_EQ(std::memcmp(t.raw(), b.at(name).raw(), t.nbytes()), 0) << s.str() << ": " << name;
     }
   }
-  // Peak host memory of one rank's forward + backward on a longer sequence.
   auto peak = [&](bool checkpointing) {
-    LlamaModel model(config);
-    init_llama_params(model.params(), 5, 0.02f);
-    const int64_t T = 2048;
-    std::vector<int32_t> ids(T), pos(T);
-    for (int64_t t = 0; t < T; ++t) {
-      ids[t] = static_cast<int32_t>((t * 7) % config.vocab_size);
-      pos[t] = static_cast<int32_t>(t);
-    }
-    if (checkpointing) model.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
-    LocalAttention attn(token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)}));
-    cpu_allocator().reset_peak();
-    const size_t before = cpu_allocator().current_bytes();
-    model.forward({Tensor::from_vector<int32_t>({T}, ids), Tensor::from_vector<int32_t>({T}, pos),
-                   Tensor::from_vector<int32_t>({T}, ids)},
-                  attn);
-    model.backward(1.f / T);
-    return cpu_allocator().peak_bytes() - before;
+    return step_peak_bytes(config, 2048, [&](LlamaModel& m) {
+      if (checkpointing) m.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
+    });
   };
   const size_t keep_peak = peak(false), ckpt_peak = peak(true);
   EXPECT_LT(ckpt_peak, keep_peak * 6 / 10) << "keep " << keep_peak << " B, checkpoint " << ckpt_peak << " B";
@@ -470,24 +477,10 @@ TEST(SpModel, TiledMlpMatchesUntiled) {
     }
   }
   auto peak = [&](int64_t tile) {
-    LlamaModel model(config);
-    init_llama_params(model.params(), 5, 0.02f);
-    const int64_t T = 2048;
-    std::vector<int32_t> ids(T), pos(T);
-    for (int64_t t = 0; t < T; ++t) {
-      ids[t] = static_cast<int32_t>((t * 7) % config.vocab_size);
-      pos[t] = static_cast<int32_t>(t);
-    }
-    model.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
-    model.set_mlp_tile_tokens(tile);
-    LocalAttention attn(token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)}));
-    cpu_allocator().reset_peak();
-    const size_t before = cpu_allocator().current_bytes();
-    model.forward({Tensor::from_vector<int32_t>({T}, ids), Tensor::from_vector<int32_t>({T}, pos),
-                   Tensor::from_vector<int32_t>({T}, ids)},
-                  attn);
-    model.backward(1.f / T);
-    return cpu_allocator().peak_bytes() - before;
+    return step_peak_bytes(config, 2048, [&](LlamaModel& m) {
+      m.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
+      m.set_mlp_tile_tokens(tile);
+    });
   };
   const size_t whole = peak(0), tiled = peak(256);
   EXPECT_LT(tiled, whole * 7 / 10) << "untiled " << whole << " B, tiled " << tiled << " B";
