@@ -23,11 +23,8 @@
 #include "train/sp_batch.h"
 
 #if defined(SEQPAR_WITH_CUDA)
-#include <cuda_runtime.h>
-
 #include "attention/cuda/attention_cuda.h"
 #include "core/cuda/stream.h"
-#include "core/cuda_check.h"
 #include "kernels/cuda/launchers.h"
 #endif
 
@@ -65,14 +62,6 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-void device_sync(Device device) {
-#if defined(SEQPAR_WITH_CUDA)
-  if (device.is_cuda()) SEQPAR_CUDA_CHECK(cudaDeviceSynchronize());
-#else
-  (void)device;
-#endif
-}
-
 // Random operands in [-1, 1] (never zeros): bf16 on a GPU, f32 on the CPU.
 Tensor random_operand(const Shape& shape, Device device, uint64_t seed) {
   if (device.is_cuda()) {
@@ -96,11 +85,11 @@ double time_collective(Communicator& world, Device device, int warmup, int iters
   for (int i = 0; i < warmup; ++i) fn();
   std::vector<double> ms;
   for (int i = 0; i < iters; ++i) {
-    device_sync(device);
+    synchronize_device(device);
     world.barrier();
     const auto t0 = Clock::now();
     fn();
-    device_sync(device);
+    synchronize_device(device);
     Tensor t = Tensor::from_vector<float>({1}, {std::chrono::duration<float, std::milli>(Clock::now() - t0).count()});
     world.all_reduce(t, ReduceOp::kMax);
     ms.push_back(t.data<float>()[0]);
@@ -242,11 +231,11 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
           Tensor dK = Tensor::empty(K.shape(), dt, dev), dV = Tensor::empty(V.shape(), dt, dev);
           std::vector<double> t;
           for (int i = 0; i < o.warmup + o.iters; ++i) {
-            device_sync(dev);
+            synchronize_device(dev);
             const auto t0 = Clock::now();
             auto ctx = local.forward(Q, K, V, O, scale);
             local.backward(*ctx, dO, dQ, dK, dV);
-            device_sync(dev);
+            synchronize_device(dev);
             if (i >= o.warmup) t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
           }
           std::sort(t.begin(), t.end());

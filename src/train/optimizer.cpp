@@ -101,26 +101,14 @@ void AdamW::gather_params(Communicator& comm, LlamaParams& params) {
 }
 
 AdamW::FullState AdamW::full_state(Communicator& comm, const LlamaConfig& model_config) {
-  FullState st;
-  const Device dev = sharded() ? m_shard_.device() : m_.flat.defined() ? m_.flat.device() : m_.embed_tokens.device();
-  st.exp_avg = LlamaParams::zeros(model_config, DType::kF32, dev, /*one_buffer=*/true);
-  st.exp_avg_sq = LlamaParams::zeros(model_config, DType::kF32, dev, true);
-  if (has_master_) st.master = LlamaParams::zeros(model_config, DType::kF32, dev, true);
-  if (!sharded()) {
-    auto copy = [](LlamaParams& dst, LlamaParams& src) {
-      auto d = dst.named();
-      auto s = src.named();
-      for (size_t i = 0; i < d.size(); ++i) d[i].second->copy_from(*s[i].second);
-    };
-    copy(st.exp_avg, m_);
-    copy(st.exp_avg_sq, v_);
-    if (has_master_) copy(st.master, master_);
-    return st;
-  }
+  SEQPAR_CHECK(sharded(), "AdamW::full_state: the optimizer is not sharded (its state is exp_avg() etc.)");
   SEQPAR_CHECK_EQ(comm.size(), shard_.size, "AdamW::full_state: the communicator must hold the shard's ranks");
-  SEQPAR_CHECK_EQ(st.exp_avg.flat.numel(), total_, "AdamW::full_state: buffer layout");
+  const Device dev = m_shard_.device();
+  FullState st;
   auto gather = [&](LlamaParams& dst, const Tensor& shard) {
-    Tensor all = Tensor::empty({shard_len_ * shard_.size}, DType::kF32, shard.device());
+    dst = LlamaParams::zeros(model_config, DType::kF32, dev, /*one_buffer=*/true);
+    SEQPAR_CHECK_EQ(dst.flat.numel(), total_, "AdamW::full_state: buffer layout");
+    Tensor all = Tensor::empty({shard_len_ * shard_.size}, DType::kF32, dev);
     comm.all_gather(all, shard);
     dst.flat.copy_from(all.rows(0, total_));
   };
@@ -131,18 +119,8 @@ AdamW::FullState AdamW::full_state(Communicator& comm, const LlamaConfig& model_
 }
 
 void AdamW::load_full_state(const LlamaParams& exp_avg, const LlamaParams& exp_avg_sq, const LlamaParams* master) {
+  SEQPAR_CHECK(sharded(), "AdamW::load_full_state: the optimizer is not sharded");
   SEQPAR_CHECK(!has_master_ || master != nullptr, "AdamW::load_full_state: the master weights are missing");
-  if (!sharded()) {
-    auto copy = [](LlamaParams& dst, const LlamaParams& src) {
-      auto d = dst.named();
-      auto s = src.named();
-      for (size_t i = 0; i < d.size(); ++i) d[i].second->copy_from(*s[i].second);
-    };
-    copy(m_, exp_avg);
-    copy(v_, exp_avg_sq);
-    if (has_master_) copy(master_, *master);
-    return;
-  }
   auto take = [&](Tensor& shard, const LlamaParams& full) {
     SEQPAR_CHECK(full.all_in_flat() && full.flat.numel() == total_, "AdamW::load_full_state: buffer layout");
     if (end_ > begin_) shard.rows(0, end_ - begin_).copy_from(full.flat.rows(begin_, end_));

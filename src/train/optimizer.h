@@ -44,15 +44,15 @@ class AdamW {
   void gather_params(Communicator& comm, LlamaParams& params);
   bool sharded() const { return shard_.size > 1; }
 
-  // The whole optimizer state for a checkpoint. Sharded: a collective over `comm` that assembles
-  // every rank's shard (temporary full-size buffers); not sharded: copies. master is filled only
-  // with has_master().
+  // Sharded only: the whole optimizer state for a checkpoint, a collective over `comm` that
+  // assembles every rank's shard (temporary full-size buffers); master is filled only with
+  // has_master(). Not sharded, the state is exp_avg() / exp_avg_sq() / weights().
   struct FullState {
     LlamaParams exp_avg, exp_avg_sq, master;
   };
   FullState full_state(Communicator& comm, const LlamaConfig& model_config);
-  // Loads a whole optimizer state (this rank keeps its shard). master: the f32 weights when
-  // has_master() (ignored otherwise).
+  // Sharded only: loads a whole optimizer state, keeping this rank's shard. master: the f32
+  // weights when has_master() (ignored otherwise).
   void load_full_state(const LlamaParams& exp_avg, const LlamaParams& exp_avg_sq, const LlamaParams* master);
 
   int64_t step_count() const { return step_; }
