@@ -16,6 +16,10 @@
 #   misc.log         nvidia-smi, SASS checks of the kernels, bench stderr
 #   summary.txt      the table printed at the end
 # GPU_CHECK_BUDGET (seconds, default 450): the whole script aims to end within it.
+# GPU_CHECK_ONLY (comma list, default all): the sections to run after the build, of
+#   tests, gemm (two passes beside torch), interleaved (GEMM shape by shape, default and --strict),
+#   ops, attention, sp, train, sass, ctest.
+# GPU_CHECK_INTERLEAVED (default "default --strict"): the torch variants of the interleaved GEMMs.
 # Never changes the card's settings.
 set -uo pipefail
 OUT=${1:?usage: tools/gpu_check.sh OUT_DIR}
@@ -29,6 +33,7 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 status=()  # "step: result" lines for the summary
 
 left() { echo $((BUDGET - SECONDS)); }
+want() { [[ -z ${GPU_CHECK_ONLY:-} || ,$GPU_CHECK_ONLY, == *,$1,* ]]; }
 note() { status+=("$1"); echo "== $1"; }
 
 # ---- environment, configure, build ----------------------------------------------------------
@@ -54,7 +59,9 @@ else
 fi
 
 # ---- GPU tests --------------------------------------------------------------------------------
-if [[ -x $BUILD/test_cuda ]]; then
+if ! want tests; then
+  :
+elif [[ -x $BUILD/test_cuda ]]; then
   t0=$SECONDS
   timeout 240 "$BUILD/test_cuda" >"$OUT/test_cuda.log" 2>&1
   rc=$?
@@ -108,6 +115,7 @@ if ((${#bench[@]})); then
   # passes: per-shape times move by 5-10% with the position in a run (bench/NOTES.md), which a
   # single pass would charge to whichever side happened to run there.
   for pass in 1 2; do
+    want gemm || break
     t0=$SECONDS
     echo "== ${bench[*]} --preset all (pass $pass)" >>"$OUT/misc.log"
     timeout 120 "${bench[@]}" --preset all --tokens 16384 --warmup 10 --iters 50 \
@@ -127,10 +135,12 @@ if ((${#bench[@]})); then
   rm -f "$OUT/gemm_seqpar.tmp"
   # Shape by shape, seqpar and torch alternating round by round (the fair per-shape ratio).
   t0=$SECONDS
-  if [[ -x $BUILD/seqpar ]]; then
+  if [[ -x $BUILD/seqpar ]] && want interleaved; then
     # torch as configured by default (bf16 split-K reductions allowed), and --strict (f32 reductions
     # only, what seqpar does: the semantically equal peer).
-    for v in "" --strict; do
+    variants=("" --strict)
+    [[ -n ${GPU_CHECK_INTERLEAVED:-} ]] && read -ra variants <<<"${GPU_CHECK_INTERLEAVED//default/}"
+    for v in "${variants[@]}"; do
       timeout 180 python3 bench/peers/gemm_interleaved.py --seqpar "$BUILD/seqpar" --rounds 5 --iters 20 $v \
         >>"$OUT/bench.jsonl" 2>"$BUILD/gemm_interleaved.txt"
       rc=$?
@@ -138,9 +148,11 @@ if ((${#bench[@]})); then
       note "bench gemm interleaved ${v:-default}: rc=$rc ($((SECONDS - t0)) s): $(tail -1 "$BUILD/gemm_interleaved.txt")"
     done
   fi
-  t0=$SECONDS
-  timeout 60 "${bench[@]}" --preset ops --tokens 16384 --warmup 3 --iters 20 >>"$OUT/bench.jsonl" 2>>"$OUT/misc.log"
-  note "bench ops seqpar: rc=$? ($((SECONDS - t0)) s)"
+  if want ops; then
+    t0=$SECONDS
+    timeout 60 "${bench[@]}" --preset ops --tokens 16384 --warmup 3 --iters 20 >>"$OUT/bench.jsonl" 2>>"$OUT/misc.log"
+    note "bench ops seqpar: rc=$? ($((SECONDS - t0)) s)"
+  fi
 else
   note "bench gemm: NO BINARY (seqpar bench gemm not wired, driver did not build; see misc.log)"
 fi
@@ -148,7 +160,7 @@ fi
 # ---- attention benchmark: seqpar (flash, cuDNN) and PyTorch SDPA (flash, cuDNN) on the same shapes --
 : >"$OUT/attention.jsonl"
 : >"$OUT/sp_attention.jsonl"
-if [[ -x $BUILD/seqpar ]]; then
+if [[ -x $BUILD/seqpar ]] && want attention; then
   for backend in flash cudnn; do
     t0=$SECONDS
     extra=()
@@ -183,7 +195,8 @@ if [[ -x $BUILD/seqpar ]]; then
   timeout 150 python3 bench/peers/torch_sdpa.py --seq-lens 16384,65536 --head-dims 128 --warmup 2 --iters 5 \
     --layout bshd 2>>"$OUT/misc.log" | tag bshd >>"$OUT/attention.jsonl"
   note "bench attention torch, token-major operands: rc=$? ($((SECONDS - t0)) s)"
-
+fi
+if [[ -x $BUILD/seqpar ]] && want sp; then
   # Sequence-parallel attention on this machine's GPUs: one process per GPU over NCCL under seqpar
   # launch, with the PyTorch context-parallel peer on the same shapes (a world of 1 on one GPU:
   # the path runs, the scaling needs several GPUs).
@@ -197,7 +210,8 @@ if [[ -x $BUILD/seqpar ]]; then
   timeout 150 torchrun --nproc-per-node "$ngpu" --master-port 29632 bench/peers/torch_cp.py --tokens-per-rank \
     8192,32768 --kv-heads 32,8 --warmup 1 --iters 3 >>"$OUT/sp_attention.jsonl" 2>>"$OUT/misc.log"
   note "bench sp-attention torch_cp ($ngpu GPU): rc=$? ($((SECONDS - t0)) s)"
-
+fi
+if [[ -x $BUILD/seqpar ]] && want train; then
   # Whole training steps, Llama-3.2-1B sized, one GPU, beside transformers (HF Trainer's bf16 setup),
   # with and without activation checkpointing; lengths that OOM say so in their line.
   for ck in "" "--activation-checkpointing"; do
@@ -213,7 +227,7 @@ if [[ -x $BUILD/seqpar ]]; then
 fi
 
 # ---- SASS spot checks: 16-byte global accesses in the op kernels -------------------------------
-{
+want sass && {
   echo "== SASS: LDG/STG widths per kernels/cuda object"
   for o in "$BUILD"/CMakeFiles/seqpar_kernels.dir/src/kernels/cuda/*.cu.o; do
     [[ -f $o ]] || continue
@@ -228,7 +242,9 @@ fi
 
 # ---- CPU tests with the time left ----------------------------------------------------------------
 remaining=$(($(left) - 25))
-if [[ -f $BUILD/CTestTestfile.cmake ]] && ((remaining > 20)); then
+if ! want ctest; then
+  :
+elif [[ -f $BUILD/CTestTestfile.cmake ]] && ((remaining > 20)); then
   t0=$SECONDS
   timeout "$remaining" ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure --timeout 120 >"$OUT/ctest.log" 2>&1
   rc=$?

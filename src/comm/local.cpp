@@ -206,6 +206,12 @@ struct HostBytes {
   }
 };
 
+// A collective of one rank: out = in, on the tensors' own device (no host staging), skipped when
+// they are the same memory.
+void copy_alone(Tensor& out, const Tensor& in) {
+  if (out.raw() != in.raw() && in.numel() > 0) out.copy_from(in);
+}
+
 // Skips a copy onto itself: an in-place all_gather's own chunk, which peers may be reading.
 void copy_host(void* dst, const void* src, size_t n) {
   if (n && dst != src) std::memcpy(dst, src, n);
@@ -235,6 +241,7 @@ class LocalComm final : public Communicator {
   void all_reduce(Tensor& t, ReduceOp op) override {
     guarded([&] {
       check_tensor(t, "all_reduce", "t");
+      if (size() == 1) return;  // one rank: the reduction is the tensor itself (no host staging)
       HostBytes h(t, /*copy_in=*/true);
       auto all = exchange({.op = "all_reduce", .in = h.ptr, .out = h.ptr, .dtype = t.dtype(), .numel = t.numel()});
       Phases phases(*this, 2);
@@ -258,6 +265,7 @@ class LocalComm final : public Communicator {
       SEQPAR_CHECK(out.dtype() == in.dtype() && out.numel() == size() * in.numel(),
                    "all_gather: out {} must hold {} ranks x in {} ({} elements of {})", out.str(), size(), in.str(),
                    size() * in.numel(), dtype_name(in.dtype()));
+      if (size() == 1) return copy_alone(out, in);
       HostBytes hin(in, true), hout(out, false);
       auto all = exchange({.op = "all_gather", .in = hin.ptr, .dtype = in.dtype(), .numel = in.numel()});
       Phases phases(*this, 1);
@@ -276,6 +284,7 @@ class LocalComm final : public Communicator {
       SEQPAR_CHECK(out.dtype() == in.dtype() && in.numel() == size() * out.numel(),
                    "reduce_scatter: in {} must hold {} ranks x out {} ({} elements of {})", in.str(), size(),
                    out.str(), size() * out.numel(), dtype_name(out.dtype()));
+      if (size() == 1) return copy_alone(out, in);
       HostBytes hin(in, true);
       // Reduced into a separate buffer: out may be a view of this rank's own chunk of in.
       Tensor result = Tensor::empty(out.shape(), out.dtype(), Device::cpu());
@@ -296,6 +305,11 @@ class LocalComm final : public Communicator {
       SEQPAR_CHECK(out.dtype() == in.dtype(), "all_to_all: out {} and in {} differ in dtype", out.str(), in.str());
       check_counts(send_counts, in, "send_counts", "in");
       check_counts(recv_counts, out, "recv_counts", "out");
+      if (size() == 1) {
+        SEQPAR_CHECK(send_counts[0] == recv_counts[0], "all_to_all: {} sends itself {} elements but expects {}",
+                     g_->who(rank_), send_counts[0], recv_counts[0]);
+        return copy_alone(out, in);
+      }
       HostBytes hin(in, true), hout(out, false);
       auto all = exchange(
           {.op = "all_to_all", .in = hin.ptr, .dtype = in.dtype(), .numel = in.numel(), .send_counts = send_counts.data()});

@@ -268,34 +268,36 @@ TEST(LocalCollectives, CudaTensorsGoThroughTheSameBackend) {
   } catch (const Error& e) {
     GTEST_SKIP() << "no usable GPU: " << e.what();
   }
-  const int P = 3;
-  std::vector<Tensor> ins;
-  for (int r = 0; r < P; ++r) ins.push_back(comm_input(DType::kBF16, 6 * P, seed_of(P, r, 9)));
-  std::vector<Tensor> reduced(P), gathered(P), moved(P), received(P);
-  run_local_ranks(P, [&](Communicator& c) {
-    const int me = c.rank();
-    Tensor in = ins[static_cast<size_t>(me)].to(Device::cuda(0));
-    Tensor t = in.clone();
-    c.all_reduce(t, ReduceOp::kSum);
-    reduced[static_cast<size_t>(me)] = t.to(Device::cpu());
-    Tensor g = Tensor::empty({6 * P * P}, DType::kBF16, Device::cuda(0));
-    c.all_gather(g, in);
-    gathered[static_cast<size_t>(me)] = g.to(Device::cpu());
-    Tensor a = Tensor::empty({6 * P}, DType::kBF16, Device::cuda(0));
-    all_to_all_equal(c, a, in);
-    moved[static_cast<size_t>(me)] = a.to(Device::cpu());
-    Tensor r = Tensor::empty({6 * P}, DType::kBF16, Device::cuda(0));
-    c.send_recv({{(me + 1) % P, in}}, {{(me + P - 1) % P, r}});
-    received[static_cast<size_t>(me)] = r.to(Device::cpu());
-  });
-  Tensor expected = serial_reduce(ins, ReduceOp::kSum, 0, 6 * P);
-  for (int r = 0; r < P; ++r) {
-    EXPECT_TRUE(same_bits(reduced[static_cast<size_t>(r)], expected));
-    for (int q = 0; q < P; ++q) {
-      EXPECT_TRUE(same_bits(gathered[static_cast<size_t>(r)].rows(6 * P * q, 6 * P * (q + 1)), ins[static_cast<size_t>(q)]));
-      EXPECT_TRUE(same_bits(moved[static_cast<size_t>(r)].rows(6 * q, 6 * q + 6), ins[static_cast<size_t>(q)].rows(6 * r, 6 * r + 6)));
+  for (int P : {1, 3}) {  // one rank: device-side copies, no host staging
+    SCOPED_TRACE(fmt::format("P={}", P));
+    std::vector<Tensor> ins;
+    for (int r = 0; r < P; ++r) ins.push_back(comm_input(DType::kBF16, 6 * P, seed_of(P, r, 9)));
+    std::vector<Tensor> reduced(P), gathered(P), moved(P), received(P);
+    run_local_ranks(P, [&](Communicator& c) {
+      const int me = c.rank();
+      Tensor in = ins[static_cast<size_t>(me)].to(Device::cuda(0));
+      Tensor t = in.clone();
+      c.all_reduce(t, ReduceOp::kSum);
+      reduced[static_cast<size_t>(me)] = t.to(Device::cpu());
+      Tensor g = Tensor::empty({6 * P * P}, DType::kBF16, Device::cuda(0));
+      c.all_gather(g, in);
+      gathered[static_cast<size_t>(me)] = g.to(Device::cpu());
+      Tensor a = Tensor::empty({6 * P}, DType::kBF16, Device::cuda(0));
+      all_to_all_equal(c, a, in);
+      moved[static_cast<size_t>(me)] = a.to(Device::cpu());
+      Tensor r = Tensor::empty({6 * P}, DType::kBF16, Device::cuda(0));
+      c.send_recv({{(me + 1) % P, in}}, {{(me + P - 1) % P, r}});
+      received[static_cast<size_t>(me)] = r.to(Device::cpu());
+    });
+    Tensor expected = serial_reduce(ins, ReduceOp::kSum, 0, 6 * P);
+    for (int r = 0; r < P; ++r) {
+      EXPECT_TRUE(same_bits(reduced[static_cast<size_t>(r)], expected));
+      for (int q = 0; q < P; ++q) {
+        EXPECT_TRUE(same_bits(gathered[static_cast<size_t>(r)].rows(6 * P * q, 6 * P * (q + 1)), ins[static_cast<size_t>(q)]));
+        EXPECT_TRUE(same_bits(moved[static_cast<size_t>(r)].rows(6 * q, 6 * q + 6), ins[static_cast<size_t>(q)].rows(6 * r, 6 * r + 6)));
+      }
+      EXPECT_TRUE(same_bits(received[static_cast<size_t>(r)], ins[static_cast<size_t>((r + P - 1) % P)]));
     }
-    EXPECT_TRUE(same_bits(received[static_cast<size_t>(r)], ins[static_cast<size_t>((r + P - 1) % P)]));
   }
 }
 
