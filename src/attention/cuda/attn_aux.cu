@@ -6,12 +6,10 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "attention/cuda/attn_common.cuh"
 #include "attention/cuda/attn_launch.h"
 #include "core/cuda_check.h"
-#include "core/error_base.h"
 
 namespace seqpar::cuda_attn {
 
@@ -170,32 +168,7 @@ __global__ void merge_kernel(void* __restrict__ out_acc, float* __restrict__ lse
   if (lane == 0) lse_acc[row] = ln;
 }
 
-// out[c][r] = in[r][c] for an f32 [rows, cols] matrix, through a 32x33 shared tile (32 x 8
-// threads, each moving 4 elements; both global sides coalesced).
-__global__ void transpose_f32_kernel(float* __restrict__ out, const float* __restrict__ in, int64_t rows,
-                                     int64_t cols) {
-  __shared__ float tile[32][33];
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32, c0 = static_cast<int64_t>(blockIdx.x) * 32;
-  for (int i = threadIdx.y; i < 32; i += 8) {
-    const int64_t r = r0 + i, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[i][threadIdx.x] = in[r * cols + c];
-  }
-  __syncthreads();
-  for (int i = threadIdx.y; i < 32; i += 8) {
-    const int64_t c = c0 + i, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][i];
-  }
-}
-
 }  // namespace
-
-void launch_transpose_f32(float* out, const float* in, int64_t rows, int64_t cols, cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
-  SEQPAR_CHECK_MSG((rows + 31) / 32 <= 65535, "transpose: rows=" + std::to_string(rows) + " exceed the grid");
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
-  transpose_f32_kernel<<<grid, dim3(32, 8), 0, stream>>>(out, in, rows, cols);
-  SEQPAR_LAUNCH_CHECK();
-}
 
 void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int64_t T, int tile,
                        cudaStream_t stream) {

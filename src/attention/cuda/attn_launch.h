@@ -41,9 +41,6 @@ std::vector<BwdTile> bwd_tiles(int D);
 void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int64_t T, int tile,
                        cudaStream_t stream);
 
-// out [cols, rows] = in [rows, cols]^T, f32 (the cuDNN graphs' head-major LSE <-> seqpar's [T, H]).
-void launch_transpose_f32(float* out, const float* in, int64_t rows, int64_t cols, cudaStream_t stream);
-
 struct FwdParams {
   const uint16_t* q;  // (Tq, H, D) bf16
   const uint16_t* k;  // (Tk, Hkv, D) bf16

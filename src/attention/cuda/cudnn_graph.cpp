@@ -88,7 +88,7 @@ void forward_graph(Graph& g, const Shape4& s) {
            s.ragged(kRaggedKV));
   g.tensor(kV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, s.ragged(kRaggedKV));
   g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, s.ragged(kRaggedQ));
-  g.tensor(kStats, {s.B, s.H, s.S, 1}, s.stats_strides(), CUDNN_DATA_FLOAT, false, s.ragged(kRaggedStats));
+  g.tensor(kStats, {s.B, s.H, s.S, 1}, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, s.ragged(kRaggedStats));
 
   const int64_t x = masked_scores(g, s, /*subtract_stats=*/false);
   const Dims ss{s.B, s.H, s.S, s.S}, st{s.H * s.S * s.S, s.S * s.S, s.S, 1};
@@ -140,7 +140,7 @@ void backward_graph(Graph& g, const Shape4& s) {
   g.tensor(kV, {s.B, s.Hkv, s.D, s.S}, kt_strides, CUDNN_DATA_BFLOAT16, false, rkv);
   g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
   g.tensor(kDO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
-  g.tensor(kStats, {s.B, s.H, s.S, 1}, s.stats_strides(), CUDNN_DATA_FLOAT, false, s.ragged(kRaggedStats));
+  g.tensor(kStats, {s.B, s.H, s.S, 1}, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, s.ragged(kRaggedStats));
   g.tensor(kDQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
   g.tensor(kDK, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, rkv);
   g.tensor(kDV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, rkv);

@@ -212,17 +212,12 @@ struct Shape4 {
   int64_t B, S, H, Hkv, D;
   bool causal;
   bool dense = false;
-  // Stats (the LSE) head-major [H, S] instead of token-major [S, H]: dense graphs only, the layout
-  // cudnn-frontend gives it (SEQPAR_CUDNN_LSE=head|token).
-  bool lse_head = false;
-  auto tie() const { return std::tie(B, S, H, Hkv, D, causal, dense, lse_head); }
+  auto tie() const { return std::tie(B, S, H, Hkv, D, causal, dense); }
   bool operator<(const Shape4& o) const { return tie() < o.tie(); }
   std::string str() const {
-    return fmt::format("{} docs={} S={} H={} Hkv={} D={} causal={}{}", dense ? "dense" : "ragged", B, S, H, Hkv, D,
-                       causal, lse_head ? " lse=head-major" : "");
+    return fmt::format("{} docs={} S={} H={} Hkv={} D={} causal={}", dense ? "dense" : "ragged", B, S, H, Hkv, D,
+                       causal);
   }
-  // Strides of the Stats tensor [B, H, S, 1].
-  Dims stats_strides() const;
   // The ragged-offset tensor of a bound tensor: `uid`, or none in a dense graph.
   int64_t ragged(int64_t uid) const { return dense ? 0 : uid; }
   // The GEMM M/N/K override (a document-length tensor): `uid`, or none in a dense graph.
@@ -231,11 +226,6 @@ struct Shape4 {
 
 // Strides of a token-major ragged tensor [T, h, d] viewed as [B, h, S, d] ("BSHD" per document).
 inline Dims bshd(const Shape4& s, int64_t h, int64_t d) { return {s.S * h * d, d, h * d, 1}; }
-
-inline Dims Shape4::stats_strides() const {
-  if (lse_head) return {H * S, S, 1, 1};
-  return bshd(*this, H, 1);
-}
 
 // The SDPA graphs of one shape: forward (O and Stats from Q, K, V) and backward (dQ, dK, dV).
 void forward_graph(Graph& g, const Shape4& s);

@@ -25,7 +25,6 @@
 #include <utility>
 #include <vector>
 
-#include "attention/cuda/attn_launch.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -58,30 +57,6 @@ bool cudnn_dense_enabled() {
   return v == "1";
 }
 
-bool cudnn_lse_head_major() {
-  const char* e = std::getenv("SEQPAR_CUDNN_LSE");
-  if (e == nullptr || *e == '\0') return false;
-  const std::string v(e);
-  SEQPAR_INPUT_CHECK(v == "head" || v == "token",
-                     "SEQPAR_CUDNN_LSE={} must be head (the dense graphs keep the LSE head-major [H, T], transposed "
-                     "to seqpar's [T, H] around each call) or token (cuDNN reads and writes [T, H] in place, the "
-                     "default)",
-                     v);
-  return v == "head";
-}
-
-bool cudnn_autotune_enabled() {
-  const char* e = std::getenv("SEQPAR_CUDNN_AUTOTUNE");
-  if (e == nullptr || *e == '\0') return true;
-  const std::string v(e);
-  SEQPAR_INPUT_CHECK(v == "0" || v == "1",
-                     "SEQPAR_CUDNN_AUTOTUNE={} must be 0 (the first engine configuration cuDNN's heuristics offer) "
-                     "or 1 (time every configuration they offer on the first call of a shape, keep the fastest; "
-                     "the default)",
-                     v);
-  return v == "1";
-}
-
 #if defined(SEQPAR_WITH_CUDNN)
 
 namespace {
@@ -97,24 +72,14 @@ struct Target {
   cudnnBackendDescriptor_t device_prop = nullptr;
 };
 
-// A graph and the execution plans of the engine configurations cuDNN's heuristics offer for it (in
-// their order); `chosen` is the one calls run: the first until timing (tune) picks the fastest.
 struct Plan {
   Graph graph;
-  Desc op_graph;
-  std::vector<Desc> plans;
-  std::vector<int64_t> workspaces;
-  size_t chosen = 0;
-  bool tuned = false;
-  const Desc& plan() const { return plans[chosen]; }
-  int64_t workspace() const { return workspaces[chosen]; }
+  Desc op_graph, plan;
+  int64_t workspace = 0;
 };
 
-constexpr size_t kMaxPlanCandidates = 8;
-
-// Finalizes the graph and the execution plans of the engine configurations cuDNN's heuristics offer
-// that build: up to kMaxPlanCandidates of mode A's list, or, when mode A has none, the first of the
-// fallback list. Throws seqpar::Error listing what each try said when none builds.
+// Finalizes the graph and the first engine configuration cuDNN's heuristics offer that builds
+// (mode A, then the fallback list). Throws seqpar::Error listing what each try said.
 std::unique_ptr<Plan> build_plan(Graph&& graph, const Target& target) {
   auto plan = std::make_unique<Plan>();
   plan->graph = std::move(graph);
@@ -166,31 +131,19 @@ std::unique_ptr<Plan> build_plan(Graph&& graph, const Target& target) {
         tries += fmt::format(" [mode {} config {}: {}]", static_cast<int>(mode), i, cudnn_message(st));
         continue;
       }
-      int64_t workspace = 0;
       SEQPAR_CUDNN_CHECK(cudnnBackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                  CUDNN_TYPE_INT64, 1, nullptr, &workspace));
-      plan->plans.push_back(std::move(p));
-      plan->workspaces.push_back(workspace);
-      if (mode == CUDNN_HEUR_MODE_FALLBACK || plan->plans.size() == kMaxPlanCandidates) break;
+                                                  CUDNN_TYPE_INT64, 1, nullptr, &plan->workspace));
+      plan->plan = std::move(p);
+      return plan;
     }
-    if (!plan->plans.empty()) return plan;
   }
   SEQPAR_CHECK(false, "cuDNN has no execution plan for this graph:{}", tries);
   return nullptr;
 }
 
-// Runs plan candidate `which` (default: the chosen one) on the handle's stream. `bound` maps every
-// bound uid of the graph to its memory.
-cudnnStatus_t execute_candidate(const Plan& plan, size_t which, cudnnHandle_t handle,
-                                const std::unordered_map<int64_t, void*>& bound, float scale, void* workspace);
-
-void execute(const Plan& plan, cudnnHandle_t handle, const std::unordered_map<int64_t, void*>& bound, float scale,
-             void* workspace) {
-  SEQPAR_CUDNN_CHECK(execute_candidate(plan, plan.chosen, handle, bound, scale, workspace));
-}
-
-cudnnStatus_t execute_candidate(const Plan& plan, size_t which, cudnnHandle_t handle,
-                                const std::unordered_map<int64_t, void*>& bound, float scale, void* workspace) {
+// Runs a plan on the handle's stream. `bound` maps every bound uid of the graph to its memory.
+void execute(const Plan& plan, cudnnHandle_t handle, const std::unordered_map<int64_t, void*>& bound,
+             float scale, void* workspace) {
   std::vector<int64_t> uids;
   std::vector<void*> ptrs;
   for (int64_t uid : plan.graph.bound()) {
@@ -210,51 +163,7 @@ cudnnStatus_t execute_candidate(const Plan& plan, size_t which, cudnnHandle_t ha
   pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, ptrs.data(), static_cast<int64_t>(ptrs.size()));
   pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
   pack.finalize();
-  return cudnnBackendExecute(handle, plan.plans[which].get(), pack.get());
-}
-
-// On the first call of a plan with several candidates: runs each on this call's memory (every
-// graph writes all of its outputs and reads none of them, so repeating a run is harmless), times
-// `kTuneRuns` runs of each after one warm-up, and keeps the fastest. A candidate that fails to
-// execute is left out. SEQPAR_CUDNN_AUTOTUNE=0 keeps the heuristics' first.
-void tune(Plan& plan, cudnnHandle_t handle, const std::unordered_map<int64_t, void*>& bound, float scale,
-          Device dev, const char* what, const Shape4& shape) {
-  if (plan.tuned) return;
-  plan.tuned = true;
-  if (plan.plans.size() < 2 || !cudnn_autotune_enabled()) return;
-  constexpr int kTuneRuns = 3;
-  const int64_t most = *std::max_element(plan.workspaces.begin(), plan.workspaces.end());
-  Tensor workspace = Tensor::empty({std::max<int64_t>(1, (most + 7) / 8)}, DType::kI64, dev);
-  cudaStream_t stream = current_stream();
-  cudaEvent_t start, stop;
-  SEQPAR_CUDA_CHECK(cudaEventCreate(&start));
-  SEQPAR_CUDA_CHECK(cudaEventCreate(&stop));
-  std::string times;
-  float best = std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < plan.plans.size(); ++i) {
-    cudnnStatus_t st = execute_candidate(plan, i, handle, bound, scale, workspace.raw());
-    SEQPAR_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int r = 0; r < kTuneRuns && st == CUDNN_STATUS_SUCCESS; ++r)
-      st = execute_candidate(plan, i, handle, bound, scale, workspace.raw());
-    SEQPAR_CUDA_CHECK(cudaEventRecord(stop, stream));
-    SEQPAR_CUDA_CHECK(cudaEventSynchronize(stop));
-    if (st != CUDNN_STATUS_SUCCESS) {
-      times += fmt::format(" #{}: {}", i, cudnn_message(st));
-      continue;
-    }
-    float ms = 0;
-    SEQPAR_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    ms /= kTuneRuns;
-    times += fmt::format(" #{}: {:.3f} ms", i, ms);
-    if (ms < best) {
-      best = ms;
-      plan.chosen = i;
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  log_info("cuDNN attention: {} {}: {} engine configurations timed,{}; using #{}", what, shape.str(),
-           plan.plans.size(), times, plan.chosen);
+  SEQPAR_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan.get(), pack.get()));
 }
 
 // ---- per-thread, per-device state --------------------------------------------------------------
@@ -294,7 +203,7 @@ DeviceContext& device_context(int device) {
 }
 
 // The cached plan for `shape`, building it on first use; nullptr when cuDNN has none.
-Plan* find_plan(PlanCache& cache, const Shape4& shape, cudnnHandle_t handle, bool backward) {
+const Plan* find_plan(PlanCache& cache, const Shape4& shape, cudnnHandle_t handle, bool backward) {
   ++cache.tick;
   auto it = cache.entries.find(shape);
   if (it != cache.entries.end()) {
@@ -321,8 +230,8 @@ Plan* find_plan(PlanCache& cache, const Shape4& shape, cudnnHandle_t handle, boo
       forward_graph(g, shape);
     entry.plan = build_plan(std::move(g), Target{handle, nullptr});
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    log_debug("cuDNN attention: {} plan for {} built in {:.0f} ms ({} engine configurations)", what, shape.str(), ms,
-              entry.plan->plans.size());
+    log_debug("cuDNN attention: {} plan for {} built in {:.0f} ms, workspace {} bytes", what, shape.str(), ms,
+              entry.plan->workspace);
   } catch (const Error& e) {
     log_warn("cuDNN attention: no {} plan for {}; using the flash kernel for this shape. {}", what, shape.str(),
              e.what());
@@ -347,12 +256,11 @@ Shape4 shape_for(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, bool
 // causal mask on the [T, T] scores) or, not causal, nothing; no padding mask or ragged offsets
 // are needed. The ragged graph otherwise, and also when cuDNN has no dense plan for the shape
 // (find_plan has warned). Returns nullptr when neither has a plan.
-Plan* pick_plan(PlanCache& cache, cudnnHandle_t handle, const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D,
-                bool causal, bool backward, Shape4* shape) {
+const Plan* pick_plan(PlanCache& cache, cudnnHandle_t handle, const PackedDocs& docs, int64_t H, int64_t Hkv,
+                      int64_t D, bool causal, bool backward, Shape4* shape) {
   if (docs.num_docs() == 1 && cudnn_dense_enabled()) {
     *shape = shape_for(docs, H, Hkv, D, causal, /*dense=*/true);
-    shape->lse_head = cudnn_lse_head_major();
-    if (Plan* plan = find_plan(cache, *shape, handle, backward)) return plan;
+    if (const Plan* plan = find_plan(cache, *shape, handle, backward)) return plan;
   }
   *shape = shape_for(docs, H, Hkv, D, causal, /*dense=*/false);
   return find_plan(cache, *shape, handle, backward);
@@ -403,7 +311,7 @@ DocArrays upload_docs(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D,
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; }
 
 Tensor workspace_for(const Plan& plan, Device dev) {
-  return Tensor::empty({std::max<int64_t>(1, (plan.workspace() + 7) / 8)}, DType::kI64, dev);
+  return Tensor::empty({std::max<int64_t>(1, (plan.workspace + 7) / 8)}, DType::kI64, dev);
 }
 
 }  // namespace
@@ -419,24 +327,19 @@ bool cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor&
   const Device dev = q.device();
   DeviceContext& ctx = device_context(dev.index);
   Shape4 shape{};
-  Plan* plan = pick_plan(ctx.forward, ctx.handle, docs, H, Hkv, D, args.causal, /*backward=*/false, &shape);
+  const Plan* plan = pick_plan(ctx.forward, ctx.handle, docs, H, Hkv, D, args.causal, /*backward=*/false, &shape);
   if (plan == nullptr) return false;
   cudaStream_t stream = current_stream();
   SEQPAR_CUDNN_CHECK(cudnnSetStream(ctx.handle, stream));
-  // A head-major LSE is written to [H, T] scratch, then transposed into lse [T, H].
-  Tensor lse_head = shape.lse_head ? Tensor::empty({H, T}, DType::kF32, dev) : Tensor();
+  Tensor workspace = workspace_for(*plan, dev);
   std::unordered_map<int64_t, void*> bound = {
-      {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kStats, shape.lse_head ? lse_head.raw() : lse.raw()}};
+      {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kStats, lse.raw()}};
   DocArrays a;
   if (!shape.dense) {
     a = upload_docs(docs, H, Hkv, D, dev, stream);
     bind_docs(bound, a);
   }
-  tune(*plan, ctx.handle, bound, args.scale, dev, "forward", shape);
-  Tensor workspace = workspace_for(*plan, dev);
   execute(*plan, ctx.handle, bound, args.scale, workspace.raw());
-  if (shape.lse_head)
-    launch_transpose_f32(static_cast<float*>(lse.raw()), static_cast<const float*>(lse_head.raw()), H, T, stream);
   ++g_forward_calls;
   if (shape.dense) ++g_forward_dense_calls;
   return true;
@@ -455,15 +358,11 @@ bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
   const Device dev = q.device();
   DeviceContext& ctx = device_context(dev.index);
   Shape4 shape{};
-  Plan* plan = pick_plan(ctx.backward, ctx.handle, docs, H, Hkv, D, args.causal, /*backward=*/true, &shape);
+  const Plan* plan = pick_plan(ctx.backward, ctx.handle, docs, H, Hkv, D, args.causal, /*backward=*/true, &shape);
   if (plan == nullptr) return false;
   cudaStream_t stream = current_stream();
   SEQPAR_CUDNN_CHECK(cudnnSetStream(ctx.handle, stream));
-  Tensor lse_head;  // the graph's head-major [H, T] copy of lse [T, H]
-  if (shape.lse_head) {
-    lse_head = Tensor::empty({H, T}, DType::kF32, dev);
-    launch_transpose_f32(static_cast<float*>(lse_head.raw()), static_cast<const float*>(lse.raw()), T, H, stream);
-  }
+  Tensor workspace = workspace_for(*plan, dev);
   // cuDNN writes (=) every element of its gradients: each document's rows and keys (every token
   // sees at least itself), and the documents cover all T tokens. kWrite with bf16, 16-byte aligned
   // gradients (Tensors are always dense) binds them directly; otherwise (kAccumulate, or an
@@ -482,8 +381,7 @@ bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
   Tensor dk_full, dv_full;
   std::unordered_map<int64_t, void*> bound = {
       {kQ, q.raw()},         {kK, k.raw()},           {kV, v.raw()},           {kO, out.raw()},
-      {kDO, dout.raw()},     {kStats, shape.lse_head ? lse_head.raw() : lse.raw()},
-      {kDQ, dq_new.raw()},   {kDK, dk_new.raw()},
+      {kDO, dout.raw()},     {kStats, lse.raw()},     {kDQ, dq_new.raw()},     {kDK, dk_new.raw()},
       {kDV, dv_new.raw()},   {kSoftmaxSum, softmax_sum.raw()}, {kDQAccum, dq_accum.raw()}};
   DocArrays a;
   if (!shape.dense) {
@@ -497,8 +395,6 @@ bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
       bound[kDVFull] = dv_full.raw();
     }
   }
-  tune(*plan, ctx.handle, bound, args.scale, dev, "backward", shape);
-  Tensor workspace = workspace_for(*plan, dev);
   execute(*plan, ctx.handle, bound, args.scale, workspace.raw());
   if (!direct) {
     if (write) {

@@ -65,16 +65,6 @@ CudnnCallCounts cudnn_call_counts();
 // so that one process (the benchmark, a test) can compare both.
 bool cudnn_dense_enabled();
 
-// Whether the dense graphs keep the LSE head-major ([H, T], transposed to and from seqpar's [T, H]
-// around each call) instead of reading and writing [T, H] in place: SEQPAR_CUDNN_LSE = head | token
-// (unset: token); anything else an InputError. Read at every call, like SEQPAR_CUDNN_DENSE.
-bool cudnn_lse_head_major();
-
-// Whether the first call of each shape times every engine configuration cuDNN's heuristics offer
-// (up to 8, on that call's own memory) and keeps the fastest: SEQPAR_CUDNN_AUTOTUNE = 1 (or unset)
-// yes, 0 no (the heuristics' first); anything else an InputError. A plan once tuned stays tuned.
-bool cudnn_autotune_enabled();
-
 // The version of the cuDNN library loaded at run time (e.g. 91900), 0 when it cannot be loaded.
 int64_t cudnn_runtime_version();
 
