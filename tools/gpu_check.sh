@@ -74,8 +74,10 @@ else
 fi
 
 # ---- GEMM benchmark: seqpar, then PyTorch on the shapes seqpar ran ------------------------------
-: >"$OUT/bench.jsonl"
-: >"$OUT/misc.log"
+# Each output file is emptied only when a section that writes it runs (a second call with other
+# GPU_CHECK_ONLY sections keeps the first call's results).
+if want gemm || want interleaved || want ops || want train; then : >"$OUT/bench.jsonl"; fi
+[[ -f $OUT/misc.log ]] || : >"$OUT/misc.log"
 bench=()
 # (CLI11 answers --help of an unknown subcommand with the parent's help: look for our option.)
 if "$BUILD/seqpar" bench gemm --help 2>/dev/null | grep -q -- "--autotune"; then
@@ -158,8 +160,8 @@ else
 fi
 
 # ---- attention benchmark: seqpar (flash, cuDNN) and PyTorch SDPA (flash, cuDNN) on the same shapes --
-: >"$OUT/attention.jsonl"
-: >"$OUT/sp_attention.jsonl"
+want attention && : >"$OUT/attention.jsonl"
+want sp && : >"$OUT/sp_attention.jsonl"
 if [[ -x $BUILD/seqpar ]] && want attention; then
   for backend in flash cudnn; do
     t0=$SECONDS
@@ -254,6 +256,7 @@ else
 fi
 
 # ---- summary ----------------------------------------------------------------------------------
+for f in bench.jsonl attention.jsonl sp_attention.jsonl; do [[ -f $OUT/$f ]] || : >"$OUT/$f"; done
 {
   echo "gpu_check $(date -u +%F) on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), total $SECONDS s"
   printf '%s\n' "${status[@]}"
