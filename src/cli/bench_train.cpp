@@ -36,6 +36,8 @@ void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& o) {
   cmd.add_option("--sp-mode", o.sp_mode, "ulysses | ring | hybrid")->capture_default_str();
   cmd.add_option("--ulysses-degree", o.ulysses_degree, "hybrid: ranks per Ulysses group");
   cmd.add_flag("--activation-checkpointing", o.activation_checkpointing, "recompute each layer in backward");
+  cmd.add_flag("--checkpoint-keep-attention", o.checkpoint_keep_attention,
+               "with --activation-checkpointing: keep attention's output and context (no attention recompute)");
   cmd.add_option("--tiled-mlp-tokens", o.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();
   cmd.add_option("--tiled-loss-tokens", o.loss_tile_tokens, "tiled loss tile (0 = untiled)")->capture_default_str();
   cmd.add_option("--zero-stage", o.zero_stage, "ZeRO stage (1 shards the optimizer state)")->capture_default_str();
@@ -139,6 +141,7 @@ int run_bench_train(const BenchTrainOptions& o) {
     c.ulysses_degree = o.ulysses_degree;
     c.dp_replicate = dp;
     c.activation_checkpointing = o.activation_checkpointing;
+    c.checkpoint_keep_attention = o.checkpoint_keep_attention;
     c.mlp_tile_tokens = o.mlp_tile_tokens;
     c.loss_tile_tokens = o.loss_tile_tokens;
     c.zero_stage = o.zero_stage;
@@ -155,6 +158,7 @@ int run_bench_train(const BenchTrainOptions& o) {
                  {"sp_mode", o.sp_mode},
                  {"dp", dp},
                  {"activation_checkpointing", o.activation_checkpointing},
+                 {"checkpoint_keep_attention", o.checkpoint_keep_attention},
                  {"tiled_mlp_tokens", o.mlp_tile_tokens},
                  {"tiled_loss_tokens", o.loss_tile_tokens},
                  {"zero_stage", o.zero_stage},

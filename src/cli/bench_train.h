@@ -29,6 +29,7 @@ struct BenchTrainOptions {
   std::string sp_mode = "ulysses";
   int ulysses_degree = 0;
   bool activation_checkpointing = false;
+  bool checkpoint_keep_attention = false;
   int64_t mlp_tile_tokens = 0;
   int64_t loss_tile_tokens = 0;
   int zero_stage = 0;

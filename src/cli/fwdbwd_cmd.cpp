@@ -74,6 +74,9 @@ void add_fwdbwd_command(CLI::App& app, int& rc) {
   c->add_flag("--activation-checkpointing", o.activation_checkpointing,
               "keep only each decoder layer's input in forward and recompute the layer in backward (the same "
               "results, less activation memory)");
+  c->add_flag("--checkpoint-keep-attention", o.checkpoint_keep_attention,
+              "with --activation-checkpointing: also keep each layer's attention output and context, so "
+              "backward does not recompute attention");
   c->add_option("--tiled-mlp-tokens", o.mlp_tile_tokens,
                 "run each MLP over tiles of this many tokens, recomputed in backward (0 = untiled)")
       ->check(CLI::NonNegativeNumber)

@@ -139,6 +139,10 @@ void add_train_command(CLI::App& app, int& rc) {
   t->add_flag("--activation-checkpointing,--gradient-checkpointing", c.activation_checkpointing,
               "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
               "gradient_checkpointing: the same gradients, far less activation memory, about one more forward)");
+  t->add_flag("--checkpoint-keep-attention", c.checkpoint_keep_attention,
+              "with --activation-checkpointing: also keep each layer's attention output and context (q, k, v, "
+              "LSE: O(tokens)), so backward recomputes the norms and the MLP but not attention or its "
+              "communication");
   t->add_option("--tiled-mlp-tokens", c.mlp_tile_tokens,
                 "tiled MLP (ALST's TiledMLP): run each layer's MLP over tiles of this many tokens of a rank's "
                 "shard, recomputed in backward, so the [tokens, intermediate] tensors exist one tile at a time "

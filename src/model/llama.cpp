@@ -142,6 +142,14 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Device device, DType dtype)
   inv_freq_ = Tensor::from_vector<float>({static_cast<int64_t>(inv.size())}, inv).to(device_);
 }
 
+LlamaModel::ActivationPolicy LlamaModel::policy_for(bool checkpointing, bool keep_attention) {
+  SEQPAR_INPUT_CHECK(checkpointing || !keep_attention,
+                     "checkpoint_keep_attention=true needs activation_checkpointing=true (--activation-checkpointing): "
+                     "it says what a checkpointed layer keeps besides its input");
+  if (!checkpointing) return ActivationPolicy::kKeep;
+  return keep_attention ? ActivationPolicy::kCheckpointKeepAttention : ActivationPolicy::kCheckpoint;
+}
+
 void LlamaModel::zero_grads() {
   if (grads_.all_in_flat()) {
     grads_.flat.zero();
@@ -151,18 +159,27 @@ void LlamaModel::zero_grads() {
 }
 
 // One decoder layer's forward from its input x [T, C], keeping everything its backward reads in s;
-// returns the layer's output. forward() runs it, and backward() again for a checkpointed layer.
+// returns the layer's output. forward() runs it; backward() recomputes a checkpointed layer with
+// recompute_layer().
 Tensor LlamaModel::layer_forward(int64_t l, const Tensor& x, LayerActs& s) {
+  s.x_in = x;
+  attention_half(l, s);
+  return mlp_half(l, s, /*want_output=*/true);
+}
+
+// rstd1, xn1 = input_layernorm(x_in); then, unless `norm_only`, q/k/v projections, RoPE and
+// attention into attn_out and attn_ctx.
+void LlamaModel::attention_half(int64_t l, LayerActs& s, bool norm_only) {
   const LlamaConfig& c = config_;
-  const int64_t T = x.dim(0), C = c.hidden_size;
+  const int64_t T = s.x_in.dim(0), C = c.hidden_size;
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const DType act = dtype_;
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
   const LlamaLayerParams& P = params_.layers[l];
-  s.x_in = x;
   s.rstd1 = Tensor::empty({T}, DType::kF32, device_);
   s.xn1 = Tensor::empty({T, C}, act, device_);
-  rmsnorm_forward(s.xn1, s.rstd1, x, P.input_norm, static_cast<float>(c.rms_norm_eps));
+  rmsnorm_forward(s.xn1, s.rstd1, s.x_in, P.input_norm, static_cast<float>(c.rms_norm_eps));
+  if (norm_only) return;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
   Tensor q = Tensor::empty({T, H * D}, act, device_);
   Tensor k = Tensor::empty({T, Hkv * D}, act, device_);
   Tensor v = Tensor::empty({T, Hkv * D}, act, device_);
@@ -176,14 +193,30 @@ Tensor LlamaModel::layer_forward(int64_t l, const Tensor& x, LayerActs& s) {
   rope_forward(k, acts_->batch.position_ids, inv_freq_);
   s.attn_out = Tensor::empty({T, H, D}, act, device_);
   s.attn_ctx = acts_->attention->forward(q, k, v, s.attn_out, scale);
-  // x_mid = x + attn_out @ Wo^T
-  s.x_mid = x.clone();
+}
+
+// From attn_out: x_mid = x_in + attn_out @ Wo^T, rstd2, xn2 = post_attention_layernorm(x_mid), and
+// the MLP. With want_output, returns the layer's output x_mid + MLP(xn2); without (a recompute for
+// backward, which needs neither the output nor, when the MLP is tiled, any MLP tensor), the MLP
+// stops at gate, up, h (untiled) or is skipped (tiled: backward recomputes each tile).
+Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
+  const LlamaConfig& c = config_;
+  const int64_t T = s.x_in.dim(0), C = c.hidden_size;
+  const int64_t H = c.num_heads, D = c.head_dim;
+  const DType act = dtype_;
+  const LlamaLayerParams& P = params_.layers[l];
+  s.x_mid = s.x_in.clone();
   matmul(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, false, true, 1.f, 1.f);
   s.rstd2 = Tensor::empty({T}, DType::kF32, device_);
   s.xn2 = Tensor::empty({T, C}, act, device_);
   rmsnorm_forward(s.xn2, s.rstd2, s.x_mid, P.post_norm, static_cast<float>(c.rms_norm_eps));
+  const bool tiled = mlp_tile_ > 0 && mlp_tile_ < T;
+  if (!want_output) {
+    if (!tiled) mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
+    return Tensor();
+  }
   Tensor out = s.x_mid.clone();
-  if (mlp_tile_ > 0 && mlp_tile_ < T) {
+  if (tiled) {
     // Tiled MLP: the [tokens, F] tensors exist one tile at a time; backward recomputes them.
     for (int64_t t0 = 0; t0 < T; t0 += mlp_tile_) {
       const int64_t t1 = std::min(T, t0 + mlp_tile_);
@@ -197,6 +230,16 @@ Tensor LlamaModel::layer_forward(int64_t l, const Tensor& x, LayerActs& s) {
   mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
   matmul(out, s.h, P.down_proj, false, true, 1.f, 1.f);
   return out;
+}
+
+// What forward dropped of a checkpointed layer, for its backward: everything from x_in (attention
+// and its communication included), or, when forward kept the attention (attn_out and attn_ctx),
+// only the norms, the output projection's residual and the MLP. The layer's output is not
+// recomputed (backward does not read it).
+void LlamaModel::recompute_layer(int64_t l, LayerActs& s) {
+  const bool kept_attention = s.attn_ctx != nullptr;
+  attention_half(l, s, /*norm_only=*/kept_attention);
+  mlp_half(l, s, /*want_output=*/false);
 }
 
 // gate, up, h [n, F] of n tokens' post-attention-norm outputs xn [n, C].
@@ -245,11 +288,16 @@ LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Ten
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerActs& s = a.layers[l];
     x = layer_forward(l, x, s);
-    if (policy_ == ActivationPolicy::kCheckpoint) {
-      // Keep the block input only; backward recomputes the rest (attention included).
-      Tensor keep = s.x_in;
-      s = LayerActs();
-      s.x_in = keep;
+    if (policy_ != ActivationPolicy::kKeep) {
+      // Keep the block input (and, with kCheckpointKeepAttention, the attention's output and
+      // context); backward recomputes the rest.
+      LayerActs kept;
+      kept.x_in = std::move(s.x_in);
+      if (policy_ == ActivationPolicy::kCheckpointKeepAttention) {
+        kept.attn_out = std::move(s.attn_out);
+        kept.attn_ctx = std::move(s.attn_ctx);
+      }
+      s = std::move(kept);
     }
   }
   a.x_final = x;
@@ -321,7 +369,7 @@ void LlamaModel::backward(float dloss) {
     const LlamaLayerParams& P = params_.layers[l];
     LlamaLayerParams& G = grads_.layers[l];
     LayerActs& s = a.layers[l];
-    if (!s.attn_ctx) layer_forward(l, s.x_in, s);  // a checkpointed layer: recompute its activations
+    if (!s.xn1.defined()) recompute_layer(l, s);  // a checkpointed layer
     // MLP: x_out = x_mid + h @ Wdown^T; tiled when forward was (no [T, F] tensors kept).
     if (s.h.defined()) {
       mlp_tile_backward(l, dx, s.xn2, s.gate, s.up, s.h, dxn);

@@ -78,10 +78,16 @@ class LlamaModel {
   LlamaParams& grads() { return grads_; }
   void zero_grads();
 
-  // What forward keeps of each decoder layer for backward: everything (kKeep), or only the
-  // layer's input (kCheckpoint: backward recomputes the layer's forward, attention and its
-  // communication included, then runs its backward; the same gradients, less memory).
-  enum class ActivationPolicy { kKeep, kCheckpoint };
+  // What forward keeps of each decoder layer for backward: everything (kKeep); only the layer's
+  // input (kCheckpoint: backward recomputes the layer's forward, attention and its communication
+  // included, then runs its backward); or the input and the attention's output and context
+  // (kCheckpointKeepAttention: q, k, v, out and the LSE stay, O(tokens) like the input; backward
+  // recomputes the norms, the output projection's residual and the MLP, not the q/k/v projections,
+  // RoPE, attention or its communication). The same gradients each way; less memory, more time.
+  enum class ActivationPolicy { kKeep, kCheckpoint, kCheckpointKeepAttention };
+  // The policy of the training options --activation-checkpointing and --checkpoint-keep-attention;
+  // keep_attention without checkpointing is an InputError.
+  static ActivationPolicy policy_for(bool checkpointing, bool keep_attention);
   void set_activation_policy(ActivationPolicy policy) { policy_ = policy; }
   ActivationPolicy activation_policy() const { return policy_; }
   // Tiled MLP (ALST's TiledMLP): with tokens > 0 and fewer than the sequence, each layer's MLP runs
@@ -104,6 +110,9 @@ class LlamaModel {
   struct LayerActs;
   struct Acts;
   Tensor layer_forward(int64_t l, const Tensor& x, LayerActs& s);
+  void attention_half(int64_t l, LayerActs& s, bool norm_only = false);
+  Tensor mlp_half(int64_t l, LayerActs& s, bool want_output);
+  void recompute_layer(int64_t l, LayerActs& s);
   void mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h);
   void mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor& xn, const Tensor& gate, const Tensor& up,
                          const Tensor& h, Tensor& dxn);

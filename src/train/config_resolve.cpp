@@ -110,6 +110,8 @@ const SettingDef kSettings[] = {
     {"cos_min_ratio", "--min-lr-ratio", [](R r) { return show(r.train.lr_schedule.cos_min_ratio); }, is_cosine},
     {"activation_checkpointing", "--activation-checkpointing",
      [](R r) { return std::string(r.train.activation_checkpointing ? "true" : "false"); }},
+    {"checkpoint_keep_attention", "--checkpoint-keep-attention",
+     [](R r) { return std::string(r.train.checkpoint_keep_attention ? "true" : "false"); }},
     {"tiled_mlp_tokens", "--tiled-mlp-tokens", [](R r) { return show(r.train.mlp_tile_tokens); }},
     {"tiled_loss_tokens", "--tiled-loss-tokens", [](R r) { return show(r.train.loss_tile_tokens); }},
     {"seed", "--seed", [](R r) { return show(r.train.seed); }},

@@ -69,6 +69,8 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
 
   std::vector<TokenMeta> sp_meta;
   for (const Shard& sh : batch.shards) sp_meta.push_back(shard_token_meta(sh));
+  const LlamaModel::ActivationPolicy policy =
+      LlamaModel::policy_for(opt.activation_checkpointing, opt.checkpoint_keep_attention);
 
   std::vector<std::pair<std::string, Tensor>> out;
   std::mutex out_mu;
@@ -85,7 +87,7 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
     const int r = mesh.sp_rank();
     const Shard& shard = batch.shards[r];
     LlamaModel model(config, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
-    if (opt.activation_checkpointing) model.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
+    model.set_activation_policy(policy);
     model.set_mlp_tile_tokens(opt.mlp_tile_tokens);
     auto dst = model.params().named();
     auto src = reference->params().named();

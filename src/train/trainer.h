@@ -89,6 +89,10 @@ struct TrainConfig {
   // Memory: keep only each decoder layer's input in forward and recompute the layer in backward
   // (HF's gradient_checkpointing; the same gradients, the activations of one layer at a time).
   bool activation_checkpointing = false;
+  // With activation_checkpointing: also keep each layer's attention output and context (q, k, v,
+  // the LSE; O(tokens)), so backward recomputes the norms, projections' residual and MLP but not
+  // attention or its communication (the costliest part of the recompute at long sequences).
+  bool checkpoint_keep_attention = false;
   // Tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's shard,
   // its [tokens, intermediate] tensors one tile at a time, recomputed in backward. 0: untiled.
   int64_t mlp_tile_tokens = 0;

@@ -429,23 +429,34 @@ TEST(SpModel, ActivationCheckpointingChangesNothingButMemory) {
                              SpSetting{SpMode::kUlysses, 2, 0, SpLayout::kContiguous},
                              SpSetting{SpMode::kRing, 2, 0, SpLayout::kZigzag},
                              SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
-    FwdBwdOptions keep = options_for(s), ckpt = options_for(s);
-    ckpt.activation_checkpointing = true;
-    const Outputs a = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, keep));
-    const Outputs b = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, ckpt));
-    ASSERT_EQ(a.size(), b.size());
-    for (auto& [name, t] : a) {
-      ASSERT_TRUE(b.count(name)) << name;
-      EXPECT_EQ(std::memcmp(t.raw(), b.at(name).raw(), t.nbytes()), 0) << s.str() << ": " << name;
+    const Outputs a = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s)));
+    for (bool keep_attention : {false, true}) {
+      FwdBwdOptions ckpt = options_for(s);
+      ckpt.activation_checkpointing = true;
+      ckpt.checkpoint_keep_attention = keep_attention;
+      const Outputs b = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, ckpt));
+      ASSERT_EQ(a.size(), b.size());
+      for (auto& [name, t] : a) {
+        ASSERT_TRUE(b.count(name)) << name;
+        EXPECT_EQ(std::memcmp(t.raw(), b.at(name).raw(), t.nbytes()), 0)
+            << s.str() << (keep_attention ? " keeping attention" : "") << ": " << name;
+      }
     }
   }
-  auto peak = [&](bool checkpointing) {
-    return step_peak_bytes(config, 2048, [&](LlamaModel& m) {
-      if (checkpointing) m.set_activation_policy(LlamaModel::ActivationPolicy::kCheckpoint);
-    });
+  auto peak = [&](LlamaModel::ActivationPolicy policy) {
+    return step_peak_bytes(config, 2048, [&](LlamaModel& m) { m.set_activation_policy(policy); });
   };
-  const size_t keep_peak = peak(false), ckpt_peak = peak(true);
+  const size_t keep_peak = peak(LlamaModel::ActivationPolicy::kKeep);
+  const size_t ckpt_peak = peak(LlamaModel::ActivationPolicy::kCheckpoint);
+  const size_t attn_peak = peak(LlamaModel::ActivationPolicy::kCheckpointKeepAttention);
   EXPECT_LT(ckpt_peak, keep_peak * 6 / 10) << "keep " << keep_peak << " B, checkpoint " << ckpt_peak << " B";
+  // Keeping attention's q, k, v, out and LSE costs more than the input alone, less than everything.
+  EXPECT_GT(attn_peak, ckpt_peak) << "checkpoint " << ckpt_peak << " B, keeping attention " << attn_peak << " B";
+  EXPECT_LT(attn_peak, keep_peak * 8 / 10) << "keep " << keep_peak << " B, keeping attention " << attn_peak << " B";
+  // Keeping attention needs checkpointing: a clear error otherwise, before any work.
+  FwdBwdOptions bad = options_for(SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous});
+  bad.checkpoint_keep_attention = true;
+  EXPECT_THROW(run_fwdbwd(dir, batch.input_ids, batch.labels, bad), InputError);
 }
 
 }  // namespace
@@ -467,12 +478,14 @@ TEST(SpModel, TiledMlpMatchesUntiled) {
                              SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
     const Outputs ref = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s)));
     for (int64_t tile : {16, 37}) {
-      for (bool ckpt : {false, true}) {
+      for (int ckpt : {0, 1, 2}) {  // none, checkpointing, checkpointing keeping attention
         FwdBwdOptions o = options_for(s);
         o.mlp_tile_tokens = tile;
-        o.activation_checkpointing = ckpt;
+        o.activation_checkpointing = ckpt > 0;
+        o.checkpoint_keep_attention = ckpt == 2;
         expect_same_outputs(as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, o)), ref,
-                            s.str() + " tile " + std::to_string(tile) + (ckpt ? " + checkpointing" : ""));
+                            s.str() + " tile " + std::to_string(tile) +
+                                (ckpt == 1 ? " + checkpointing" : ckpt == 2 ? " + checkpointing keeping attention" : ""));
       }
     }
   }

@@ -88,11 +88,24 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
   TrainConfig c = tiny_run();
   c.sp = 2;
   const TrainResult keep = run_training(c);
-  c.activation_checkpointing = true;
-  const TrainResult ckpt = run_training(c);
-  ASSERT_EQ(ckpt.losses.size(), keep.losses.size());
-  for (size_t s = 0; s < keep.losses.size(); ++s) EXPECT_EQ(ckpt.losses[s], keep.losses[s]) << "step " << s + 1;
-  EXPECT_EQ(ckpt.eval_accuracy, keep.eval_accuracy);
+  for (bool keep_attention : {false, true}) {
+    c.activation_checkpointing = true;
+    c.checkpoint_keep_attention = keep_attention;
+    const TrainResult ckpt = run_training(c);
+    ASSERT_EQ(ckpt.losses.size(), keep.losses.size());
+    for (size_t s = 0; s < keep.losses.size(); ++s)
+      EXPECT_EQ(ckpt.losses[s], keep.losses[s]) << "step " << s + 1 << (keep_attention ? " keeping attention" : "");
+    EXPECT_EQ(ckpt.eval_accuracy, keep.eval_accuracy);
+  }
+  c.activation_checkpointing = false;  // keeping attention says what a checkpointed layer keeps
+  try {
+    run_training(c);
+    ADD_FAILURE() << "checkpoint_keep_attention without activation_checkpointing ran";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint_keep_attention=true needs activation_checkpointing=true"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The memory levers together (checkpointing, tiled MLP, tiled loss) train as without them, up to
