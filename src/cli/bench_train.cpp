@@ -53,28 +53,6 @@ using json = nlohmann::json;
 
 // The published sizes (config.json of each model). RoPE is plain with the model's theta (the
 // llama3 frequency scaling changes no cost).
-LlamaConfig preset_config(const std::string& name) {
-  LlamaConfig c;
-  c.rms_norm_eps = 1e-5;
-  c.rope.theta = 500000.0;
-  c.vocab_size = 128256;
-  if (name == "llama-3.2-1b") {
-    c.hidden_size = 2048, c.intermediate_size = 8192, c.num_layers = 16, c.num_heads = 32, c.num_kv_heads = 8;
-    c.head_dim = 64, c.tie_word_embeddings = true;
-  } else if (name == "llama-3.2-3b") {
-    c.hidden_size = 3072, c.intermediate_size = 8192, c.num_layers = 28, c.num_heads = 24, c.num_kv_heads = 8;
-    c.head_dim = 128, c.tie_word_embeddings = true;
-  } else if (name == "llama-3.1-8b") {
-    c.hidden_size = 4096, c.intermediate_size = 14336, c.num_layers = 32, c.num_heads = 32, c.num_kv_heads = 8;
-    c.head_dim = 128, c.tie_word_embeddings = false;
-  } else {  // tiny: a functional check
-    c.vocab_size = 1024, c.hidden_size = 256, c.intermediate_size = 512, c.num_layers = 2, c.num_heads = 4;
-    c.num_kv_heads = 2, c.head_dim = 64, c.tie_word_embeddings = false;
-  }
-  c.max_position_embeddings = 1 << 22;
-  return c;
-}
-
 // FLOPs of one training step (see bench_train.h).
 double step_flops(const LlamaConfig& c, int64_t seq_len, int64_t sequences) {
   const double C = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
@@ -95,7 +73,7 @@ int run_bench_train(const BenchTrainOptions& o) {
   SEQPAR_INPUT_CHECK(o.micro_batch >= 1, "--micro-batch={} must be >= 1", o.micro_batch);
   const Device device = parse_device(o.device);
   const Transport transport = parse_transport(o.transport);
-  const LlamaConfig model = o.model.empty() ? preset_config(o.preset) : load_hf_llama_config(o.model);
+  const LlamaConfig model = o.model.empty() ? llama_preset(o.preset) : load_hf_llama_config(o.model);
   // Under a launcher the world is the launch's: dp fills what sp leaves.
   int dp = 1;
   if (device.is_cuda() && job_transport(transport, device) == Transport::kNccl) {

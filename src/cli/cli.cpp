@@ -21,6 +21,7 @@ int cli_main(int argc, char** argv) {
   add_prepare_data_command(app, rc);
   add_launch_command(app, rc);
   add_export_command(app, rc);
+  add_plan_command(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

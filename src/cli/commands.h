@@ -19,5 +19,6 @@ void add_bench_command(CLI::App& app, int& rc);
 void add_prepare_data_command(CLI::App& app, int& rc);
 void add_launch_command(CLI::App& app, int& rc);
 void add_export_command(CLI::App& app, int& rc);
+void add_plan_command(CLI::App& app, int& rc);
 
 }  // namespace seqpar

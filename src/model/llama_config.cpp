@@ -101,4 +101,30 @@ std::vector<float> rope_inv_freq(const LlamaConfig& config) {
   return inv_freq;
 }
 
+// The architecture of a known model size (random weights are for benchmarks and plans).
+LlamaConfig llama_preset(const std::string& name) {
+  SEQPAR_INPUT_CHECK(name == "llama-3.2-1b" || name == "llama-3.2-3b" || name == "llama-3.1-8b" || name == "tiny",
+                     "preset={} is not a known model size: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny", name);
+  LlamaConfig c;
+  c.rms_norm_eps = 1e-5;
+  c.rope.theta = 500000.0;
+  c.vocab_size = 128256;
+  if (name == "llama-3.2-1b") {
+    c.hidden_size = 2048, c.intermediate_size = 8192, c.num_layers = 16, c.num_heads = 32, c.num_kv_heads = 8;
+    c.head_dim = 64, c.tie_word_embeddings = true;
+  } else if (name == "llama-3.2-3b") {
+    c.hidden_size = 3072, c.intermediate_size = 8192, c.num_layers = 28, c.num_heads = 24, c.num_kv_heads = 8;
+    c.head_dim = 128, c.tie_word_embeddings = true;
+  } else if (name == "llama-3.1-8b") {
+    c.hidden_size = 4096, c.intermediate_size = 14336, c.num_layers = 32, c.num_heads = 32, c.num_kv_heads = 8;
+    c.head_dim = 128, c.tie_word_embeddings = false;
+  } else {  // tiny: a functional check
+    c.vocab_size = 1024, c.hidden_size = 256, c.intermediate_size = 512, c.num_layers = 2, c.num_heads = 4;
+    c.num_kv_heads = 2, c.head_dim = 64, c.tie_word_embeddings = false;
+  }
+  c.max_position_embeddings = 1 << 22;
+  return c;
+}
+
+
 }  // namespace seqpar

@@ -36,6 +36,10 @@ struct LlamaConfig {
   void validate() const;
 };
 
+// The architecture of a known size without its files: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b
+// (their HF config.json values) | tiny (a functional check); InputError for another name.
+LlamaConfig llama_preset(const std::string& name);
+
 // inv_freq[i] = 1 / theta^(2i / D), i < D/2, then the rope_type's scaling. HF computes this in
 // float32 torch ops; we round the exponent 2i/D to f32 as torch does and do the rest in double
 // (within 3e-7 of HF; llama_config.cpp says why).

@@ -1,0 +1,101 @@
+// seqpar plan: will it fit? The per-GPU memory of a training step, by component, before any GPU
+// work (train/memory_plan.h; docs/memory.md).
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "io/hf_config.h"
+#include "parallel/sp_attention.h"
+#include "train/memory_plan.h"
+
+namespace seqpar {
+
+namespace {
+
+struct PlanArgs {
+  MemoryPlanInput in;
+  std::string model_dir, preset = "llama-3.2-1b", sp_mode = "ulysses", device = "cuda";
+  int gpus = 0;
+  double gpu_memory_gib = 139.8;  // an H200 as the CUDA runtime reports it
+  bool json = false;
+};
+
+void run(PlanArgs& a) {
+  MemoryPlanInput& in = a.in;
+  in.model = a.model_dir.empty() ? llama_preset(a.preset) : load_hf_llama_config(a.model_dir);
+  SEQPAR_INPUT_CHECK(a.device == "cuda" || a.device == "cpu", "--device={} must be cuda or cpu", a.device);
+  in.cuda = a.device == "cuda";
+  if (a.gpus == 0 && in.sp == 0) a.gpus = in.sp = 1;  // one GPU
+  if (a.gpus == 0) a.gpus = in.sp;
+  if (in.sp == 0) in.sp = a.gpus;
+  SEQPAR_INPUT_CHECK(a.gpus >= 1 && in.sp >= 1 && a.gpus % in.sp == 0,
+                     "--gpus={} must be a multiple of --sp={} (the rest is data parallelism)", a.gpus, in.sp);
+  in.world = a.gpus;
+  const SpMode mode = parse_sp_mode(a.sp_mode, "--sp-mode");
+  if (mode == SpMode::kUlysses) {
+    in.ulysses_degree = in.sp;
+  } else if (mode == SpMode::kRing) {
+    in.ulysses_degree = 1;
+  } else {
+    SEQPAR_INPUT_CHECK(in.ulysses_degree >= 1 && in.sp % in.ulysses_degree == 0,
+                       "--ulysses-degree={} must divide --sp={} for --sp-mode hybrid", in.ulysses_degree, in.sp);
+  }
+  const MemoryPlan p = plan_memory(in);
+  const int64_t capacity = static_cast<int64_t>(a.gpu_memory_gib * (1ll << 30));
+  if (!a.json) {
+    std::fputs(format_memory_plan(in, p, in.cuda ? capacity : 0).c_str(), stdout);
+    return;
+  }
+  nlohmann::ordered_json j = {{"tokens_per_rank", p.tokens_per_rank},
+                              {"kept_bytes_per_token_layer", p.kept_per_token_layer},
+                              {"resident_bytes", p.resident_bytes},
+                              {"peak_bytes", p.peak_bytes},
+                              {"peak_gib", static_cast<double>(p.peak_bytes) / (1ll << 30)},
+                              {"peak_phase", p.peak_phase},
+                              {"fits", !in.cuda || p.peak_bytes <= capacity}};
+  for (const auto& [name, bytes] : p.resident) j["resident"][name] = bytes;
+  for (const auto& [name, bytes] : p.phases) j["phases"][name] = bytes;
+  std::puts(j.dump().c_str());
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, int& rc) {
+  auto args = std::make_shared<PlanArgs>();
+  MemoryPlanInput& in = args->in;
+  in.sp = 0;
+  CLI::App* c = app.add_subcommand(
+      "plan", "Will it fit? The per-GPU memory of a training step by component (weights, gradients, optimizer, "
+              "activations, the step's largest phase), predicted without a GPU");
+  c->add_option("--model", args->model_dir, "HF model directory (its config.json)");
+  c->add_option("--preset", args->preset, "a known size instead: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny")
+      ->capture_default_str();
+  c->add_option("--seq-len", in.seq_len, "tokens per sequence")->required();
+  c->add_option("--micro-batch", in.micro_batch, "sequences per step per data-parallel rank")->capture_default_str();
+  c->add_option("--gpus", args->gpus, "GPUs of the job (default: --sp); the ones --sp leaves are data parallel");
+  c->add_option("--sp", in.sp, "sequence-parallel degree (default: --gpus)");
+  c->add_option("--sp-mode", args->sp_mode, "ulysses | ring | hybrid")->capture_default_str();
+  c->add_option("--ulysses-degree", in.ulysses_degree, "hybrid: ranks per Ulysses group");
+  c->add_flag("--activation-checkpointing,--gradient-checkpointing", in.activation_checkpointing,
+              "keep only each layer's input");
+  c->add_flag("--checkpoint-keep-attention", in.checkpoint_keep_attention,
+              "with checkpointing: also keep attention's output and context");
+  c->add_option("--tiled-mlp-tokens", in.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();
+  c->add_option("--tiled-loss-tokens", in.loss_tile_tokens, "tiled loss tile (0 = untiled)")->capture_default_str();
+  c->add_option("--zero-stage", in.zero_stage, "ZeRO stage (1-3 shard the AdamW state over --gpus)")
+      ->capture_default_str();
+  c->add_option("--device", args->device, "cuda (bf16, f32 master weights) | cpu (f32)")->capture_default_str();
+  c->add_option("--gpu-memory-gib", args->gpu_memory_gib, "GPU memory to fit in (an H200: 139.8)")
+      ->capture_default_str();
+  c->add_flag("--json", args->json, "one JSON object instead of the table");
+  c->callback([args, &rc] {
+    run(*args);
+    rc = 0;
+  });
+}
+
+}  // namespace seqpar

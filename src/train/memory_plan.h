@@ -1,0 +1,61 @@
+// `seqpar plan`: the per-GPU memory of a training step, predicted from the shapes the model, the
+// attention, the optimizer and the memory levers allocate (the same tensors the device allocator
+// counts), before any GPU work. DESIGN.md: prediction and allocator must agree within 10%; the
+// CPU tests check that against the CPU allocator, bench/NOTES.md against the H200's.
+//
+// The model: resident state (weights, f32 gradients, AdamW moments and master weights, ZeRO
+// shards) plus the largest of the step's phases over what forward keeps of every layer:
+//   - loss:      the LM head's logits and their gradient ([tokens, vocab] or one tile of each);
+//   - layer:     the top layer's backward (a checkpointed layer recomputed first), its largest
+//                transient (the MLP's or attention's gradients and the attention backend's
+//                workspace), the residual-stream gradients;
+//   - optimizer: ZeRO's all-gather of the updated weights (activations are gone by then).
+// Not modelled: allocator rounding and fragmentation, NCCL's and cuDNN's own buffers, the
+// sequence-parallel all-to-all / ring buffers in flight (O(tokens × heads × head_dim) each).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/llama_config.h"
+
+namespace seqpar {
+
+struct MemoryPlanInput {
+  LlamaConfig model;
+  int64_t seq_len = 0;     // tokens per sequence
+  int micro_batch = 1;     // sequences per step per data-parallel rank
+  int sp = 1;              // sequence-parallel degree (the sequence's tokens split over sp ranks)
+  int ulysses_degree = 1;  // ranks of a Ulysses group (sp for ulysses, 1 for ring, U for hybrid)
+  int world = 1;           // all ranks (sp × data parallel): the ZeRO shard count
+  bool cuda = true;        // bf16 weights and activations, f32 master weights (CPU: all f32)
+  bool activation_checkpointing = false;
+  bool checkpoint_keep_attention = false;
+  int64_t mlp_tile_tokens = 0;
+  int64_t loss_tile_tokens = 0;
+  int zero_stage = 0;
+};
+
+struct MemoryPlan {
+  int64_t tokens_per_rank = 0;
+  // Resident for the whole step: name, bytes.
+  std::vector<std::pair<std::string, int64_t>> resident;
+  // Each phase's bytes on top of the resident state, and which one is the peak.
+  std::vector<std::pair<std::string, int64_t>> phases;
+  std::string peak_phase;
+  int64_t resident_bytes = 0;
+  int64_t peak_bytes = 0;
+  // Bytes per token and layer that forward keeps for backward.
+  int64_t kept_per_token_layer = 0;
+};
+
+// Throws InputError for a configuration the trainer would refuse (tokens not divisible, ...).
+MemoryPlan plan_memory(const MemoryPlanInput& in);
+
+// A table for people: the components, the phases, the peak; `capacity_bytes` > 0 adds whether
+// the peak fits.
+std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& plan, int64_t capacity_bytes);
+
+}  // namespace seqpar
