@@ -1,6 +1,7 @@
 // Where a tensor's bytes live.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace seqpar {
@@ -27,5 +28,7 @@ void set_current_device(Device device);
 // Waits until every stream of `device` has finished its work (cudaDeviceSynchronize); nothing for
 // the CPU. For timing.
 void synchronize_device(Device device);
+// The device's total memory in bytes (cudaMemGetInfo); 0 for the CPU (no fixed budget).
+int64_t device_total_bytes(Device device);
 
 }  // namespace seqpar

@@ -17,7 +17,12 @@ constexpr int64_t kGemmWorkspace = 32ll << 20;  // kernels/cuda/matmul.cpp, per 
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1ll << 30)); }
+// GiB, or MiB below one GiB.
+std::string gib(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes < (1ll << 30)) return fmt::format("{:.1f} MiB", b / (1ll << 20));
+  return fmt::format("{:.2f} GiB", b / (1ll << 30));
+}
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 #include "train/checkpoint.h"
 #include "train/config_resolve.h"
 #include "train/hf_model.h"
+#include "train/memory_plan.h"
 #include "train/plot.h"
 
 namespace seqpar {
@@ -333,6 +334,28 @@ TrainResult run_training(const TrainConfig& cfg) {
         sp_shape.ulysses, sp_shape.ring, sp_layout_name(layout), seqs_per_step, seq_len, first_step, last_step,
         cfg.steps);
 
+  // What a rank will hold at the step's peak (train/memory_plan.h), said before any GPU work.
+  MemoryPlanInput plan_in;
+  plan_in.model = mc;
+  plan_in.seq_len = seq_len;
+  plan_in.micro_batch = cfg.micro_batch;
+  plan_in.sp = cfg.sp;
+  plan_in.ulysses_degree = sp_shape.ulysses;
+  plan_in.world = mesh_shape.world();
+  plan_in.cuda = cfg.device.is_cuda();
+  plan_in.activation_checkpointing = cfg.activation_checkpointing;
+  plan_in.checkpoint_keep_attention = cfg.checkpoint_keep_attention;
+  plan_in.mlp_tile_tokens = cfg.mlp_tile_tokens;
+  plan_in.loss_tile_tokens = cfg.loss_tile_tokens;
+  plan_in.zero_stage = cfg.zero_stage;
+  const MemoryPlan plan = plan_memory(plan_in);
+  const double plan_gib = static_cast<double>(plan.peak_bytes) / (1ll << 30);
+  if (talk)
+    log_info("memory plan: {:.3f} GiB per rank at the step's peak ({}); `seqpar plan` gives the breakdown", plan_gib,
+             plan.peak_phase);
+  // Ranks that share one GPU: all of them as threads of this process, else one per process.
+  const int ranks_per_device = job_transport(cfg.transport, cfg.device) == Transport::kLocal ? mesh_shape.world() : 1;
+
   MetricsLog metrics(leads ? cfg.metrics_out : std::string(), ckpt ? ckpt->state.metrics : std::vector<json>{});
   auto write_plot = [&] {
     if (cfg.metrics_out.empty() || !leads) return;
@@ -361,6 +384,15 @@ TrainResult run_training(const TrainConfig& cfg) {
     DeviceMesh mesh(world, mesh_shape);
     const int sp_rank = mesh.sp_rank(), dp_rank = mesh.dp_rank();
     const bool leader = job.leader;
+    if (leader && device.is_cuda()) {
+      const int64_t total = device_total_bytes(device);
+      if (total > 0 && plan.peak_bytes * ranks_per_device > total)
+        log_warn("the memory plan needs {:.2f} GiB on {} ({} rank(s) of {:.2f} GiB) but it has {:.2f} GiB: expect out "
+                 "of memory; more GPUs (--sp), --activation-checkpointing, --tiled-mlp-tokens / --tiled-loss-tokens "
+                 "or --zero-stage 1 lower it (seqpar plan, docs/memory.md)",
+                 plan_gib * ranks_per_device, device.str(), ranks_per_device, plan_gib,
+                 static_cast<double>(total) / (1ll << 30));
+    }
     LlamaModel model(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
     model.set_activation_policy(LlamaModel::policy_for(cfg.activation_checkpointing, cfg.checkpoint_keep_attention));
     model.set_mlp_tile_tokens(cfg.mlp_tile_tokens);

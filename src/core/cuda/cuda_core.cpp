@@ -101,6 +101,14 @@ void synchronize_device(Device device) {
   SEQPAR_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+int64_t device_total_bytes(Device device) {
+  if (!device.is_cuda()) return 0;
+  set_current_device(device);
+  size_t free_b = 0, total_b = 0;
+  SEQPAR_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return static_cast<int64_t>(total_b);
+}
+
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) return cpu_allocator();
   static std::mutex mu;
