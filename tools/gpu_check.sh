@@ -328,10 +328,24 @@ for k in sorted(by, key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0)):
               if v.get(a) and v.get(b)]
     print(f"  {k[0]} S={k[1]} D={k[2]}: {cells}  {' '.join(ratios)}")
 EOF
-  python3 - "$OUT/bench.jsonl" <<'EOF'
-import json, sys
+  python3 - "$OUT/bench.jsonl" "$BUILD/seqpar" <<'EOF'
+import json, subprocess, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 rows = [r for r in rows if r.get("bench") == "train"]
+def planned(r):  # `seqpar plan` for the same run, against the allocator's measured peak
+    if r["impl"] != "seqpar" or "peak_mem_gib" not in r or r.get("model") not in ("llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "tiny"):
+        return ""
+    cmd = [sys.argv[2], "plan", "--preset", r["model"], "--seq-len", str(r["seq_len"]), "--micro-batch",
+           str(r.get("micro_batch", 1)), "--sp", str(r.get("sp", 1)), "--gpus", str(r.get("sp", 1) * r.get("dp", 1)),
+           "--sp-mode", r.get("sp_mode", "ulysses"), "--tiled-mlp-tokens", str(r.get("tiled_mlp_tokens", 0)),
+           "--tiled-loss-tokens", str(r.get("tiled_loss_tokens", 0)), "--zero-stage", str(r.get("zero_stage", 0)), "--json"]
+    if r.get("activation_checkpointing"): cmd.append("--activation-checkpointing")
+    if r.get("checkpoint_keep_attention"): cmd.append("--checkpoint-keep-attention")
+    try:
+        plan = json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout)
+        return f", plan {plan['peak_gib']:.2f} GiB ({plan['peak_gib'] / r['peak_mem_gib']:.3f} of measured)"
+    except Exception as e:
+        return f", plan failed: {e}"
 if rows:
     print("train steps (Llama-3.2-1B sized, one GPU): impl, checkpointing, seq_len: step ms, tokens/s, TFLOP/s, peak GiB")
     for r in rows:
@@ -339,7 +353,8 @@ if rows:
             print(f"  {r['impl']:6} ckpt={r.get('activation_checkpointing')}{'+attn' if r.get('checkpoint_keep_attention') else ''} S={r['seq_len']}: {r['error'][:80]}")
         else:
             print(f"  {r['impl']:6} ckpt={r.get('activation_checkpointing')}{'+attn' if r.get('checkpoint_keep_attention') else ''} S={r['seq_len']}: {r['step_ms']:.0f} ms, "
-                  f"{r['tokens_per_s_per_gpu']:.0f} tok/s, {r['tflops_per_gpu']:.0f} TFLOP/s, {r['peak_mem_gib']:.1f} GiB")
+                  f"{r['tokens_per_s_per_gpu']:.0f} tok/s, {r['tflops_per_gpu']:.0f} TFLOP/s, {r['peak_mem_gib']:.1f} GiB"
+                  + planned(r))
 EOF
   python3 - "$OUT/sp_attention.jsonl" <<'EOF'
 import json, sys
