@@ -152,7 +152,10 @@ int run_bench_train(const BenchTrainOptions& o) {
       line["step_ms"] = secs * 1e3;
       line["tokens_per_s_per_gpu"] = static_cast<double>(S * sequences) / secs / world;
       line["tflops_per_gpu"] = step_flops(model, S, sequences) / secs / world / 1e12;
-      line["peak_mem_gib"] = static_cast<double>(r.peak_mem_bytes) / (1024.0 * 1024.0 * 1024.0);
+      // The timed steps' peak (the first step's also holds the run's setup, e.g. a CPU run's host
+      // copy of the initial weights).
+      const int64_t peak = *std::max_element(r.step_peak_bytes.begin() + 1, r.step_peak_bytes.end());
+      line["peak_mem_gib"] = static_cast<double>(peak) / (1024.0 * 1024.0 * 1024.0);
       line["loss"] = r.losses.back();
     } catch (const std::exception& e) {
       std::string what = e.what();

@@ -525,6 +525,7 @@ TrainResult run_training(const TrainConfig& cfg) {
     };
 
     int64_t last_logged = first_step - 1;
+    int64_t line_peak = 0;  // the largest step peak since the last progress line
     auto t_log = std::chrono::steady_clock::now();
     int64_t step = first_step;
     for (; step <= last_step; ++step) {
@@ -568,10 +569,15 @@ TrainResult run_training(const TrainConfig& cfg) {
       if (cfg.time_steps) synchronize_device(device);
       if (leader) {
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
-        const int64_t peak = static_cast<int64_t>(allocator_for(device).peak_bytes());
+        // This step's peak; the allocator then counts the next step's from here.
+        Allocator& mem = allocator_for(device);
+        const int64_t peak = static_cast<int64_t>(mem.peak_bytes());
+        mem.reset_peak();
+        line_peak = std::max(line_peak, peak);
         std::lock_guard<std::mutex> lock(result_mu);
         result.losses.push_back(loss);
         result.step_seconds.push_back(secs);
+        result.step_peak_bytes.push_back(peak);
         result.peak_mem_bytes = std::max(result.peak_mem_bytes, peak);
       }
       // A metrics record at the steps that do not depend on where a run was stopped or resumed
@@ -583,9 +589,8 @@ TrainResult run_training(const TrainConfig& cfg) {
         const double secs = std::chrono::duration<double>(now - t_log).count();
         // The device allocator's peak since the last progress line (every rank of this process on
         // that device: with ranks as threads on one GPU, all of them).
-        Allocator& mem = allocator_for(device);
-        const double peak_gib = static_cast<double>(mem.peak_bytes()) / (1024.0 * 1024.0 * 1024.0);
-        mem.reset_peak();
+        const double peak_gib = static_cast<double>(line_peak) / (1024.0 * 1024.0 * 1024.0);
+        line_peak = 0;
         const double tps = static_cast<double>(tokens_per_step * (step - last_logged)) / std::max(secs, 1e-9);
         t_log = now;
         last_logged = step;

@@ -148,9 +148,10 @@ struct TrainResult {
   int64_t data_epoch = 0, data_index = 0;
   std::vector<std::string> checkpoints;  // written by this call, in order
   // Timing and memory of this call's steps (with time_steps: the device synchronised at each
-  // step's end, so a step's seconds are its whole work): wall seconds per step, and the largest
-  // device-allocator peak of any step (all ranks of this process on that device).
+  // step's end, so a step's seconds are its whole work): wall seconds per step, each step's
+  // device-allocator peak and the largest (all ranks of this process on that device).
   std::vector<double> step_seconds;
+  std::vector<int64_t> step_peak_bytes;  // each step's own peak (the first includes the run's setup)
   int64_t peak_mem_bytes = 0;
   std::string resumed_from;              // the checkpoint directory, when resumed
 };
