@@ -21,7 +21,7 @@ struct PlanArgs {
   std::string model_dir, preset = "llama-3.2-1b", sp_mode = "ulysses", device = "cuda";
   int gpus = 0;
   double gpu_memory_gib = 139.8;  // an H200 as the CUDA runtime reports it
-  bool json = false;
+  bool json = false, longest = false;
 };
 
 void run(PlanArgs& a) {
@@ -44,13 +44,26 @@ void run(PlanArgs& a) {
     SEQPAR_INPUT_CHECK(in.ulysses_degree >= 1 && in.sp % in.ulysses_degree == 0,
                        "--ulysses-degree={} must divide --sp={} for --sp-mode hybrid", in.ulysses_degree, in.sp);
   }
-  const MemoryPlan p = plan_memory(in);
   const int64_t capacity = static_cast<int64_t>(a.gpu_memory_gib * (1ll << 30));
+  if (a.longest) {
+    SEQPAR_INPUT_CHECK(a.gpu_memory_gib > 0, "--gpu-memory-gib={} must be > 0", a.gpu_memory_gib);
+    // Multiples of 1024 tokens per rank, so every rank's share is whole.
+    const int64_t longest = longest_fitting_seq_len(in, capacity, 1024ll * in.sp);
+    SEQPAR_INPUT_CHECK(longest > 0, "not even {} tokens fit in {} GiB per GPU with these settings", 1024ll * in.sp,
+                       a.gpu_memory_gib);
+    in.seq_len = longest;
+  }
+  SEQPAR_INPUT_CHECK(in.seq_len >= 1, "--seq-len is required (or --longest: the longest sequence that fits)");
+  const MemoryPlan p = plan_memory(in);
   if (!a.json) {
+    if (a.longest)
+      std::printf("longest sequence that fits in %.1f GiB per GPU: %lld tokens (%lld per rank)\n", a.gpu_memory_gib,
+                  static_cast<long long>(in.seq_len), static_cast<long long>(p.tokens_per_rank));
     std::fputs(format_memory_plan(in, p, in.cuda ? capacity : 0).c_str(), stdout);
     return;
   }
-  nlohmann::ordered_json j = {{"tokens_per_rank", p.tokens_per_rank},
+  nlohmann::ordered_json j = {{"seq_len", in.seq_len},
+                              {"tokens_per_rank", p.tokens_per_rank},
                               {"kept_bytes_per_token_layer", p.kept_per_token_layer},
                               {"resident_bytes", p.resident_bytes},
                               {"peak_bytes", p.peak_bytes},
@@ -74,7 +87,9 @@ void add_plan_command(CLI::App& app, int& rc) {
   c->add_option("--model", args->model_dir, "HF model directory (its config.json)");
   c->add_option("--preset", args->preset, "a known size instead: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny")
       ->capture_default_str();
-  c->add_option("--seq-len", in.seq_len, "tokens per sequence")->required();
+  c->add_option("--seq-len", in.seq_len, "tokens per sequence (or --longest)");
+  c->add_flag("--longest", args->longest,
+              "find the longest sequence (a multiple of 1024 tokens per rank) that fits in --gpu-memory-gib");
   c->add_option("--micro-batch", in.micro_batch, "sequences per step per data-parallel rank")->capture_default_str();
   c->add_option("--gpus", args->gpus, "GPUs of the job (default: --sp); the ones --sp leaves are data parallel");
   c->add_option("--sp", in.sp, "sequence-parallel degree (default: --gpus)");

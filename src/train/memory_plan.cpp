@@ -127,6 +127,26 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   return p;
 }
 
+int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int64_t granularity) {
+  SEQPAR_INPUT_CHECK(granularity >= 1, "granularity={} must be >= 1", granularity);
+  auto fits = [&](int64_t units) {
+    in.seq_len = units * granularity;
+    return plan_memory(in).peak_bytes <= capacity_bytes;
+  };
+  // The peak grows with the sequence: double until it no longer fits, then bisect.
+  int64_t lo = 0, hi = 1;
+  while (fits(hi)) {
+    lo = hi;
+    SEQPAR_CHECK(hi < (int64_t{1} << 40) / granularity, "longest_fitting_seq_len: no limit found");
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo * granularity;
+}
+
 std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, int64_t capacity_bytes) {
   std::string s = fmt::format(
       "Memory plan per GPU: {} tokens per rank ({} × {} tokens over sp={}), {} layers, {}{}{}{}{}\n",

@@ -54,6 +54,10 @@ struct MemoryPlan {
 // Throws InputError for a configuration the trainer would refuse (tokens not divisible, ...).
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
+// The longest sequence (a multiple of `granularity` tokens) whose plan fits in capacity_bytes, with
+// everything else as in `in`; 0 when not even `granularity` tokens fit.
+int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int64_t granularity = 1024);
+
 // A table for people: the components, the phases, the peak; `capacity_bytes` > 0 adds whether
 // the peak fits.
 std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& plan, int64_t capacity_bytes);

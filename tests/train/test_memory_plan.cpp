@@ -194,3 +194,27 @@ TEST(MemoryPlan, LeversLowerThePeak) {
 
 }  // namespace
 }  // namespace seqpar
+
+namespace seqpar {
+namespace {
+
+// --longest: the answer fits and one more step of granularity does not.
+TEST(MemoryPlan, LongestFittingSequence) {
+  MemoryPlanInput in;
+  in.model = llama_preset("llama-3.2-1b");
+  in.activation_checkpointing = true;
+  in.loss_tile_tokens = 4096;
+  const int64_t capacity = 80ll << 30, g = 1024;
+  const int64_t longest = longest_fitting_seq_len(in, capacity, g);
+  ASSERT_GT(longest, 0);
+  EXPECT_EQ(longest % g, 0);
+  in.seq_len = longest;
+  EXPECT_LE(plan_memory(in).peak_bytes, capacity);
+  in.seq_len = longest + g;
+  EXPECT_GT(plan_memory(in).peak_bytes, capacity);
+  // Too little memory for the weights alone: nothing fits.
+  EXPECT_EQ(longest_fitting_seq_len(in, 1ll << 30, g), 0);
+}
+
+}  // namespace
+}  // namespace seqpar
