@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "comm/dist_env.h"
 #include "core/log.h"
+#include "io/hf_config.h"
 #include "train/config_resolve.h"
 #include "train/trainer.h"
 
@@ -97,6 +98,10 @@ void run(TrainArgs& a, const CLI::App& command) {
   c.config_text = format_resolved_config(resolved);
   if (a.print_config) {
     std::fputs(c.config_text.c_str(), stdout);
+    // And what it will hold per GPU (seqpar plan's table for this configuration).
+    const LlamaConfig model = c.model_dir.empty() ? c.model : load_hf_llama_config(c.model_dir);
+    const MemoryPlanInput in = memory_plan_input(c, model);
+    std::fputs(("\n" + format_memory_plan(in, plan_memory(in), /*capacity_bytes=*/0)).c_str(), stdout);
     return;
   }
   for (const std::string& w : resolved.warnings) log_warn("{}", w);

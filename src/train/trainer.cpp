@@ -213,6 +213,24 @@ std::optional<Checkpoint> checkpoint_to_resume(const TrainConfig& cfg, bool talk
 
 }  // namespace
 
+MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const LlamaConfig& model) {
+  const MeshShape sp_shape = sp_mesh_shape(cfg.sp_mode, cfg.sp, cfg.ulysses_degree);
+  MemoryPlanInput in;
+  in.model = model;
+  in.seq_len = cfg.task.seq_len;
+  in.micro_batch = cfg.micro_batch;
+  in.sp = cfg.sp;
+  in.ulysses_degree = sp_shape.ulysses;
+  in.world = cfg.sp * cfg.dp_replicate * cfg.dp_shard;
+  in.cuda = cfg.device.is_cuda();
+  in.activation_checkpointing = cfg.activation_checkpointing;
+  in.checkpoint_keep_attention = cfg.checkpoint_keep_attention;
+  in.mlp_tile_tokens = cfg.mlp_tile_tokens;
+  in.loss_tile_tokens = cfg.loss_tile_tokens;
+  in.zero_stage = cfg.zero_stage;
+  return in;
+}
+
 TrainResult run_training(const TrainConfig& cfg) {
   cfg.validate();
   const MeshShape sp_shape = sp_mesh_shape(cfg.sp_mode, cfg.sp, cfg.ulysses_degree);
@@ -335,20 +353,7 @@ TrainResult run_training(const TrainConfig& cfg) {
         cfg.steps);
 
   // What a rank will hold at the step's peak (train/memory_plan.h), said before any GPU work.
-  MemoryPlanInput plan_in;
-  plan_in.model = mc;
-  plan_in.seq_len = seq_len;
-  plan_in.micro_batch = cfg.micro_batch;
-  plan_in.sp = cfg.sp;
-  plan_in.ulysses_degree = sp_shape.ulysses;
-  plan_in.world = mesh_shape.world();
-  plan_in.cuda = cfg.device.is_cuda();
-  plan_in.activation_checkpointing = cfg.activation_checkpointing;
-  plan_in.checkpoint_keep_attention = cfg.checkpoint_keep_attention;
-  plan_in.mlp_tile_tokens = cfg.mlp_tile_tokens;
-  plan_in.loss_tile_tokens = cfg.loss_tile_tokens;
-  plan_in.zero_stage = cfg.zero_stage;
-  const MemoryPlan plan = plan_memory(plan_in);
+  const MemoryPlan plan = plan_memory(memory_plan_input(cfg, mc));
   const double plan_gib = static_cast<double>(plan.peak_bytes) / (1ll << 30);
   if (talk)
     log_info("memory plan: {:.3f} GiB per rank at the step's peak ({}); `seqpar plan` gives the breakdown", plan_gib,

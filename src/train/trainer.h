@@ -13,6 +13,7 @@
 #include "model/llama_config.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
+#include "train/memory_plan.h"
 #include "train/optimizer.h"
 #include "train/recall_task.h"
 #include "train/sp_batch.h"
@@ -163,6 +164,10 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std);
 float lr_at(const TrainConfig& config, int64_t step);
 
 TrainResult run_training(const TrainConfig& config);
+
+// The memory plan's inputs for a training configuration of `model` (the mesh's world and Ulysses
+// degree, the sequence, the levers, ZeRO): what run_training logs and `--print-config` prints.
+MemoryPlanInput memory_plan_input(const TrainConfig& config, const LlamaConfig& model);
 
 // The sequences that micro-batch `micro` (0-based) of `step` (1-based) reads on data-parallel rank
 // dp_rank from a token file: with M = micro_batch × grad_accum × dp sequences per step and

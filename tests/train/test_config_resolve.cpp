@@ -584,18 +584,25 @@ TEST(PrintConfig, PrintsEverySettingWithItsSourceAndExits) {
 TEST(PrintConfig, MemorySettingsFromFlags) {
   std::string out;
   const int rc = testing::run_command(testing::binary_path() +
-                                          " train --zero-stage 1 --gradient-checkpointing --tiled-mlp-tokens 64 "
-                                          "--tiled-loss-tokens 32 --print-config",
+                                          " train --zero-stage 1 --gradient-checkpointing --checkpoint-keep-attention "
+                                          "--tiled-mlp-tokens 64 --tiled-loss-tokens 32 --print-config",
                                       &out);
   ASSERT_EQ(rc, 0) << out;
   for (auto [name, value, source] : {std::tuple{"zero_stage", "1", "--zero-stage"},
                                      std::tuple{"activation_checkpointing", "true", "--activation-checkpointing"},
+                                     std::tuple{"checkpoint_keep_attention", "true", "--checkpoint-keep-attention"},
                                      std::tuple{"tiled_mlp_tokens", "64", "--tiled-mlp-tokens"},
                                      std::tuple{"tiled_loss_tokens", "32", "--tiled-loss-tokens"}}) {
     const std::string line = line_of(out, name);
     EXPECT_NE(line.find(std::string(" ") + value + " "), std::string::npos) << name << ": " << line << "\n" << out;
     EXPECT_NE(line.find(source), std::string::npos) << name << ": " << line;
   }
+  // The memory plan of this configuration follows the settings (seqpar plan's table).
+  EXPECT_NE(out.find("Memory plan per GPU: 512 tokens per rank (16 × 128 tokens over sp=4)"), std::string::npos) << out;
+  EXPECT_NE(out.find("checkpointing (keeping attention), tiled MLP 64, tiled loss 32, ZeRO-1 over 4"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("predicted peak: "), std::string::npos) << out;
   const int bad = testing::run_command(testing::binary_path() + " train --zero-stage 4 --steps 1", &out);
   EXPECT_NE(bad, 0);
   EXPECT_NE(out.find("zero_stage=4 must be 0, 1, 2 or 3"), std::string::npos) << out;
