@@ -159,7 +159,7 @@ void add_train_command(CLI::App& app, int& rc) {
       ->capture_default_str();
   t->add_option("--zero-stage", c.zero_stage,
                 "ZeRO (DeepSpeed's zero_optimization.stage): 1 shards the AdamW state (moments, f32 master weights) "
-                "over the ranks; 2 and 3 run as 1 (gradients and weights stay whole); 0 = replicated")
+                "over the ranks; 2 also partitions the gradients; 3 runs as 2 (weights stay whole); 0 = replicated")
       ->capture_default_str();
   t->add_option("--hidden-size", args->hidden_size, "built-in model: hidden size (demo: 64)");
   t->add_option("--intermediate-size", args->intermediate_size, "built-in model: MLP width (demo: 128)");

@@ -146,11 +146,11 @@ class Reader {
 };
 
 void check_zero_stage(AccelerateConfig& c) {
-  if (c.zero_stage.has() && *c.zero_stage > 1)
+  if (c.zero_stage.has() && *c.zero_stage > 2)
     c.warnings.push_back(fmt::format(
-        "{}: {}={} runs as stage 1: seqpar shards the optimizer state over the ranks, but gradients{} are kept "
-        "whole on every rank",
-        c.source, c.zero_stage.key, *c.zero_stage, *c.zero_stage >= 3 ? " and parameters" : ""));
+        "{}: {}={} runs as stage 2: seqpar partitions the optimizer state and the gradients over the ranks, but "
+        "parameters are kept whole on every rank",
+        c.source, c.zero_stage.key, *c.zero_stage));
 }
 
 void parse_deepspeed_section(Reader& top, AccelerateConfig& c, const std::string& base_dir,

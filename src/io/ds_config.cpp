@@ -170,11 +170,11 @@ void parse_zero(Reader& top, DsConfig& c, std::vector<std::string>& unread) {
   if (!z) return;
   Reader r(*z, c.source, "zero_optimization.");
   c.zero_stage = r.integer("stage", 0, 3, false);
-  if (c.zero_stage.is_set() && c.zero_stage.value > 1)
+  if (c.zero_stage.is_set() && c.zero_stage.value > 2)
     c.warnings.push_back(fmt::format(
-        "{}: zero_optimization.stage={} runs as stage 1: seqpar shards the optimizer state over the ranks, but "
-        "gradients{} are kept whole on every rank",
-        c.source, c.zero_stage.value, c.zero_stage.value >= 3 ? " and parameters" : ""));
+        "{}: zero_optimization.stage={} runs as stage 2: seqpar partitions the optimizer state and the gradients "
+        "over the ranks, but parameters are kept whole on every rank",
+        c.source, c.zero_stage.value));
   // Offload would move state to the host; silently keeping it on the device would change the
   // memory the user planned for, so both are refused.
   for (const char* what : {"offload_optimizer", "offload_param"}) {

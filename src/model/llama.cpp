@@ -150,6 +150,40 @@ LlamaModel::ActivationPolicy LlamaModel::policy_for(bool checkpointing, bool kee
   return keep_attention ? ActivationPolicy::kCheckpointKeepAttention : ActivationPolicy::kCheckpoint;
 }
 
+int64_t LlamaModel::layer_grad_elems() const {
+  int64_t n = 0;
+  const auto shapes = LlamaParams::shapes(config_);
+  for (size_t i = 1; i <= 9; ++i)  // model.layers.0.*: the nine tensors after the embedding
+    n += (shape_numel(shapes[i].second) + LlamaParams::kFlatAlign - 1) / LlamaParams::kFlatAlign * LlamaParams::kFlatAlign;
+  return n;
+}
+
+void LlamaModel::set_grad_sink(GradSink sink) {
+  SEQPAR_CHECK(sink != nullptr, "LlamaModel::set_grad_sink: a sink is required");
+  SEQPAR_CHECK(acts_ == nullptr, "LlamaModel::set_grad_sink: not between a forward and its backward");
+  grad_sink_ = std::move(sink);
+  // The edge tensors on their own; every layer's views into one block, at the in-layer offsets of
+  // the whole buffer's layout.
+  LlamaParams g;
+  g.layers.resize(config_.num_layers);
+  if (!config_.tie_word_embeddings) g.lm_head = Tensor::zeros({config_.vocab_size, config_.hidden_size}, DType::kF32, device_);
+  grad_block_ = Tensor::zeros({layer_grad_elems()}, DType::kF32, device_);
+  const auto shapes = LlamaParams::shapes(config_);
+  size_t i = 0;
+  int64_t at = 0;
+  for (auto& [name, t] : g.named()) {
+    const Shape& shape = shapes[i++].second;
+    if (name.rfind("model.layers.", 0) != 0) {
+      if (!t->defined()) *t = Tensor::zeros(shape, DType::kF32, device_);
+      continue;
+    }
+    if (name.find(".self_attn.q_proj.") != std::string::npos) at = 0;  // a layer's first tensor
+    *t = grad_block_.rows(at, at + shape_numel(shape)).view(shape);
+    at += (shape_numel(shape) + LlamaParams::kFlatAlign - 1) / LlamaParams::kFlatAlign * LlamaParams::kFlatAlign;
+  }
+  grads_ = std::move(g);
+}
+
 void LlamaModel::zero_grads() {
   if (grads_.all_in_flat()) {
     grads_.flat.zero();
@@ -340,6 +374,11 @@ void LlamaModel::backward(float dloss) {
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const DType act = dtype_;
 
+  if (grad_sink_) {  // partitioned: this backward's edge gradients only (the sink accumulates)
+    grads_.embed_tokens.zero();
+    grads_.final_norm.zero();
+    if (grads_.lm_head.defined()) grads_.lm_head.zero();
+  }
   // LM head and final norm (per tile when forward tiled the loss).
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
   Tensor& dhead = c.tie_word_embeddings ? grads_.embed_tokens : grads_.lm_head;
@@ -370,6 +409,7 @@ void LlamaModel::backward(float dloss) {
     LlamaLayerParams& G = grads_.layers[l];
     LayerActs& s = a.layers[l];
     if (!s.xn1.defined()) recompute_layer(l, s);  // a checkpointed layer
+    if (grad_sink_) grad_block_.zero();
     // MLP: x_out = x_mid + h @ Wdown^T; tiled when forward was (no [T, F] tensors kept).
     if (s.h.defined()) {
       mlp_tile_backward(l, dx, s.xn2, s.gate, s.up, s.h, dxn);
@@ -400,9 +440,11 @@ void LlamaModel::backward(float dloss) {
     rmsnorm_backward(dtmp, G.input_norm, dxn, s.x_in, P.input_norm, s.rstd1);
     add_inplace(dx, dtmp);  // dx is now d(x_in)
     s = LayerActs();
+    if (grad_sink_) grad_sink_(l, grad_block_);
   }
   embedding_backward(grads_.embed_tokens, dx, a.batch.input_ids);
   acts_.reset();
+  if (grad_sink_) grad_sink_(-1, Tensor());
 }
 
 }  // namespace seqpar

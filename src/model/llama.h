@@ -3,6 +3,7 @@
 // sequence parallelism: attention goes through the Attention interface it is handed.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -99,6 +100,20 @@ class LlamaModel {
   // recomputes each tile's logits). A forward asked for its logits computes them whole.
   void set_loss_tile_tokens(int64_t tokens) { loss_tile_ = tokens; }
 
+  // Partitioned gradients (ZeRO stage 2): the decoder layers' gradients no longer live in one
+  // whole buffer. Each layer's backward writes them into one reused f32 block with the layout of a
+  // layer's region in the gradient buffer (LlamaParams::zeros, one_buffer: padded tensors in
+  // named() order), zeroed first, and then `sink(l, block)` is called; the embedding, final norm
+  // and LM head gradients have their own tensors, zeroed at the start of every backward, and
+  // `sink(-1, {})` is called once the backward has written them. Gradients then no longer
+  // accumulate over micro-batches inside the model: the sink does. grads() keeps its names, the
+  // layers' views all pointing into the block.
+  using GradSink = std::function<void(int64_t layer, const Tensor& block)>;
+  void set_grad_sink(GradSink sink);
+  bool partitioned_grads() const { return static_cast<bool>(grad_sink_); }
+  // Elements of one layer's region in the gradient buffer (and of the block).
+  int64_t layer_grad_elems() const;
+
   // Forward over this rank's tokens; keeps what backward needs (per the activation policy). If
   // logits is given it receives [T, V] in the model's dtype.
   LossStats forward(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr);
@@ -126,6 +141,8 @@ class LlamaModel {
   std::shared_ptr<Acts> acts_;
   ActivationPolicy policy_ = ActivationPolicy::kKeep;
   int64_t mlp_tile_ = 0;
+  GradSink grad_sink_;
+  Tensor grad_block_;  // partitioned gradients: one layer's, reused
   int64_t loss_tile_ = 0;
   bool tiled_loss(int64_t T) const { return loss_tile_ > 0 && loss_tile_ < T; }
 };

@@ -67,7 +67,23 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t shard = zero ? ceil_div(ceil_div(n_flat, in.world), LlamaParams::kFlatAlign) * LlamaParams::kFlatAlign : 0;
   const int64_t opt_elems = zero ? shard : n;  // per moment (and master), per rank
   p.resident.emplace_back(in.cuda ? "weights (bf16)" : "weights (f32)", a * n_flat);
-  p.resident.emplace_back("gradients (f32)", 4 * n_flat);
+  if (zero && in.zero_stage >= 2) {
+    // Partitioned (LlamaModel::set_grad_sink, the trainer's shard): the shard, one layer's block,
+    // and the embedding / final norm / LM head gradients.
+    int64_t layer = 0, edges = 0, i = 0;
+    for (const auto& [name, shape] : LlamaParams::shapes(m)) {
+      const int64_t e = shape_numel(shape);
+      if (name.rfind("model.layers.", 0) != 0) {
+        edges += e;
+      } else if (i++ < 9) {
+        layer += ceil_div(e, LlamaParams::kFlatAlign) * LlamaParams::kFlatAlign;
+      }
+    }
+    p.resident.emplace_back(fmt::format("gradients (f32, 1/{} ZeRO-2 shard + a layer + edges)", in.world),
+                            4 * (shard + layer + edges));
+  } else {
+    p.resident.emplace_back("gradients (f32)", 4 * n_flat);
+  }
   p.resident.emplace_back(zero ? fmt::format("AdamW moments (f32, 1/{} ZeRO shard)", in.world) : "AdamW moments (f32)",
                           2 * 4 * opt_elems);
   if (in.cuda)
@@ -156,10 +172,10 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
                                   : "",
       in.mlp_tile_tokens > 0 ? fmt::format(", tiled MLP {}", in.mlp_tile_tokens) : "",
       in.loss_tile_tokens > 0 ? fmt::format(", tiled loss {}", in.loss_tile_tokens) : "",
-      in.zero_stage > 0 ? fmt::format(", ZeRO-{} over {}", std::min(in.zero_stage, 1), in.world) : "");
+      in.zero_stage > 0 ? fmt::format(", ZeRO-{} over {}", std::min(in.zero_stage, 2), in.world) : "");
   s += "resident:\n";
-  for (const auto& [name, bytes] : p.resident) s += fmt::format("  {:<44} {:>12}\n", name, gib(bytes));
-  s += fmt::format("  {:<44} {:>12}\n", "total", gib(p.resident_bytes));
+  for (const auto& [name, bytes] : p.resident) s += fmt::format("  {:<52} {:>12}\n", name, gib(bytes));
+  s += fmt::format("  {:<52} {:>12}\n", "total", gib(p.resident_bytes));
   s += fmt::format("activations kept per token and layer: {} bytes\n", p.kept_per_token_layer);
   s += "phases (on top of the resident state):\n";
   for (const auto& [name, bytes] : p.phases)

@@ -58,25 +58,36 @@ double AdamW::grad_norm(LlamaParams& grads) {
   return std::sqrt(ss);
 }
 
-float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm) {
+float AdamW::step_shard(LlamaParams& params, const Tensor& grad_shard, double total_norm) {
+  SEQPAR_CHECK(sharded(), "AdamW::step_shard: the optimizer is not sharded");
+  SEQPAR_CHECK(params.all_in_flat() && params.flat.numel() == total_ && grad_shard.numel() >= end_ - begin_ &&
+                   grad_shard.dtype() == DType::kF32,
+               "AdamW::step_shard: the weights in one buffer of {} elements and an f32 gradient shard of >= {}",
+               total_, end_ - begin_);
   ++step_;
-  float coef = clip_coefficient(total_norm, config_.clip);
+  const float coef = clip_coefficient(total_norm, config_.clip);
+  const int64_t n = end_ - begin_;
+  if (n == 0) return coef;
+  Tensor m = m_shard_.rows(0, n), v = v_shard_.rows(0, n), p = params.flat.rows(begin_, end_);
+  const Tensor g = grad_shard.rows(0, n);
+  if (has_master_) {
+    Tensor w = master_shard_.rows(0, n);
+    adamw_step(w, m, v, g, config_.adamw, step_, coef);
+    cast(p, w);
+  } else {
+    adamw_step(p, m, v, g, config_.adamw, step_, coef);
+  }
+  return coef;
+}
+
+float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm) {
   if (sharded()) {
     SEQPAR_CHECK(grads.all_in_flat() && grads.flat.numel() == total_ && params.all_in_flat(),
                  "AdamW: sharded steps need the weights and gradients in buffers of the same layout");
-    const int64_t n = end_ - begin_;
-    if (n == 0) return coef;
-    Tensor m = m_shard_.rows(0, n), v = v_shard_.rows(0, n), p = params.flat.rows(begin_, end_);
-    const Tensor g = grads.flat.rows(begin_, end_);
-    if (has_master_) {
-      Tensor w = master_shard_.rows(0, n);
-      adamw_step(w, m, v, g, config_.adamw, step_, coef);
-      cast(p, w);
-    } else {
-      adamw_step(p, m, v, g, config_.adamw, step_, coef);
-    }
-    return coef;
+    return step_shard(params, grads.flat.rows(begin_, end_), total_norm);
   }
+  ++step_;
+  float coef = clip_coefficient(total_norm, config_.clip);
   auto p = params.named();
   auto g = grads.named();
   auto m = m_.named();

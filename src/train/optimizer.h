@@ -38,6 +38,12 @@ class AdamW {
   // One step: clips by the given total norm (computed by the caller over every rank's gradients)
   // and updates params in place. Returns the clip coefficient used.
   float step(LlamaParams& params, LlamaParams& grads, double total_norm);
+  // Sharded only, with partitioned gradients (ZeRO stage 2): the same step from this rank's
+  // gradient shard alone, f32 [shard_len()] (elements [shard_begin(), shard_end()) of the buffer).
+  float step_shard(LlamaParams& params, const Tensor& grad_shard, double total_norm);
+  int64_t shard_begin() const { return begin_; }
+  int64_t shard_end() const { return end_; }
+  int64_t shard_len() const { return shard_len_; }
 
   // Sharded: all-gathers the updated shards of params over `comm` (the ranks of the shard; every
   // one calls it after step()). Not sharded: nothing to do.

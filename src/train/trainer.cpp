@@ -407,10 +407,47 @@ TrainResult run_training(const TrainConfig& cfg) {
       auto src = initial->params().named();
       for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
     }
-    // ZeRO stages 1-3 shard the optimizer state over every rank (all hold the same weights);
-    // gradients and weights stay whole (stage 1's memory; config_resolve says so for 2 and 3).
+    // ZeRO stages 1-3 shard the optimizer state over every rank (all hold the same weights); stages
+    // 2-3 also partition the gradients (below); weights stay whole (stage 3 runs as 2, with a
+    // warning from the config).
     const ZeroShard shard = cfg.zero_stage >= 1 ? ZeroShard{world.rank(), world.size()} : ZeroShard{};
     AdamW adamw(mc, cfg.optimizer, model.params(), device, shard);
+    // Partitioned gradients: each layer's are summed over the world as soon as its backward is done
+    // and only this rank's shard of the gradient buffer is kept, accumulated over micro-batches;
+    // the embedding, final norm and LM head gradients likewise once the backward is done.
+    const bool partition_grads = cfg.zero_stage >= 2 && adamw.sharded();
+    Tensor grad_shard;
+    if (partition_grads) {
+      grad_shard = Tensor::zeros({adamw.shard_len()}, DType::kF32, device);
+      auto padded = [](int64_t n) { return (n + LlamaParams::kFlatAlign - 1) / LlamaParams::kFlatAlign * LlamaParams::kFlatAlign; };
+      // Where each part sits in the whole gradient buffer (LlamaParams::zeros, one_buffer).
+      const int64_t layer_elems = model.layer_grad_elems();
+      const int64_t layers_at = padded(mc.vocab_size * mc.hidden_size);
+      const int64_t norm_at = layers_at + mc.num_layers * layer_elems, head_at = norm_at + padded(mc.hidden_size);
+      const int64_t begin = adamw.shard_begin(), end = adamw.shard_end();
+      // The part of `t` (at `at` in the whole buffer) inside this rank's shard, added to it.
+      auto take = [&grad_shard, begin, end](const Tensor& t, int64_t at) {
+        const int64_t lo = std::max(begin, at), hi = std::min(end, at + t.numel());
+        if (lo >= hi) return;
+        Tensor dst = grad_shard.rows(lo - begin, hi - begin);
+        add_inplace(dst, t.view({t.numel()}).rows(lo - at, hi - at));
+      };
+      model.set_grad_sink([&, take, layer_elems, layers_at, norm_at, head_at](int64_t l, const Tensor& block) {
+        if (l >= 0) {
+          Tensor b = block;
+          world.all_reduce(b, ReduceOp::kSum);
+          take(b, layers_at + l * layer_elems);
+          return;
+        }
+        LlamaParams& g = model.grads();
+        for (auto [t, at] : {std::pair<Tensor*, int64_t>{&g.embed_tokens, 0}, {&g.final_norm, norm_at},
+                             {&g.lm_head, head_at}}) {
+          if (!t->defined()) continue;
+          world.all_reduce(*t, ReduceOp::kSum);
+          take(*t, at);
+        }
+      });
+    }
     if (ckpt) restore_from_checkpoint(*ckpt, model.params(), adamw);
     // Every rank of this process holds its weights now: free the host copies they came from (a
     // whole model, and a checkpoint's weights and optimizer state).
@@ -555,20 +592,36 @@ TrainResult run_training(const TrainConfig& cfg) {
       const float dloss = global_good > 0 ? static_cast<float>(1.0 / global_good) : 0.f;
 
       model.zero_grads();
+      if (partition_grads) grad_shard.zero();
       double loss_sum = 0;
       for (const SpBatch& b : micro) {
         loss_sum += forward(b).loss_sum;
         model.backward(dloss);
       }
-      // Weights are replicated over dp × sp: sum every rank's gradient contribution.
-      all_reduce_grads(world, model.grads());
+      // Weights are replicated over dp × sp: sum every rank's gradient contribution (partitioned
+      // gradients were summed layer by layer during backward).
+      if (!partition_grads) all_reduce_grads(world, model.grads());
       Tensor loss_t = Tensor::from_vector<float>({1}, {static_cast<float>(loss_sum)});
       world.all_reduce(loss_t, ReduceOp::kSum);
       const double loss = global_good > 0 ? loss_t.data<float>()[0] / global_good : 0.0;
 
-      const double norm = AdamW::grad_norm(model.grads());
+      double norm = 0;
+      if (partition_grads) {
+        // Σ over the shards of their squares, the double carried as two f32 (high and low part).
+        const double ss = sum_squares(grad_shard);
+        const float hi = static_cast<float>(ss), lo = static_cast<float>(ss - static_cast<double>(hi));
+        Tensor parts = Tensor::from_vector<float>({2}, {hi, lo});
+        world.all_reduce(parts, ReduceOp::kSum);
+        norm = std::sqrt(static_cast<double>(parts.data<float>()[0]) + static_cast<double>(parts.data<float>()[1]));
+      } else {
+        norm = AdamW::grad_norm(model.grads());
+      }
       adamw.set_lr(lr_at(cfg, step));
-      adamw.step(model.params(), model.grads(), norm);
+      if (partition_grads) {
+        adamw.step_shard(model.params(), grad_shard, norm);
+      } else {
+        adamw.step(model.params(), model.grads(), norm);
+      }
       adamw.gather_params(world, model.params());
 
       if (cfg.time_steps) synchronize_device(device);

@@ -103,7 +103,8 @@ struct TrainConfig {
   int64_t loss_tile_tokens = 0;
   // ZeRO (DeepSpeed's zero_optimization.stage): >= 1 shards the AdamW state (moments, f32 master
   // weights) over the world's ranks, each updating its shard of the weights, which are then
-  // all-gathered. Gradients and weights are not partitioned (stages 2 and 3 run as stage 1).
+  // all-gathered; >= 2 also partitions the gradients (each layer's summed over the world as its
+  // backward ends, only the rank's shard kept). Weights are not partitioned (3 runs as 2).
   int zero_stage = 0;
   bool time_steps = false;  // benchmarks: synchronise the device at each step's end (see TrainResult)
 

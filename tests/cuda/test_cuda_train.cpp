@@ -86,6 +86,8 @@ TEST(CudaTrain, MemoryLeversTrainAlike) {
   expect_same_curve(kept, plain, 2e-2, "checkpointing keeping attention");
   TrainRun zero = train(common + " --zero-stage 1");  // the AdamW state sharded over the 2 ranks
   expect_same_curve(zero, plain, 2e-2, "ZeRO stage 1");
+  TrainRun zero2 = train(common + " --zero-stage 2");  // gradients partitioned too, layer by layer
+  expect_same_curve(zero2, plain, 2e-2, "ZeRO stage 2");
 }
 
 TEST(CudaTrain, DemoLearnsOnTheGpu) {

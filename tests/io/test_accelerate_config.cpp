@@ -83,8 +83,8 @@ deepspeed_config:
   EXPECT_DOUBLE_EQ(*c.gradient_clipping, 1.0);
   EXPECT_EQ(*c.seq_parallel_communication_data_type, "bf16");
   ASSERT_EQ(c.warnings.size(), 1u);
-  EXPECT_NE(c.warnings[0].find("acc.yaml: deepspeed_config.zero_stage=3 runs as stage 1: seqpar shards the "
-                               "optimizer state over the ranks, but gradients and parameters are kept whole"),
+  EXPECT_NE(c.warnings[0].find("acc.yaml: deepspeed_config.zero_stage=3 runs as stage 2: seqpar partitions the "
+                               "optimizer state and the gradients over the ranks, but parameters are kept whole"),
             std::string::npos)
       << c.warnings[0];
 }

@@ -134,11 +134,12 @@ TEST(DsConfig, ActivationCheckpointingSectionPointsAtTheFlag) {
 
 TEST(DsConfig, ZeroStageIsRecordedWithAWarning) {
   EXPECT_TRUE(parse_ds_config(R"({"zero_optimization": {"stage": 1}})", "z.json").warnings.empty());
-  const DsConfig c = parse_ds_config(R"({"zero_optimization": {"stage": 2}})", "z.json");
-  EXPECT_EQ(c.zero_stage.value, 2);
+  EXPECT_TRUE(parse_ds_config(R"({"zero_optimization": {"stage": 2}})", "z.json").warnings.empty());
+  const DsConfig c = parse_ds_config(R"({"zero_optimization": {"stage": 3}})", "z.json");
+  EXPECT_EQ(c.zero_stage.value, 3);
   ASSERT_EQ(c.warnings.size(), 1u);
-  EXPECT_NE(c.warnings[0].find("z.json: zero_optimization.stage=2 runs as stage 1: seqpar shards the optimizer "
-                               "state over the ranks, but gradients are kept whole on every rank"),
+  EXPECT_NE(c.warnings[0].find("z.json: zero_optimization.stage=3 runs as stage 2: seqpar partitions the optimizer "
+                               "state and the gradients over the ranks, but parameters are kept whole on every rank"),
             std::string::npos)
       << c.warnings[0];
   EXPECT_TRUE(parse_ds_config(R"({"zero_optimization": {"stage": 0}})", "z.json").warnings.empty());

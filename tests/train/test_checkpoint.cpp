@@ -3,6 +3,9 @@
 // checkpoints, refused resumes, and `seqpar export` read back and run through `seqpar fwdbwd`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -558,6 +561,62 @@ TEST(Checkpoint, ZeroShardedOptimizerIsBitExact) {
       ASSERT_EQ(resumed.losses.size(), 6u);
       for (size_t i = 0; i < plain.losses.size(); ++i)
         EXPECT_EQ(resumed.losses[i], plain.losses[i]) << "zero " << first << " then " << second << ", step " << i + 1;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace seqpar
+
+namespace seqpar {
+namespace {
+
+// ZeRO stage 2: the gradients partitioned too (each layer's summed over the world as its backward
+// ends, each rank keeping its shard, accumulated over micro-batches). The same training as
+// replicated up to the grad norm's summation order (shards' squares summed over the ranks), less
+// gradient memory than stage 1, and checkpoints a replicated run resumes (and the reverse).
+TEST(Checkpoint, ZeroPartitionedGradientsTrainAlike) {
+  struct Setting {
+    const char* name;
+    int sp;
+    SpMode mode;
+    int dp_replicate, grad_accum;
+  };
+  for (const Setting& s : {Setting{"sp=2 ulysses x dp=2", 2, SpMode::kUlysses, 2, 1},
+                           Setting{"sp=3 ring (uneven shards), 2 micro-batches", 3, SpMode::kRing, 1, 2}}) {
+    SCOPED_TRACE(s.name);
+    TrainConfig c = tiny_run();
+    c.sp = s.sp;
+    c.sp_mode = s.mode;
+    c.dp_replicate = s.dp_replicate;
+    c.grad_accum = s.grad_accum;
+    const std::string root = testing::temp_dir();
+    auto run = [&](int zero, const std::string& dir, int64_t stop, const std::string& resume) {
+      TrainConfig r = c;
+      r.zero_stage = zero;
+      r.save_dir = root + "/" + dir;
+      r.save_every = 3;
+      r.stop_at_step = stop;
+      r.resume = resume;
+      return run_training(r);
+    };
+    auto expect_alike = [](const TrainResult& got, const TrainResult& want, const std::string& what) {
+      ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+      for (size_t i = 0; i < want.losses.size(); ++i)
+        EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * std::fabs(want.losses[i])) << what << ", step " << i + 1;
+    };
+    const TrainResult plain = run(0, "plain", 0, "");
+    const TrainResult one = run(1, "one", 0, "");
+    const TrainResult two = run(2, "two", 0, "");
+    expect_alike(two, plain, "ZeRO-2");
+    // Gradient memory: a shard, one layer and the edges instead of the whole buffer.
+    EXPECT_LT(*std::max_element(two.step_peak_bytes.begin() + 1, two.step_peak_bytes.end()),
+              *std::max_element(one.step_peak_bytes.begin() + 1, one.step_peak_bytes.end()));
+    for (auto [first, second] : {std::pair{2, 0}, std::pair{0, 2}}) {
+      const std::string dir = "mixed" + std::to_string(first) + std::to_string(second);
+      run(first, dir, 3, "");
+      expect_alike(run(second, dir, 0, "latest"), plain,
+                   "ZeRO " + std::to_string(first) + " then " + std::to_string(second));
     }
   }
 }

@@ -106,6 +106,8 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
       {"checkpointing, tiled MLP and loss", 1, SpMode::kUlysses, true, false, 100, 200},
       {"ulysses 2", 2, SpMode::kUlysses},
       {"ring 2, checkpointing, ZeRO-1", 2, SpMode::kRing, true, false, 0, 0, 1},
+      {"ulysses 2, ZeRO-2", 2, SpMode::kUlysses, false, false, 0, 0, 2},
+      {"ring 2, checkpointing, ZeRO-2", 2, SpMode::kRing, true, false, 0, 0, 2},
       {"large vocabulary", 1, SpMode::kUlysses, false, false, 0, 0, 0, 16384},
       {"large vocabulary, checkpointing, tiled loss", 1, SpMode::kUlysses, true, false, 0, 128, 0, 16384},
   };
