@@ -70,15 +70,23 @@ std::vector<std::pair<std::string, const Tensor*>> LlamaParams::named() const {
   return out;
 }
 
+LlamaParams::FlatLayout LlamaParams::flat_layout(const LlamaConfig& c) {
+  FlatLayout f;
+  const auto shapes = LlamaParams::shapes(c);
+  for (size_t i = 1; i <= 9; ++i) f.layer_elems += padded(shape_numel(shapes[i].second));  // model.layers.0.*
+  f.layers = padded(c.vocab_size * c.hidden_size);
+  f.final_norm = f.layers + c.num_layers * f.layer_elems;
+  f.lm_head = f.final_norm + padded(c.hidden_size);
+  f.total = f.lm_head + (c.tie_word_embeddings ? 0 : padded(c.vocab_size * c.hidden_size));
+  return f;
+}
+
 LlamaParams LlamaParams::zeros(const LlamaConfig& c, DType dtype, Device device, bool one_buffer) {
   LlamaParams p;
   p.layers.resize(c.num_layers);
   auto shapes = LlamaParams::shapes(c);
   if (!c.tie_word_embeddings) p.lm_head = Tensor::zeros({c.vocab_size, c.hidden_size}, dtype, device);
-  auto padded = [](int64_t n) { return (n + kFlatAlign - 1) / kFlatAlign * kFlatAlign; };
-  int64_t total = 0;
-  for (const auto& [name, shape] : shapes) total += padded(shape_numel(shape));
-  if (one_buffer) p.flat = Tensor::zeros({total}, dtype, device);
+  if (one_buffer) p.flat = Tensor::zeros({flat_layout(c).total}, dtype, device);
   size_t i = 0;
   int64_t at = 0;
   for (auto& [name, t] : p.named()) {
@@ -150,14 +158,6 @@ LlamaModel::ActivationPolicy LlamaModel::policy_for(bool checkpointing, bool kee
   return keep_attention ? ActivationPolicy::kCheckpointKeepAttention : ActivationPolicy::kCheckpoint;
 }
 
-int64_t LlamaModel::layer_grad_elems() const {
-  int64_t n = 0;
-  const auto shapes = LlamaParams::shapes(config_);
-  for (size_t i = 1; i <= 9; ++i)  // model.layers.0.*: the nine tensors after the embedding
-    n += (shape_numel(shapes[i].second) + LlamaParams::kFlatAlign - 1) / LlamaParams::kFlatAlign * LlamaParams::kFlatAlign;
-  return n;
-}
-
 void LlamaModel::set_grad_sink(GradSink sink) {
   SEQPAR_CHECK(sink != nullptr, "LlamaModel::set_grad_sink: a sink is required");
   SEQPAR_CHECK(acts_ == nullptr, "LlamaModel::set_grad_sink: not between a forward and its backward");
@@ -167,7 +167,7 @@ void LlamaModel::set_grad_sink(GradSink sink) {
   LlamaParams g;
   g.layers.resize(config_.num_layers);
   if (!config_.tie_word_embeddings) g.lm_head = Tensor::zeros({config_.vocab_size, config_.hidden_size}, DType::kF32, device_);
-  grad_block_ = Tensor::zeros({layer_grad_elems()}, DType::kF32, device_);
+  grad_block_ = Tensor::zeros({LlamaParams::flat_layout(config_).layer_elems}, DType::kF32, device_);
   const auto shapes = LlamaParams::shapes(config_);
   size_t i = 0;
   int64_t at = 0;
@@ -179,7 +179,7 @@ void LlamaModel::set_grad_sink(GradSink sink) {
     }
     if (name.find(".self_attn.q_proj.") != std::string::npos) at = 0;  // a layer's first tensor
     *t = grad_block_.rows(at, at + shape_numel(shape)).view(shape);
-    at += (shape_numel(shape) + LlamaParams::kFlatAlign - 1) / LlamaParams::kFlatAlign * LlamaParams::kFlatAlign;
+    at += LlamaParams::padded(shape_numel(shape));
   }
   grads_ = std::move(g);
 }

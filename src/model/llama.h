@@ -46,6 +46,15 @@ struct LlamaParams {
   static LlamaParams zeros(const LlamaConfig& config, DType dtype, Device device, bool one_buffer = false);
 
   static constexpr int64_t kFlatAlign = 64;
+  // n rounded up to a multiple of kFlatAlign: a tensor's extent in the one buffer.
+  static int64_t padded(int64_t n) { return (n + kFlatAlign - 1) / kFlatAlign * kFlatAlign; }
+  // Where the parts sit in the one buffer (element offsets): the embedding at 0, decoder layer l at
+  // layers + l × layer_elems (its nine tensors, padded, in named() order), the final norm, then
+  // the LM head (untied models); total elements.
+  struct FlatLayout {
+    int64_t layers = 0, layer_elems = 0, final_norm = 0, lm_head = 0, total = 0;
+  };
+  static FlatLayout flat_layout(const LlamaConfig& config);
   Tensor flat;  // defined when allocated as one buffer
 
   // Whether `flat` is defined and every named tensor still lies inside it (an assignment that
@@ -102,8 +111,7 @@ class LlamaModel {
 
   // Partitioned gradients (ZeRO stage 2): the decoder layers' gradients no longer live in one
   // whole buffer. Each layer's backward writes them into one reused f32 block with the layout of a
-  // layer's region in the gradient buffer (LlamaParams::zeros, one_buffer: padded tensors in
-  // named() order), zeroed first, and then `sink(l, block)` is called; the embedding, final norm
+  // layer's region in the gradient buffer (LlamaParams::flat_layout), zeroed first, and then `sink(l, block)` is called; the embedding, final norm
   // and LM head gradients have their own tensors, zeroed at the start of every backward, and
   // `sink(-1, {})` is called once the backward has written them. Gradients then no longer
   // accumulate over micro-batches inside the model: the sink does. grads() keeps its names, the
@@ -111,8 +119,6 @@ class LlamaModel {
   using GradSink = std::function<void(int64_t layer, const Tensor& block)>;
   void set_grad_sink(GradSink sink);
   bool partitioned_grads() const { return static_cast<bool>(grad_sink_); }
-  // Elements of one layer's region in the gradient buffer (and of the block).
-  int64_t layer_grad_elems() const;
 
   // Forward over this rank's tokens; keeps what backward needs (per the activation policy). If
   // logits is given it receives [T, V] in the model's dtype.

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/llama.h"
+#include "train/optimizer.h"
 
 namespace seqpar {
 
@@ -57,30 +58,20 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   p.tokens_per_rank = T;
 
   // ---- resident: model states (model/llama.cpp LlamaParams, train/optimizer.cpp AdamW) ----------
-  int64_t n = 0, n_flat = 0;
-  for (const auto& [name, shape] : LlamaParams::shapes(m)) {
-    const int64_t e = shape_numel(shape);
-    n += e;
-    n_flat += ceil_div(e, LlamaParams::kFlatAlign) * LlamaParams::kFlatAlign;
-  }
+  int64_t n = 0;
+  for (const auto& [name, shape] : LlamaParams::shapes(m)) n += shape_numel(shape);
+  const LlamaParams::FlatLayout layout = LlamaParams::flat_layout(m);
+  const int64_t n_flat = layout.total;
   const bool zero = in.zero_stage >= 1 && in.world > 1;
-  const int64_t shard = zero ? ceil_div(ceil_div(n_flat, in.world), LlamaParams::kFlatAlign) * LlamaParams::kFlatAlign : 0;
+  const int64_t shard = zero ? AdamW::shard_len_for(n_flat, in.world) : 0;
   const int64_t opt_elems = zero ? shard : n;  // per moment (and master), per rank
   p.resident.emplace_back(in.cuda ? "weights (bf16)" : "weights (f32)", a * n_flat);
   if (zero && in.zero_stage >= 2) {
     // Partitioned (LlamaModel::set_grad_sink, the trainer's shard): the shard, one layer's block,
-    // and the embedding / final norm / LM head gradients.
-    int64_t layer = 0, edges = 0, i = 0;
-    for (const auto& [name, shape] : LlamaParams::shapes(m)) {
-      const int64_t e = shape_numel(shape);
-      if (name.rfind("model.layers.", 0) != 0) {
-        edges += e;
-      } else if (i++ < 9) {
-        layer += ceil_div(e, LlamaParams::kFlatAlign) * LlamaParams::kFlatAlign;
-      }
-    }
+    // and the embedding / final norm / LM head gradients (tensors of their own, unpadded).
+    const int64_t edges = (m.tie_word_embeddings ? 1 : 2) * V * C + C;
     p.resident.emplace_back(fmt::format("gradients (f32, 1/{} ZeRO-2 shard + a layer + edges)", in.world),
-                            4 * (shard + layer + edges));
+                            4 * (shard + layout.layer_elems + edges));
   } else {
     p.resident.emplace_back("gradients (f32)", 4 * n_flat);
   }

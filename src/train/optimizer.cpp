@@ -15,9 +15,7 @@ AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, con
   if (sharded()) {
     SEQPAR_CHECK(params.all_in_flat(), "AdamW: ZeRO sharding needs the weights in one buffer");
     total_ = params.flat.numel();
-    // Shards start on kFlatAlign-element boundaries, as the tensors do (vector loads).
-    const int64_t a = LlamaParams::kFlatAlign;
-    shard_len_ = ((total_ + shard.size - 1) / shard.size + a - 1) / a * a;
+    shard_len_ = shard_len_for(total_, shard.size);
     begin_ = std::min(total_, shard.rank * shard_len_);
     end_ = std::min(total_, begin_ + shard_len_);
     m_shard_ = Tensor::zeros({shard_len_}, DType::kF32, device);
@@ -50,6 +48,11 @@ LlamaParams& AdamW::exp_avg() {
 LlamaParams& AdamW::exp_avg_sq() {
   SEQPAR_CHECK(!sharded(), "AdamW::exp_avg_sq: the optimizer is sharded (use full_state)");
   return v_;
+}
+
+int64_t AdamW::shard_len_for(int64_t total, int world) {
+  // Shards start on kFlatAlign-element boundaries, as the tensors do (vector loads).
+  return LlamaParams::padded((total + world - 1) / world);
 }
 
 double AdamW::grad_norm(LlamaParams& grads) {

@@ -41,6 +41,9 @@ class AdamW {
   // Sharded only, with partitioned gradients (ZeRO stage 2): the same step from this rank's
   // gradient shard alone, f32 [shard_len()] (elements [shard_begin(), shard_end()) of the buffer).
   float step_shard(LlamaParams& params, const Tensor& grad_shard, double total_norm);
+  // Elements per rank of a buffer of `total` sharded over `world` (shards start on
+  // LlamaParams::kFlatAlign boundaries; the last may be shorter).
+  static int64_t shard_len_for(int64_t total, int world);
   int64_t shard_begin() const { return begin_; }
   int64_t shard_end() const { return end_; }
   int64_t shard_len() const { return shard_len_; }

@@ -419,11 +419,7 @@ TrainResult run_training(const TrainConfig& cfg) {
     Tensor grad_shard;
     if (partition_grads) {
       grad_shard = Tensor::zeros({adamw.shard_len()}, DType::kF32, device);
-      auto padded = [](int64_t n) { return (n + LlamaParams::kFlatAlign - 1) / LlamaParams::kFlatAlign * LlamaParams::kFlatAlign; };
-      // Where each part sits in the whole gradient buffer (LlamaParams::zeros, one_buffer).
-      const int64_t layer_elems = model.layer_grad_elems();
-      const int64_t layers_at = padded(mc.vocab_size * mc.hidden_size);
-      const int64_t norm_at = layers_at + mc.num_layers * layer_elems, head_at = norm_at + padded(mc.hidden_size);
+      const LlamaParams::FlatLayout at = LlamaParams::flat_layout(mc);  // where each part sits
       const int64_t begin = adamw.shard_begin(), end = adamw.shard_end();
       // The part of `t` (at `at` in the whole buffer) inside this rank's shard, added to it.
       auto take = [&grad_shard, begin, end](const Tensor& t, int64_t at) {
@@ -432,19 +428,19 @@ TrainResult run_training(const TrainConfig& cfg) {
         Tensor dst = grad_shard.rows(lo - begin, hi - begin);
         add_inplace(dst, t.view({t.numel()}).rows(lo - at, hi - at));
       };
-      model.set_grad_sink([&, take, layer_elems, layers_at, norm_at, head_at](int64_t l, const Tensor& block) {
+      model.set_grad_sink([&, take, at](int64_t l, const Tensor& block) {
         if (l >= 0) {
           Tensor b = block;
           world.all_reduce(b, ReduceOp::kSum);
-          take(b, layers_at + l * layer_elems);
+          take(b, at.layers + l * at.layer_elems);
           return;
         }
         LlamaParams& g = model.grads();
-        for (auto [t, at] : {std::pair<Tensor*, int64_t>{&g.embed_tokens, 0}, {&g.final_norm, norm_at},
-                             {&g.lm_head, head_at}}) {
+        for (auto [t, offset] : {std::pair<Tensor*, int64_t>{&g.embed_tokens, 0}, {&g.final_norm, at.final_norm},
+                                 {&g.lm_head, at.lm_head}}) {
           if (!t->defined()) continue;
           world.all_reduce(*t, ReduceOp::kSum);
-          take(*t, at);
+          take(*t, offset);
         }
       });
     }

@@ -518,6 +518,18 @@ TEST(Checkpoint, PrintConfigShowsDataAndCheckpointSettings) {
 namespace seqpar {
 namespace {
 
+// `c` with ZeRO stage `zero`, saving every 3 steps to save_dir, stopping at `stop` (0: the end),
+// resuming from `resume` ("" or "latest").
+TrainResult run_with_zero(TrainConfig c, int zero, const std::string& save_dir, int64_t stop,
+                          const std::string& resume) {
+  c.zero_stage = zero;
+  c.save_dir = save_dir;
+  c.save_every = 3;
+  c.stop_at_step = stop;
+  c.resume = resume;
+  return run_training(c);
+}
+
 // ZeRO stage 1: the optimizer state sharded over the world's ranks trains bit for bit as the
 // replicated one (AdamW is element-wise), writes byte-identical checkpoints (the whole state,
 // gathered), and a run resumes across stages in both directions.
@@ -537,13 +549,7 @@ TEST(Checkpoint, ZeroShardedOptimizerIsBitExact) {
     c.dp_replicate = s.dp_replicate;
     const std::string root = testing::temp_dir();
     auto run = [&](int zero, const std::string& dir, int64_t stop, const std::string& resume) {
-      TrainConfig r = c;
-      r.zero_stage = zero;
-      r.save_dir = root + "/" + dir;
-      r.save_every = 3;
-      r.stop_at_step = stop;
-      r.resume = resume;
-      return run_training(r);
+      return run_with_zero(c, zero, root + "/" + dir, stop, resume);
     };
     const TrainResult plain = run(0, "plain", 0, "");
     const TrainResult zero = run(1, "zero", 0, "");
@@ -592,13 +598,7 @@ TEST(Checkpoint, ZeroPartitionedGradientsTrainAlike) {
     c.grad_accum = s.grad_accum;
     const std::string root = testing::temp_dir();
     auto run = [&](int zero, const std::string& dir, int64_t stop, const std::string& resume) {
-      TrainConfig r = c;
-      r.zero_stage = zero;
-      r.save_dir = root + "/" + dir;
-      r.save_every = 3;
-      r.stop_at_step = stop;
-      r.resume = resume;
-      return run_training(r);
+      return run_with_zero(c, zero, root + "/" + dir, stop, resume);
     };
     auto expect_alike = [](const TrainResult& got, const TrainResult& want, const std::string& what) {
       ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
