@@ -35,6 +35,16 @@ struct BenchGemmOptions {
   // included) and print {"name", "ms", "ms_min"}; "quit" or end of input stops. This lets a PyTorch
   // peer alternate with seqpar shape by shape, so clock and temperature drift hit both alike.
   bool serve = false;
+  // Only these shapes of the preset (comma-separated names; empty: all).
+  std::string shapes;
+  // Diagnostics of the autotune (instead of the timings above), per shape: --sweep times every
+  // candidate of the pool (cuda_ops::matmul_candidates, forced one by one) in --rounds interleaved
+  // rounds of --iters runs, the ground truth the tuning should find (JSON bench "gemm_candidate");
+  // --tune-repeats N tunes the shape N times afresh and times each choice the same way
+  // (bench "gemm_tune"), which shows whether the choice is stable and how far it is from the best.
+  bool sweep = false;
+  int tune_repeats = 0;
+  int rounds = 3;
 };
 
 // Registers the options above on a (sub)command, e.g. `seqpar bench gemm`.

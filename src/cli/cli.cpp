@@ -3,16 +3,37 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace seqpar {
+
+namespace {
+
+// --log-level / SEQPAR_LOG_LEVEL: debug | info | warn | error.
+LogLevel parse_log_level(const std::string& v, const char* setting) {
+  if (v == "debug") return LogLevel::kDebug;
+  if (v == "info") return LogLevel::kInfo;
+  if (v == "warn") return LogLevel::kWarn;
+  if (v == "error") return LogLevel::kError;
+  SEQPAR_INPUT_CHECK(false, "{}={} must be one of debug, info, warn, error", setting, v);
+  return LogLevel::kInfo;
+}
+
+}  // namespace
 
 int cli_main(int argc, char** argv) {
   CLI::App app{"seqpar: long-sequence transformer training with sequence parallelism (Ulysses, Ring, hybrid)"};
   app.require_subcommand(1);
+  app.fallthrough();  // --log-level also after the subcommand
+  app.add_option_function<std::string>(
+      "--log-level", [](const std::string& v) { set_log_level(parse_log_level(v, "--log-level")); },
+      "debug | info | warn | error (default info, or $SEQPAR_LOG_LEVEL); debug also shows each GEMM's autotune");
   app.add_subcommand("version", "print the version")->callback([] { std::printf("seqpar 0.1.0\n"); });
   int rc = 0;
   add_fwdbwd_command(app, rc);
@@ -23,6 +44,8 @@ int cli_main(int argc, char** argv) {
   add_export_command(app, rc);
   add_plan_command(app, rc);
   try {
+    if (const char* env = std::getenv("SEQPAR_LOG_LEVEL"); env != nullptr && *env != '\0')
+      set_log_level(parse_log_level(env, "SEQPAR_LOG_LEVEL"));
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -54,7 +54,12 @@ constexpr int kSplits[] = {2, 3, 4, 6, 8};
 constexpr int64_t kMinSplitSlice = 1024;  // K / split at least this
 constexpr double kDefaultBudgetMs = 50;
 constexpr double kFirstPassShare = 0.5;   // of the budget, for the first pass over the pool
-constexpr int kFinalSamples = 15;         // the two finalists stop at this many samples each
+constexpr double kMinSampleMs = 0.2;      // a timing sample: a burst of runs at least this long
+constexpr int kMaxBurst = 8;              // runs per burst at most
+constexpr double kFinalShare = 0.25;      // of the budget, kept for the final
+constexpr int kFinalists = 3;             // candidates in the final (plus the best unsplit one)
+constexpr int kFinalSamples = 15;         // final rounds at most
+constexpr double kSplitMargin = 0.02;     // a split-K finalist must be this much faster than the best unsplit
 
 // Largest power of two (up to 256) that divides the address: cuBLASLt picks kernels by it.
 int alignment_of(const void* p) {
@@ -403,12 +408,24 @@ double median(std::vector<float> v) {
 //  1. First pass, in pool order while less than kFirstPassShare of the budget is spent: each
 //     candidate once untimed (loads its module, warms caches), once timed. pool[0] always runs;
 //     a candidate that fails to launch is dropped.
+//  From here on a sample is one untimed run, then the mean of a burst of back-to-back runs, as
+//  many as make it last kMinSampleMs (at most kMaxBurst): the steady state of the candidate run
+//  again and again, as a loop over the same GEMM runs it. Timed right after a different
+//  candidate, a ~50-200 µs GEMM reads the L2 that candidate left, which changed the ranking by up
+//  to 10% against the steady state (`seqpar bench gemm --sweep`; bench/NOTES.md, 2026-12-01).
 //  2. Rounds: every live candidate once per round, interleaved, so clock drift hits all alike.
-//     After every two rounds the slower half (by median) is dropped, down to two finalists, which
-//     run until kFinalSamples samples each. A round starts only if its predicted cost (the sum of
-//     the live medians) fits in the budget left; if not, the slower half goes first.
-// The winner is the live candidate with the lowest median. The overrun is at most one first-pass
-// candidate (two runs) when pool[0] alone exceeds the budget.
+//     After every two rounds the slower half (by median) is dropped, down to kFinalists. A round
+//     starts only if its predicted cost (the sum of the live bursts) fits in the part of the
+//     budget before kFinalShare; if not, the slower half goes first.
+//  3. Final: the kFinalists best by median, and the fastest candidate without split-K if none of
+//     them is, timed afresh (earlier samples carry the winner's luck of the eliminations) for up to
+//     kFinalSamples rounds within the budget, the order rotated each round so no candidate always
+//     follows the same one.
+// The winner is the finalist with the lowest final median, where a split-K candidate must beat
+// the best unsplit finalist by kSplitMargin: on a near tie the unsplit one runs one kernel
+// instead of two and needs no workspace traffic, and its lead measured in isolation did not hold
+// in the benchmark (bench/NOTES.md, 2026-11-29/12-01). The overrun is at most one first-pass
+// candidate (two runs) when pool[0] alone exceeds the budget, plus one final round.
 void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const void* b, cudaStream_t stream,
           double budget_ms) {
   using Clock = std::chrono::steady_clock;
@@ -440,42 +457,82 @@ void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const v
   const int timed = static_cast<int>(live.size());
   SEQPAR_CHECK(!live.empty(), "matmul autotune: no candidate ran for M={} N={} K={} (pool of {})", key.M, key.N,
                key.K, n);
+  double fastest = samples[live[0]][0];
+  for (int i : live) fastest = std::min<double>(fastest, samples[i][0]);
+  const int burst = std::clamp(static_cast<int>(std::ceil(kMinSampleMs / std::max(fastest, 1e-3))), 1, kMaxBurst);
 
-  auto keep_faster_half = [&] {
+  auto by_median = [&] {
     std::vector<std::pair<double, int>> by;
     for (int i : live) by.emplace_back(median(samples[i]), i);
     std::sort(by.begin(), by.end());
+    return by;
+  };
+  auto keep_fastest = [&](size_t count) {
+    const auto by = by_median();
     live.clear();
-    for (size_t j = 0; j < std::max<size_t>(2, (by.size() + 1) / 2); ++j) live.push_back(by[j].second);
+    for (size_t j = 0; j < std::min(count, by.size()); ++j) live.push_back(by[j].second);
   };
   std::vector<Event> starts, stops;
-  int rounds = 0;
-  while (live.size() > 1) {
-    double cost = 0;
-    for (int i : live) cost += median(samples[i]);
-    if (elapsed_ms() + cost > budget_ms) {
-      if (live.size() <= 2) break;
-      keep_faster_half();
-      continue;
-    }
+  // One interleaved round over `live`, starting at position `first`: appends a sample to each.
+  auto round = [&](size_t first) {
     while (starts.size() < live.size()) {
       starts.emplace_back(true);
       stops.emplace_back(true);
     }
     for (size_t j = 0; j < live.size(); ++j) {
+      const int i = live[(first + j) % live.size()];
+      SEQPAR_CUBLASLT_CHECK(run(i));  // untimed: the burst then finds the L2 as its own run leaves it
       starts[j].record(stream);
-      SEQPAR_CUBLASLT_CHECK(run(live[j]));
+      for (int r = 0; r < burst; ++r) SEQPAR_CUBLASLT_CHECK(run(i));
       stops[j].record(stream);
     }
     stops[live.size() - 1].synchronize();
-    for (size_t j = 0; j < live.size(); ++j) samples[live[j]].push_back(stops[j].elapsed_ms(starts[j]));
+    for (size_t j = 0; j < live.size(); ++j)
+      samples[live[(first + j) % live.size()]].push_back(stops[j].elapsed_ms(starts[j]) / burst);
+  };
+  auto round_cost = [&] {
+    double cost = 0;
+    for (int i : live) cost += (burst + 1) * median(samples[i]);
+    return cost;
+  };
+  int rounds = 0;
+  const double eliminate_until = (1.0 - kFinalShare) * budget_ms;
+  while (live.size() > static_cast<size_t>(kFinalists)) {
+    if (elapsed_ms() + round_cost() > eliminate_until) {
+      keep_fastest((live.size() + 1) / 2);
+      continue;
+    }
+    round(0);
     ++rounds;
-    if (live.size() > 2 && rounds % 2 == 0) keep_faster_half();
-    if (live.size() <= 2 && samples[live[0]].size() >= static_cast<size_t>(kFinalSamples)) break;
+    if (rounds % 2 == 0) keep_fastest(std::max<size_t>(kFinalists, (live.size() + 1) / 2));
   }
-  int best = live[0];
-  for (int i : live)
-    if (median(samples[i]) < median(samples[best])) best = i;
+  // The final, on fresh samples.
+  keep_fastest(kFinalists);
+  const auto split = [&](int i) { return plan.pool[i].config.split_k > 1; };
+  if (std::all_of(live.begin(), live.end(), split)) {
+    int unsplit = -1;  // the fastest candidate without split-K that was timed at all
+    for (int i = 0; i < n; ++i)
+      if (!samples[i].empty() && !split(i) && (unsplit < 0 || median(samples[i]) < median(samples[unsplit])))
+        unsplit = i;
+    if (unsplit >= 0) live.push_back(unsplit);
+  }
+  for (int i : live) samples[i].clear();
+  int final_rounds = 0;
+  double cost = 0;
+  while (final_rounds < kFinalSamples && (final_rounds == 0 || elapsed_ms() + cost <= budget_ms)) {
+    round(static_cast<size_t>(final_rounds));
+    ++final_rounds;
+    cost = round_cost();
+  }
+  int best_unsplit = -1, best_split = -1;
+  for (int i : live) {
+    int& best = split(i) ? best_split : best_unsplit;
+    if (best < 0 || median(samples[i]) < median(samples[best])) best = i;
+  }
+  int best = best_unsplit >= 0 ? best_unsplit : best_split;
+  if (best_unsplit >= 0 && best_split >= 0 &&
+      median(samples[best_split]) < (1.0 - kSplitMargin) * median(samples[best_unsplit]))
+    best = best_split;
   SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the scratch goes back to the pool
 
   plan.choice = best;
@@ -488,10 +545,17 @@ void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const v
   t.tune_ms = elapsed_ms();
   t.best_ms = median(samples[best]);
   t.heuristic_ms = samples[0].empty() ? 0.0 : median(samples[0]);
-  log_debug("matmul M={} N={} K={} trans_a={} trans_b={} {}->{}: {} ({:.4f} ms, heuristic first pick {:.4f} ms); "
-            "{} of {} candidates timed, {} rounds, {:.1f} ms",
-            key.M, key.N, key.K, key.trans_a, key.trans_b, dtype_name(key.in), dtype_name(key.out),
-            matmul_config_str(t.chosen), t.best_ms, t.heuristic_ms, timed, n, rounds, t.tune_ms);
+  if (log_level() <= LogLevel::kDebug) {
+    std::string finals;
+    for (int i : live)
+      finals += fmt::format("{}[{}] {:.4f} ms{}", finals.empty() ? "" : "; ", i, median(samples[i]),
+                            split(i) ? " (split-K)" : "");
+    log_debug("matmul M={} N={} K={} trans_a={} trans_b={} {}->{}: {} ({:.4f} ms, heuristic first pick {:.4f} ms); "
+              "{} of {} candidates timed, bursts of {}, {} rounds, final of {} rounds: {}; {:.1f} ms",
+              key.M, key.N, key.K, key.trans_a, key.trans_b, dtype_name(key.in), dtype_name(key.out),
+              matmul_config_str(t.chosen), t.best_ms, t.heuristic_ms, timed, n, burst, rounds, final_rounds, finals,
+              t.tune_ms);
+  }
 }
 
 // ---- entry ----------------------------------------------------------------------------------
