@@ -10,6 +10,7 @@ forward 4 S^2 H D (halved when causal), backward 2.5x the forward.
     python3 bench/peers/torch_sdpa.py [--seq-lens 4096,16384,65536] [--head-dims 64,128] [--heads 32]
 """
 import argparse
+import contextlib
 import datetime
 import json
 import statistics
@@ -19,7 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+# "auto": no restriction, torch's own choice (what Hugging Face's attn_implementation "sdpa" gets).
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "auto": None}
 
 
 def ints(s):
@@ -43,7 +46,7 @@ def time_one(backend, S, H, Hkv, D, causal, with_bwd, warmup, iters, layout="bhs
     gqa = Hkv != H
 
     def step():
-        with sdpa_kernel(BACKENDS[backend]):
+        with contextlib.nullcontext() if BACKENDS[backend] is None else sdpa_kernel(BACKENDS[backend]):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
         if with_bwd:
             out.backward(dout)
@@ -83,7 +86,7 @@ def main():
     Hkv = args.kv_heads or H
     passes = args.passes.split(",")
     causal = bool(args.causal)
-    out = open(args.out, "w") if args.out else None
+    out = open(args.out, "a") if args.out else None
     for D in ints(args.head_dims):
         for S in ints(args.seq_lens):
             fwd_flops = 4.0 * S * S * H * D * (0.5 if causal else 1.0)

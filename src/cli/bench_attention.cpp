@@ -37,7 +37,7 @@ void add_bench_attention_options(CLI::App& cmd, BenchAttentionOptions& o) {
   cmd.add_option("--passes", o.passes, "what to time: fwd, fwd_bwd (comma-separated)")->capture_default_str();
   cmd.add_option("--warmup", o.warmup, "untimed runs per measurement")->capture_default_str();
   cmd.add_option("--iters", o.iters, "timed runs per measurement (the median is reported)")->capture_default_str();
-  cmd.add_option("--out", o.out, "also write the JSON lines to this file");
+  cmd.add_option("--out", o.out, "also append the JSON lines to this file");
   cmd.add_option("--device", o.device, "CUDA device index")->capture_default_str();
   cmd.add_option("--backend", o.backend, "flash (seqpar's kernel) or cudnn (cuDNN fused SDPA)")->capture_default_str();
 }

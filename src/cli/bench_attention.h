@@ -26,7 +26,7 @@ struct BenchAttentionOptions {
   std::string passes = "fwd,fwd_bwd";  // which of fwd, fwd_bwd to time
   int warmup = 2;                      // untimed runs per measurement
   int iters = 5;                       // timed runs; the median is reported
-  std::string out;                     // also write the JSON lines to this file (empty: stdout only)
+  std::string out;                     // also append the JSON lines to this file (empty: stdout only)
   int device = 0;
   std::string backend = "flash";  // flash | cudnn (attention/attention_backend.h)
 };

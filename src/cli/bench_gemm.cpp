@@ -48,7 +48,7 @@ void add_bench_gemm_options(CLI::App& cmd, BenchGemmOptions& o) {
   cmd.add_option("--tune-ms", o.tune_ms,
                  "autotune budget per shape in ms (0: matmul's default, 50 or $SEQPAR_GEMM_AUTOTUNE_MS)")
       ->capture_default_str();
-  cmd.add_option("--out", o.out, "also write the JSON lines to this file");
+  cmd.add_option("--out", o.out, "also append the JSON lines to this file");
   cmd.add_option("--device", o.device, "CUDA device index")->capture_default_str();
   cmd.add_option("--shapes", o.shapes, "only these shapes of the preset (comma-separated names)");
   cmd.add_flag("--sweep", o.sweep,
@@ -610,117 +610,6 @@ int run_bench_gemm(const BenchGemmOptions& o) {
 }
 
 #else
-
-namespace {
-
-// Per index i < n, the median over `rounds` rounds of the median of `iters` runs of run(i); the
-// order rotates from round to round, so drift and neighbours hit every index alike.
-template <typename F>
-std::vector<double> interleaved_medians(int n, int rounds, int warmup, int iters, cudaStream_t stream, F&& run) {
-  std::vector<std::vector<double>> per(n);
-  for (int r = 0; r < rounds; ++r)
-    for (int j = 0; j < n; ++j) {
-      const int i = (j + r) % n;
-      per[i].push_back(time_runs(warmup, iters, stream, [&] { run(i); }).median_ms);
-    }
-  std::vector<double> m(n);
-  for (int i = 0; i < n; ++i) {
-    std::sort(per[i].begin(), per[i].end());
-    m[i] = per[i][per[i].size() / 2];
-  }
-  return m;
-}
-
-}  // namespace
-
-// --sweep and --tune-repeats (bench_gemm.h): the autotune against the ground truth of its pool.
-static int diagnose_gemm(const BenchGemmOptions& o, const std::vector<GemmShape>& shapes, Device dev,
-                         const cudaDeviceProp& prop, JsonLines& out) {
-  if (o.tune_ms > 0) cuda_ops::set_matmul_autotune_budget_ms(o.tune_ms);
-  const bool autotune_before = cuda_ops::matmul_autotune();
-  cudaStream_t stream = current_stream();
-  uint64_t seed = 1;
-  for (const GemmShape& s : shapes) {
-    Tensor a = random_device(s.trans_a ? Shape{s.K, s.M} : Shape{s.M, s.K}, DType::kBF16, dev, seed++);
-    Tensor b = random_device(s.trans_b ? Shape{s.N, s.K} : Shape{s.K, s.N}, DType::kBF16, dev, seed++);
-    Tensor c = Tensor::empty({s.M, s.N}, DType::kBF16, dev);
-    const double flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
-    cuda_ops::clear_matmul_plans();
-    const std::vector<cuda_ops::MatmulConfig> pool = cuda_ops::matmul_candidates(c, a, b, s.trans_a, s.trans_b);
-    const int n = static_cast<int>(pool.size());
-    auto base = [&](const char* bench) {
-      return nlohmann::json{{"bench", bench}, {"name", s.name},       {"m", s.M},
-                            {"n", s.N},       {"k", s.K},             {"budget_ms", cuda_ops::matmul_autotune_budget_ms()},
-                            {"device", prop.name}, {"date", utc_now("%Y-%m-%d")}};
-    };
-    std::vector<double> truth;
-    if (o.sweep) {
-      truth = interleaved_medians(n, o.rounds, 1, o.iters, stream, [&](int i) {
-        cuda_ops::set_matmul_forced_candidate(i);
-        matmul(c, a, b, s.trans_a, s.trans_b);
-      });
-      cuda_ops::set_matmul_forced_candidate(-1);
-      std::vector<int> order(n);
-      for (int i = 0; i < n; ++i) order[i] = i;
-      std::sort(order.begin(), order.end(), [&](int x, int y) { return truth[x] < truth[y]; });
-      for (int r = 0; r < n; ++r) {
-        const int i = order[r];
-        nlohmann::json j = base("gemm_candidate");
-        j["index"] = i;
-        j["place"] = r;
-        j["config"] = cuda_ops::matmul_config_str(pool[i]);
-        j["split_k"] = pool[i].split_k;
-        j["ms"] = truth[i];
-        j["tflops"] = flops / (truth[i] * 1e-3) / 1e12;
-        j["of_best"] = truth[order[0]] / truth[i];
-        out.write(j);
-      }
-      std::fprintf(stderr, "%s (M=%lld N=%lld K=%lld): %d candidates; the best, and the heuristic's first pick [0]:\n",
-                   s.name.c_str(), static_cast<long long>(s.M), static_cast<long long>(s.N),
-                   static_cast<long long>(s.K), n);
-      for (int r = 0; r < n; ++r)
-        if (r < 6 || order[r] == 0)
-          std::fprintf(stderr, "  %3d. [%2d] %.4f ms %.3f of best  %s\n", r + 1, order[r], truth[order[r]],
-                       truth[order[0]] / truth[order[r]], cuda_ops::matmul_config_str(pool[order[r]]).c_str());
-    }
-    std::map<std::string, int> chosen;  // config -> times chosen
-    for (int rep = 0; rep < o.tune_repeats; ++rep) {
-      cuda_ops::clear_matmul_plans();
-      cuda_ops::set_matmul_autotune(true);
-      SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
-      matmul(c, a, b, s.trans_a, s.trans_b);  // tunes
-      const cuda_ops::MatmulTuning t = cuda_ops::last_matmul_tuning();
-      const std::string config = cuda_ops::matmul_config_str(t.chosen);
-      const auto at = std::find_if(pool.begin(), pool.end(),
-                                   [&](const cuda_ops::MatmulConfig& p) { return cuda_ops::matmul_config_str(p) == config; });
-      const double ms = interleaved_medians(1, o.rounds, o.warmup, o.iters, stream,
-                                            [&](int) { matmul(c, a, b, s.trans_a, s.trans_b); })[0];
-      ++chosen[config];
-      nlohmann::json j = base("gemm_tune");
-      j["repeat"] = rep;
-      j["config"] = config;
-      j["index"] = at == pool.end() ? -1 : static_cast<int>(at - pool.begin());
-      j["split_k"] = t.chosen.split_k;
-      j["ms"] = ms;
-      j["tune_best_ms"] = t.best_ms;
-      j["tune_ms"] = t.tune_ms;
-      j["timed"] = t.timed;
-      if (!truth.empty() && at != pool.end()) {
-        const double best = *std::min_element(truth.begin(), truth.end());
-        j["sweep_ms"] = truth[at - pool.begin()];
-        j["sweep_of_best"] = best / truth[at - pool.begin()];
-      }
-      out.write(j);
-    }
-    if (o.tune_repeats > 0) {
-      std::fprintf(stderr, "%s: %d tunings chose %zu distinct configurations:\n", s.name.c_str(), o.tune_repeats,
-                   chosen.size());
-      for (const auto& [config, count] : chosen) std::fprintf(stderr, "  %2d x %s\n", count, config.c_str());
-    }
-  }
-  cuda_ops::set_matmul_autotune(autotune_before);
-  return 0;
-}
 
 int run_bench_gemm(const BenchGemmOptions& o) {
   bench_shapes(o);  // still validates the options

@@ -28,7 +28,7 @@ struct BenchGemmOptions {
   std::string algo = "both";
   bool autotune = false;       // --autotune: the same as algo = "autotune"
   double tune_ms = 0;          // autotune budget per shape in ms (0: matmul's default, 50 or SEQPAR_GEMM_AUTOTUNE_MS)
-  std::string out;             // also write the JSON lines to this file (empty: stdout only)
+  std::string out;             // also append the JSON lines to this file (empty: stdout only)
   int device = 0;
   // Serve timings on request (bench/peers/gemm_interleaved.py): print the preset's shapes, then
   // for each stdin line "NAME ITERS" time that shape (autotuned on its first request; warm-up

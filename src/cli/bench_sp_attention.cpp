@@ -189,7 +189,7 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
                                          o.ulysses_degree, o.layout, o.tokens_per_rank, o.heads, o.kv_heads, o.head_dim);
   if (o.sp > 1 && !device.is_cuda()) set_cpu_gemm_threads(1);
 
-  JsonLines sink(hosts_leader(device, transport) ? o.out : std::string(), /*append=*/true);
+  JsonLines sink(hosts_leader(device, transport) ? o.out : std::string());
   run_job(o.sp, device, transport, config, [&](JobRank& job) {
     DeviceMesh mesh(job.world, shape);
     const Device dev = job.device;

@@ -87,7 +87,7 @@ int run_bench_train(const BenchTrainOptions& o) {
                            fmt::format("seqpar-bench-train-{}-{}", static_cast<long>(::getpid()), std::time(nullptr)))
                               .string();
   std::filesystem::create_directories(dir);
-  JsonLines out(leader ? o.out : std::string(), /*append=*/true);
+  JsonLines out(leader ? o.out : std::string());
   for (int64_t S : seq_lens) {
     // Synthetic data: one document per sequence, random tokens.
     const int64_t sequences = static_cast<int64_t>(o.micro_batch) * dp;

@@ -33,9 +33,9 @@ std::string utc_now(const char* format) {
   return buf;
 }
 
-JsonLines::JsonLines(const std::string& path, bool append) {
+JsonLines::JsonLines(const std::string& path) {
   if (path.empty()) return;
-  file_.open(path, append ? std::ios::app : std::ios::trunc);
+  file_.open(path, std::ios::app);
   SEQPAR_INPUT_CHECK(file_.good(), "--out={}: cannot open for writing", path);
 }
 

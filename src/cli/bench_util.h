@@ -18,11 +18,11 @@ std::vector<int64_t> parse_int_list(const std::string& value, const std::string&
 // The current UTC time formatted by strftime (e.g. "%Y-%m-%d").
 std::string utc_now(const char* format);
 
-// Each line goes to stdout (flushed) and, when a path is given, to that file: truncated first, or
-// appended to with `append`.
+// Each line goes to stdout (flushed) and, when a path is given, is appended to that file (every
+// bench command and peer script appends, so several runs can share one results file).
 class JsonLines {
  public:
-  explicit JsonLines(const std::string& path, bool append = false);
+  explicit JsonLines(const std::string& path);
   void write(const nlohmann::json& line);
 
  private:
