@@ -4,8 +4,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "attention/cpu/attention_cpu.h"
+#include "core/profile.h"
 #if defined(SEQPAR_WITH_CUDA)
 #include "attention/cuda/attention_cuda.h"
 #endif
@@ -57,6 +61,11 @@ void check_cpu_f32(const Tensor& t, const char* name) {
 void check_cpu_meta(const TokenMeta& meta, const char* name) {
   SEQPAR_CHECK(meta.seg.device().is_cpu() && meta.pos.device().is_cpu(),
                "CPU attention needs host {} tensors, got seg {} and pos {}", name, meta.seg.str(), meta.pos.str());
+}
+
+// The profile's name detail of a call: its shape and mask.
+std::string profile_detail(int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const AttnArgs& args) {
+  return fmt::format("Tq={} Tk={} H={}/{} D={}{}", Tq, Tk, H, Hkv, D, args.causal ? " causal" : "");
 }
 
 cpu_attn::AttnMask cpu_mask(const AttnArgs& args) {
@@ -129,6 +138,8 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
   check_dtype(lse, DType::kF32, "lse");
   check_same_device(out, "out", q, "q");
   check_same_device(lse, "lse", q, "q");
+  ProfileScope prof(q.device(), __func__);
+  if (prof.active()) prof.detail(profile_detail(Tq, Tk, H, Hkv, D, args));
   if (q.device().is_cuda()) {
 #if defined(SEQPAR_WITH_CUDA)
     cuda_attn::attn_forward(out, lse, q, k, v, args);
@@ -162,6 +173,8 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   check_same_device(dout, "dout", q, "q");
   check_same_device(out, "out", q, "q");
   check_same_device(lse, "lse", q, "q");
+  ProfileScope prof(q.device(), __func__);
+  if (prof.active()) prof.detail(profile_detail(Tq, Tk, H, Hkv, D, args));
   if (q.device().is_cuda()) {
 #if defined(SEQPAR_WITH_CUDA)
     cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, mode);

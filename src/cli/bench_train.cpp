@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/profile.h"
 #include "io/hf_config.h"
 #include "train/token_file.h"
 #include "train/trainer.h"
@@ -38,6 +40,9 @@ void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& o) {
   cmd.add_flag("--activation-checkpointing", o.activation_checkpointing, "recompute each layer in backward");
   cmd.add_flag("--checkpoint-keep-attention", o.checkpoint_keep_attention,
                "with --activation-checkpointing: keep attention's output and context (no attention recompute)");
+  cmd.add_flag("--profile", o.profile,
+               "time every op of the timed steps on the device (a table per length on stderr, the top ops in the "
+               "JSON line)");
   cmd.add_option("--tiled-mlp-tokens", o.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();
   cmd.add_option("--tiled-loss-tokens", o.loss_tile_tokens, "tiled loss tile (0 = untiled)")->capture_default_str();
   cmd.add_option("--zero-stage", o.zero_stage, "ZeRO stage (1 shards the optimizer state)")->capture_default_str();
@@ -53,6 +58,15 @@ using json = nlohmann::json;
 
 // The published sizes (config.json of each model). RoPE is plain with the model's theta (the
 // llama3 frequency scaling changes no cost).
+// The profile's calls and times multiplied by `factor` (per step from the sum over steps).
+std::vector<ProfileEntry> scaled_profile(std::vector<ProfileEntry> entries, double factor) {
+  for (ProfileEntry& e : entries) {
+    e.ms *= factor;
+    e.calls = static_cast<int64_t>(std::llround(static_cast<double>(e.calls) * factor));
+  }
+  return entries;
+}
+
 // FLOPs of one training step (see bench_train.h).
 double step_flops(const LlamaConfig& c, int64_t seq_len, int64_t sequences) {
   const double C = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
@@ -120,6 +134,7 @@ int run_bench_train(const BenchTrainOptions& o) {
     c.dp_replicate = dp;
     c.activation_checkpointing = o.activation_checkpointing;
     c.checkpoint_keep_attention = o.checkpoint_keep_attention;
+    c.profile = o.profile;
     c.mlp_tile_tokens = o.mlp_tile_tokens;
     c.loss_tile_tokens = o.loss_tile_tokens;
     c.zero_stage = o.zero_stage;
@@ -157,6 +172,21 @@ int run_bench_train(const BenchTrainOptions& o) {
       const int64_t peak = *std::max_element(r.step_peak_bytes.begin() + 1, r.step_peak_bytes.end());
       line["peak_mem_gib"] = static_cast<double>(peak) / (1024.0 * 1024.0 * 1024.0);
       line["loss"] = r.losses.back();
+      if (o.profile && r.profile_steps > 0) {
+        const double per = 1.0 / static_cast<double>(r.profile_steps);
+        std::fprintf(stderr, "profile, S=%lld, per step (mean of %lld steps, %.1f ms of wall each):\n%s",
+                     static_cast<long long>(S), static_cast<long long>(r.profile_steps),
+                     r.profile_seconds * 1e3 * per,
+                     format_profile(scaled_profile(r.profile, per), r.profile_seconds * 1e3 * per, 40).c_str());
+        json top = json::array();
+        double sum = 0;
+        for (const ProfileEntry& e : r.profile) {
+          sum += e.ms * per;
+          if (top.size() < 40) top.push_back({{"op", e.name}, {"calls", e.calls * per}, {"ms", e.ms * per}});
+        }
+        line["profile"] = top;
+        line["profile_outside_ms"] = r.profile_seconds * 1e3 * per - sum;
+      }
     } catch (const std::exception& e) {
       std::string what = e.what();
       line["error"] = what.substr(0, 300);  // e.g. out of memory: the line says so, the next length runs

@@ -30,6 +30,9 @@ struct BenchTrainOptions {
   int ulysses_degree = 0;
   bool activation_checkpointing = false;
   bool checkpoint_keep_attention = false;
+  // Op-level profile of the timed steps (TrainConfig::profile): a table per length on stderr, the
+  // top ops in the JSON line ("profile": [{op, calls, ms per step}], "profile_outside_ms").
+  bool profile = false;
   int64_t mlp_tile_tokens = 0;
   int64_t loss_tile_tokens = 0;
   int zero_stage = 0;

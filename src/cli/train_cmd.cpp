@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "comm/dist_env.h"
 #include "core/log.h"
+#include "core/profile.h"
 #include "io/hf_config.h"
 #include "train/config_resolve.h"
 #include "train/trainer.h"
@@ -111,6 +112,9 @@ void run(TrainArgs& a, const CLI::App& command) {
   if (!r.eval_accuracy.empty()) evals += fmt::format(", recall accuracy {:.1f}%", 100 * r.eval_accuracy.back().second);
   if (!r.eval_loss.empty()) evals += fmt::format(", eval loss {:.4f}", r.eval_loss.back().second);
   log_info("done: {} steps, final loss {:.4f}{}, {:.0f} tokens/s", r.steps_run, r.losses.back(), evals, r.tokens_per_s);
+  if (c.profile && r.profile_steps > 0)
+    log_info("profile of rank 0's steps after the first ({} steps, {:.1f} s of wall), summed:\n{}", r.profile_steps,
+             r.profile_seconds, format_profile(r.profile, r.profile_seconds * 1e3, 40));
 }
 
 }  // namespace
@@ -144,6 +148,9 @@ void add_train_command(CLI::App& app, int& rc) {
   t->add_flag("--activation-checkpointing,--gradient-checkpointing", c.activation_checkpointing,
               "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
               "gradient_checkpointing: the same gradients, far less activation memory, about one more forward)");
+  t->add_flag("--profile", c.profile,
+              "time every op (GEMM by shape, attention, norms, loss, optimizer) of rank 0's steps after the first on "
+              "the device, and print the table at the end (synchronises after each step)");
   t->add_flag("--checkpoint-keep-attention", c.checkpoint_keep_attention,
               "with --activation-checkpointing: also keep each layer's attention output and context (q, k, v, "
               "LSE: O(tokens)), so backward recomputes the norms and the MLP but not attention or its "

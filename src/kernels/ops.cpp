@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
@@ -108,6 +109,7 @@ void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte) {
   expect_shape(op, a_out, {T, C}, "[T, C]");
   expect_dtype(op, a_ids, DType::kI32);
   expect_float(op, dev, {a_out, a_wte});
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, embedding_forward(out, ids, wte));
   cpu::embedding_forward(f32(out), i32(ids), f32(wte), T, C, V);
 }
@@ -122,6 +124,7 @@ void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& ids) {
   expect_shape(op, a_dout, {T, C}, "[T, C]");
   expect_dtype(op, a_ids, DType::kI32);
   expect_float(op, dev, {a_dwte, a_dout});
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, embedding_backward(dwte, dout, ids));
   cpu::embedding_backward(f32(dwte), f32(dout), i32(ids), T, C, V);
 }
@@ -140,6 +143,7 @@ void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor&
   expect_dtype(op, a_rstd, DType::kF32);
   expect_float(op, dev, {a_out, a_inp, a_w});
   SEQPAR_CHECK(eps >= 0.f, "{}: eps={} must be >= 0 (rms_norm_eps)", op, eps);
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, rmsnorm_forward(out, rstd, inp, weight, eps));
   cpu::rmsnorm_forward(f32(out), f32(rstd), f32(inp), f32(weight), T, C, eps);
 }
@@ -159,6 +163,7 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
   expect_shape(op, a_rstd, {T}, "[T]");
   expect_dtype(op, a_rstd, DType::kF32);
   expect_float(op, dev, {a_dinp, a_dw, a_dout, a_inp, a_w});
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd));
   cpu::rmsnorm_backward(f32(dinp), f32(dweight), f32(dout), f32(inp), f32(weight), f32(rstd), T, C);
 }
@@ -185,12 +190,14 @@ Device rope_check(const char* op, const Arg& a_x, const Tensor& position_ids, co
 
 void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq) {
   const Device dev = rope_check("rope_forward", {"x", x}, position_ids, inv_freq);
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, rope_forward(x, position_ids, inv_freq));
   cpu::rope_forward(f32(x), i32(position_ids), f32(inv_freq), x.dim(0), x.dim(1), x.dim(2));
 }
 
 void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq) {
   const Device dev = rope_check("rope_backward", {"dx", dx}, position_ids, inv_freq);
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, rope_backward(dx, position_ids, inv_freq));
   cpu::rope_backward(f32(dx), i32(position_ids), f32(inv_freq), dx.dim(0), dx.dim(1), dx.dim(2));
 }
@@ -205,6 +212,7 @@ void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
   expect_shape(op, a_up, gate.shape(), "[T, F]");
   expect_shape(op, a_out, gate.shape(), "[T, F]");
   expect_float(op, dev, {a_out, a_gate, a_up});
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, swiglu_forward(out, gate, up));
   cpu::swiglu_forward(f32(out), f32(gate), f32(up), gate.numel());
 }
@@ -217,6 +225,7 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tenso
   for (const Arg& a : {a_up, a_dout, a_dgate, a_dup}) expect_shape(op, a, gate.shape(), "[T, F]");
   expect_float(op, dev, {a_dgate, a_dup, a_dout, a_gate, a_up});
   SEQPAR_CHECK(!overlaps(dgate, dup), "{}: dgate and dup share memory", op);
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, swiglu_backward(dgate, dup, dout, gate, up));
   cpu::swiglu_backward(f32(dgate), f32(dup), f32(dout), f32(gate), f32(up), gate.numel());
 }
@@ -241,6 +250,10 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
   expect_float(op, dev, {a_out, a_a, a_b});
   SEQPAR_CHECK(!overlaps(out, a) && !overlaps(out, b), "{}: out {} shares memory with an input (a {}, b {})", op,
                out.str(), a.str(), b.str());
+  ProfileScope prof(dev, __func__);
+  if (prof.active())
+    prof.detail(fmt::format("{}x{}x{} {}{} ->{}{}", M, N, K, trans_a ? 't' : 'n', trans_b ? 't' : 'n',
+                            dtype_name(out.dtype()), beta != 0.f ? " +=" : ""));
   SEQPAR_DISPATCH_CUDA(dev, matmul(out, a, b, trans_a, trans_b, alpha, beta));
   cpu::matmul(f32(out), f32(a), f32(b), M, N, K, trans_a, trans_b, alpha, beta);
 }
@@ -258,6 +271,7 @@ void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& t
   expect_dtype(op, a_tgt, DType::kI32);
   expect_dtype(op, a_loss, DType::kF32);
   expect_float(op, dev, {a_logits});
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, cross_entropy_forward(losses, logits, targets));
   cpu::cross_entropy_forward(f32(losses), f32(logits), i32(targets), T, V);
 }
@@ -272,6 +286,7 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   expect_shape(op, a_tgt, {T}, "[T]");
   expect_dtype(op, a_tgt, DType::kI32);
   expect_float(op, dev, {a_dlogits, a_logits});
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, cross_entropy_backward(dlogits, logits, targets, dloss));
   cpu::cross_entropy_backward(f32(dlogits), f32(logits), i32(targets), dloss, T, V);
 }
@@ -284,6 +299,7 @@ void add_inplace(Tensor& y, const Tensor& x) {
   const Device dev = op_device(op, {a_y, a_x});
   expect_shape(op, a_x, y.shape(), "y's shape");
   expect_float(op, dev, {a_y, a_x});
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, add_inplace(y, x));
   cpu::add_inplace(f32(y), f32(x), y.numel());
 }
@@ -296,6 +312,7 @@ void cast(Tensor& out, const Tensor& in) {
   for (const Arg& a : {a_out, a_in})
     SEQPAR_CHECK(a.t.dtype() == DType::kF32 || a.t.dtype() == DType::kBF16, "{}: {} is {}, expected f32 or bf16", op,
                  a.name, a.t.str());
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, cast(out, in));
   if (out.dtype() == in.dtype()) {
     out.copy_from(in);
@@ -315,6 +332,7 @@ void scale_inplace(Tensor& y, float s) {
   const Arg a_y{"y", y};
   const Device dev = op_device(op, {a_y});
   expect_float(op, dev, {a_y});
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, scale_inplace(y, s));
   cpu::scale_inplace(f32(y), s, y.numel());
 }
@@ -324,6 +342,7 @@ double sum_squares(const Tensor& x) {
   const Arg a_x{"x", x};
   const Device dev = op_device(op, {a_x});
   expect_float(op, dev, {a_x});
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, sum_squares(x));
   return cpu::sum_squares(f32(x), x.numel());
 }
@@ -342,6 +361,7 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
   // Validates the hyperparameters and step on every device, before any memory is touched.
   const cpu::AdamWScalars s =
       cpu::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step, grad_scale);
+  ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, adamw_step(param, m, v, grad, cfg, step, grad_scale));
   if (grad.dtype() == DType::kBF16) {
     cpu::adamw_step(f32(param), f32(m), f32(v), grad.data<bf16>(), param.numel(), s);

@@ -566,7 +566,10 @@ TrainResult run_training(const TrainConfig& cfg) {
     int64_t line_peak = 0;  // the largest step peak since the last progress line
     auto t_log = std::chrono::steady_clock::now();
     int64_t step = first_step;
+    const int64_t profile_from = last_step > first_step ? first_step + 1 : first_step;
+    const bool profile_rank = cfg.profile && leader;
     for (; step <= last_step; ++step) {
+      if (profile_rank && step >= profile_from) set_thread_profiling(true);
       const auto t_step = std::chrono::steady_clock::now();
       // This dp rank's micro-batches, and the global count of good tokens they hold.
       std::vector<SpBatch> micro;
@@ -620,15 +623,21 @@ TrainResult run_training(const TrainConfig& cfg) {
       }
       adamw.gather_params(world, model.params());
 
-      if (cfg.time_steps) synchronize_device(device);
+      if (cfg.time_steps || cfg.profile) synchronize_device(device);
       if (leader) {
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
+        const bool profiled = profile_rank && step >= profile_from;
+        if (profiled) set_thread_profiling(false);  // evaluation and checkpoints are not the step
         // This step's peak; the allocator then counts the next step's from here.
         Allocator& mem = allocator_for(device);
         const int64_t peak = static_cast<int64_t>(mem.peak_bytes());
         mem.reset_peak();
         line_peak = std::max(line_peak, peak);
         std::lock_guard<std::mutex> lock(result_mu);
+        if (profiled) {
+          result.profile_steps += 1;
+          result.profile_seconds += secs;
+        }
         result.losses.push_back(loss);
         result.step_seconds.push_back(secs);
         result.step_peak_bytes.push_back(peak);
@@ -681,6 +690,11 @@ TrainResult run_training(const TrainConfig& cfg) {
         world.barrier();
       }
       if (stop) break;
+    }
+    if (profile_rank) {
+      std::vector<ProfileEntry> profile = take_profile();
+      std::lock_guard<std::mutex> lock(result_mu);
+      result.profile = std::move(profile);
     }
     if (leader) {
       const int64_t done = step;  // the loop always leaves by `stop`

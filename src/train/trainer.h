@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/profile.h"
 #include "model/llama_config.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
@@ -107,6 +108,10 @@ struct TrainConfig {
   // backward ends, only the rank's shard kept). Weights are not partitioned (3 runs as 2).
   int zero_stage = 0;
   bool time_steps = false;  // benchmarks: synchronise the device at each step's end (see TrainResult)
+  // Op-level profile (core/profile.h) of the leading rank's steps after the first (the first
+  // tunes the GEMMs and fills the allocator's cache; a one-step run profiles that step): the
+  // device time per op and shape, in TrainResult.profile. Implies time_steps.
+  bool profile = false;
 
   // Output.
   int log_every = 10;
@@ -155,6 +160,10 @@ struct TrainResult {
   std::vector<double> step_seconds;
   std::vector<int64_t> step_peak_bytes;  // each step's own peak (the first includes the run's setup)
   int64_t peak_mem_bytes = 0;
+  // With TrainConfig::profile: the op totals over the profiled steps, their count and wall seconds.
+  std::vector<ProfileEntry> profile;
+  int64_t profile_steps = 0;
+  double profile_seconds = 0;
   std::string resumed_from;              // the checkpoint directory, when resumed
 };
 

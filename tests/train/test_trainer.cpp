@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -138,6 +139,43 @@ TEST(Trainer, DataParallelEqualsGradientAccumulationOnTheSameBatches) {
                        "dp_replicate=" + std::to_string(rep) + " dp_shard=" + std::to_string(shard) +
                            " sp=" + std::to_string(sp) + " vs grad_accum=2");
   }
+}
+
+// --profile: the leading rank's steps after the first, op by op; the losses are the run's own.
+TEST(Trainer, ProfileTimesTheOpsOfTheStepsAfterTheFirst) {
+  const TrainResult plain = run_training(tiny_run());
+  EXPECT_TRUE(plain.profile.empty());
+  EXPECT_EQ(plain.profile_steps, 0);
+  TrainConfig c = tiny_run();
+  c.profile = true;
+  c.sp = 2;  // two ranks: only the leader's ops are counted
+  const TrainResult r = run_training(c);
+  TrainConfig c2 = tiny_run();
+  c2.sp = 2;
+  expect_same_losses(r, run_training(c2), "profiled");
+  ASSERT_EQ(r.profile_steps, c.steps - 1);
+  EXPECT_GT(r.profile_seconds, 0);
+  ASSERT_FALSE(profiling()) << "the trainer leaves profiling off";
+  const int64_t layers = c.model.num_layers, steps = r.profile_steps;
+  std::map<std::string, int64_t> calls;
+  double sum = 0;
+  for (const ProfileEntry& e : r.profile) {
+    EXPECT_GT(e.calls, 0) << e.name;
+    EXPECT_GE(e.ms, 0) << e.name;
+    calls[e.name.substr(0, e.name.find(' '))] += e.calls;
+    sum += e.ms;
+  }
+  for (size_t i = 1; i < r.profile.size(); ++i) EXPECT_GE(r.profile[i - 1].ms, r.profile[i].ms) << "most time first";
+  // One attention forward and backward per layer, sequence and step on the leader (no checkpointing).
+  EXPECT_EQ(calls["attn_forward"], layers * c.micro_batch * steps);
+  EXPECT_EQ(calls["attn_backward"], layers * c.micro_batch * steps);
+  EXPECT_EQ(calls["rmsnorm_forward"], (2 * layers + 1) * steps);
+  EXPECT_GT(calls["matmul"], 0);
+  EXPECT_GT(calls["adamw_step"], 0);
+  EXPECT_LE(sum, r.profile_seconds * 1e3 * 1.01) << "ops of one thread cannot take longer than its steps";
+  const std::string table = format_profile(r.profile, r.profile_seconds * 1e3);
+  EXPECT_NE(table.find("attn_forward Tq="), std::string::npos) << table;
+  EXPECT_NE(table.find("outside the ops"), std::string::npos) << table;
 }
 
 TEST(Trainer, MetricsJsonl) {
