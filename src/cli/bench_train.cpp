@@ -40,6 +40,9 @@ void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& o) {
   cmd.add_flag("--activation-checkpointing", o.activation_checkpointing, "recompute each layer in backward");
   cmd.add_flag("--checkpoint-keep-attention", o.checkpoint_keep_attention,
                "with --activation-checkpointing: keep attention's output and context (no attention recompute)");
+  cmd.add_option("--attn-implementation", o.attn_implementation,
+                 "sdpa (cuDNN where exact, else seqpar's flash kernel) | flash_attention_2 | flash_attention_3")
+      ->capture_default_str();
   cmd.add_flag("--profile", o.profile,
                "time every op of the timed steps on the device (a table per length on stderr, the top ops in the "
                "JSON line)");
@@ -135,6 +138,7 @@ int run_bench_train(const BenchTrainOptions& o) {
     c.activation_checkpointing = o.activation_checkpointing;
     c.checkpoint_keep_attention = o.checkpoint_keep_attention;
     c.profile = o.profile;
+    c.attn_implementation = o.attn_implementation;
     c.mlp_tile_tokens = o.mlp_tile_tokens;
     c.loss_tile_tokens = o.loss_tile_tokens;
     c.zero_stage = o.zero_stage;
@@ -152,6 +156,7 @@ int run_bench_train(const BenchTrainOptions& o) {
                  {"dp", dp},
                  {"activation_checkpointing", o.activation_checkpointing},
                  {"checkpoint_keep_attention", o.checkpoint_keep_attention},
+                 {"attn_implementation", o.attn_implementation},
                  {"tiled_mlp_tokens", o.mlp_tile_tokens},
                  {"tiled_loss_tokens", o.loss_tile_tokens},
                  {"zero_stage", o.zero_stage},

@@ -148,6 +148,11 @@ void add_train_command(CLI::App& app, int& rc) {
   t->add_flag("--activation-checkpointing,--gradient-checkpointing", c.activation_checkpointing,
               "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
               "gradient_checkpointing: the same gradients, far less activation memory, about one more forward)");
+  t->add_option("--attn-implementation", c.attn_implementation,
+                "Hugging Face's attn_implementation: sdpa (cuDNN fused attention on CUDA where exact, seqpar's "
+                "flash kernel elsewhere), flash_attention_2 or flash_attention_3 (seqpar's flash kernel); eager is "
+                "rejected (it materialises the [S,S] scores)")
+      ->capture_default_str();
   t->add_flag("--profile", c.profile,
               "time every op (GEMM by shape, attention, norms, loss, optimizer) of rank 0's steps after the first on "
               "the device, and print the table at the end (synchronises after each step)");

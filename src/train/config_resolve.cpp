@@ -125,7 +125,7 @@ const SettingDef kSettings[] = {
     {"bf16", nullptr, [](R r) { return show(r.recorded.bf16); }},
     {"sp_comm_dtype", nullptr, [](R r) { return r.recorded.sp_comm_dtype; }},
     {"wall_clock_breakdown", nullptr, [](R r) { return show(r.recorded.wall_clock_breakdown); }},
-    {"attn_implementation", nullptr, [](R r) { return r.recorded.attn_implementation; }},
+    {"attn_implementation", "--attn-implementation", [](R r) { return r.train.attn_implementation; }},
     {"seq_length_is_variable", nullptr, [](R r) { return show(r.recorded.seq_length_is_variable); }},
     {"distributed_type", nullptr, [](R r) { return r.recorded.distributed_type; }},
     {"num_processes", nullptr,
@@ -218,7 +218,7 @@ class Resolver {
     from_yaml(a, "dp_shard", t.dp_shard, a.dp_shard_size);
     from_yaml(a, "seq_len", t.task.seq_len, a.sp_seq_length);
     from_yaml(a, "seq_length_is_variable", rec.seq_length_is_variable, a.sp_seq_length_is_variable);
-    from_yaml(a, "attn_implementation", rec.attn_implementation, a.sp_attn_implementation);
+    from_yaml(a, "attn_implementation", t.attn_implementation, a.sp_attn_implementation);
   }
 
   ResolvedConfig finish() {

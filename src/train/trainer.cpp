@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 
+#include "attention/attention_backend.h"
 #include "comm/communicator.h"
 #include "comm/mesh.h"
 #include "core/allocator.h"
@@ -20,6 +21,9 @@
 #include "train/hf_model.h"
 #include "train/memory_plan.h"
 #include "train/plot.h"
+#if defined(SEQPAR_WITH_CUDA)
+#include "attention/cuda/attention_cuda.h"
+#endif
 
 namespace seqpar {
 
@@ -40,6 +44,7 @@ LlamaConfig demo_model_config() {
 
 void TrainConfig::validate() const {
   if (model_dir.empty()) model.validate();
+  (void)parse_attn_implementation(attn_implementation);  // InputError for eager or an unknown name
   if (data_path.empty()) {
     task.validate();
     SEQPAR_INPUT_CHECK(eval_data_path.empty(),
@@ -261,6 +266,17 @@ TrainResult run_training(const TrainConfig& cfg) {
                        "built-in model takes --head-dim",
                        cfg.device.str(), mc.head_dim);
   }
+#if defined(SEQPAR_WITH_CUDA)
+  // The attention backend is a process-wide setting: this run's, restored when it returns.
+  struct BackendScope {
+    AttentionBackend prev = cuda_attn::attention_backend();
+    explicit BackendScope(std::optional<AttentionBackend> b) {
+      if (b) cuda_attn::set_attention_backend(*b);
+    }
+    ~BackendScope() { cuda_attn::set_attention_backend(prev); }
+  } backend_scope(cfg.device.is_cuda() ? std::optional(parse_attn_implementation(cfg.attn_implementation))
+                                       : std::nullopt);
+#endif
   if (!token_data)
     SEQPAR_INPUT_CHECK(cfg.task.vocab_size <= mc.vocab_size,
                        "the task's vocab_size={} exceeds the model's vocab_size={}", cfg.task.vocab_size,

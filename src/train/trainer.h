@@ -107,6 +107,11 @@ struct TrainConfig {
   // all-gathered; >= 2 also partitions the gradients (each layer's summed over the world as its
   // backward ends, only the rank's shard kept). Weights are not partitioned (3 runs as 2).
   int zero_stage = 0;
+  // Hugging Face's attn_implementation (Accelerate's parallelism_config_sp_attn_implementation):
+  // on CUDA, sdpa runs cuDNN's fused attention where it is exact and seqpar's flash kernel
+  // elsewhere, flash_attention_2 / flash_attention_3 always the flash kernel
+  // (attention_backend.h); eager is an error. The CPU has one attention.
+  std::string attn_implementation = "sdpa";
   bool time_steps = false;  // benchmarks: synchronise the device at each step's end (see TrainResult)
   // Op-level profile (core/profile.h) of the leading rank's steps after the first (the first
   // tunes the GEMMs and fills the allocator's cache; a one-step run profiles that step): the

@@ -49,8 +49,13 @@ void expect_same_curve(const TrainRun& a, const TrainRun& b, double tol, const s
 TEST(CudaTrain, FirstStepsMatchTheCpu) {
   const std::string common = "--steps 8 --eval-every 0 --sp 1";
   TrainRun cpu = train(common + " --device cpu");
-  TrainRun gpu = train(common + " --device cuda");
-  expect_same_curve(gpu, cpu, 2e-2, "cuda vs cpu");
+  TrainRun gpu = train(common + " --device cuda");  // attn_implementation sdpa: cuDNN's attention
+  expect_same_curve(gpu, cpu, 2e-2, "cuda (sdpa) vs cpu");
+  TrainRun flash = train(common + " --device cuda --attn-implementation flash_attention_2");
+  expect_same_curve(flash, cpu, 2e-2, "cuda (flash_attention_2) vs cpu");
+  std::string out;
+  EXPECT_NE(testing::run_command(testing::binary_path() + " train --device cuda --attn-implementation eager", &out), 0);
+  EXPECT_NE(out.find("eager"), std::string::npos) << out;
 }
 
 TEST(CudaTrain, SequenceParallelRanksOnOneGpuMatchOneRank) {
