@@ -20,6 +20,8 @@
 #   tests, gemm (two passes beside torch), interleaved (GEMM shape by shape, default and --strict),
 #   ops, attention, sp, train, sass, ctest.
 # GPU_CHECK_INTERLEAVED (default "default --strict"): the torch variants of the interleaved GEMMs.
+# GPU_CHECK_ATTN (default sdpa, what the transformers peer runs): seqpar's --attn-implementation
+#   in the train section.
 # Never changes the card's settings.
 set -uo pipefail
 OUT=${1:?usage: tools/gpu_check.sh OUT_DIR}
@@ -223,6 +225,7 @@ if [[ -x $BUILD/seqpar ]] && want train; then
     lens=8192,32768
     [[ -n $ck ]] && lens=8192,32768,65536
     timeout 200 "$BUILD/seqpar" bench train --preset llama-3.2-1b --seq-lens $lens --steps 4 $ck \
+      --attn-implementation "${GPU_CHECK_ATTN:-sdpa}" \
       --tiled-loss-tokens $([[ -n $ck ]] && echo 4096 || echo 0) --out "$OUT/bench.jsonl" >/dev/null 2>>"$OUT/misc.log"
     note "bench train seqpar ${ck:-keep}: rc=$? ($((SECONDS - t0)) s)"
     [[ $ck == *keep-attention* ]] && continue

@@ -41,7 +41,8 @@ void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& o) {
   cmd.add_flag("--checkpoint-keep-attention", o.checkpoint_keep_attention,
                "with --activation-checkpointing: keep attention's output and context (no attention recompute)");
   cmd.add_option("--attn-implementation", o.attn_implementation,
-                 "sdpa (cuDNN where exact, else seqpar's flash kernel) | flash_attention_2 | flash_attention_3")
+                 "flash_attention_2 | flash_attention_3 (seqpar's flash kernel) | sdpa (cuDNN where exact, else the flash "
+                 "kernel)")
       ->capture_default_str();
   cmd.add_flag("--profile", o.profile,
                "time every op of the timed steps on the device (a table per length on stderr, the top ops in the "

@@ -33,7 +33,7 @@ struct BenchTrainOptions {
   // Op-level profile of the timed steps (TrainConfig::profile): a table per length on stderr, the
   // top ops in the JSON line ("profile": [{op, calls, ms per step}], "profile_outside_ms").
   bool profile = false;
-  std::string attn_implementation = "sdpa";  // TrainConfig::attn_implementation
+  std::string attn_implementation = "flash_attention_2";  // TrainConfig::attn_implementation
   int64_t mlp_tile_tokens = 0;
   int64_t loss_tile_tokens = 0;
   int zero_stage = 0;

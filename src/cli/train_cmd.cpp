@@ -149,9 +149,9 @@ void add_train_command(CLI::App& app, int& rc) {
               "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
               "gradient_checkpointing: the same gradients, far less activation memory, about one more forward)");
   t->add_option("--attn-implementation", c.attn_implementation,
-                "Hugging Face's attn_implementation: sdpa (cuDNN fused attention on CUDA where exact, seqpar's "
-                "flash kernel elsewhere), flash_attention_2 or flash_attention_3 (seqpar's flash kernel); eager is "
-                "rejected (it materialises the [S,S] scores)")
+                "Hugging Face's attn_implementation: flash_attention_2 or flash_attention_3 (seqpar's flash "
+                "kernel), sdpa (cuDNN fused attention on CUDA where exact, the flash kernel elsewhere: faster at "
+                "long sequences, see docs/training.md); eager is rejected (it materialises the [S,S] scores)")
       ->capture_default_str();
   t->add_flag("--profile", c.profile,
               "time every op (GEMM by shape, attention, norms, loss, optimizer) of rank 0's steps after the first on "
