@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "parallel/sp_attention.h"
 #include "train/trainer.h"
 
 namespace seqpar {
@@ -149,9 +150,11 @@ TEST(Trainer, ProfileTimesTheOpsOfTheStepsAfterTheFirst) {
   TrainConfig c = tiny_run();
   c.profile = true;
   c.sp = 2;  // two ranks: only the leader's ops are counted
+  c.micro_batch = 3;  // three sequences, packed into one stream
   const TrainResult r = run_training(c);
   TrainConfig c2 = tiny_run();
   c2.sp = 2;
+  c2.micro_batch = 3;
   expect_same_losses(r, run_training(c2), "profiled");
   ASSERT_EQ(r.profile_steps, c.steps - 1);
   EXPECT_GT(r.profile_seconds, 0);
@@ -166,9 +169,13 @@ TEST(Trainer, ProfileTimesTheOpsOfTheStepsAfterTheFirst) {
     sum += e.ms;
   }
   for (size_t i = 1; i < r.profile.size(); ++i) EXPECT_GE(r.profile[i - 1].ms, r.profile[i].ms) << "most time first";
-  // One attention forward and backward per layer, sequence and step on the leader (no checkpointing).
-  EXPECT_EQ(calls["attn_forward"], layers * c.micro_batch * steps);
-  EXPECT_EQ(calls["attn_backward"], layers * c.micro_batch * steps);
+  // The micro-batch is one packed token stream: per layer and step, one attention forward and
+  // backward per Ulysses head group (H / sp query heads per rank, cut into at most
+  // default_ulysses_head_groups() groups).
+  const int64_t groups =
+      std::min<int64_t>(default_ulysses_head_groups(), c.model.num_heads / static_cast<int64_t>(c.sp));
+  EXPECT_EQ(calls["attn_forward"], layers * groups * steps);
+  EXPECT_EQ(calls["attn_backward"], layers * groups * steps);
   EXPECT_EQ(calls["rmsnorm_forward"], (2 * layers + 1) * steps);
   EXPECT_GT(calls["matmul"], 0);
   EXPECT_GT(calls["adamw_step"], 0);
