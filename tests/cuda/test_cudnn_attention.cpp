@@ -330,6 +330,21 @@ TEST(CudnnAttention, WriteModeDenseAndRagged) {
   }
 }
 
+// The GPU demo's per-rank call (seqpar train --device cuda --head-dim 64 --attn-implementation
+// sdpa: 16 recall sequences of 128 tokens packed into one stream; Ulysses 4 of H = 4, Hkv = 2
+// leaves one query head and one KV head per rank; Ulysses 2 two and one), where training with
+// cuDNN learned less well than with the flash kernel (docs/training.md): both grad modes.
+TEST(CudnnAttention, SixteenEqualDocumentsFewHeads) {
+  REQUIRE_GPU();
+  BackendScope cudnn("cudnn");
+  std::vector<int32_t> cu;
+  for (int32_t d = 0; d <= 16; ++d) cu.push_back(128 * d);
+  run_and_check(Case{cu, 1, 1, 64, true}, 71, GradMode::kWrite);
+  run_and_check(Case{cu, 1, 1, 64, true}, 72);
+  run_and_check(Case{cu, 2, 1, 64, true}, 73, GradMode::kWrite);
+  run_and_check(Case{cu, 4, 2, 64, true}, 74, GradMode::kWrite);
+}
+
 TEST(CudnnAttention, CausalGqaD64OneDocumentAuto) {
   REQUIRE_GPU();
   int major = 0;
