@@ -76,6 +76,14 @@ ProfileScope::ProfileScope(Device device, const char* op) : device_(device) {
   if (!profiling()) return;
   counted_ = true;
   if (t_depth++ > 0) return;
+#if defined(SEQPAR_WITH_CUDA)
+  if (device.is_cuda()) {
+    // An event belongs to the device current when it is made and recorded: an op on another
+    // device than the thread's current one is not timed.
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device.index) return;
+  }
+#endif
   active_ = true;
   name_ = op;
 #if defined(SEQPAR_WITH_CUDA)
