@@ -38,6 +38,8 @@ void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& o) {
   cmd.add_option("--sp-mode", o.sp_mode, "ulysses | ring | hybrid")->capture_default_str();
   cmd.add_option("--ulysses-degree", o.ulysses_degree, "hybrid: ranks per Ulysses group");
   cmd.add_flag("--activation-checkpointing", o.activation_checkpointing, "recompute each layer in backward");
+  cmd.add_flag("--checkpoint-offload", o.checkpoint_offload,
+               "with --activation-checkpointing: the kept layer inputs wait in host memory");
   cmd.add_flag("--checkpoint-keep-attention", o.checkpoint_keep_attention,
                "with --activation-checkpointing: keep attention's output and context (no attention recompute)");
   cmd.add_option("--attn-implementation", o.attn_implementation,
@@ -138,6 +140,7 @@ int run_bench_train(const BenchTrainOptions& o) {
     c.dp_replicate = dp;
     c.activation_checkpointing = o.activation_checkpointing;
     c.checkpoint_keep_attention = o.checkpoint_keep_attention;
+    c.checkpoint_offload = o.checkpoint_offload;
     c.profile = o.profile;
     c.attn_implementation = o.attn_implementation;
     c.mlp_tile_tokens = o.mlp_tile_tokens;
@@ -157,6 +160,7 @@ int run_bench_train(const BenchTrainOptions& o) {
                  {"dp", dp},
                  {"activation_checkpointing", o.activation_checkpointing},
                  {"checkpoint_keep_attention", o.checkpoint_keep_attention},
+                 {"checkpoint_offload", o.checkpoint_offload},
                  {"attn_implementation", o.attn_implementation},
                  {"tiled_mlp_tokens", o.mlp_tile_tokens},
                  {"tiled_loss_tokens", o.loss_tile_tokens},

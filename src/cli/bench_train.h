@@ -30,6 +30,7 @@ struct BenchTrainOptions {
   int ulysses_degree = 0;
   bool activation_checkpointing = false;
   bool checkpoint_keep_attention = false;
+  bool checkpoint_offload = false;  // TrainConfig::checkpoint_offload
   // Op-level profile of the timed steps (TrainConfig::profile): a table per length on stderr, the
   // top ops in the JSON line ("profile": [{op, calls, ms per step}], "profile_outside_ms").
   bool profile = false;

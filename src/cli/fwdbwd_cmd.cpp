@@ -77,6 +77,9 @@ void add_fwdbwd_command(CLI::App& app, int& rc) {
   c->add_flag("--checkpoint-keep-attention", o.checkpoint_keep_attention,
               "with --activation-checkpointing: also keep each layer's attention output and context, so "
               "backward does not recompute attention");
+  c->add_flag("--checkpoint-offload", o.checkpoint_offload,
+              "with --activation-checkpointing: each layer's kept input waits in host memory (pinned, copies "
+              "overlapped with compute) between its forward and its backward");
   c->add_option("--tiled-mlp-tokens", o.mlp_tile_tokens,
                 "run each MLP over tiles of this many tokens, recomputed in backward (0 = untiled)")
       ->check(CLI::NonNegativeNumber)

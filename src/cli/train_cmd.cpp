@@ -156,6 +156,10 @@ void add_train_command(CLI::App& app, int& rc) {
   t->add_flag("--profile", c.profile,
               "time every op (GEMM by shape, attention, norms, loss, optimizer) of rank 0's steps after the first on "
               "the device, and print the table at the end (synchronises after each step)");
+  t->add_flag("--checkpoint-offload", c.checkpoint_offload,
+              "with --activation-checkpointing: each layer's kept input waits in host memory (pinned; the copies "
+              "overlap with compute) between its forward and its backward, so the GPU holds about two layers' "
+              "inputs instead of all (ALST's checkpoint offload)");
   t->add_flag("--checkpoint-keep-attention", c.checkpoint_keep_attention,
               "with --activation-checkpointing: also keep each layer's attention output and context (q, k, v, "
               "LSE: O(tokens)), so backward recomputes the norms and the MLP but not attention or its "

@@ -41,6 +41,11 @@ Allocator& cpu_allocator() {
   return a;
 }
 
+Allocator& offload_host_allocator() {
+  static CpuAllocator a;
+  return a;
+}
+
 #if !defined(SEQPAR_WITH_CUDA)
 Allocator& allocator_for(Device device) {
   SEQPAR_CHECK(device.is_cpu(), "this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF); device {} is unavailable",

@@ -33,6 +33,10 @@ class Allocator {
 // Host memory, 64-byte aligned (cache lines, AVX-512).
 Allocator& cpu_allocator();
 
+// Host memory for what the CPU backend offloads (core/offload.h): the same memory as
+// cpu_allocator(), accounted apart, so the "device" peak shows what offloading took off it.
+Allocator& offload_host_allocator();
+
 // The allocator for a device: CPU, or the CUDA caching pool of that GPU.
 Allocator& allocator_for(Device device);
 

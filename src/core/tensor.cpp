@@ -33,6 +33,17 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator& alloc) {
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.defined_ = true;
+  t.device_ = alloc.device();
+  t.storage_ = std::make_shared<Storage>(t.nbytes(), alloc);
+  return t;
+}
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   t.zero();

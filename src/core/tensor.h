@@ -43,6 +43,8 @@ class Tensor {
 
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
+  // From a given allocator (its device): e.g. pinned host memory.
+  static Tensor empty(const Shape& shape, DType dtype, Allocator& alloc);
   // Host f32/i32/i64 tensor from values (size must equal the shape's element count).
   template <typename T>
   static Tensor from_vector(const Shape& shape, const std::vector<T>& values);

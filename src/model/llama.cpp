@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 #include "kernels/ops.h"
 
@@ -117,6 +118,7 @@ bool LlamaParams::all_in_flat() const {
 // What one layer keeps from forward for backward (the `keep` activation policy).
 struct LlamaModel::LayerActs {
   Tensor x_in;      // [T, C]  residual stream entering the layer
+  std::shared_ptr<HostOffload::Handle> x_in_host;  // x_in while it waits in host memory (offload)
   Tensor rstd1;     // [T]     f32
   Tensor xn1;       // [T, C]  input_layernorm output
   Tensor attn_out;  // [T, H, D]
@@ -156,6 +158,15 @@ LlamaModel::ActivationPolicy LlamaModel::policy_for(bool checkpointing, bool kee
                      "it says what a checkpointed layer keeps besides its input");
   if (!checkpointing) return ActivationPolicy::kKeep;
   return keep_attention ? ActivationPolicy::kCheckpointKeepAttention : ActivationPolicy::kCheckpoint;
+}
+
+void LlamaModel::set_checkpoint_offload(bool on) {
+  SEQPAR_CHECK(acts_ == nullptr, "LlamaModel::set_checkpoint_offload: not between a forward and its backward");
+  if (!on) {
+    offload_.reset();
+  } else if (!offload_) {
+    offload_ = std::make_unique<HostOffload>(device_);
+  }
 }
 
 void LlamaModel::set_grad_sink(GradSink sink) {
@@ -332,6 +343,7 @@ LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Ten
         kept.attn_ctx = std::move(s.attn_ctx);
       }
       s = std::move(kept);
+      if (offload_) s.x_in_host = offload_->put(std::exchange(s.x_in, Tensor()));
     }
   }
   a.x_final = x;
@@ -408,6 +420,11 @@ void LlamaModel::backward(float dloss) {
     const LlamaLayerParams& P = params_.layers[l];
     LlamaLayerParams& G = grads_.layers[l];
     LayerActs& s = a.layers[l];
+    if (s.x_in_host) {  // offloaded: back now, and the layer below's on its way during this backward
+      s.x_in = offload_->take(*s.x_in_host);
+      s.x_in_host.reset();
+    }
+    if (l > 0 && a.layers[l - 1].x_in_host) offload_->prefetch(*a.layers[l - 1].x_in_host);
     if (!s.xn1.defined()) recompute_layer(l, s);  // a checkpointed layer
     if (grad_sink_) grad_block_.zero();
     // MLP: x_out = x_mid + h @ Wdown^T; tiled when forward was (no [T, F] tensors kept).

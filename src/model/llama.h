@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "core/offload.h"
 #include "core/tensor.h"
 #include "model/llama_config.h"
 
@@ -100,6 +101,13 @@ class LlamaModel {
   static ActivationPolicy policy_for(bool checkpointing, bool keep_attention);
   void set_activation_policy(ActivationPolicy policy) { policy_ = policy; }
   ActivationPolicy activation_policy() const { return policy_; }
+  // Checkpoint offload (ALST's activation checkpoint offload): with a checkpointing policy, each
+  // layer's kept input waits in host memory (pinned, on CUDA) between the layer's forward and its
+  // backward: its copy out overlaps with the next layers' forward, the copy back with the backward
+  // of the layer above (core/offload.h). The same results; the device keeps about two layers'
+  // inputs instead of all of them. Without checkpointing it changes nothing.
+  void set_checkpoint_offload(bool on);
+  bool checkpoint_offload() const { return offload_ != nullptr; }
   // Tiled MLP (ALST's TiledMLP): with tokens > 0 and fewer than the sequence, each layer's MLP runs
   // over tiles of this many tokens, so its [tokens, intermediate] tensors (gate, up, h and their
   // gradients) exist one tile at a time; backward recomputes them per tile. 0: one tile.
@@ -147,6 +155,7 @@ class LlamaModel {
   std::shared_ptr<Acts> acts_;
   ActivationPolicy policy_ = ActivationPolicy::kKeep;
   int64_t mlp_tile_ = 0;
+  std::unique_ptr<HostOffload> offload_;  // set: checkpoint offload on
   GradSink grad_sink_;
   Tensor grad_block_;  // partitioned gradients: one layer's, reused
   int64_t loss_tile_ = 0;

@@ -112,6 +112,8 @@ const SettingDef kSettings[] = {
      [](R r) { return std::string(r.train.activation_checkpointing ? "true" : "false"); }},
     {"checkpoint_keep_attention", "--checkpoint-keep-attention",
      [](R r) { return std::string(r.train.checkpoint_keep_attention ? "true" : "false"); }},
+    {"checkpoint_offload", "--checkpoint-offload",
+     [](R r) { return std::string(r.train.checkpoint_offload ? "true" : "false"); }},
     {"tiled_mlp_tokens", "--tiled-mlp-tokens", [](R r) { return show(r.train.mlp_tile_tokens); }},
     {"tiled_loss_tokens", "--tiled-loss-tokens", [](R r) { return show(r.train.loss_tile_tokens); }},
     {"seed", "--seed", [](R r) { return show(r.train.seed); }},

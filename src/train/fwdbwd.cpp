@@ -71,6 +71,9 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
   for (const Shard& sh : batch.shards) sp_meta.push_back(shard_token_meta(sh));
   const LlamaModel::ActivationPolicy policy =
       LlamaModel::policy_for(opt.activation_checkpointing, opt.checkpoint_keep_attention);
+  SEQPAR_INPUT_CHECK(opt.activation_checkpointing || !opt.checkpoint_offload,
+                     "--checkpoint-offload needs --activation-checkpointing: it moves the checkpointed layers' inputs "
+                     "to host memory");
 
   std::vector<std::pair<std::string, Tensor>> out;
   std::mutex out_mu;
@@ -88,6 +91,7 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
     const Shard& shard = batch.shards[r];
     LlamaModel model(config, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
     model.set_activation_policy(policy);
+    model.set_checkpoint_offload(opt.checkpoint_offload);
     model.set_mlp_tile_tokens(opt.mlp_tile_tokens);
     auto dst = model.params().named();
     auto src = reference->params().named();

@@ -26,6 +26,7 @@ struct FwdBwdOptions {
   Transport transport = Transport::kAuto;  // local threads, or one process per rank over NCCL
   bool activation_checkpointing = false;   // keep only each layer's input; recompute in backward
   bool checkpoint_keep_attention = false;  // with checkpointing: also keep attention's output and context
+  bool checkpoint_offload = false;         // with checkpointing: the kept inputs wait in host memory
   int64_t mlp_tile_tokens = 0;             // tiled MLP: tokens per tile (0: untiled)
 };
 

@@ -58,6 +58,9 @@ void TrainConfig::validate() const {
   SEQPAR_INPUT_CHECK(log_every >= 1, "log_every={} must be >= 1", log_every);
   SEQPAR_INPUT_CHECK(sp >= 1, "sp={} must be >= 1", sp);
   LlamaModel::policy_for(activation_checkpointing, checkpoint_keep_attention);  // checks the pair
+  SEQPAR_INPUT_CHECK(activation_checkpointing || !checkpoint_offload,
+                     "checkpoint_offload=true needs activation_checkpointing=true (--activation-checkpointing): it "
+                     "moves the checkpointed layers' inputs to host memory");
   SEQPAR_INPUT_CHECK(mlp_tile_tokens >= 0, "tiled_mlp_tokens={} must be >= 0 (0 = untiled)", mlp_tile_tokens);
   SEQPAR_INPUT_CHECK(loss_tile_tokens >= 0, "tiled_loss_tokens={} must be >= 0 (0 = untiled)", loss_tile_tokens);
   SEQPAR_INPUT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage={} must be 0, 1, 2 or 3", zero_stage);
@@ -416,6 +419,7 @@ TrainResult run_training(const TrainConfig& cfg) {
     }
     LlamaModel model(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
     model.set_activation_policy(LlamaModel::policy_for(cfg.activation_checkpointing, cfg.checkpoint_keep_attention));
+    model.set_checkpoint_offload(cfg.checkpoint_offload);
     model.set_mlp_tile_tokens(cfg.mlp_tile_tokens);
     model.set_loss_tile_tokens(cfg.loss_tile_tokens);
     {

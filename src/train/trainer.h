@@ -95,6 +95,9 @@ struct TrainConfig {
   // the LSE; O(tokens)), so backward recomputes the norms, projections' residual and MLP but not
   // attention or its communication (the costliest part of the recompute at long sequences).
   bool checkpoint_keep_attention = false;
+  // With activation_checkpointing: each layer's kept input waits in host memory (pinned) between
+  // its forward and backward (LlamaModel::set_checkpoint_offload; ALST's checkpoint offload).
+  bool checkpoint_offload = false;
   // Tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's shard,
   // its [tokens, intermediate] tensors one tile at a time, recomputed in backward. 0: untiled.
   int64_t mlp_tile_tokens = 0;

@@ -93,6 +93,8 @@ TEST(CudaTrain, MemoryLeversTrainAlike) {
   TrainRun plain = train(common);
   TrainRun levers = train(common + " --activation-checkpointing --tiled-mlp-tokens 24 --tiled-loss-tokens 40");
   expect_same_curve(levers, plain, 2e-2, "checkpointing + tiled MLP + tiled loss");
+  TrainRun offloaded = train(common + " --activation-checkpointing --checkpoint-offload");  // pinned host, copy stream
+  expect_same_curve(offloaded, plain, 2e-2, "checkpointing with offload");
   TrainRun kept = train(common + " --activation-checkpointing --checkpoint-keep-attention");
   expect_same_curve(kept, plain, 2e-2, "checkpointing keeping attention");
   TrainRun zero = train(common + " --zero-stage 1");  // the AdamW state sharded over the 2 ranks

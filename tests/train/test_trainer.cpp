@@ -90,15 +90,20 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
   TrainConfig c = tiny_run();
   c.sp = 2;
   const TrainResult keep = run_training(c);
-  for (bool keep_attention : {false, true}) {
-    c.activation_checkpointing = true;
-    c.checkpoint_keep_attention = keep_attention;
-    const TrainResult ckpt = run_training(c);
-    ASSERT_EQ(ckpt.losses.size(), keep.losses.size());
-    for (size_t s = 0; s < keep.losses.size(); ++s)
-      EXPECT_EQ(ckpt.losses[s], keep.losses[s]) << "step " << s + 1 << (keep_attention ? " keeping attention" : "");
-    EXPECT_EQ(ckpt.eval_accuracy, keep.eval_accuracy);
+  for (bool offload : {false, true}) {
+    for (bool keep_attention : {false, true}) {
+      c.activation_checkpointing = true;
+      c.checkpoint_keep_attention = keep_attention;
+      c.checkpoint_offload = offload;  // the kept inputs through host memory and back
+      const TrainResult ckpt = run_training(c);
+      ASSERT_EQ(ckpt.losses.size(), keep.losses.size());
+      for (size_t s = 0; s < keep.losses.size(); ++s)
+        EXPECT_EQ(ckpt.losses[s], keep.losses[s])
+            << "step " << s + 1 << (keep_attention ? " keeping attention" : "") << (offload ? " offloaded" : "");
+      EXPECT_EQ(ckpt.eval_accuracy, keep.eval_accuracy);
+    }
   }
+  c.checkpoint_offload = false;
   c.activation_checkpointing = false;  // keeping attention says what a checkpointed layer keeps
   try {
     run_training(c);
@@ -108,6 +113,38 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
               std::string::npos)
         << e.what();
   }
+  c.checkpoint_keep_attention = false;
+  c.checkpoint_offload = true;
+  try {
+    run_training(c);
+    ADD_FAILURE() << "checkpoint_offload without activation_checkpointing ran";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint_offload=true needs activation_checkpointing=true"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Checkpoint offload: the kept layer inputs leave the (CPU) device between forward and backward —
+// its step peak drops by about all but two layers' inputs — and come back bit for bit.
+TEST(Trainer, CheckpointOffloadLowersTheDevicePeak) {
+  TrainConfig c = tiny_run();
+  c.model.num_layers = 6;
+  c.task.seq_len = 64;
+  c.micro_batch = 4;
+  c.activation_checkpointing = true;
+  c.steps = 2;
+  const TrainResult ckpt = run_training(c);
+  c.checkpoint_offload = true;
+  const TrainResult off = run_training(c);
+  ASSERT_EQ(off.losses, ckpt.losses);
+  const int64_t T = c.task.seq_len * c.micro_batch, C = c.model.hidden_size;
+  const int64_t input_bytes = T * C * 4;  // one layer's input, f32 on the CPU
+  const int64_t saved = ckpt.step_peak_bytes.back() - off.step_peak_bytes.back();
+  std::printf("step peak %lld -> %lld bytes (one layer input %lld)\n", static_cast<long long>(ckpt.step_peak_bytes.back()),
+              static_cast<long long>(off.step_peak_bytes.back()), static_cast<long long>(input_bytes));
+  EXPECT_GE(saved, (c.model.num_layers - 3) * input_bytes);
+  EXPECT_LE(saved, c.model.num_layers * input_bytes);
 }
 
 // The memory levers together (checkpointing, tiled MLP, tiled loss) train as without them, up to

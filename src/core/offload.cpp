@@ -1,0 +1,132 @@
+#include "core/offload.h"
+
+#include <deque>
+#include <utility>
+
+#include "core/allocator.h"
+#include "core/error.h"
+
+#if defined(SEQPAR_WITH_CUDA)
+#include "core/cuda/stream.h"
+#include "core/cuda_check.h"
+#endif
+
+namespace seqpar {
+
+struct HostOffload::Handle {
+  Tensor host;  // the host copy (until taken)
+  Tensor back;  // the device tensor, once the copy back has started
+  bool prefetched = false, taken = false;
+#if defined(SEQPAR_WITH_CUDA)
+  std::shared_ptr<Event> to_device;  // the copy back's completion, on the copy stream
+#endif
+};
+
+struct HostOffload::Impl {
+#if defined(SEQPAR_WITH_CUDA)
+  // Memory a copy in flight reads or writes, kept until its event has completed: a tensor a
+  // caller drops meanwhile must not go back to its pool (the pools are not stream-aware).
+  struct Held {
+    Tensor a, b;
+    std::shared_ptr<Event> done;
+  };
+  std::unique_ptr<Stream> copy;
+  std::deque<Held> puts;   // copies to the host (bounded by kMaxInFlight)
+  std::deque<Held> backs;  // copies back to the device
+#endif
+};
+
+HostOffload::HostOffload(Device device) : device_(device), impl_(std::make_unique<Impl>()) {
+#if defined(SEQPAR_WITH_CUDA)
+  if (device.is_cuda()) impl_->copy = std::make_unique<Stream>(device.index);
+#else
+  SEQPAR_CHECK(device.is_cpu(), "HostOffload on {} in a build without CUDA", device.str());
+#endif
+}
+
+HostOffload::~HostOffload() {
+#if defined(SEQPAR_WITH_CUDA)
+  if (impl_->copy) {
+    try {
+      release_finished(/*wait_all=*/true);
+    } catch (...) {  // a destructor does not throw; the device error resurfaces at the next call
+    }
+  }
+#endif
+}
+
+void HostOffload::release_finished(bool wait_all) {
+#if defined(SEQPAR_WITH_CUDA)
+  for (std::deque<Impl::Held>* q : {&impl_->puts, &impl_->backs}) {
+    while (!q->empty() && (wait_all || q->front().done->query())) {
+      if (wait_all) q->front().done->synchronize();
+      q->pop_front();
+    }
+  }
+#else
+  (void)wait_all;
+#endif
+}
+
+std::shared_ptr<HostOffload::Handle> HostOffload::put(Tensor t) {
+  SEQPAR_CHECK(t.defined() && t.device() == device_, "HostOffload::put: {} is not a tensor on {}",
+               t.defined() ? t.str() : std::string("an undefined tensor"), device_.str());
+  auto h = std::make_shared<Handle>();
+#if defined(SEQPAR_WITH_CUDA)
+  if (device_.is_cuda()) {
+    h->host = Tensor::empty(t.shape(), t.dtype(), pinned_host_allocator());
+    Event ready;  // t is complete once the work queued so far is
+    ready.record(current_stream());
+    impl_->copy->wait(ready);
+    SEQPAR_CUDA_CHECK(
+        cudaMemcpyAsync(h->host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, impl_->copy->get()));
+    auto done = std::make_shared<Event>();
+    done->record(impl_->copy->get());
+    impl_->puts.push_back({std::move(t), h->host, std::move(done)});
+    release_finished(false);
+    while (impl_->puts.size() > static_cast<size_t>(kMaxInFlight)) {
+      impl_->puts.front().done->synchronize();
+      impl_->puts.pop_front();
+    }
+    return h;
+  }
+#endif
+  h->host = Tensor::empty(t.shape(), t.dtype(), offload_host_allocator());
+  h->host.copy_from(t);
+  return h;
+}
+
+void HostOffload::prefetch(Handle& h) {
+  SEQPAR_CHECK(!h.taken, "HostOffload::prefetch: the tensor was already taken back");
+  if (h.prefetched) return;
+  h.prefetched = true;
+  h.back = Tensor::empty(h.host.shape(), h.host.dtype(), device_);
+#if defined(SEQPAR_WITH_CUDA)
+  if (device_.is_cuda()) {
+    Event ready;  // the pool's block may still be in use by the work queued so far
+    ready.record(current_stream());
+    impl_->copy->wait(ready);
+    SEQPAR_CUDA_CHECK(
+        cudaMemcpyAsync(h.back.raw(), h.host.raw(), h.host.nbytes(), cudaMemcpyHostToDevice, impl_->copy->get()));
+    h.to_device = std::make_shared<Event>();
+    h.to_device->record(impl_->copy->get());
+    impl_->backs.push_back({h.back, h.host, h.to_device});
+    release_finished(false);
+    return;
+  }
+#endif
+  h.back.copy_from(h.host);
+}
+
+Tensor HostOffload::take(Handle& h) {
+  SEQPAR_CHECK(!h.taken, "HostOffload::take: the tensor was already taken back");
+  prefetch(h);
+#if defined(SEQPAR_WITH_CUDA)
+  if (device_.is_cuda()) SEQPAR_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), h.to_device->get(), 0));
+#endif
+  h.taken = true;
+  h.host = Tensor();  // (on CUDA the copy's Held keeps it until the copy is done)
+  return std::move(h.back);
+}
+
+}  // namespace seqpar

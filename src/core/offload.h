@@ -1,0 +1,53 @@
+// Moving device tensors to host memory and back, overlapped with the compute stream's work: what
+// ALST calls activation checkpoint offload (a checkpointed layer's input waits in host memory
+// between its forward and its backward).
+//
+// On a CUDA device: the host side is pinned memory (pinned_host_allocator), the copies run on the
+// queue's own copy stream, ordered with the caller's current stream by events:
+//   put(t)       the copy starts once the work queued so far on the current stream is done (so t
+//                is complete), and overlaps with what is queued after; t's device memory goes back
+//                to the pool when the copy has finished (the queue holds it until then);
+//   prefetch(h)  a device buffer is taken from the pool and the copy back starts once the work
+//                queued so far is done (the pool is not stream-aware: the block may have been in
+//                use by that work), overlapping with what is queued after;
+//   take(h)      the tensor on the device; work queued on the current stream from now on runs after
+//                the copy back (prefetched or not).
+// At most kMaxInFlight copies to the host are unfinished at a time: put waits for the oldest
+// beyond that, which bounds the device memory held for them.
+// On the CPU: plain copies, the host side from offload_host_allocator() (the CPU "device" is host
+// memory too; the separate accounting shows what left it).
+#pragma once
+
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace seqpar {
+
+class HostOffload {
+ public:
+  struct Handle;  // one offloaded tensor
+  static constexpr int kMaxInFlight = 2;
+
+  explicit HostOffload(Device device);
+  ~HostOffload();  // waits for the copies in flight
+  HostOffload(const HostOffload&) = delete;
+  HostOffload& operator=(const HostOffload&) = delete;
+
+  Device device() const { return device_; }
+  // Starts moving t (on this queue's device) to the host; the caller drops its references.
+  std::shared_ptr<Handle> put(Tensor t);
+  // Starts the copy back to the device (optional: take() does it when it was not).
+  void prefetch(Handle& h);
+  // The tensor back on the device, its host copy released; a handle is taken once.
+  Tensor take(Handle& h);
+
+ private:
+  struct Impl;
+  void release_finished(bool wait_all);
+
+  Device device_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace seqpar
