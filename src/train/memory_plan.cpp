@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/llama.h"
+#include "parallel/sp_attention.h"
 #include "train/optimizer.h"
 
 namespace seqpar {
@@ -17,6 +18,147 @@ namespace {
 constexpr int64_t kGemmWorkspace = 32ll << 20;  // kernels/cuda/matmul.cpp, per thread and device
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- sequence-parallel attention (parallel/sp_attention.cpp, UspAttention) ------------------------
+// The plan walks UspAttention's forward and backward allocation by allocation, in bytes per token of
+// the local shard (every buffer is T times a per-token size). Each message has a send buffer, the
+// backend's copy of what goes to other ranks (an all-to-all's own chunk is copied in place; both
+// backends copy a send when it is posted: comm/local.cpp keeps the copy until the peer receives it,
+// comm/cuda/nccl_comm.cpp on the GPU until this rank's wait()) and a receive buffer.
+
+// One Ulysses head group seen from one rank: its query and KV heads, and those of the u ranks
+// together (what the group's all-to-alls carry).
+struct SpGroup {
+  int64_t q = 0, kv = 0, q_all = 0, kv_all = 0;
+};
+
+// UspAttention's head split (query_heads, kv_heads, the head groups), per Ulysses rank: H / u query
+// heads (the plan requires u | H) cut into G consecutive parts, each with the KV heads its query
+// heads read, or one KV copy per query head when those serve its query heads unevenly.
+std::vector<std::vector<SpGroup>> sp_head_groups(int64_t H, int64_t Hkv, int64_t u, int head_groups) {
+  const int64_t h = H / u, per_kv = H / Hkv;
+  const int64_t G = u == 1 ? 1 : std::clamp<int64_t>(head_groups, 1, h);
+  auto kv_heads = [&](int64_t begin, int64_t end) {
+    const int64_t n = end - begin, kv_begin = begin / per_kv, kv_end = (end - 1) / per_kv + 1;
+    const int64_t n_kv = kv_end - kv_begin;
+    for (int64_t k = kv_begin; k < kv_end; ++k)
+      if (n % n_kv != 0 || std::min(end, (k + 1) * per_kv) - std::max(begin, k * per_kv) != n / n_kv) return n;
+    return n_kv;
+  };
+  std::vector<std::vector<SpGroup>> ranks(static_cast<size_t>(u), std::vector<SpGroup>(static_cast<size_t>(G)));
+  for (int64_t g = 0; g < G; ++g) {
+    int64_t q_all = 0, kv_all = 0;
+    for (int64_t j = 0; j < u; ++j) {
+      SpGroup& s = ranks[j][g];
+      const int64_t begin = j * h + h * g / G, end = j * h + h * (g + 1) / G;
+      s.q = end - begin;
+      s.kv = kv_heads(begin, end);
+      q_all += s.q;
+      kv_all += s.kv;
+    }
+    for (auto& rank : ranks) rank[g].q_all = q_all, rank[g].kv_all = kv_all;
+  }
+  return ranks;
+}
+
+// Bytes alive over a sequence of allocations and frees, and their peak.
+struct Live {
+  int64_t now = 0, peak = 0;
+  void alloc(int64_t bytes) { peak = std::max(peak, now += bytes); }
+  void free(int64_t bytes) { now -= bytes; }
+};
+
+// UspAttention::forward on one rank, per local token: the peak of what it allocates, and the context
+// it keeps for backward (Ulysses' gathered q, k, v; out and lse), given u ranks of a Ulysses group,
+// r of a ring, head dim D and activation bytes a.
+struct SpForward {
+  int64_t peak = 0, ctx = 0;
+};
+SpForward sp_forward_bytes(const std::vector<SpGroup>& groups, int64_t u, int64_t r, int64_t D, int64_t a) {
+  Live m;
+  // Heads of q, k and v together: this rank's, all ranks'.
+  auto mine = [](const SpGroup& s) { return s.q + 2 * s.kv; };
+  auto all = [](const SpGroup& s) { return s.q_all + 2 * s.kv_all; };
+  // post_heads_to_tokens of q, k, v: send, receive [u*T, h|hk, D], copies (none without Ulysses: the
+  // input is the result).
+  auto post_inputs = [&](const SpGroup& s) {
+    if (u > 1) m.alloc(a * D * (all(s) + u * mine(s) + (all(s) - mine(s))));
+  };
+  post_inputs(groups[0]);
+  int64_t back = 0;  // the output gathers' receive buffers, held until forward returns
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const SpGroup& s = groups[g];
+    if (g + 1 < groups.size()) post_inputs(groups[g + 1]);  // the next group travels meanwhile
+    if (u > 1) m.free(a * D * (all(s) + (all(s) - mine(s))));  // finish: send and copies
+    const int64_t out = a * D * u * s.q, lse = 4 * u * s.q, kv = a * D * u * s.kv;
+    m.alloc(out + lse);  // the context's out, lse
+    // ring_forward: out_part, lse_part; each hop's next k, v and the copies of the current ones, which
+    // are freed as it arrives, with the block before unless that was the context's.
+    m.alloc(out + lse);
+    for (int64_t step = 0; step + 1 < r; ++step) {
+      m.alloc(4 * kv);
+      m.free(2 * kv + (step > 0 ? 2 * kv : 0));
+    }
+    m.free(out + lse + (r > 1 ? 2 * kv : 0));  // out_part, lse_part, the last block
+    // post_tokens_to_heads(out): receive buffer and copies (the send is the context's out).
+    if (u > 1) m.alloc(a * D * (s.q_all + (u - 1) * s.q));
+    if (u > 1) back += a * D * s.q_all;
+  }
+  for (const SpGroup& s : groups)
+    if (u > 1) m.free(a * D * (u - 1) * s.q);  // finish_tokens_to_heads: the copies
+  m.free(back);
+  return {m.peak, m.now};
+}
+
+// UspAttention::backward on one rank, per local token: the peak of what it allocates beyond its
+// arguments (dout, dq, dk, dv). `workspace` is the attention backend's per (query row, head) scratch
+// during each attn_backward call.
+int64_t sp_backward_bytes(const std::vector<SpGroup>& groups, int64_t u, int64_t r, int64_t Hkv, int64_t D, int64_t a,
+                          int64_t workspace) {
+  Live m;
+  // post_heads_to_tokens(dout): send, receive, copies.
+  auto post_dout = [&](const SpGroup& s) {
+    if (u > 1) m.alloc(a * D * (s.q_all + u * s.q + (s.q_all - s.q)));
+  };
+  post_dout(groups[0]);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const SpGroup& s = groups[g];
+    if (g + 1 < groups.size()) post_dout(groups[g + 1]);
+    if (u > 1) m.free(a * D * (s.q_all + (s.q_all - s.q)));  // finish: dout_g stays until backward returns
+    const int64_t dq = a * D * u * s.q, kv = a * D * u * s.kv, ws = workspace * u * s.q;
+    m.alloc(dq + 2 * kv);  // dq_g, dk_g, dv_g
+    if (r == 1) m.alloc(ws), m.free(ws);
+    // ring_backward: each step, the next k, v and the copies of the current ones; this step's dk, dv
+    // (their copies travel on); the accumulators dk_in, dv_in. Every wait frees the copies it covers,
+    // and the arriving block frees the one before unless that was the context's.
+    for (int64_t step = 0; step < r && r > 1; ++step) {
+      if (step + 1 < r) m.alloc(4 * kv);
+      m.alloc(2 * kv);
+      m.alloc(ws), m.free(ws);                // attn_backward
+      if (step > 0) m.free(2 * kv);          // the accumulators' hop: its copies (dk_in, dv_in replaced)
+      if (step == 0) m.alloc(2 * kv);        // dk_in, dv_in
+      m.alloc(2 * kv);                       // the copies of dk, dv
+      if (step + 1 < r) m.free(2 * kv + (step > 0 ? 2 * kv : 0));
+      m.free(2 * kv);                        // this step's dk, dv
+    }
+    if (r > 1) m.free(6 * kv);  // the last hop's copies, dk_in, dv_in, the last block
+    // post_tokens_to_heads of dq_g, dk_g, dv_g: receive buffers and copies (the sends are views of
+    // dq_g, dk_g, dv_g and keep them alive until finished).
+    if (u > 1) m.alloc(a * D * ((s.q_all + 2 * s.kv_all) + (u - 1) * (s.q + 2 * s.kv)));
+  }
+  // finish_tokens_to_heads, group by group: the copies and dq_g, dk_g, dv_g go; dk and dv are summed
+  // through a zeroed [T, Hkv, D] buffer per source rank (two when a rank's KV copies overlap: not
+  // modelled, dq_g has gone by then).
+  for (const SpGroup& s : groups) {
+    if (u == 1) continue;  // one rank: the gradients are added from dq_g, dk_g, dv_g in place
+    m.free(a * D * u * s.q + a * D * (u - 1) * s.q);
+    for (int i = 0; i < 2; ++i) {
+      m.free(a * D * u * s.kv + a * D * (u - 1) * s.kv);
+      m.alloc(a * D * Hkv), m.free(a * D * Hkv);
+    }
+  }
+  return m.peak;
+}
 
 // GiB, or MiB below one GiB.
 std::string gib(int64_t bytes) {
@@ -85,11 +227,28 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   p.resident.emplace_back("batch and attention metadata", 20 * T);
   if (in.cuda) p.resident.emplace_back("cuBLASLt workspace", kGemmWorkspace);
 
+  // ---- sequence-parallel attention: its buffers per local token (the walks above) ----------------
+  // The largest over the Ulysses ranks (an uneven GQA split gives them different KV heads).
+  SpForward sp_fwd;
+  int64_t sp_bwd = 0;
+  if (in.sp > 1) {
+    const int head_groups = in.ulysses_head_groups > 0 ? in.ulysses_head_groups : default_ulysses_head_groups();
+    // The CUDA flash backward's f32 dq accumulator and row statistics, per query row and head.
+    const int64_t workspace = in.cuda ? 4 * D + 8 : 0;
+    for (const auto& groups : sp_head_groups(H, Hkv, U, head_groups)) {
+      const SpForward f = sp_forward_bytes(groups, U, in.sp / U, D, a);
+      sp_fwd.peak = std::max(sp_fwd.peak, f.peak);
+      sp_fwd.ctx = std::max(sp_fwd.ctx, f.ctx);
+      sp_bwd = std::max(sp_bwd, sp_backward_bytes(groups, U, in.sp / U, Hkv, D, a, workspace));
+    }
+  }
+
   // ---- what forward keeps per token of each layer (LlamaModel::LayerActs, the attention context) --
-  const int64_t kv_heads = in.sp > 1 ? std::max(Hkv, U) : Hkv;  // GQA heads replicated up to U
   // Local attention keeps q, k, v and the f32 LSE (out is the layer's attn_out); the sequence-
-  // parallel context keeps its own gathered q, k, v, out and LSE (parallel/sp_attention.cpp).
-  const int64_t ctx = a * H * D + 2 * a * kv_heads * D + 4 * H + (in.sp > 1 ? a * H * D : 0);
+  // parallel context keeps its own out and LSE, and with Ulysses its gathered q, k, v (a KV head
+  // read by two head groups twice) instead of the layer's.
+  const int64_t ctx = in.sp == 1 ? a * H * D + 2 * a * Hkv * D + 4 * H
+                                 : (U == 1 ? a * H * D + 2 * a * Hkv * D : 0) + sp_fwd.ctx;
   const bool tiled_mlp = in.mlp_tile_tokens > 0 && in.mlp_tile_tokens < T;
   const int64_t mlp_kept = tiled_mlp ? 0 : 3 * a * F;  // gate, up, h
   // x_in, rstd1, xn1, ctx, attn_out, x_mid, rstd2, xn2, MLP.
@@ -97,6 +256,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   int64_t kept = full;
   if (in.activation_checkpointing) kept = in.checkpoint_keep_attention ? a * C + ctx + a * H * D : a * C;
   p.kept_per_token_layer = kept;
+  p.sp_buffers = std::max(sp_fwd.peak - sp_fwd.ctx, sp_bwd) * T;
   const int64_t layers_kept = L * kept * T;
   const int64_t final_acts = (a * C + 4 + a * C) * T;  // x_final, rstd_f, xn_f (kept through backward)
 
@@ -106,7 +266,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // Forward: the LM head's logits and the per-token losses (f32); with checkpointing, also one
   // layer's full activations and its output while it runs.
   const int64_t fwd_layer = in.activation_checkpointing ? (full - kept + a * C) * T : 0;
-  const int64_t forward = layers_kept + final_acts + std::max(fwd_layer, a * V * loss_rows + 4 * T);
+  int64_t forward = layers_kept + final_acts + std::max(fwd_layer, a * V * loss_rows + 4 * T);
+  // The layer's q, k, v, attn_out and the layers below while its attention runs: with sequence
+  // parallelism, its buffers on top (the context among them).
+  const int64_t attn_inputs = (4 + a * C + a * H * D + 2 * a * Hkv * D + a * H * D) * T;  // rstd1, xn1, q, k, v, out
+  if (in.sp > 1) forward = std::max(forward, (L - 1) * kept * T + a * C * T + attn_inputs + sp_fwd.peak * T);
   // Loss backward: logits and dlogits (whole or one tile) and dxn.
   const int64_t loss_bwd = layers_kept + final_acts + 2 * a * V * loss_rows + a * C * T;
   // Top layer's backward: dx, dtmp, dxn; the recompute of what forward dropped (not the layer's
@@ -116,9 +280,13 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t recompute = (full - kept) * T;
   const int64_t mlp_t = tiled_mlp ? 6 * a * F * in.mlp_tile_tokens : 3 * a * F * T;
   int64_t attn_t = (2 * a * H * D + 2 * a * Hkv * D) * T;
-  if (in.sp > 1) attn_t += (2 * a * H * D + 2 * a * kv_heads * D) * T;
-  if (in.cuda) attn_t += (4 * H * D + 8 * H) * T;
-  const int64_t layer_bwd = layers_kept + final_acts + 3 * a * C * T + recompute + std::max(mlp_t, attn_t);
+  if (in.sp > 1) attn_t += sp_bwd * T;  // the walk above counts the backend's workspace
+  if (in.sp == 1 && in.cuda) attn_t += (4 * H * D + 8 * H) * T;
+  int64_t layer_bwd = layers_kept + final_acts + 3 * a * C * T + recompute + std::max(mlp_t, attn_t);
+  // A checkpointed layer's recompute runs its sequence-parallel attention forward again (dx, dtmp,
+  // dxn alive; x_in is kept).
+  if (in.sp > 1 && in.activation_checkpointing && !in.checkpoint_keep_attention)
+    layer_bwd = std::max(layer_bwd, layers_kept + final_acts + 3 * a * C * T + attn_inputs + sp_fwd.peak * T);
   // Optimizer: ZeRO all-gathers the updated weights (this rank's shard, then all of them).
   const int64_t optimizer = zero ? a * shard * (1 + in.world) : 0;
 
@@ -171,6 +339,9 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   s += "phases (on top of the resident state):\n";
   for (const auto& [name, bytes] : p.phases)
     s += fmt::format("  {:<64} {:>12}{}\n", name, gib(bytes), name == p.peak_phase ? "  <- peak" : "");
+  if (in.sp > 1)
+    s += fmt::format("  {:<64} {:>12}\n", "included: SP communication buffers (one attention call, at most)",
+                     gib(p.sp_buffers));
   s += fmt::format("predicted peak: {}", gib(p.peak_bytes));
   if (capacity_bytes > 0)
     s += fmt::format(" of {} ({})", gib(capacity_bytes),

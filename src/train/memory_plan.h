@@ -10,8 +10,11 @@
 //                transient (the MLP's or attention's gradients and the attention backend's
 //                workspace), the residual-stream gradients;
 //   - optimizer: ZeRO's all-gather of the updated weights (activations are gone by then).
-// Not modelled: allocator rounding and fragmentation, NCCL's and cuDNN's own buffers, the
-// sequence-parallel all-to-all / ring buffers in flight (O(tokens × heads × head_dim) each).
+// With sequence parallelism, the attention's buffers (all-to-all and ring send / receive buffers,
+// the communicator's copies of what is in flight, Ulysses' head groups overlapping, the ring's
+// accumulators) are walked call by call and added where they are alive: the top layer's attention
+// forward (in forward, and in a checkpointed layer's recompute) and its backward.
+// Not modelled: allocator rounding and fragmentation, NCCL's and cuDNN's own buffers.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,7 @@ struct MemoryPlanInput {
   int sp = 1;              // sequence-parallel degree (the sequence's tokens split over sp ranks)
   int ulysses_degree = 1;  // ranks of a Ulysses group (sp for ulysses, 1 for ring, U for hybrid)
   int world = 1;           // all ranks (sp × data parallel): the ZeRO shard count
+  int ulysses_head_groups = 0;  // Ulysses head groups (parallel/sp_attention.h); 0: the trainer's default
   bool cuda = true;        // bf16 weights and activations, f32 master weights (CPU: all f32)
   bool activation_checkpointing = false;
   bool checkpoint_keep_attention = false;
@@ -49,6 +53,8 @@ struct MemoryPlan {
   int64_t peak_bytes = 0;
   // Bytes per token and layer that forward keeps for backward.
   int64_t kept_per_token_layer = 0;
+  // Sequence parallelism: the largest of one attention call's communication buffers (in the phases).
+  int64_t sp_buffers = 0;
 };
 
 // Throws InputError for a configuration the trainer would refuse (tokens not divisible, ...).

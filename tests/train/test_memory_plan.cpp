@@ -1,6 +1,6 @@
 // seqpar plan's prediction against the CPU allocator's peak of real training steps (DESIGN.md: the
-// two agree within 10%), for the activation policies, the tiles, sequence parallelism and ZeRO;
-// and its refusals.
+// two agree within 10%; here within 2% with sequence parallelism), for the activation policies, the
+// tiles, Ulysses, ring and hybrid sequence parallelism and ZeRO; and its refusals.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "model/llama_config.h"
+#include "parallel/sp_attention.h"
 #include "train/memory_plan.h"
 #include "train/token_file.h"
 #include "train/trainer.h"
@@ -42,6 +43,7 @@ struct Setting {
   int64_t mlp_tile = 0, loss_tile = 0;
   int zero = 0;
   int64_t vocab = 512;  // 16384: the logits set the peak (the loss phase)
+  int ulysses_degree = 0;  // hybrid only
 };
 
 // The CPU allocator's peak per rank over two training steps of `s` (ranks are threads sharing the
@@ -60,6 +62,7 @@ double measured_peak_per_rank(const Setting& s, const std::string& data, int64_t
   c.quiet = std::getenv("SEQPAR_TEST_DEBUG") == nullptr;
   c.sp = s.sp;
   c.sp_mode = s.mode;
+  c.ulysses_degree = s.ulysses_degree;
   c.activation_checkpointing = s.ckpt;
   c.checkpoint_keep_attention = s.keep_attention;
   c.mlp_tile_tokens = s.mlp_tile;
@@ -78,7 +81,7 @@ MemoryPlanInput plan_input(const Setting& s, int64_t S) {
   in.seq_len = S;
   in.sp = s.sp;
   in.world = s.sp;
-  in.ulysses_degree = s.mode == SpMode::kUlysses ? s.sp : 1;
+  in.ulysses_degree = sp_mesh_shape(s.mode, s.sp, s.ulysses_degree).ulysses;
   in.cuda = false;
   in.activation_checkpointing = s.ckpt;
   in.checkpoint_keep_attention = s.keep_attention;
@@ -108,6 +111,11 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
       {"ring 2, checkpointing, ZeRO-1", 2, SpMode::kRing, true, false, 0, 0, 1},
       {"ulysses 2, ZeRO-2", 2, SpMode::kUlysses, false, false, 0, 0, 2},
       {"ring 2, checkpointing, ZeRO-2", 2, SpMode::kRing, true, false, 0, 0, 2},
+      {"ulysses 2, checkpointing", 2, SpMode::kUlysses, true},
+      {"ulysses 4", 4, SpMode::kUlysses},
+      {"ring 4", 4, SpMode::kRing},
+      {"hybrid 2x2", 4, SpMode::kHybrid, false, false, 0, 0, 0, 512, 2},
+      {"hybrid 2x2, checkpointing keeping attention, ZeRO-1", 4, SpMode::kHybrid, true, true, 0, 0, 1, 512, 2},
       {"large vocabulary", 1, SpMode::kUlysses, false, false, 0, 0, 0, 16384},
       {"large vocabulary, checkpointing, tiled loss", 1, SpMode::kUlysses, true, false, 0, 128, 0, 16384},
   };
@@ -118,10 +126,15 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
     if (std::getenv("SEQPAR_TEST_DEBUG"))
       std::printf("%s: plan/allocator %.3f (%lld vs %.0f, %s)\n", s.name.c_str(), ratio,
                   static_cast<long long>(plan.peak_bytes), measured, plan.peak_phase.c_str());
-    EXPECT_GT(ratio, 0.9) << s.name << ": plan " << plan.peak_bytes << " B, allocator " << measured << " B ("
-                          << plan.peak_phase << ")";
-    EXPECT_LT(ratio, 1.1) << s.name << ": plan " << plan.peak_bytes << " B, allocator " << measured << " B ("
-                          << plan.peak_phase << ")";
+    // Sequence parallelism within 2%: the plan walks the attention's buffers per rank, as each GPU's
+    // own allocator sees them; here the ranks share one allocator and drift apart a little (a rank
+    // ahead frees its first head group's gradients before its peer reaches its peak; a rank behind
+    // keeps its peer's messages a little longer).
+    const double tolerance = s.sp > 1 ? 0.02 : 0.1;
+    EXPECT_GT(ratio, 1 - tolerance) << s.name << ": plan " << plan.peak_bytes << " B, allocator " << measured
+                                    << " B (" << plan.peak_phase << ")";
+    EXPECT_LT(ratio, 1 + tolerance) << s.name << ": plan " << plan.peak_bytes << " B, allocator " << measured
+                                    << " B (" << plan.peak_phase << ")";
   }
 }
 
