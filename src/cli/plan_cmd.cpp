@@ -97,6 +97,8 @@ void add_plan_command(CLI::App& app, int& rc) {
   c->add_option("--ulysses-degree", in.ulysses_degree, "hybrid: ranks per Ulysses group");
   c->add_flag("--activation-checkpointing,--gradient-checkpointing", in.activation_checkpointing,
               "keep only each layer's input");
+  c->add_flag("--checkpoint-offload", in.checkpoint_offload,
+              "with --activation-checkpointing: the layers' kept inputs wait in host memory (two stay on the GPU)");
   c->add_flag("--checkpoint-keep-attention", in.checkpoint_keep_attention,
               "with checkpointing: also keep attention's output and context");
   c->add_option("--tiled-mlp-tokens", in.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();

@@ -187,6 +187,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                      in.loss_tile_tokens);
   SEQPAR_INPUT_CHECK(in.zero_stage >= 0 && in.zero_stage <= 3, "zero_stage={} must be 0, 1, 2 or 3", in.zero_stage);
   LlamaModel::policy_for(in.activation_checkpointing, in.checkpoint_keep_attention);  // checks the pair
+  SEQPAR_INPUT_CHECK(in.activation_checkpointing || !in.checkpoint_offload,
+                     "checkpoint_offload=true needs activation_checkpointing=true (--activation-checkpointing)");
 
   const int64_t a = in.cuda ? 2 : 4;  // activation and weight bytes: bf16 on CUDA, f32 on the CPU
   const int64_t C = m.hidden_size, F = m.intermediate_size, V = m.vocab_size, L = m.num_layers;
@@ -257,7 +259,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   if (in.activation_checkpointing) kept = in.checkpoint_keep_attention ? a * C + ctx + a * H * D : a * C;
   p.kept_per_token_layer = kept;
   p.sp_buffers = std::max(sp_fwd.peak - sp_fwd.ctx, sp_bwd) * T;
-  const int64_t layers_kept = L * kept * T;
+  // Offloaded inputs live in host memory; two layers' stay on the device (see the header).
+  const bool offload = in.activation_checkpointing && in.checkpoint_offload;
+  const int64_t on_device_layers = offload ? std::min<int64_t>(L, 2) : L;
+  p.host_offload_bytes = offload ? L * a * C * T : 0;
+  const int64_t layers_kept = L * (offload ? kept - a * C : kept) * T + on_device_layers * (offload ? a * C * T : 0);
   const int64_t final_acts = (a * C + 4 + a * C) * T;  // x_final, rstd_f, xn_f (kept through backward)
 
   // ---- phases --------------------------------------------------------------------------------
@@ -327,8 +333,9 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
       "Memory plan per GPU: {} tokens per rank ({} × {} tokens over sp={}), {} layers, {}{}{}{}{}\n",
       p.tokens_per_rank, in.micro_batch, in.seq_len, in.sp, in.model.num_layers, in.cuda ? "bf16 on CUDA" : "f32 on CPU",
       in.activation_checkpointing ? (in.checkpoint_keep_attention ? ", checkpointing (keeping attention)"
-                                                                  : ", activation checkpointing")
-                                  : "",
+                                                                  : ", activation checkpointing") +
+                                        std::string(in.checkpoint_offload ? " with offload" : "")
+                                  : std::string(),
       in.mlp_tile_tokens > 0 ? fmt::format(", tiled MLP {}", in.mlp_tile_tokens) : "",
       in.loss_tile_tokens > 0 ? fmt::format(", tiled loss {}", in.loss_tile_tokens) : "",
       in.zero_stage > 0 ? fmt::format(", ZeRO-{} over {}", std::min(in.zero_stage, 2), in.world) : "");
@@ -336,6 +343,9 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   for (const auto& [name, bytes] : p.resident) s += fmt::format("  {:<52} {:>12}\n", name, gib(bytes));
   s += fmt::format("  {:<52} {:>12}\n", "total", gib(p.resident_bytes));
   s += fmt::format("activations kept per token and layer: {} bytes\n", p.kept_per_token_layer);
+  if (p.host_offload_bytes > 0)
+    s += fmt::format("offloaded to host memory ({}): the layers' inputs, {} (all but two layers' off the GPU)\n",
+                     in.cuda ? "pinned" : "the CPU's", gib(p.host_offload_bytes));
   s += "phases (on top of the resident state):\n";
   for (const auto& [name, bytes] : p.phases)
     s += fmt::format("  {:<64} {:>12}{}\n", name, gib(bytes), name == p.peak_phase ? "  <- peak" : "");

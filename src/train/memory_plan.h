@@ -14,6 +14,9 @@
 // the communicator's copies of what is in flight, Ulysses' head groups overlapping, the ring's
 // accumulators) are walked call by call and added where they are alive: the top layer's attention
 // forward (in forward, and in a checkpointed layer's recompute) and its backward.
+// Checkpoint offload: each layer's kept input leaves the GPU (host_offload_bytes); two stay on it
+// at any time (core/offload.h: two copies out in flight in forward, the layer's own and the
+// prefetched one below in backward).
 // Not modelled: allocator rounding and fragmentation, NCCL's and cuDNN's own buffers.
 #pragma once
 
@@ -37,6 +40,7 @@ struct MemoryPlanInput {
   bool cuda = true;        // bf16 weights and activations, f32 master weights (CPU: all f32)
   bool activation_checkpointing = false;
   bool checkpoint_keep_attention = false;
+  bool checkpoint_offload = false;  // with checkpointing: the kept layer inputs wait in host memory
   int64_t mlp_tile_tokens = 0;
   int64_t loss_tile_tokens = 0;
   int zero_stage = 0;
@@ -55,6 +59,8 @@ struct MemoryPlan {
   int64_t kept_per_token_layer = 0;
   // Sequence parallelism: the largest of one attention call's communication buffers (in the phases).
   int64_t sp_buffers = 0;
+  // Checkpoint offload: host memory (pinned on CUDA) holding the layers' inputs, not in peak_bytes.
+  int64_t host_offload_bytes = 0;
 };
 
 // Throws InputError for a configuration the trainer would refuse (tokens not divisible, ...).

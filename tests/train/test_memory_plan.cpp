@@ -44,6 +44,7 @@ struct Setting {
   int zero = 0;
   int64_t vocab = 512;  // 16384: the logits set the peak (the loss phase)
   int ulysses_degree = 0;  // hybrid only
+  bool offload = false;    // checkpoint offload (with ckpt)
 };
 
 // The CPU allocator's peak per rank over two training steps of `s` (ranks are threads sharing the
@@ -65,6 +66,7 @@ double measured_peak_per_rank(const Setting& s, const std::string& data, int64_t
   c.ulysses_degree = s.ulysses_degree;
   c.activation_checkpointing = s.ckpt;
   c.checkpoint_keep_attention = s.keep_attention;
+  c.checkpoint_offload = s.offload;
   c.mlp_tile_tokens = s.mlp_tile;
   c.loss_tile_tokens = s.loss_tile;
   c.zero_stage = s.zero;
@@ -85,6 +87,7 @@ MemoryPlanInput plan_input(const Setting& s, int64_t S) {
   in.cuda = false;
   in.activation_checkpointing = s.ckpt;
   in.checkpoint_keep_attention = s.keep_attention;
+  in.checkpoint_offload = s.offload;
   in.mlp_tile_tokens = s.mlp_tile;
   in.loss_tile_tokens = s.loss_tile;
   in.zero_stage = s.zero;
@@ -116,6 +119,8 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
       {"ring 4", 4, SpMode::kRing},
       {"hybrid 2x2", 4, SpMode::kHybrid, false, false, 0, 0, 0, 512, 2},
       {"hybrid 2x2, checkpointing keeping attention, ZeRO-1", 4, SpMode::kHybrid, true, true, 0, 0, 1, 512, 2},
+      {"checkpointing with offload", 1, SpMode::kUlysses, true, false, 0, 0, 0, 512, 0, true},
+      {"checkpointing keeping attention, offload, ulysses 2", 2, SpMode::kUlysses, true, true, 0, 0, 0, 512, 0, true},
       {"large vocabulary", 1, SpMode::kUlysses, false, false, 0, 0, 0, 16384},
       {"large vocabulary, checkpointing, tiled loss", 1, SpMode::kUlysses, true, false, 0, 128, 0, 16384},
   };
