@@ -39,6 +39,7 @@
 #include <tuple>
 
 #include "comm/communicator.h"
+#include "core/profile.h"
 
 namespace seqpar {
 
@@ -239,6 +240,8 @@ class LocalComm final : public Communicator {
   int size() const override { return g_->size(); }
 
   void all_reduce(Tensor& t, ReduceOp op) override {
+    ProfileScope prof(t.device(), "comm.all_reduce");
+    if (prof.active()) prof.detail(profile_bytes(t.nbytes()));
     guarded([&] {
       check_tensor(t, "all_reduce", "t");
       if (size() == 1) return;  // one rank: the reduction is the tensor itself (no host staging)
@@ -259,6 +262,8 @@ class LocalComm final : public Communicator {
   }
 
   void all_gather(Tensor& out, const Tensor& in) override {
+    ProfileScope prof(in.device(), "comm.all_gather");
+    if (prof.active()) prof.detail(profile_bytes(in.nbytes()));
     guarded([&] {
       check_tensor(out, "all_gather", "out");
       check_tensor(in, "all_gather", "in");
@@ -278,6 +283,8 @@ class LocalComm final : public Communicator {
   }
 
   void reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override {
+    ProfileScope prof(in.device(), "comm.reduce_scatter");
+    if (prof.active()) prof.detail(profile_bytes(in.nbytes()));
     guarded([&] {
       check_tensor(out, "reduce_scatter", "out");
       check_tensor(in, "reduce_scatter", "in");
@@ -299,6 +306,8 @@ class LocalComm final : public Communicator {
 
   void all_to_all(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_counts,
                   const std::vector<int64_t>& recv_counts) override {
+    ProfileScope prof(in.device(), "comm.all_to_all");
+    if (prof.active()) prof.detail(profile_bytes(in.nbytes()));
     guarded([&] {
       check_tensor(out, "all_to_all", "out");
       check_tensor(in, "all_to_all", "in");
@@ -522,6 +531,8 @@ class LocalRequest final : public CommRequest {
       : g_(comm.group()), world_rank_(comm.world_rank()), rank_(comm.rank()), recvs_(std::move(recvs)) {}
 
   void wait() override {
+    // Wall time on the CPU; on a GPU the events bracket the host-staged receives.
+    ProfileScope prof(recvs_.empty() ? Device::cpu() : recvs_.front().buf.device(), "comm.send_recv wait");
     comm_guard([&] {
       World& world = *g_->world;
       for (; next_ < recvs_.size(); ++next_) {

@@ -127,6 +127,8 @@ ProfileScope::~ProfileScope() {
   add(t, name_, ms);
 }
 
+std::string profile_bytes(size_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / 1048576.0); }
+
 std::vector<ProfileEntry> take_profile() {
   Totals& t = totals();
   std::lock_guard<std::mutex> lock(t.mu);
@@ -169,7 +171,7 @@ std::string format_profile(const std::vector<ProfileEntry>& entries, double wall
   if (rest_calls > 0) line(fmt::format("({} more ops)", entries.size() - static_cast<size_t>(top)), rest_calls, rest);
   s += fmt::format("{:<58} {:>8} {:>11.2f} {:>6.1f}%\n", "profiled ops in all", "", sum, base > 0 ? 100.0 * sum / base : 0.0);
   if (wall_ms > 0)
-    s += fmt::format("{:<58} {:>8} {:>11.2f} {:>6.1f}%\n", "outside the ops (communication, copies, idle device)", "",
+    s += fmt::format("{:<58} {:>8} {:>11.2f} {:>6.1f}%\n", "outside the ops (copies, host work, idle device)", "",
                      wall_ms - sum, 100.0 * (wall_ms - sum) / wall_ms);
   return s;
 }

@@ -1,11 +1,11 @@
 // Op-level timing: where a training step's time goes. While profiling is on (set_profiling, or
-// SEQPAR_PROFILE=1 in the environment), each op of kernels/ops.h and attention/attention.h runs
-// inside a ProfileScope: on a CUDA device two timing events on the current stream around its
+// SEQPAR_PROFILE=1 in the environment), each op of kernels/ops.h and attention/attention.h and each
+// collective of the communicators (comm/; a send/receive as its wait) runs inside a ProfileScope: on a CUDA device two timing events on the current stream around its
 // work, on the CPU the wall time of the call (CPU ops are synchronous). take_profile() waits for
 // the recorded events and returns the time per op name, summed since the previous take.
 //
 // Only the outermost scope of a thread counts (an op that calls other ops is timed once, as
-// itself). What runs outside any scope (communication, copies, memsets, the allocator) and the
+// itself). What runs outside any scope (copies, memsets, the allocator, host work) and the
 // device's idle time are not in the profile: a step's wall time minus the profile's sum is that
 // remainder (format_profile prints it). Off, a scope costs one relaxed atomic load.
 #pragma once
@@ -51,6 +51,9 @@ class ProfileScope {
   int slot_ = -1;  // the CUDA event pair, when on a CUDA device
   std::chrono::steady_clock::time_point start_;
 };
+
+// "12.50 MiB": a size for an op's name detail (communication).
+std::string profile_bytes(size_t bytes);
 
 // The totals per name since the previous call (all threads and devices), most time first; waits
 // for the CUDA events recorded so far.

@@ -216,6 +216,9 @@ TEST(Trainer, ProfileTimesTheOpsOfTheStepsAfterTheFirst) {
   EXPECT_EQ(calls["rmsnorm_forward"], (2 * layers + 1) * steps);
   EXPECT_GT(calls["matmul"], 0);
   EXPECT_GT(calls["adamw_step"], 0);
+  // Communication: the gradients' all-reduce, Ulysses' all-to-alls (sends and receives, waited on).
+  EXPECT_GT(calls["comm.all_reduce"], 0);
+  EXPECT_GT(calls["comm.send_recv"], 0);
   EXPECT_LE(sum, r.profile_seconds * 1e3 * 1.01) << "ops of one thread cannot take longer than its steps";
   const std::string table = format_profile(r.profile, r.profile_seconds * 1e3);
   EXPECT_NE(table.find("attn_forward Tq="), std::string::npos) << table;

@@ -35,6 +35,7 @@
 #include "core/cuda/stream.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "core/profile.h"
 
 namespace seqpar {
 
@@ -317,6 +318,8 @@ class NcclRequest final : public CommRequest {
     if (waited_) return;
     waited_ = true;
     DeviceGuard guard(job_->device());
+    // The current stream's stall until the transfer is done: the exposed communication time.
+    ProfileScope prof(Device::cuda(job_->device()), "comm.send_recv wait");
     if (!host_recvs_.empty()) {
       job_->host_wait(done_, "send_recv");
       for (auto& r : host_recvs_) r.host.copy_from(r.dev);
@@ -383,6 +386,8 @@ class NcclComm final : public Communicator {
   int size() const override { return size_; }
 
   void all_reduce(Tensor& t, ReduceOp op) override {
+    ProfileScope prof(t.device(), "comm.all_reduce");
+    if (prof.active()) prof.detail(profile_bytes(t.nbytes()));
     guarded([&] {
       Tensor d = device_tensor(t, "all_reduce", "t", true);
       enqueue("all_reduce", t, current_stream(), [&](ncclComm_t c, cudaStream_t s) {
@@ -393,6 +398,8 @@ class NcclComm final : public Communicator {
   }
 
   void all_gather(Tensor& out, const Tensor& in) override {
+    ProfileScope prof(in.device(), "comm.all_gather");
+    if (prof.active()) prof.detail(profile_bytes(in.nbytes()));
     guarded([&] {
       SEQPAR_CHECK(out.defined() && in.defined() && out.dtype() == in.dtype() && out.numel() == size_ * in.numel(),
                    "all_gather: out {} must hold {} ranks x in {} ({} elements of {})", out.str(), size_, in.str(),
@@ -410,6 +417,8 @@ class NcclComm final : public Communicator {
   }
 
   void reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override {
+    ProfileScope prof(in.device(), "comm.reduce_scatter");
+    if (prof.active()) prof.detail(profile_bytes(in.nbytes()));
     guarded([&] {
       SEQPAR_CHECK(out.defined() && in.defined() && out.dtype() == in.dtype() && in.numel() == size_ * out.numel(),
                    "reduce_scatter: in {} must hold {} ranks x out {} ({} elements of {})", in.str(), size_,
@@ -432,6 +441,8 @@ class NcclComm final : public Communicator {
   // mismatch truncates or hangs (then the watchdog's timeout ends it).
   void all_to_all(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_counts,
                   const std::vector<int64_t>& recv_counts) override {
+    ProfileScope prof(in.device(), "comm.all_to_all");
+    if (prof.active()) prof.detail(profile_bytes(in.nbytes()));
     guarded([&] {
       SEQPAR_CHECK(out.defined() && in.defined() && out.dtype() == in.dtype(),
                    "all_to_all: out {} and in {} must be defined and of one dtype", out.str(), in.str());
