@@ -219,16 +219,20 @@ if [[ -x $BUILD/seqpar ]] && want train; then
   # Whole training steps, Llama-3.2-1B sized, one GPU, beside transformers (HF Trainer's bf16 setup),
   # with and without activation checkpointing; lengths that OOM say so in their line.
   # seqpar also with checkpointing that keeps attention (no attention recompute; HF has no such mode).
-  for ck in "" "--activation-checkpointing" "--activation-checkpointing --checkpoint-keep-attention"; do
+  # GPU_CHECK_TRAIN_MODES (default: none, checkpointing, checkpointing keeping attention; "offload"
+  # adds checkpointing with --checkpoint-offload, seqpar only).
+  modes=("" "--activation-checkpointing" "--activation-checkpointing --checkpoint-keep-attention")
+  [[ ${GPU_CHECK_TRAIN_MODES:-} == *offload* ]] && modes+=("--activation-checkpointing --checkpoint-offload")
+  for ck in "${modes[@]}"; do
     t0=$SECONDS
     # With checkpointing also 64K: past where transformers runs out of memory (seqpar plan: it fits).
     lens=8192,32768
     [[ -n $ck ]] && lens=8192,32768,65536
     timeout 200 "$BUILD/seqpar" bench train --preset llama-3.2-1b --seq-lens $lens --steps 4 $ck \
-      --attn-implementation "${GPU_CHECK_ATTN:-sdpa}" \
+      --attn-implementation "${GPU_CHECK_ATTN:-sdpa}" --profile \
       --tiled-loss-tokens $([[ -n $ck ]] && echo 4096 || echo 0) --out "$OUT/bench.jsonl" >/dev/null 2>>"$OUT/misc.log"
     note "bench train seqpar ${ck:-keep}: rc=$? ($((SECONDS - t0)) s)"
-    [[ $ck == *keep-attention* ]] && continue
+    [[ $ck == *keep-attention* || $ck == *offload* ]] && continue
     t0=$SECONDS
     timeout 200 python3 bench/peers/hf_train_step.py --preset llama-3.2-1b --seq-lens $lens --steps 4 \
       ${ck:+--gradient-checkpointing} --out "$OUT/bench.jsonl" >/dev/null 2>>"$OUT/misc.log"
@@ -347,6 +351,7 @@ def planned(r):  # `seqpar plan` for the same run, against the allocator's measu
            "--tiled-loss-tokens", str(r.get("tiled_loss_tokens", 0)), "--zero-stage", str(r.get("zero_stage", 0)), "--json"]
     if r.get("activation_checkpointing"): cmd.append("--activation-checkpointing")
     if r.get("checkpoint_keep_attention"): cmd.append("--checkpoint-keep-attention")
+    if r.get("checkpoint_offload"): cmd.append("--checkpoint-offload")
     try:
         plan = json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout)
         return f", plan {plan['peak_gib']:.2f} GiB ({plan['peak_gib'] / r['peak_mem_gib']:.3f} of measured)"
@@ -356,9 +361,9 @@ if rows:
     print("train steps (Llama-3.2-1B sized, one GPU): impl, checkpointing, seq_len: step ms, tokens/s, TFLOP/s, peak GiB")
     for r in rows:
         if "error" in r:
-            print(f"  {r['impl']:6} ckpt={r.get('activation_checkpointing')}{'+attn' if r.get('checkpoint_keep_attention') else ''} S={r['seq_len']}: {r['error'][:80]}")
+            print(f"  {r['impl']:6} ckpt={r.get('activation_checkpointing')}{'+attn' if r.get('checkpoint_keep_attention') else ''}{'+offload' if r.get('checkpoint_offload') else ''} S={r['seq_len']}: {r['error'][:80]}")
         else:
-            print(f"  {r['impl']:6} ckpt={r.get('activation_checkpointing')}{'+attn' if r.get('checkpoint_keep_attention') else ''} S={r['seq_len']}: {r['step_ms']:.0f} ms, "
+            print(f"  {r['impl']:6} ckpt={r.get('activation_checkpointing')}{'+attn' if r.get('checkpoint_keep_attention') else ''}{'+offload' if r.get('checkpoint_offload') else ''} S={r['seq_len']}: {r['step_ms']:.0f} ms, "
                   f"{r['tokens_per_s_per_gpu']:.0f} tok/s, {r['tflops_per_gpu']:.0f} TFLOP/s, {r['peak_mem_gib']:.1f} GiB"
                   + planned(r))
 EOF
