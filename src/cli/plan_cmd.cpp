@@ -69,7 +69,9 @@ void run(PlanArgs& a) {
                               {"peak_bytes", p.peak_bytes},
                               {"peak_gib", static_cast<double>(p.peak_bytes) / (1ll << 30)},
                               {"peak_phase", p.peak_phase},
-                              {"fits", !in.cuda || p.peak_bytes <= capacity}};
+                              {"fits", !in.cuda || p.peak_bytes <= capacity},
+                              {"sp_buffer_bytes", p.sp_buffers},
+                              {"host_offload_bytes", p.host_offload_bytes}};
   for (const auto& [name, bytes] : p.resident) j["resident"][name] = bytes;
   for (const auto& [name, bytes] : p.phases) j["phases"][name] = bytes;
   std::puts(j.dump().c_str());
