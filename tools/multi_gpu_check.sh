@@ -104,11 +104,13 @@ timeout 200 torchrun --nproc-per-node "$N" --master-port 29653 bench/peers/torch
   --kv-heads 32,8 --warmup 1 --iters 3 --check 1 >>"$OUT/sp_attention.jsonl" 2>>"$OUT/build.log"
 note "scaling: $(grep -c '"impl":"seqpar"' "$OUT/sp_attention.jsonl") seqpar lines, $(grep -c torch_cp "$OUT/sp_attention.jsonl") torch_cp"
 # Whole training steps of a Llama-3.2-1B sized model with the sequence over all GPUs (Ulysses), the
-# memory levers on: the longest lengths seqpar trains here (lines with "error" did not fit).
+# memory levers on: the longest lengths seqpar trains here (lines with "error" did not fit). Profiled:
+# the JSON lines carry the top ops, communication (comm.*) among them.
 if ((SECONDS < BUDGET - 120)); then
   timeout 150 "$BIN" launch --nproc-per-node "$N" --master-port 29655 -- "$BIN" bench train --preset llama-3.2-1b \
     --sp "$N" --seq-lens $((N * 32768)),$((N * 131072)) --steps 3 --activation-checkpointing \
-    --tiled-mlp-tokens 16384 --tiled-loss-tokens 8192 --zero-stage 1 2>>"$OUT/build.log" \
+    --tiled-mlp-tokens 16384 --tiled-loss-tokens 8192 --zero-stage 1 --attn-implementation sdpa --profile \
+    2>>"$OUT/build.log" \
     | sed 's/^\[rank [0-9]*\] //' | grep '^{' >>"$OUT/sp_attention.jsonl"
 fi
 
