@@ -93,13 +93,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
   JsonLines sink(o.out);
   cudaStream_t stream = current_stream();
   // The backend for this run; the process-wide setting is restored on the way out.
-  struct BackendScope {
-    AttentionBackend prev = cuda_attn::attention_backend();
-    explicit BackendScope(bool cudnn) {
-      cuda_attn::set_attention_backend(cudnn ? AttentionBackend::kCudnn : AttentionBackend::kFlash);
-    }
-    ~BackendScope() { cuda_attn::set_attention_backend(prev); }
-  } backend_scope(plan.cudnn);
+  cuda_attn::AttentionBackendScope backend_scope(plan.cudnn ? AttentionBackend::kCudnn : AttentionBackend::kFlash);
   uint64_t seed = 1;
   for (int64_t D : plan.head_dims) {
     for (int64_t S : plan.seq_lens) {

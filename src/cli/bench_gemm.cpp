@@ -393,10 +393,7 @@ std::vector<double> interleaved_medians(int n, int rounds, int warmup, int iters
       per[i].push_back(time_runs(warmup, iters, stream, [&] { run(i); }).median_ms);
     }
   std::vector<double> m(n);
-  for (int i = 0; i < n; ++i) {
-    std::sort(per[i].begin(), per[i].end());
-    m[i] = per[i][per[i].size() / 2];
-  }
+  for (int i = 0; i < n; ++i) m[i] = summarize(std::move(per[i])).median_ms;
   return m;
 }
 

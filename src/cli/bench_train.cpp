@@ -184,18 +184,19 @@ int run_bench_train(const BenchTrainOptions& o) {
       line["loss"] = r.losses.back();
       if (o.profile && r.profile_steps > 0) {
         const double per = 1.0 / static_cast<double>(r.profile_steps);
+        const double wall_ms = r.profile_seconds * 1e3 * per;
+        const std::vector<ProfileEntry> step = scaled_profile(r.profile, per);
         std::fprintf(stderr, "profile, S=%lld, per step (mean of %lld steps, %.1f ms of wall each):\n%s",
-                     static_cast<long long>(S), static_cast<long long>(r.profile_steps),
-                     r.profile_seconds * 1e3 * per,
-                     format_profile(scaled_profile(r.profile, per), r.profile_seconds * 1e3 * per, 40).c_str());
+                     static_cast<long long>(S), static_cast<long long>(r.profile_steps), wall_ms,
+                     format_profile(step, wall_ms, 40).c_str());
         json top = json::array();
         double sum = 0;
-        for (const ProfileEntry& e : r.profile) {
-          sum += e.ms * per;
-          if (top.size() < 40) top.push_back({{"op", e.name}, {"calls", e.calls * per}, {"ms", e.ms * per}});
+        for (const ProfileEntry& e : step) {
+          sum += e.ms;
+          if (top.size() < 40) top.push_back({{"op", e.name}, {"calls", e.calls}, {"ms", e.ms}});
         }
         line["profile"] = top;
-        line["profile_outside_ms"] = r.profile_seconds * 1e3 * per - sum;
+        line["profile_outside_ms"] = wall_ms - sum;
       }
     } catch (const std::exception& e) {
       std::string what = e.what();

@@ -23,14 +23,7 @@ Storage::Storage(size_t bytes, Allocator& alloc) : data_(alloc.allocate(bytes)),
 Storage::~Storage() { alloc_->deallocate(data_, bytes_); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  Tensor t;
-  t.shape_ = shape;
-  t.numel_ = shape_numel(shape);
-  t.dtype_ = dtype;
-  t.defined_ = true;
-  t.device_ = device;
-  t.storage_ = std::make_shared<Storage>(t.nbytes(), allocator_for(device));
-  return t;
+  return empty(shape, dtype, allocator_for(device));
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator& alloc) {

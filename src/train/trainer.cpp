@@ -271,15 +271,10 @@ TrainResult run_training(const TrainConfig& cfg) {
                        cfg.device.str(), mc.head_dim);
   }
 #if defined(SEQPAR_WITH_CUDA)
-  // The attention backend is a process-wide setting: this run's, restored when it returns.
-  struct BackendScope {
-    AttentionBackend prev = cuda_attn::attention_backend();
-    explicit BackendScope(std::optional<AttentionBackend> b) {
-      if (b) cuda_attn::set_attention_backend(*b);
-    }
-    ~BackendScope() { cuda_attn::set_attention_backend(prev); }
-  } backend_scope(cfg.device.is_cuda() ? std::optional(parse_attn_implementation(cfg.attn_implementation))
-                                       : std::nullopt);
+  // The attention backend is a process-wide setting: this run's, restored when it returns (the
+  // CPU has one attention: the setting is kept as it is).
+  cuda_attn::AttentionBackendScope backend_scope(cfg.device.is_cuda() ? parse_attn_implementation(cfg.attn_implementation)
+                                                                      : cuda_attn::attention_backend());
 #endif
   if (!token_data)
     SEQPAR_INPUT_CHECK(cfg.task.vocab_size <= mc.vocab_size,

@@ -46,6 +46,17 @@ void expect_same_losses(const TrainResult& got, const TrainResult& want, const s
         << what << ": step " << s + 1 << " loss " << got.losses[s] << " vs " << want.losses[s];
 }
 
+// `c` is refused, before it trains, with an InputError containing `fragment`.
+void expect_input_error(const TrainConfig& c, const std::string& fragment) {
+  try {
+    c.validate();
+    run_training(c);
+    ADD_FAILURE() << "no InputError; expected one containing: " << fragment;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
 // The demo model has H = 4, Hkv = 2: Ulysses 4 replicates KV heads; hybrid 2 x 2 mixes both.
 TEST(Trainer, SpDegreesReproduceDegreeOne) {
   const TrainResult ref = run_training(tiny_run());
@@ -105,24 +116,10 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
   }
   c.checkpoint_offload = false;
   c.activation_checkpointing = false;  // keeping attention says what a checkpointed layer keeps
-  try {
-    run_training(c);
-    ADD_FAILURE() << "checkpoint_keep_attention without activation_checkpointing ran";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("checkpoint_keep_attention=true needs activation_checkpointing=true"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_input_error(c, "checkpoint_keep_attention=true needs activation_checkpointing=true");
   c.checkpoint_keep_attention = false;
   c.checkpoint_offload = true;
-  try {
-    run_training(c);
-    ADD_FAILURE() << "checkpoint_offload without activation_checkpointing ran";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("checkpoint_offload=true needs activation_checkpointing=true"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_input_error(c, "checkpoint_offload=true needs activation_checkpointing=true");
 }
 
 // Checkpoint offload: the kept layer inputs leave the (CPU) device between forward and backward —
@@ -282,39 +279,30 @@ TEST(Trainer, LearningRateWarmupThenCosine) {
 }
 
 TEST(Trainer, ConfigErrorsNameTheSetting) {
-  auto expect_error = [](TrainConfig c, const std::string& fragment) {
-    try {
-      c.validate();
-      run_training(c);
-      ADD_FAILURE() << "no InputError; expected one containing: " << fragment;
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
-  };
   TrainConfig c = tiny_run();
   c.micro_batch = 0;
-  expect_error(c, "micro_batch=0 must be >= 1");
+  expect_input_error(c, "micro_batch=0 must be >= 1");
   c = tiny_run();
   c.grad_accum = 0;
-  expect_error(c, "grad_accum=0 must be >= 1");
+  expect_input_error(c, "grad_accum=0 must be >= 1");
   c = tiny_run();
   c.steps = 0;
-  expect_error(c, "steps=0 must be >= 1");
+  expect_input_error(c, "steps=0 must be >= 1");
   c = tiny_run();
   c.sp = 0;
-  expect_error(c, "sp=0 must be >= 1");
+  expect_input_error(c, "sp=0 must be >= 1");
   c = tiny_run();
   c.dp_replicate = 0;
-  expect_error(c, "dp_replicate=0");
+  expect_input_error(c, "dp_replicate=0");
   c = tiny_run();
   c.optimizer.adamw.lr = 0;
-  expect_error(c, "lr=0 must be > 0");
+  expect_input_error(c, "lr=0 must be > 0");
   c = tiny_run();
   c.sp = 4;
   c.sp_mode = SpMode::kHybrid;  // no ulysses_degree
-  expect_error(c, "ulysses_degree");
+  expect_input_error(c, "ulysses_degree");
   c.ulysses_degree = 3;
-  expect_error(c, "ulysses_degree=3 must divide sp_size=4");
+  expect_input_error(c, "ulysses_degree=3 must divide sp_size=4");
   // A sequence too short for its shards: zigzag over 8 ranks needs 16 tokens.
   c = tiny_run();
   c.task.num_pairs = 1;
@@ -322,15 +310,15 @@ TEST(Trainer, ConfigErrorsNameTheSetting) {
   c.task.seq_len = 8;
   c.sp = 8;
   c.sp_mode = SpMode::kRing;
-  expect_error(c, "seq_len=8 is too short for sp=8 with the zigzag layout");
+  expect_input_error(c, "seq_len=8 is too short for sp=8 with the zigzag layout");
   // Found when the model is known, before any rank starts: Ulysses 8 > the demo's 4 heads.
   c = tiny_run();
   c.sp = 8;
   c.sp_mode = SpMode::kUlysses;
-  expect_error(c, "ulysses degree 8 exceeds num_attention_heads=4");
+  expect_input_error(c, "ulysses degree 8 exceeds num_attention_heads=4");
   c = tiny_run();
   c.task.seq_len = 10;  // 4 pairs and 4 queries need 17
-  expect_error(c, "recall task: seq_len=10 is too short");
+  expect_input_error(c, "recall task: seq_len=10 is too short");
 }
 
 }  // namespace

@@ -17,6 +17,20 @@ void set_attention_backend(AttentionBackend backend);
 void set_attention_backend(const std::string& name);  // InputError for an unknown name
 AttentionBackend attention_backend();
 
+// Sets the backend for a scope (a run, a benchmark) and restores the previous one on the way out.
+class AttentionBackendScope {
+ public:
+  explicit AttentionBackendScope(AttentionBackend backend) : prev_(attention_backend()) {
+    set_attention_backend(backend);
+  }
+  ~AttentionBackendScope() { set_attention_backend(prev_); }
+  AttentionBackendScope(const AttentionBackendScope&) = delete;
+  AttentionBackendScope& operator=(const AttentionBackendScope&) = delete;
+
+ private:
+  AttentionBackend prev_;
+};
+
 void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs& args);
 // dq, dk, dv stored as `mode` says (attention.h's GradMode). kWrite costs less: the flash kernel
 // stores dk/dv without reading them and its dq pass writes; cuDNN writes into dq/dk/dv directly
