@@ -6,12 +6,20 @@
 #include <string>
 
 #include "core/device.h"
+#include "train/config.h"
 
 namespace seqpar {
 
 // "cpu" | "cuda" | "cuda:N" -> Device; an InputError naming --device otherwise (or when this
 // build has no CUDA).
 Device parse_device(const std::string& s);
+
+// Registers on `cmd` every declared setting (train/config.h) that `command` takes (a
+// SettingCommand bit): its flags, help, choices and default (the current value in `values`), each
+// writing into `values` through the declaration as it is parsed.
+void add_setting_options(CLI::App& cmd, TrainConfig& values, unsigned command);
+// seqpar train's defaults: the demo's (its model, task, schedule) where no file or flag says.
+TrainConfig train_command_defaults();
 
 void add_fwdbwd_command(CLI::App& app, int& rc);
 void add_train_command(CLI::App& app, int& rc);

@@ -7,38 +7,25 @@
 #include "core/log.h"
 #include "io/safetensors.h"
 #include "train/fwdbwd.h"
-#if defined(SEQPAR_WITH_CUDA)
-#include "attention/cuda/attention_cuda.h"
-#endif
 
 namespace seqpar {
 
 namespace {
 
 struct FwdBwdArgs {
-  std::string model, input, out, sp_mode = "ulysses", layout = "zigzag", device = "cpu";
-  std::string attn_implementation = "flash_attention_2";
-  std::string transport = "auto";
-  FwdBwdOptions options;
+  std::string model, input, out;
+  bool optimizer_step = false;
+  TrainConfig options;
 };
 
 void run(FwdBwdArgs& a) {
-  a.options.sp_mode = parse_sp_mode(a.sp_mode, "--sp-mode");
-  a.options.layout = parse_sp_layout(a.layout, "--sp-layout");
-  a.options.device = parse_device(a.device);
-  a.options.transport = parse_transport(a.transport);
-  const AttentionBackend backend = parse_attn_implementation(a.attn_implementation);
-#if defined(SEQPAR_WITH_CUDA)
-  cuda_attn::set_attention_backend(backend);
-#else
-  (void)backend;  // the CPU reference attention serves every name
-#endif
+  (void)parse_attn_implementation(a.options.attn_implementation);  // an unknown name fails before any reading
   SafetensorsData in = read_safetensors(a.input);
   const Tensor& ids = in.at("input_ids");
   const Tensor& labels = in.at("labels");
-  log_info("fwdbwd: model {}, batch {}, sp={} ({}), device {}", a.model, shape_str(ids.shape()), a.options.sp_size,
-           a.sp_mode, a.device);
-  auto out = run_fwdbwd(a.model, ids, labels, a.options);
+  log_info("fwdbwd: model {}, batch {}, sp={} ({}), device {}", a.model, shape_str(ids.shape()), a.options.sp,
+           sp_mode_name(a.options.sp_mode), a.options.device.str());
+  auto out = run_fwdbwd(a.model, ids, labels, a.options, a.optimizer_step);
   if (out.empty()) return;  // a non-leader process of a launched job: rank 0 writes
   write_safetensors(a.out, out);
   for (auto& [name, t] : out)
@@ -69,44 +56,9 @@ void add_fwdbwd_command(CLI::App& app, int& rc) {
   c->add_option("--input", args->input, "safetensors with input_ids [B,S] and labels [B,S] (int32; -100 = ignore)")
       ->required();
   c->add_option("--out", args->out, "output safetensors")->required();
-  FwdBwdOptions& o = args->options;
-  c->add_flag("--optimizer-step", o.optimizer_step, "also clip and take one AdamW step; writes grad_norm and param.*");
-  c->add_flag("--activation-checkpointing", o.activation_checkpointing,
-              "keep only each decoder layer's input in forward and recompute the layer in backward (the same "
-              "results, less activation memory)");
-  c->add_flag("--checkpoint-keep-attention", o.checkpoint_keep_attention,
-              "with --activation-checkpointing: also keep each layer's attention output and context, so "
-              "backward does not recompute attention");
-  c->add_flag("--checkpoint-offload", o.checkpoint_offload,
-              "with --activation-checkpointing: each layer's kept input waits in host memory (pinned, copies "
-              "overlapped with compute) between its forward and its backward");
-  c->add_option("--tiled-mlp-tokens", o.mlp_tile_tokens,
-                "run each MLP over tiles of this many tokens, recomputed in backward (0 = untiled)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  c->add_option("--lr", o.optimizer.adamw.lr, "AdamW learning rate")->capture_default_str();
-  c->add_option("--beta1", o.optimizer.adamw.beta1, "AdamW beta1")->capture_default_str();
-  c->add_option("--beta2", o.optimizer.adamw.beta2, "AdamW beta2")->capture_default_str();
-  c->add_option("--eps", o.optimizer.adamw.eps, "AdamW eps")->capture_default_str();
-  c->add_option("--weight-decay", o.optimizer.adamw.weight_decay, "AdamW decoupled weight decay")
-      ->capture_default_str();
-  c->add_option("--clip", o.optimizer.clip, "max global gradient norm (0 = no clipping)")->capture_default_str();
-  c->add_option("--sp", o.sp_size, "sequence-parallel degree: ranks (threads) sharing the sequence")
-      ->capture_default_str();
-  c->add_option("--sp-mode", args->sp_mode, "ulysses | ring | hybrid")->capture_default_str();
-  c->add_option("--ulysses-degree", o.ulysses_degree, "hybrid: ranks of each Ulysses group (the rest form the ring)");
-  c->add_option("--sp-layout", args->layout, "token layout for ring/hybrid: zigzag | contiguous")
-      ->capture_default_str();
-  c->add_option("--device", args->device, "cpu | cuda | cuda:N")->capture_default_str();
-  c->add_option("--attn-implementation", args->attn_implementation,
-                "CUDA attention, by HF's names: flash_attention_2 | flash_attention_3 (seqpar's flash kernel), sdpa "
-                "(cuDNN fused SDPA where it is exact, else flash); eager is refused")
-      ->capture_default_str();
-  c->add_option("--transport", args->transport,
-                "auto | local | nccl: ranks as threads of this process (local), or one process per rank over "
-                "NCCL when started by seqpar launch / torchrun / Slurm / mpirun (auto: nccl when launched with "
-                "--device cuda)")
-      ->capture_default_str();
+  c->add_flag("--optimizer-step", args->optimizer_step, "also clip and take one AdamW step; writes grad_norm and param.*");
+  args->options.sp = 1;  // one rank unless --sp says
+  add_setting_options(*c, args->options, kFwdBwdCommand);
   c->callback([args, &rc] {
     run(*args);
     rc = 0;

@@ -461,6 +461,13 @@ json train_config_json(const TrainConfig& c, const LlamaConfig& model, const jso
       {"save_every", c.save_every},
       {"keep_last", c.keep_last},
   };
+  // Every other declared setting as it is (the ones above are recorded resolved: the mesh's
+  // actual mode, degree and layout, the data's identity rather than its path).
+  // The optimizer's and seqpar's schedule's settings are in "optimizer" and "lr_schedule".
+  for (const SettingDecl& d : train_settings()) {
+    const bool nested = d.group == SettingGroup::kOptimizer || d.name == "warmup_steps" || d.name == "min_lr_ratio";
+    if (!nested && !j.contains(d.name)) j[d.name] = d.to_json(c);
+  }
   if (c.data_path.empty()) {
     const RecallTaskConfig& t = c.task;
     j["task"] = {{"num_pairs", t.num_pairs},
@@ -477,10 +484,14 @@ json train_config_json(const TrainConfig& c, const LlamaConfig& model, const jso
 std::string config_hash(const json& config) { return fmt::format("{:016x}", fnv1a64(config.dump())); }
 
 std::vector<std::string> check_resume_config(const json& saved, const json& now, const std::string& dir) {
-  static const std::set<std::string> kMustMatch = {
-      "model",   "seq_len",        "micro_batch", "grad_accum", "dp_replicate", "dp_shard", "sp",
-      "sp_mode", "ulysses_degree", "sp_layout",   "seed",       "data",         "shuffle",  "task"};
-  static const std::set<std::string> kWarn = {"steps", "optimizer", "lr_schedule"};
+  // The declared settings' rules (train/config.h), and the records that are not settings of their
+  // own: the model's architecture and the recall task must match, the optimizer's and the
+  // schedule's whole parameters may change with a warning.
+  std::set<std::string> kMustMatch = {"model", "task"}, kWarn = {"optimizer", "lr_schedule"};
+  for (const SettingDecl& d : train_settings()) {
+    if (d.resume == ResumeRule::kMustMatch) kMustMatch.insert(d.name);
+    if (d.resume == ResumeRule::kWarn) kWarn.insert(d.name);
+  }
   std::vector<std::pair<std::string, json>> a, b;
   flatten(saved, "", a);
   flatten(now, "", b);

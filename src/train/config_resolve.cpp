@@ -64,80 +64,62 @@ bool has_total_steps(R r) {
 }
 bool is_cosine(R r) { return r.train.lr_schedule.type == LrScheduleType::kWarmupCosineLR; }
 
-// Every setting, in print order: its name, the flag that sets it (null: none), its value, and
-// whether it applies (null: always).
+// The printed settings that are not declared settings (train/config.h) of their own: values
+// derived from several settings, and what the files say that seqpar records or checks. Printed
+// after the declared ones, each with its value and whether it applies (null: always).
 struct SettingDef {
   const char* name;
-  const char* flag;
   std::string (*value)(R);
   bool (*applies)(R) = nullptr;
 };
 
-const SettingDef kSettings[] = {
-    {"model", "--model",
-     [](R r) { return r.train.model_dir.empty() ? std::string("built-in demo Llama") : r.train.model_dir; }},
-    {"seq_len", "--seq-len", [](R r) { return show(r.train.task.seq_len); }},
-    {"steps", "--steps", [](R r) { return show(r.train.steps); }},
-    {"micro_batch", "--micro-batch", [](R r) { return show(r.train.micro_batch); }},
-    {"grad_accum", "--grad-accum", [](R r) { return show(r.train.grad_accum); }},
-    {"train_batch_size", nullptr, [](R r) { return show(r.train_batch_size); }},
-    {"sp", "--sp", [](R r) { return show(r.train.sp); }},
-    {"sp_mode", "--sp-mode", [](R r) { return sp_mode_name(r.train.sp_mode); }},
-    {"ulysses_degree", "--ulysses-degree", [](R r) { return show(r.train.ulysses_degree); }},
-    {"sp_layout", "--sp-layout", [](R r) { return std::string(sp_layout_name(r.train.layout)); }},
-    {"dp_replicate", "--dp-replicate", [](R r) { return show(r.train.dp_replicate); }},
-    {"dp_shard", "--dp-shard", [](R r) { return show(r.train.dp_shard); }},
-    {"world", nullptr, [](R r) { return show(r.world); }},
-    {"optimizer", nullptr, [](R r) { return r.recorded.optimizer; }},
-    {"lr", "--lr", [](R r) { return show(r.train.optimizer.adamw.lr); }},
-    {"beta1", "--beta1", [](R r) { return show(r.train.optimizer.adamw.beta1); }},
-    {"beta2", "--beta2", [](R r) { return show(r.train.optimizer.adamw.beta2); }},
-    {"eps", nullptr, [](R r) { return show(r.train.optimizer.adamw.eps); }},
-    {"weight_decay", "--weight-decay", [](R r) { return show(r.train.optimizer.adamw.weight_decay); }},
-    {"clip", "--clip", [](R r) { return show(r.train.optimizer.clip); }},
-    {"lr_schedule", nullptr, [](R r) { return schedule_name(r.train.lr_schedule.type); }},
-    {"warmup_steps", "--warmup-steps", [](R r) { return show(r.train.warmup_steps); }, is_linear_cosine},
-    {"min_lr_ratio", "--min-lr-ratio", [](R r) { return show(r.train.min_lr_ratio); }, is_linear_cosine},
-    {"warmup_min_lr", nullptr, [](R r) { return show(r.train.lr_schedule.warmup_min_lr); }, has_warmup_lrs},
-    {"warmup_max_lr", "--lr", [](R r) { return show(r.train.lr_schedule.warmup_max_lr); }, has_warmup_lrs},
-    {"warmup_num_steps", "--warmup-steps", [](R r) { return show(r.train.lr_schedule.warmup_num_steps); },
-     is_deepspeed_schedule},
-    {"warmup_type", nullptr,
+const SettingDef kDerived[] = {
+    {"train_batch_size", [](R r) { return show(r.train_batch_size); }},
+    {"world", [](R r) { return show(r.world); }},
+    {"optimizer", [](R r) { return r.recorded.optimizer; }},
+    {"lr_schedule", [](R r) { return schedule_name(r.train.lr_schedule.type); }},
+    {"warmup_min_lr", [](R r) { return show(r.train.lr_schedule.warmup_min_lr); }, has_warmup_lrs},
+    {"warmup_max_lr", [](R r) { return show(r.train.lr_schedule.warmup_max_lr); }, has_warmup_lrs},
+    {"warmup_num_steps", [](R r) { return show(r.train.lr_schedule.warmup_num_steps); }, is_deepspeed_schedule},
+    {"warmup_type",
      [](R r) { return std::string(r.train.lr_schedule.warmup_type == WarmupType::kLog ? "log" : "linear"); },
      is_deepspeed_schedule},
-    {"total_num_steps", nullptr, [](R r) { return show(r.train.lr_schedule.total_num_steps); }, has_total_steps},
-    {"warmup_min_ratio", nullptr, [](R r) { return show(r.train.lr_schedule.warmup_min_ratio); }, is_cosine},
-    {"cos_min_ratio", "--min-lr-ratio", [](R r) { return show(r.train.lr_schedule.cos_min_ratio); }, is_cosine},
-    {"activation_checkpointing", "--activation-checkpointing",
-     [](R r) { return std::string(r.train.activation_checkpointing ? "true" : "false"); }},
-    {"checkpoint_keep_attention", "--checkpoint-keep-attention",
-     [](R r) { return std::string(r.train.checkpoint_keep_attention ? "true" : "false"); }},
-    {"checkpoint_offload", "--checkpoint-offload",
-     [](R r) { return std::string(r.train.checkpoint_offload ? "true" : "false"); }},
-    {"tiled_mlp_tokens", "--tiled-mlp-tokens", [](R r) { return show(r.train.mlp_tile_tokens); }},
-    {"tiled_loss_tokens", "--tiled-loss-tokens", [](R r) { return show(r.train.loss_tile_tokens); }},
-    {"seed", "--seed", [](R r) { return show(r.train.seed); }},
-    {"log_every", "--log-every", [](R r) { return show(r.train.log_every); }},
-    {"eval_every", "--eval-every", [](R r) { return show(r.train.eval_every); }},
-    {"stop_at_accuracy", "--stop-at-accuracy", [](R r) { return show(r.train.stop_at_accuracy); }},
-    {"metrics_out", "--metrics-out", [](R r) { return show(r.train.metrics_out); }},
-    {"num_pairs", "--num-pairs", [](R r) { return show(r.train.task.num_pairs); }},
-    {"num_queries", "--num-queries", [](R r) { return show(r.train.task.num_queries); }},
-    {"zero_stage", "--zero-stage", [](R r) { return show(r.train.zero_stage); }},
-    {"bf16", nullptr, [](R r) { return show(r.recorded.bf16); }},
-    {"sp_comm_dtype", nullptr, [](R r) { return r.recorded.sp_comm_dtype; }},
-    {"wall_clock_breakdown", nullptr, [](R r) { return show(r.recorded.wall_clock_breakdown); }},
-    {"attn_implementation", "--attn-implementation", [](R r) { return r.train.attn_implementation; }},
-    {"seq_length_is_variable", nullptr, [](R r) { return show(r.recorded.seq_length_is_variable); }},
-    {"distributed_type", nullptr, [](R r) { return r.recorded.distributed_type; }},
-    {"num_processes", nullptr,
+    {"total_num_steps", [](R r) { return show(r.train.lr_schedule.total_num_steps); }, has_total_steps},
+    {"warmup_min_ratio", [](R r) { return show(r.train.lr_schedule.warmup_min_ratio); }, is_cosine},
+    {"cos_min_ratio", [](R r) { return show(r.train.lr_schedule.cos_min_ratio); }, is_cosine},
+    {"bf16", [](R r) { return show(r.recorded.bf16); }},
+    {"sp_comm_dtype", [](R r) { return r.recorded.sp_comm_dtype; }},
+    {"wall_clock_breakdown", [](R r) { return show(r.recorded.wall_clock_breakdown); }},
+    {"seq_length_is_variable", [](R r) { return show(r.recorded.seq_length_is_variable); }},
+    {"distributed_type", [](R r) { return r.recorded.distributed_type; }},
+    {"num_processes",
      [](R r) { return r.recorded.num_processes > 0 ? show(r.recorded.num_processes) : std::string("(world)"); }},
-    {"num_machines", nullptr, [](R r) { return show(r.recorded.num_machines); }},
-    {"machine_rank", nullptr, [](R r) { return show(r.recorded.machine_rank); }},
-    {"main_process_ip", nullptr, [](R r) { return show(r.recorded.main_process_ip); }},
-    {"main_process_port", nullptr,
+    {"num_machines", [](R r) { return show(r.recorded.num_machines); }},
+    {"machine_rank", [](R r) { return show(r.recorded.machine_rank); }},
+    {"main_process_ip", [](R r) { return show(r.recorded.main_process_ip); }},
+    {"main_process_port",
      [](R r) { return r.recorded.main_process_port > 0 ? show(r.recorded.main_process_port) : std::string("(none)"); }},
 };
+
+// The flags that set these derived settings too (DeepSpeed's schedule parameters).
+const std::pair<const char*, const char*> kDerivedFlags[] = {
+    {"warmup_max_lr", "--lr"}, {"warmup_num_steps", "--warmup-steps"}, {"cos_min_ratio", "--min-lr-ratio"}};
+
+// A declared setting as --print-config shows it; whether it applies (seqpar's own schedule's
+// parameters only with that schedule; the built-in model's sizes only without --model).
+std::string display(const SettingDecl& d, R r) {
+  const std::string v = d.get(r.train);
+  if (d.name == "model" && v.empty()) return "built-in demo Llama";
+  if (d.name == "data" && v.empty()) return "built-in recall task";
+  return v.empty() ? "(none)" : v;
+}
+
+bool applies(const SettingDecl& d, R r) {
+  if (d.name == "warmup_steps" || d.name == "min_lr_ratio") return is_linear_cosine(r);
+  if (d.group == SettingGroup::kModel && d.name != "model" && d.name != "attn_implementation")
+    return r.train.model_dir.empty();
+  return true;
+}
 
 struct Origin {
   ConfigLayer layer = ConfigLayer::kDefault;
@@ -148,8 +130,11 @@ class Resolver {
  public:
   explicit Resolver(const CommandLine& cli) : cli_(cli) {
     out_.train = cli.values;
-    for (const SettingDef& d : kSettings)
-      origin_[d.name] = d.flag && given(d.flag) ? Origin{ConfigLayer::kFlag, d.flag} : Origin{};
+    for (const SettingDecl& d : train_settings())
+      origin_[d.name] = d.has_flag() && given(d.flag()) ? Origin{ConfigLayer::kFlag, d.flag()} : Origin{};
+    for (const SettingDef& d : kDerived) origin_[d.name] = Origin{};
+    for (auto [name, flag] : kDerivedFlags)
+      if (given(flag)) origin_[name] = Origin{ConfigLayer::kFlag, flag};
     // The flags that also set DeepSpeed's schedule parameters (docs/configs.md).
     LrSchedule& s = out_.train.lr_schedule;
     if (given("--lr")) s.warmup_max_lr = cli.values.optimizer.adamw.lr;
@@ -232,7 +217,9 @@ class Resolver {
       out_.warnings.push_back(fmt::format(
           "num_machines={} ({}) is recorded, but `seqpar train` runs all {} ranks in this process on this machine",
           out_.recorded.num_machines, origin_.at("num_machines").text, out_.world));
-    for (const SettingDef& d : kSettings) {
+    for (const SettingDecl& d : train_settings())
+      if (applies(d, out_)) out_.settings.push_back({d.name, display(d, out_), source_text(d.name)});
+    for (const SettingDef& d : kDerived) {
       if (d.applies && !d.applies(out_)) continue;
       out_.settings.push_back({d.name, d.value(out_), source_text(d.name)});
     }

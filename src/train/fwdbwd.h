@@ -1,6 +1,7 @@
 // One forward + backward (and optionally one optimizer step) of a batch, on 1 or P ranks, with
 // everything gathered back into HF's shapes: the numerics check users and tests run against
-// Hugging Face transformers (`seqpar fwdbwd`).
+// Hugging Face transformers (`seqpar fwdbwd`). It is the trainer's step (train/trainer.h,
+// Trainer::run_batch) on one given batch.
 #pragma once
 
 #include <string>
@@ -8,33 +9,20 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "parallel/sp_attention.h"
-#include "train/job.h"
-#include "train/optimizer.h"
-#include "train/sp_batch.h"
+#include "train/trainer.h"
 
 namespace seqpar {
 
-struct FwdBwdOptions {
-  int sp_size = 1;
-  SpMode sp_mode = SpMode::kUlysses;
-  int ulysses_degree = 0;  // hybrid only
-  SpLayout layout = SpLayout::kZigzag;
-  bool optimizer_step = false;
-  OptimizerConfig optimizer;
-  Device device = Device::cpu();
-  Transport transport = Transport::kAuto;  // local threads, or one process per rank over NCCL
-  bool activation_checkpointing = false;   // keep only each layer's input; recompute in backward
-  bool checkpoint_keep_attention = false;  // with checkpointing: also keep attention's output and context
-  bool checkpoint_offload = false;         // with checkpointing: the kept inputs wait in host memory
-  int64_t mlp_tile_tokens = 0;             // tiled MLP: tokens per tile (0: untiled)
-};
-
-// input_ids, labels: i32 [B, S] (HF convention: unshifted labels, -100 ignored).
+// input_ids, labels: i32 or i64 [B, S] (HF convention: unshifted labels, -100 ignored); every
+// value is checked against the model's vocabulary before any model work.
+// `config` gives the mesh (sp, sp_mode, ulysses_degree, layout; dp 1), the device and transport,
+// the memory levers, ZeRO and the optimizer (its lr, no schedule); model_dir, the data source,
+// seq_len and micro_batch come from here.
 // Returns, in HF shapes and f32: logits [B, S, V], loss [1], grad.<name> for every parameter,
 // and with optimizer_step also grad_norm [1] and param.<name> after one AdamW step. Under the
 // nccl transport only the leader process (world rank 0) gets them; the others get an empty list.
 std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_dir, const Tensor& input_ids,
-                                                       const Tensor& labels, const FwdBwdOptions& options);
+                                                       const Tensor& labels, const TrainConfig& config,
+                                                       bool optimizer_step);
 
 }  // namespace seqpar

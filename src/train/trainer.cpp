@@ -42,44 +42,6 @@ LlamaConfig demo_model_config() {
   return c;
 }
 
-void TrainConfig::validate() const {
-  if (model_dir.empty()) model.validate();
-  (void)parse_attn_implementation(attn_implementation);  // InputError for eager or an unknown name
-  if (data_path.empty()) {
-    task.validate();
-    SEQPAR_INPUT_CHECK(eval_data_path.empty(),
-                       "eval_data={} needs data (--data): the recall task evaluates its own accuracy", eval_data_path);
-  } else {
-    SEQPAR_INPUT_CHECK(task.seq_len >= 1, "seq_len={} must be >= 1", task.seq_len);
-  }
-  SEQPAR_INPUT_CHECK(micro_batch >= 1, "micro_batch={} must be >= 1", micro_batch);
-  SEQPAR_INPUT_CHECK(grad_accum >= 1, "grad_accum={} must be >= 1", grad_accum);
-  SEQPAR_INPUT_CHECK(steps >= 1, "steps={} must be >= 1", steps);
-  SEQPAR_INPUT_CHECK(log_every >= 1, "log_every={} must be >= 1", log_every);
-  SEQPAR_INPUT_CHECK(sp >= 1, "sp={} must be >= 1", sp);
-  LlamaModel::policy_for(activation_checkpointing, checkpoint_keep_attention);  // checks the pair
-  SEQPAR_INPUT_CHECK(activation_checkpointing || !checkpoint_offload,
-                     "checkpoint_offload=true needs activation_checkpointing=true (--activation-checkpointing): it "
-                     "moves the checkpointed layers' inputs to host memory");
-  SEQPAR_INPUT_CHECK(mlp_tile_tokens >= 0, "tiled_mlp_tokens={} must be >= 0 (0 = untiled)", mlp_tile_tokens);
-  SEQPAR_INPUT_CHECK(loss_tile_tokens >= 0, "tiled_loss_tokens={} must be >= 0 (0 = untiled)", loss_tile_tokens);
-  SEQPAR_INPUT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage={} must be 0, 1, 2 or 3", zero_stage);
-  SEQPAR_INPUT_CHECK(dp_replicate >= 1 && dp_shard >= 1, "dp_replicate={} and dp_shard={} must be >= 1", dp_replicate,
-                     dp_shard);
-  SEQPAR_INPUT_CHECK(optimizer.adamw.lr > 0, "lr={} must be > 0", optimizer.adamw.lr);
-  SEQPAR_INPUT_CHECK(save_every >= 0, "save_every={} must be >= 0", save_every);
-  SEQPAR_INPUT_CHECK(keep_last >= 0, "keep_last={} must be >= 0 (0 keeps every checkpoint)", keep_last);
-  SEQPAR_INPUT_CHECK(stop_at_step >= 0, "stop_at_step={} must be >= 0", stop_at_step);
-  SEQPAR_INPUT_CHECK(save_every == 0 || !save_dir.empty(), "save_every={} needs save_dir (--save-dir)", save_every);
-  SEQPAR_INPUT_CHECK((resume != "latest" && resume != "auto") || !save_dir.empty(),
-                     "resume={} needs save_dir (--save-dir), the directory to take the newest checkpoint from", resume);
-  MeshShape m = sp_mesh_shape(sp_mode, sp, ulysses_degree);
-  const int64_t multiple = sp_layout_multiple(m.ring > 1 ? layout : SpLayout::kContiguous, sp);
-  SEQPAR_INPUT_CHECK(task.seq_len >= multiple,
-                     "seq_len={} is too short for sp={} with the {} layout: each rank needs at least {} token(s)",
-                     task.seq_len, sp, m.ring > 1 ? sp_layout_name(layout) : "contiguous", multiple / sp);
-}
-
 void init_llama_params(LlamaParams& params, uint64_t seed, float std) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, std);
@@ -240,490 +202,512 @@ MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const LlamaConfig& mod
   return in;
 }
 
-TrainResult run_training(const TrainConfig& cfg) {
-  cfg.validate();
-  const MeshShape sp_shape = sp_mesh_shape(cfg.sp_mode, cfg.sp, cfg.ulysses_degree);
-  MeshShape mesh_shape = sp_shape;
-  mesh_shape.dp_replicate = cfg.dp_replicate;
-  mesh_shape.dp_shard = cfg.dp_shard;
-  const SpLayout layout = sp_shape.ring > 1 ? cfg.layout : SpLayout::kContiguous;
-  const int dp = mesh_shape.dp();
-  const int64_t seqs_per_step = static_cast<int64_t>(cfg.micro_batch) * cfg.grad_accum * dp;
-  const int64_t seq_len = cfg.task.seq_len;
-  const int64_t tokens_per_step = seqs_per_step * seq_len;
-  const bool token_data = !cfg.data_path.empty();
-  // Under NCCL every process runs this function; one of them (rank 0's) prints and writes the
+struct Trainer::State {
+  MeshShape sp_shape, mesh_shape;
+  SpLayout layout = SpLayout::kContiguous;
+  int dp = 1;
+  int64_t seqs_per_step = 0, seq_len = 0, tokens_per_step = 0;
+  bool token_data = false;
+  bool leads = false, talk = false;  // this process hosts the leader; and prints
+  std::optional<std::vector<Sequence>> batch;  // run_batch's rows
+#if defined(SEQPAR_WITH_CUDA)
+  std::optional<cuda_attn::AttentionBackendScope> backend_scope;
+#endif
+
+  std::optional<Checkpoint> ckpt;
+  std::unique_ptr<TokenDataset> data, eval_data;
+  json data_id = nullptr, eval_id = nullptr;
+  int eval_batches = 0;
+  json config;       // recorded in checkpoints, compared on resume
+  std::string hash;  // config_hash(config)
+  std::unique_ptr<LlamaModel> initial;  // the weights every rank starts from
+  int64_t first_step = 1, last_step = 0;
+  MemoryPlan plan;
+  int ranks_per_device = 1;  // ranks that share one GPU
+
+  std::unique_ptr<MetricsLog> metrics;
+  std::mutex mu;  // guards result, initial and ckpt between ranks
+  TrainResult result;
+  std::vector<std::pair<std::string, Tensor>> batch_out;  // run_batch's outputs
+
+  // The leader's progress-line bookkeeping.
+  std::chrono::steady_clock::time_point t_start, t_log;
+  int64_t last_logged = 0;
+  int64_t line_peak = 0;  // the largest step peak since the last progress line
+};
+
+Trainer::Trainer(const TrainConfig& config) : Trainer(config, {}) {}
+
+Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(config), s_(std::make_unique<State>()) {
+  State& s = *s_;
+  if (!batch.empty()) s.batch = std::move(batch);
+  if (s.batch) {
+    cfg_.validate_run();
+  } else {
+    cfg_.validate();
+  }
+  s.sp_shape = sp_mesh_shape(cfg_.sp_mode, cfg_.sp, cfg_.ulysses_degree);
+  s.mesh_shape = s.sp_shape;
+  s.mesh_shape.dp_replicate = cfg_.dp_replicate;
+  s.mesh_shape.dp_shard = cfg_.dp_shard;
+  s.layout = s.sp_shape.ring > 1 ? cfg_.layout : SpLayout::kContiguous;
+  s.dp = s.mesh_shape.dp();
+  s.seqs_per_step = static_cast<int64_t>(cfg_.micro_batch) * cfg_.grad_accum * s.dp;
+  s.seq_len = cfg_.task.seq_len;
+  s.tokens_per_step = s.seqs_per_step * s.seq_len;
+  s.token_data = !cfg_.data_path.empty();
+  // Under NCCL every process runs the trainer; one of them (rank 0's) prints and writes the
   // metrics file and the plot.
-  check_job(mesh_shape.world(), cfg.device, cfg.transport);
-  const bool leads = hosts_leader(cfg.device, cfg.transport);
-  const bool talk = !cfg.quiet && leads;
+  check_job(s.mesh_shape.world(), cfg_.device, cfg_.transport);
+  s.leads = hosts_leader(cfg_.device, cfg_.transport);
+  s.talk = !cfg_.quiet && s.leads;
 
   // Everything is read and checked before any rank starts: the checkpoint, the model, the data.
-  std::optional<Checkpoint> ckpt = checkpoint_to_resume(cfg, talk);
-  const LlamaConfig mc = cfg.model_dir.empty() ? cfg.model : load_hf_llama_config(cfg.model_dir);
-  validate_sp_heads(mc.num_heads, mc.num_kv_heads, sp_shape.ulysses);
-  if (cfg.device.is_cuda()) {
+  s.ckpt = checkpoint_to_resume(cfg_, s.talk);
+  model_config_ = cfg_.model_dir.empty() ? cfg_.model : load_hf_llama_config(cfg_.model_dir);
+  const LlamaConfig& mc = model_config_;
+  validate_sp_heads(mc.num_heads, mc.num_kv_heads, s.sp_shape.ulysses);
+  if (cfg_.device.is_cuda()) {
     SEQPAR_INPUT_CHECK(cuda_built(), "device={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)",
-                       cfg.device.str());
+                       cfg_.device.str());
     SEQPAR_INPUT_CHECK(mc.head_dim == 64 || mc.head_dim == 128,
                        "device={}: head_dim={} is not supported by the CUDA attention kernels (64 or 128); the "
                        "built-in model takes --head-dim",
-                       cfg.device.str(), mc.head_dim);
+                       cfg_.device.str(), mc.head_dim);
   }
 #if defined(SEQPAR_WITH_CUDA)
-  // The attention backend is a process-wide setting: this run's, restored when it returns (the
-  // CPU has one attention: the setting is kept as it is).
-  cuda_attn::AttentionBackendScope backend_scope(cfg.device.is_cuda() ? parse_attn_implementation(cfg.attn_implementation)
-                                                                      : cuda_attn::attention_backend());
+  // The attention backend is a process-wide setting: this run's, restored when the trainer goes
+  // (the CPU has one attention: the setting is kept as it is).
+  s.backend_scope.emplace(cfg_.device.is_cuda() ? parse_attn_implementation(cfg_.attn_implementation)
+                                                : cuda_attn::attention_backend());
 #endif
-  if (!token_data)
-    SEQPAR_INPUT_CHECK(cfg.task.vocab_size <= mc.vocab_size,
-                       "the task's vocab_size={} exceeds the model's vocab_size={}", cfg.task.vocab_size,
+  if (!s.token_data && !s.batch)
+    SEQPAR_INPUT_CHECK(cfg_.task.vocab_size <= mc.vocab_size,
+                       "the task's vocab_size={} exceeds the model's vocab_size={}", cfg_.task.vocab_size,
                        mc.vocab_size);
-
-  std::unique_ptr<TokenDataset> data, eval_data;
-  json data_id = nullptr, eval_id = nullptr;
-  int eval_batches = cfg.eval_batches;
-  TrainResult result;
-  if (token_data) {
-    data = std::make_unique<TokenDataset>(open_token_file(cfg.data_path, "data", mc.vocab_size), seq_len, cfg.seed,
-                                          cfg.shuffle, mc.vocab_size);
-    data_id = token_file_identity(data->file(), seq_len);
-    result.num_sequences = data->num_sequences();
-    SEQPAR_INPUT_CHECK(
-        result.num_sequences >= seqs_per_step,
-        "data={}: holds {} sequences of seq_len={} ({} tokens), fewer than one step reads (micro_batch × "
-        "grad_accum × dp = {} × {} × {} = {})",
-        cfg.data_path, result.num_sequences, seq_len, data->file().num_tokens(), cfg.micro_batch, cfg.grad_accum, dp,
-        seqs_per_step);
-    result.steps_per_epoch = result.num_sequences / seqs_per_step;
-    if (talk)
-      log_info(
-          "data: {}: {} tokens in {} documents -> {} sequences of {} tokens; {} sequences per step (micro_batch {} "
-          "x grad_accum {} x dp {}) -> {} steps per epoch ({} sequences of each epoch unused); {} steps = {:.2f} "
-          "epochs",
-          cfg.data_path, data->file().num_tokens(), data->file().num_docs(), result.num_sequences, seq_len,
-          seqs_per_step, cfg.micro_batch, cfg.grad_accum, dp, result.steps_per_epoch,
-          result.num_sequences - result.steps_per_epoch * seqs_per_step, cfg.steps,
-          static_cast<double>(cfg.steps) / result.steps_per_epoch);
-    if (!cfg.eval_data_path.empty()) {
-      eval_data = std::make_unique<TokenDataset>(open_token_file(cfg.eval_data_path, "eval_data", mc.vocab_size),
-                                                 seq_len, cfg.seed, /*shuffle=*/false, mc.vocab_size);
-      eval_id = token_file_identity(eval_data->file(), seq_len);
-      eval_id["path"] = cfg.eval_data_path;
-      const int64_t per_batch = static_cast<int64_t>(cfg.micro_batch) * dp;
-      SEQPAR_INPUT_CHECK(
-          eval_data->num_sequences() >= per_batch,
-          "eval_data={}: holds {} sequences of seq_len={}, fewer than one evaluation batch (micro_batch × "
-          "dp = {})",
-          cfg.eval_data_path, eval_data->num_sequences(), seq_len, per_batch);
-      eval_batches =
-          static_cast<int>(std::min<int64_t>(std::max(1, cfg.eval_batches), eval_data->num_sequences() / per_batch));
-      if (talk)
-        log_info("eval data: {}: the first {} sequences, {} batch(es) of {}", cfg.eval_data_path,
-                 eval_batches * per_batch, eval_batches, per_batch);
-    }
-  }
-
+  s.eval_batches = cfg_.eval_batches;
+  if (s.token_data) setup_data();
   // The run's configuration, recorded in checkpoints and compared with the checkpoint's on resume.
-  const json config = train_config_json(cfg, mc, data_id, eval_id);
-  if (ckpt) {
-    for (const std::string& w : check_resume_config(ckpt->state.config, config, ckpt->dir)) log_warn("{}", w);
-    if (token_data) {
-      const auto want = token_data_position(result.num_sequences, seqs_per_step, ckpt->state.step);
-      SEQPAR_INPUT_CHECK(ckpt->state.data_epoch == want.first && ckpt->state.data_index == want.second,
-                         "checkpoint '{}': trainer_state.json data position (epoch {}, index {}) is not where step {} "
-                         "leaves the data (epoch {}, index {}): a corrupt checkpoint",
-                         ckpt->dir, ckpt->state.data_epoch, ckpt->state.data_index, ckpt->state.step, want.first,
-                         want.second);
-    }
-    result.losses = ckpt->state.losses;
-    result.eval_accuracy = ckpt->state.eval_accuracy;
-    result.eval_loss = ckpt->state.eval_loss;
-    result.resumed_from = ckpt->dir;
-    result.first_step = ckpt->state.step + 1;
-    if (talk) log_info("resuming from {} (step {})", ckpt->dir, ckpt->state.step);
-  }
-
-  // The model every rank starts from (weights are replicated over the mesh).
-  std::unique_ptr<LlamaModel> initial;
-  if (ckpt) {
-    initial = std::make_unique<LlamaModel>(ckpt->model_config);
-    load_params_from(initial->params(), ckpt->model_config, ckpt->model, ckpt->dir);
-  } else if (!cfg.model_dir.empty()) {
-    initial = load_hf_model(cfg.model_dir);
-  } else {
-    initial = std::make_unique<LlamaModel>(mc);
-    init_llama_params(initial->params(), cfg.seed, cfg.init_std);
-  }
-
-  const int64_t first_step = result.first_step;
-  const int64_t last_step = cfg.stop_at_step > 0 ? std::min(cfg.steps, cfg.stop_at_step) : cfg.steps;
-  if (talk)
-    log_info(
-        "train: {} layers, C={}, H={}, Hkv={}, V={} | world {} = dp {} x sp {} ({} ulysses x {} ring, {} layout) | "
-        "{} sequences x {} tokens per step, steps {}..{} of {}",
-        mc.num_layers, mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.vocab_size, mesh_shape.world(), dp, cfg.sp,
-        sp_shape.ulysses, sp_shape.ring, sp_layout_name(layout), seqs_per_step, seq_len, first_step, last_step,
-        cfg.steps);
-
-  // What a rank will hold at the step's peak (train/memory_plan.h), said before any GPU work.
-  const MemoryPlan plan = plan_memory(memory_plan_input(cfg, mc));
-  const double plan_gib = static_cast<double>(plan.peak_bytes) / (1ll << 30);
-  if (talk)
-    log_info("memory plan: {:.3f} GiB per rank at the step's peak ({}); `seqpar plan` gives the breakdown", plan_gib,
-             plan.peak_phase);
-  // Ranks that share one GPU: all of them as threads of this process, else one per process.
-  const int ranks_per_device = job_transport(cfg.transport, cfg.device) == Transport::kLocal ? mesh_shape.world() : 1;
-
-  MetricsLog metrics(leads ? cfg.metrics_out : std::string(), ckpt ? ckpt->state.metrics : std::vector<json>{});
-  auto write_plot = [&] {
-    if (cfg.metrics_out.empty() || !leads) return;
-    const std::string plot = metrics_plot_path(cfg.metrics_out);
-    write_metrics_svg(plot, metrics.records(), "seqpar train: " + (token_data ? cfg.data_path : "recall task"));
-    if (talk) log_info("metrics: {}, plot: {}", cfg.metrics_out, plot);
-  };
-  if (first_step > last_step) {
-    if (talk)
-      log_info("the checkpoint is at step {}: nothing left to train (last step {})", first_step - 1, last_step);
-    result.steps_run = first_step - 1;
-    if (token_data)
-      std::tie(result.data_epoch, result.data_index) =
-          token_data_position(result.num_sequences, seqs_per_step, result.steps_run);
-    write_plot();
-    return result;
-  }
-  std::mutex result_mu;
-  const std::string hash = config_hash(config);
-
-  if (mesh_shape.world() > 1) set_cpu_gemm_threads(1);
-  auto t_start = std::chrono::steady_clock::now();
-  run_job(mesh_shape.world(), cfg.device, cfg.transport, config.dump(), [&](JobRank& job) {
-    Communicator& world = job.world;
-    const Device device = job.device;
-    DeviceMesh mesh(world, mesh_shape);
-    const int sp_rank = mesh.sp_rank(), dp_rank = mesh.dp_rank();
-    const bool leader = job.leader;
-    if (leader && device.is_cuda()) {
-      const int64_t total = device_total_bytes(device);
-      if (total > 0 && plan.peak_bytes * ranks_per_device > total)
-        log_warn("the memory plan needs {:.2f} GiB on {} ({} rank(s) of {:.2f} GiB) but it has {:.2f} GiB: expect out "
-                 "of memory; more GPUs (--sp), --activation-checkpointing, --tiled-mlp-tokens / --tiled-loss-tokens "
-                 "or --zero-stage 1 lower it (seqpar plan, docs/memory.md)",
-                 plan_gib * ranks_per_device, device.str(), ranks_per_device, plan_gib,
-                 static_cast<double>(total) / (1ll << 30));
-    }
-    LlamaModel model(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32);
-    model.set_activation_policy(LlamaModel::policy_for(cfg.activation_checkpointing, cfg.checkpoint_keep_attention));
-    model.set_checkpoint_offload(cfg.checkpoint_offload);
-    model.set_mlp_tile_tokens(cfg.mlp_tile_tokens);
-    model.set_loss_tile_tokens(cfg.loss_tile_tokens);
-    {
-      auto dst = model.params().named();
-      auto src = initial->params().named();
-      for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
-    }
-    // ZeRO stages 1-3 shard the optimizer state over every rank (all hold the same weights); stages
-    // 2-3 also partition the gradients (below); weights stay whole (stage 3 runs as 2, with a
-    // warning from the config).
-    const ZeroShard shard = cfg.zero_stage >= 1 ? ZeroShard{world.rank(), world.size()} : ZeroShard{};
-    AdamW adamw(mc, cfg.optimizer, model.params(), device, shard);
-    // Partitioned gradients: each layer's are summed over the world as soon as its backward is done
-    // and only this rank's shard of the gradient buffer is kept, accumulated over micro-batches;
-    // the embedding, final norm and LM head gradients likewise once the backward is done.
-    const bool partition_grads = cfg.zero_stage >= 2 && adamw.sharded();
-    Tensor grad_shard;
-    if (partition_grads) {
-      grad_shard = Tensor::zeros({adamw.shard_len()}, DType::kF32, device);
-      const LlamaParams::FlatLayout at = LlamaParams::flat_layout(mc);  // where each part sits
-      const int64_t begin = adamw.shard_begin(), end = adamw.shard_end();
-      // The part of `t` (at `at` in the whole buffer) inside this rank's shard, added to it.
-      auto take = [&grad_shard, begin, end](const Tensor& t, int64_t at) {
-        const int64_t lo = std::max(begin, at), hi = std::min(end, at + t.numel());
-        if (lo >= hi) return;
-        Tensor dst = grad_shard.rows(lo - begin, hi - begin);
-        add_inplace(dst, t.view({t.numel()}).rows(lo - at, hi - at));
-      };
-      model.set_grad_sink([&, take, at](int64_t l, const Tensor& block) {
-        if (l >= 0) {
-          Tensor b = block;
-          world.all_reduce(b, ReduceOp::kSum);
-          take(b, at.layers + l * at.layer_elems);
-          return;
-        }
-        LlamaParams& g = model.grads();
-        for (auto [t, offset] : {std::pair<Tensor*, int64_t>{&g.embed_tokens, 0}, {&g.final_norm, at.final_norm},
-                                 {&g.lm_head, at.lm_head}}) {
-          if (!t->defined()) continue;
-          world.all_reduce(*t, ReduceOp::kSum);
-          take(*t, offset);
-        }
-      });
-    }
-    if (ckpt) restore_from_checkpoint(*ckpt, model.params(), adamw);
-    // Every rank of this process holds its weights now: free the host copies they came from (a
-    // whole model, and a checkpoint's weights and optimizer state).
-    world.barrier();
-    {
-      std::lock_guard<std::mutex> lock(result_mu);
-      initial.reset();
-      ckpt.reset();
-    }
-
-    auto attention_for = [&](const SpBatch& b) -> std::unique_ptr<Attention> {
-      std::vector<TokenMeta> meta;
-      for (const Shard& sh : b.shards) meta.push_back(shard_token_meta(sh));
-      if (cfg.sp == 1) return std::make_unique<LocalAttention>(meta[0]);
-      return make_sp_attention(mesh, meta, mc.num_heads, mc.num_kv_heads);
-    };
-    // Forward over this rank's shard. The attention object lives until the next forward, since
-    // backward must be given the same one.
-    std::unique_ptr<Attention> attn;
-    auto forward = [&](const SpBatch& b, Tensor* logits = nullptr) {
-      const Shard& sh = b.shards[sp_rank];
-      attn = attention_for(b);
-      return model.forward({i32(sh.input_ids).to(device), i32(sh.position_ids).to(device),
-                            i32(sh.targets).to(device)},
-                           *attn, logits);
-    };
-
-    // The recall task: accuracy of the answers, from the logits gathered over the SP group.
-    auto evaluate_recall = [&](int64_t step) {
-      int64_t correct = 0, total = 0;
-      for (int e = 0; e < cfg.eval_batches; ++e) {
-        std::vector<Sequence> rows = make_recall_batch(cfg.task, cfg.seed + 0x5eed, e, cfg.micro_batch);
-        SpBatch b = make_sp_batch(rows, cfg.sp, layout);
-        Tensor logits;
-        forward(b, &logits);
-        Tensor all = Tensor::empty({b.padded_len, mc.vocab_size}, logits.dtype(), logits.device());
-        mesh.sp().all_gather(all, logits);
-        std::vector<Tensor> per_rank;
-        for (int p = 0; p < cfg.sp; ++p) per_rank.push_back(all.rows(p * b.shard_len(), (p + 1) * b.shard_len()));
-        std::vector<float> stream = b.gather(per_rank).to_f32_vector();
-        auto [c, t] = recall_accuracy(rows, stream, mc.vocab_size);
-        correct += c;
-        total += t;
-      }
-      const double acc = total ? static_cast<double>(correct) / total : 0.0;
-      if (leader) {
-        if (!cfg.quiet) log_info("eval step {:>5} | recall accuracy {:.1f}% ({}/{})", step, 100 * acc, correct, total);
-        metrics.write({{"step", step}, {"eval_accuracy", acc}});
-        std::lock_guard<std::mutex> lock(result_mu);
-        result.eval_accuracy.emplace_back(step, acc);
-      }
-      return acc;
-    };
-
-    // --eval-data: the token-weighted mean loss over the first eval_batches × micro_batch × dp
-    // sequences of the file (file order), each dp rank its own micro-batches.
-    auto evaluate_loss = [&](int64_t step) {
-      double loss_sum = 0;
-      int64_t good = 0;
-      for (int e = 0; e < eval_batches; ++e) {
-        std::vector<Sequence> rows;
-        const int64_t first = (static_cast<int64_t>(e) * dp + dp_rank) * cfg.micro_batch;
-        for (int j = 0; j < cfg.micro_batch; ++j) rows.push_back(eval_data->get(0, first + j));
-        SpBatch b = make_sp_batch(rows, cfg.sp, layout);
-        loss_sum += forward(b).loss_sum;
-        if (sp_rank == 0) good += b.good_tokens;  // the whole batch's count, once per SP group
-      }
-      Tensor loss_t = Tensor::from_vector<float>({1}, {static_cast<float>(loss_sum)});
-      Tensor good_t = Tensor::from_vector<int64_t>({1}, {good});
-      world.all_reduce(loss_t, ReduceOp::kSum);
-      world.all_reduce(good_t, ReduceOp::kSum);
-      const int64_t g = good_t.data<int64_t>()[0];
-      const double loss = g > 0 ? loss_t.data<float>()[0] / g : 0.0;
-      if (leader) {
-        if (!cfg.quiet) log_info("eval step {:>5} | eval loss {:.4f} ({} tokens)", step, loss, g);
-        metrics.write({{"step", step}, {"eval_loss", loss}});
-        std::lock_guard<std::mutex> lock(result_mu);
-        result.eval_loss.emplace_back(step, loss);
-      }
-    };
-
-    // state: the whole optimizer state assembled from a sharded optimizer's shards (null: the
-    // optimizer holds it whole).
-    auto save = [&](int64_t step, AdamW::FullState* state) {
-      TrainerState st;
-      st.step = step;
-      st.seed = cfg.seed;
-      st.data_source = token_data ? "tokens" : "recall";
-      if (token_data) {
-        std::tie(st.data_epoch, st.data_index) = token_data_position(result.num_sequences, seqs_per_step, step);
-      } else {
-        st.data_index = step * cfg.grad_accum * dp;  // the next recall batch index
-      }
-      st.config = config;
-      st.config_hash = hash;
-      st.config_text = cfg.config_text;
-      {
-        std::lock_guard<std::mutex> lock(result_mu);
-        st.losses = result.losses;
-        st.eval_accuracy = result.eval_accuracy;
-        st.eval_loss = result.eval_loss;
-      }
-      st.metrics = metrics.records();
-      const bool has_master = adamw.has_master();
-      LlamaParams& weights = state ? (has_master ? state->master : model.params()) : adamw.weights(model.params());
-      CheckpointContents c{&mc,
-                           &weights,
-                           state ? &state->exp_avg : &adamw.exp_avg(),
-                           state ? &state->exp_avg_sq : &adamw.exp_avg_sq(),
-                           has_master ? &weights : nullptr,
-                           adamw.step_count(),
-                           std::move(st)};
-      const std::string path = save_checkpoint(cfg.save_dir, c, cfg.keep_last);
-      if (!cfg.quiet) log_info("saved checkpoint {}", path);
-      std::lock_guard<std::mutex> lock(result_mu);
-      result.checkpoints.push_back(path);
-    };
-
-    int64_t last_logged = first_step - 1;
-    int64_t line_peak = 0;  // the largest step peak since the last progress line
-    auto t_log = std::chrono::steady_clock::now();
-    int64_t step = first_step;
-    const int64_t profile_from = last_step > first_step ? first_step + 1 : first_step;
-    const bool profile_rank = cfg.profile && leader;
-    for (; step <= last_step; ++step) {
-      if (profile_rank && step >= profile_from) set_thread_profiling(true);
-      const auto t_step = std::chrono::steady_clock::now();
-      // This dp rank's micro-batches, and the global count of good tokens they hold.
-      std::vector<SpBatch> micro;
-      int64_t local_good = 0;
-      for (int m = 0; m < cfg.grad_accum; ++m) {
-        std::vector<Sequence> rows;
-        if (token_data) {
-          rows = token_data_batch(*data, cfg, dp, step, m, dp_rank);
-        } else {
-          const int64_t index = ((step - 1) * cfg.grad_accum + m) * dp + dp_rank;
-          rows = make_recall_batch(cfg.task, cfg.seed, index, cfg.micro_batch);
-        }
-        micro.push_back(make_sp_batch(rows, cfg.sp, layout));
-        local_good += micro.back().good_tokens;
-      }
-      Tensor good_t = Tensor::from_vector<int64_t>({1}, {local_good});
-      mesh.dp().all_reduce(good_t, ReduceOp::kSum);
-      const int64_t global_good = good_t.data<int64_t>()[0];
-      const float dloss = global_good > 0 ? static_cast<float>(1.0 / global_good) : 0.f;
-
-      model.zero_grads();
-      if (partition_grads) grad_shard.zero();
-      double loss_sum = 0;
-      for (const SpBatch& b : micro) {
-        loss_sum += forward(b).loss_sum;
-        model.backward(dloss);
-      }
-      // Weights are replicated over dp × sp: sum every rank's gradient contribution (partitioned
-      // gradients were summed layer by layer during backward).
-      if (!partition_grads) all_reduce_grads(world, model.grads());
-      Tensor loss_t = Tensor::from_vector<float>({1}, {static_cast<float>(loss_sum)});
-      world.all_reduce(loss_t, ReduceOp::kSum);
-      const double loss = global_good > 0 ? loss_t.data<float>()[0] / global_good : 0.0;
-
-      double norm = 0;
-      if (partition_grads) {
-        // Σ over the shards of their squares, the double carried as two f32 (high and low part).
-        const double ss = sum_squares(grad_shard);
-        const float hi = static_cast<float>(ss), lo = static_cast<float>(ss - static_cast<double>(hi));
-        Tensor parts = Tensor::from_vector<float>({2}, {hi, lo});
-        world.all_reduce(parts, ReduceOp::kSum);
-        norm = std::sqrt(static_cast<double>(parts.data<float>()[0]) + static_cast<double>(parts.data<float>()[1]));
-      } else {
-        norm = AdamW::grad_norm(model.grads());
-      }
-      adamw.set_lr(lr_at(cfg, step));
-      if (partition_grads) {
-        adamw.step_shard(model.params(), grad_shard, norm);
-      } else {
-        adamw.step(model.params(), model.grads(), norm);
-      }
-      adamw.gather_params(world, model.params());
-
-      if (cfg.time_steps || cfg.profile) synchronize_device(device);
-      if (leader) {
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
-        const bool profiled = profile_rank && step >= profile_from;
-        if (profiled) set_thread_profiling(false);  // evaluation and checkpoints are not the step
-        // This step's peak; the allocator then counts the next step's from here.
-        Allocator& mem = allocator_for(device);
-        const int64_t peak = static_cast<int64_t>(mem.peak_bytes());
-        mem.reset_peak();
-        line_peak = std::max(line_peak, peak);
-        std::lock_guard<std::mutex> lock(result_mu);
-        if (profiled) {
-          result.profile_steps += 1;
-          result.profile_seconds += secs;
-        }
-        result.losses.push_back(loss);
-        result.step_seconds.push_back(secs);
-        result.step_peak_bytes.push_back(peak);
-        result.peak_mem_bytes = std::max(result.peak_mem_bytes, peak);
-      }
-      // A metrics record at the steps that do not depend on where a run was stopped or resumed
-      // (so a resumed run's records are the uninterrupted run's); a progress line also at the first
-      // and last step of this call.
-      const bool record_step = step == 1 || step % cfg.log_every == 0 || step == cfg.steps;
-      if (leader && (record_step || step == first_step || step == last_step)) {
-        auto now = std::chrono::steady_clock::now();
-        const double secs = std::chrono::duration<double>(now - t_log).count();
-        // The device allocator's peak since the last progress line (every rank of this process on
-        // that device: with ranks as threads on one GPU, all of them).
-        const double peak_gib = static_cast<double>(line_peak) / (1024.0 * 1024.0 * 1024.0);
-        line_peak = 0;
-        const double tps = static_cast<double>(tokens_per_step * (step - last_logged)) / std::max(secs, 1e-9);
-        t_log = now;
-        last_logged = step;
-        if (!cfg.quiet)
-          log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}", step,
-                   cfg.steps, loss, lr_at(cfg, step), norm, tps,
-                   peak_gib >= 1 ? fmt::format("{:.2f} GiB", peak_gib) : fmt::format("{:.1f} MiB", peak_gib * 1024));
-        json record = {{"step", step},          {"loss", loss},          {"tokens_per_s", tps},
-                       {"lr", lr_at(cfg, step)}, {"grad_norm", norm},    {"peak_mem_gib", peak_gib}};
-        if (token_data) record["epoch"] = (step - 1) / result.steps_per_epoch;
-        if (record_step) metrics.write(record);
-      }
-      bool stop = step == last_step;
-      if ((cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps) {
-        if (!token_data) {
-          const double acc = evaluate_recall(step);
-          // Every rank must stop at the same step: take the decision of any rank that reached it
-          // (they all evaluate the same batches, but nothing else guarantees bit-equal accuracies).
-          Tensor reached = Tensor::from_vector<int32_t>({1}, {cfg.stop_at_accuracy > 0 && acc >= cfg.stop_at_accuracy});
-          world.all_reduce(reached, ReduceOp::kMax);
-          if (reached.data<int32_t>()[0]) {
-            if (leader && !cfg.quiet) log_info("reached {:.1f}% >= stop_at_accuracy; stopping", 100 * acc);
-            stop = true;
-          }
-        } else if (eval_data) {
-          evaluate_loss(step);
-        }
-      }
-      if (!cfg.save_dir.empty() && ((cfg.save_every > 0 && step % cfg.save_every == 0) || stop)) {
-        std::optional<AdamW::FullState> state;
-        if (adamw.sharded()) state = adamw.full_state(world, mc);  // a collective: every rank
-        if (leader) save(step, state ? &*state : nullptr);
-        // Every rank waits for the save: a run that stops here is resumable once it returns.
-        world.barrier();
-      }
-      if (stop) break;
-    }
-    if (profile_rank) {
-      std::vector<ProfileEntry> profile = take_profile();
-      std::lock_guard<std::mutex> lock(result_mu);
-      result.profile = std::move(profile);
-    }
-    if (leader) {
-      const int64_t done = step;  // the loop always leaves by `stop`
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-      std::lock_guard<std::mutex> lock(result_mu);
-      result.steps_run = done;
-      result.tokens_per_s = static_cast<double>(tokens_per_step * (done - first_step + 1)) / std::max(secs, 1e-9);
-      if (token_data)
-        std::tie(result.data_epoch, result.data_index) = token_data_position(result.num_sequences, seqs_per_step, done);
-    }
-  });
-  write_plot();
-  return result;
+  s.config = train_config_json(cfg_, mc, s.data_id, s.eval_id);
+  s.hash = config_hash(s.config);
+  if (s.ckpt) setup_resume();
+  setup_model();
+  s.first_step = s.result.first_step;
+  s.last_step = cfg_.stop_at_step > 0 ? std::min(cfg_.steps, cfg_.stop_at_step) : cfg_.steps;
+  // What a rank will hold at the step's peak (train/memory_plan.h), said before any GPU work (one
+  // batch of seqpar fwdbwd is not planned).
+  s.ranks_per_device = job_transport(cfg_.transport, cfg_.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
+  if (!s.batch) s.plan = plan_memory(memory_plan_input(cfg_, mc));
+  if (s.talk && !s.batch) log_setup();
+  s.metrics = std::make_unique<MetricsLog>(s.leads && !s.batch ? cfg_.metrics_out : std::string(),
+                                           s.ckpt ? s.ckpt->state.metrics : std::vector<json>{});
 }
+
+Trainer::~Trainer() = default;
+
+// The token files: opened and checked against the vocabulary, their identity for resume.
+void Trainer::setup_data() {
+  State& s = *s_;
+  const int64_t V = model_config_.vocab_size;
+  s.data = std::make_unique<TokenDataset>(open_token_file(cfg_.data_path, "data", V), s.seq_len, cfg_.seed,
+                                          cfg_.shuffle, V);
+  s.data_id = token_file_identity(s.data->file(), s.seq_len);
+  TrainResult& r = s.result;
+  r.num_sequences = s.data->num_sequences();
+  SEQPAR_INPUT_CHECK(r.num_sequences >= s.seqs_per_step,
+                     "data={}: holds {} sequences of seq_len={} ({} tokens), fewer than one step reads (micro_batch "
+                     "× grad_accum × dp = {} × {} × {} = {})",
+                     cfg_.data_path, r.num_sequences, s.seq_len, s.data->file().num_tokens(), cfg_.micro_batch,
+                     cfg_.grad_accum, s.dp, s.seqs_per_step);
+  r.steps_per_epoch = r.num_sequences / s.seqs_per_step;
+  if (s.talk)
+    log_info(
+        "data: {}: {} tokens in {} documents -> {} sequences of {} tokens; {} sequences per step (micro_batch {} "
+        "x grad_accum {} x dp {}) -> {} steps per epoch ({} sequences of each epoch unused); {} steps = {:.2f} "
+        "epochs",
+        cfg_.data_path, s.data->file().num_tokens(), s.data->file().num_docs(), r.num_sequences, s.seq_len,
+        s.seqs_per_step, cfg_.micro_batch, cfg_.grad_accum, s.dp, r.steps_per_epoch,
+        r.num_sequences - r.steps_per_epoch * s.seqs_per_step, cfg_.steps,
+        static_cast<double>(cfg_.steps) / r.steps_per_epoch);
+  if (cfg_.eval_data_path.empty()) return;
+  s.eval_data = std::make_unique<TokenDataset>(open_token_file(cfg_.eval_data_path, "eval_data", V), s.seq_len,
+                                               cfg_.seed, /*shuffle=*/false, V);
+  s.eval_id = token_file_identity(s.eval_data->file(), s.seq_len);
+  s.eval_id["path"] = cfg_.eval_data_path;
+  const int64_t per_batch = static_cast<int64_t>(cfg_.micro_batch) * s.dp;
+  SEQPAR_INPUT_CHECK(s.eval_data->num_sequences() >= per_batch,
+                     "eval_data={}: holds {} sequences of seq_len={}, fewer than one evaluation batch (micro_batch × "
+                     "dp = {})",
+                     cfg_.eval_data_path, s.eval_data->num_sequences(), s.seq_len, per_batch);
+  s.eval_batches =
+      static_cast<int>(std::min<int64_t>(std::max(1, cfg_.eval_batches), s.eval_data->num_sequences() / per_batch));
+  if (s.talk)
+    log_info("eval data: {}: the first {} sequences, {} batch(es) of {}", cfg_.eval_data_path,
+             s.eval_batches * per_batch, s.eval_batches, per_batch);
+}
+
+// resume, the trainer's half: the checkpoint's configuration against this run's, its data
+// position, its history.
+void Trainer::setup_resume() {
+  State& s = *s_;
+  const Checkpoint& ckpt = *s.ckpt;
+  for (const std::string& w : check_resume_config(ckpt.state.config, s.config, ckpt.dir)) log_warn("{}", w);
+  if (s.token_data) {
+    const auto want = token_data_position(s.result.num_sequences, s.seqs_per_step, ckpt.state.step);
+    SEQPAR_INPUT_CHECK(ckpt.state.data_epoch == want.first && ckpt.state.data_index == want.second,
+                       "checkpoint '{}': trainer_state.json data position (epoch {}, index {}) is not where step {} "
+                       "leaves the data (epoch {}, index {}): a corrupt checkpoint",
+                       ckpt.dir, ckpt.state.data_epoch, ckpt.state.data_index, ckpt.state.step, want.first,
+                       want.second);
+  }
+  TrainResult& r = s.result;
+  r.losses = ckpt.state.losses;
+  r.eval_accuracy = ckpt.state.eval_accuracy;
+  r.eval_loss = ckpt.state.eval_loss;
+  r.resumed_from = ckpt.dir;
+  r.first_step = ckpt.state.step + 1;
+  if (s.talk) log_info("resuming from {} (step {})", ckpt.dir, ckpt.state.step);
+}
+
+// The model every rank starts from (weights are replicated over the mesh).
+void Trainer::setup_model() {
+  State& s = *s_;
+  if (s.ckpt) {
+    s.initial = std::make_unique<LlamaModel>(s.ckpt->model_config);
+    load_params_from(s.initial->params(), s.ckpt->model_config, s.ckpt->model, s.ckpt->dir);
+  } else if (!cfg_.model_dir.empty()) {
+    s.initial = load_hf_model(cfg_.model_dir);
+  } else {
+    s.initial = std::make_unique<LlamaModel>(model_config_);
+    init_llama_params(s.initial->params(), cfg_.seed, cfg_.init_std);
+  }
+}
+
+void Trainer::log_setup() const {
+  const State& s = *s_;
+  const LlamaConfig& mc = model_config_;
+  log_info(
+      "train: {} layers, C={}, H={}, Hkv={}, V={} | world {} = dp {} x sp {} ({} ulysses x {} ring, {} layout) | {} "
+      "sequences x {} tokens per step, steps {}..{} of {}",
+      mc.num_layers, mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.vocab_size, s.mesh_shape.world(), s.dp,
+      cfg_.sp, s.sp_shape.ulysses, s.sp_shape.ring, sp_layout_name(s.layout), s.seqs_per_step, s.seq_len,
+      s.first_step, s.last_step, cfg_.steps);
+  log_info("memory plan: {:.3f} GiB per rank at the step's peak ({}); `seqpar plan` gives the breakdown",
+           static_cast<double>(s.plan.peak_bytes) / (1ll << 30), s.plan.peak_phase);
+}
+
+TrainResult Trainer::run() {
+  State& s = *s_;
+  SEQPAR_CHECK(!s.batch, "Trainer::run: a trainer of one batch runs with run_batch");
+  if (s.first_step > s.last_step) {
+    if (s.talk)
+      log_info("the checkpoint is at step {}: nothing left to train (last step {})", s.first_step - 1, s.last_step);
+    s.result.steps_run = s.first_step - 1;
+    finish();
+    return s.result;
+  }
+  if (s.mesh_shape.world() > 1) set_cpu_gemm_threads(1);
+  s.t_start = s.t_log = std::chrono::steady_clock::now();
+  s.last_logged = s.first_step - 1;
+  run_job(s.mesh_shape.world(), cfg_.device, cfg_.transport, s.config.dump(), [this](JobRank& job) { run_rank(job); });
+  finish();
+  return s.result;
+}
+
+// A rank: its model and optimizer, the resume, then the steps with their evaluations and saves.
+void Trainer::run_rank(JobRank& job) {
+  State& s = *s_;
+  if (job.leader && job.device.is_cuda()) warn_if_over_capacity(job.device);
+  TrainStep rank(job.world, s.mesh_shape, job.device, cfg_, model_config_, s.initial->params());
+  restore(rank, job);
+  const bool leader = job.leader;
+  const int64_t profile_from = s.last_step > s.first_step ? s.first_step + 1 : s.first_step;
+  const bool profile_rank = cfg_.profile && leader;
+  int64_t step = s.first_step;
+  for (; step <= s.last_step; ++step) {
+    this->step(rank, leader, step, profile_rank && step >= profile_from);
+    bool stop = step == s.last_step;
+    if ((cfg_.eval_every > 0 && step % cfg_.eval_every == 0) || step == cfg_.steps)
+      stop = evaluate(rank, leader, step) || stop;
+    if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && step % cfg_.save_every == 0) || stop))
+      save(rank, leader, step);
+    if (stop) break;
+  }
+  if (profile_rank) {
+    std::vector<ProfileEntry> profile = take_profile();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.result.profile = std::move(profile);
+  }
+  if (!leader) return;
+  const int64_t done = step;  // the loop always leaves by `stop`
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.t_start).count();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.result.steps_run = done;
+  s.result.tokens_per_s = static_cast<double>(s.tokens_per_step * (done - s.first_step + 1)) / std::max(secs, 1e-9);
+}
+
+// Said before a rank allocates anything on the GPU.
+void Trainer::warn_if_over_capacity(Device device) const {
+  const State& s = *s_;
+  const int64_t total = device_total_bytes(device);
+  const double plan_gib = static_cast<double>(s.plan.peak_bytes) / (1ll << 30);
+  if (total > 0 && s.plan.peak_bytes * s.ranks_per_device > total)
+    log_warn("the memory plan needs {:.2f} GiB on {} ({} rank(s) of {:.2f} GiB) but it has {:.2f} GiB: expect out of "
+             "memory; more GPUs (--sp), --activation-checkpointing, --tiled-mlp-tokens / --tiled-loss-tokens or "
+             "--zero-stage 1 lower it (seqpar plan, docs/memory.md)",
+             plan_gib * s.ranks_per_device, device.str(), s.ranks_per_device, plan_gib,
+             static_cast<double>(total) / (1ll << 30));
+}
+
+// resume, the rank's half: the checkpoint's weights and optimizer state; then the host copies
+// every rank started from are freed (a whole model, and a checkpoint's weights and optimizer
+// state).
+void Trainer::restore(TrainStep& rank, JobRank& job) {
+  State& s = *s_;
+  if (s.ckpt) restore_from_checkpoint(*s.ckpt, rank.model().params(), rank.optimizer());
+  job.world.barrier();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.initial.reset();
+  s.ckpt.reset();
+}
+
+// This dp rank's micro-batches of a step.
+std::vector<SpBatch> Trainer::step_batches(int64_t step, int dp_rank) const {
+  const State& s = *s_;
+  std::vector<SpBatch> micro;
+  for (int m = 0; m < cfg_.grad_accum; ++m) {
+    std::vector<Sequence> rows;
+    if (s.batch) {
+      rows = *s.batch;
+    } else if (s.token_data) {
+      rows = token_data_batch(*s.data, cfg_, s.dp, step, m, dp_rank);
+    } else {
+      const int64_t index = ((step - 1) * cfg_.grad_accum + m) * s.dp + dp_rank;
+      rows = make_recall_batch(cfg_.task, cfg_.seed, index, cfg_.micro_batch);
+    }
+    micro.push_back(make_sp_batch(rows, cfg_.sp, s.layout));
+  }
+  return micro;
+}
+
+void Trainer::step(TrainStep& rank, bool leader, int64_t step, bool profiled) {
+  if (profiled) set_thread_profiling(true);
+  const auto t_step = std::chrono::steady_clock::now();
+  const StepLoss loss = rank.forward_backward(step_batches(step, rank.mesh().dp_rank()));
+  const double norm = rank.optimizer_step(lr_at(cfg_, step));
+  if (cfg_.time_steps || cfg_.profile) synchronize_device(rank.device());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
+  if (profiled) set_thread_profiling(false);  // evaluation and checkpoints are not the step
+  if (leader) record_step(rank.device(), step, secs, loss, norm, profiled);
+}
+
+// The leader's record of a step: its loss, time and memory peak; a progress line and a metrics
+// record at the steps that do not depend on where a run was stopped or resumed (so a resumed
+// run's records are the uninterrupted run's), a progress line also at the first and last step of
+// this call.
+void Trainer::record_step(Device device, int64_t step, double secs, const StepLoss& loss, double norm,
+                          bool profiled) {
+  State& s = *s_;
+  // This step's peak; the allocator then counts the next step's from here.
+  Allocator& mem = allocator_for(device);
+  const int64_t peak = static_cast<int64_t>(mem.peak_bytes());
+  mem.reset_peak();
+  s.line_peak = std::max(s.line_peak, peak);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (profiled) {
+      s.result.profile_steps += 1;
+      s.result.profile_seconds += secs;
+    }
+    s.result.losses.push_back(loss.loss);
+    s.result.step_seconds.push_back(secs);
+    s.result.step_peak_bytes.push_back(peak);
+    s.result.peak_mem_bytes = std::max(s.result.peak_mem_bytes, peak);
+  }
+  if (step == 1 || step % cfg_.log_every == 0 || step == cfg_.steps || step == s.first_step || step == s.last_step)
+    log_progress(step, loss.loss, norm);
+}
+
+void Trainer::log_progress(int64_t step, double loss, double norm) {
+  State& s = *s_;
+  const bool record = step == 1 || step % cfg_.log_every == 0 || step == cfg_.steps;
+  const auto now = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(now - s.t_log).count();
+  // The device allocator's peak since the last progress line (every rank of this process on that
+  // device: with ranks as threads on one GPU, all of them).
+  const double peak_gib = static_cast<double>(s.line_peak) / (1024.0 * 1024.0 * 1024.0);
+  s.line_peak = 0;
+  const double tps = static_cast<double>(s.tokens_per_step * (step - s.last_logged)) / std::max(secs, 1e-9);
+  s.t_log = now;
+  s.last_logged = step;
+  const float lr = lr_at(cfg_, step);
+  if (!cfg_.quiet)
+    log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}", step,
+             cfg_.steps, loss, lr, norm, tps,
+             peak_gib >= 1 ? fmt::format("{:.2f} GiB", peak_gib) : fmt::format("{:.1f} MiB", peak_gib * 1024));
+  json r = {{"step", step}, {"loss", loss}, {"tokens_per_s", tps}, {"lr", lr}, {"grad_norm", norm}, {"peak_mem_gib", peak_gib}};
+  if (s.token_data) r["epoch"] = (step - 1) / s.result.steps_per_epoch;
+  if (record) s.metrics->write(r);
+}
+
+bool Trainer::evaluate(TrainStep& rank, bool leader, int64_t step) {
+  State& s = *s_;
+  if (s.eval_data) evaluate_loss(rank, leader, step);
+  if (s.token_data) return false;
+  const double acc = evaluate_recall(rank, leader, step);
+  // Every rank must stop at the same step: take the decision of any rank that reached it (they
+  // all evaluate the same batches, but nothing else guarantees bit-equal accuracies).
+  Tensor reached = Tensor::from_vector<int32_t>({1}, {cfg_.stop_at_accuracy > 0 && acc >= cfg_.stop_at_accuracy});
+  rank.world().all_reduce(reached, ReduceOp::kMax);
+  if (!reached.data<int32_t>()[0]) return false;
+  if (leader && !cfg_.quiet) log_info("reached {:.1f}% >= stop_at_accuracy; stopping", 100 * acc);
+  return true;
+}
+
+// The recall task: accuracy of the answers, from the logits gathered over the SP group.
+double Trainer::evaluate_recall(TrainStep& rank, bool leader, int64_t step) {
+  State& s = *s_;
+  int64_t correct = 0, total = 0;
+  for (int e = 0; e < cfg_.eval_batches; ++e) {
+    std::vector<Sequence> rows = make_recall_batch(cfg_.task, cfg_.seed + 0x5eed, e, cfg_.micro_batch);
+    SpBatch b = make_sp_batch(rows, cfg_.sp, s.layout);
+    Tensor logits;
+    rank.forward(b, &logits);
+    std::vector<float> stream = rank.gather_logits(b, logits).to_f32_vector();
+    auto [c, t] = recall_accuracy(rows, stream, model_config_.vocab_size);
+    correct += c;
+    total += t;
+  }
+  const double acc = total ? static_cast<double>(correct) / total : 0.0;
+  if (leader) {
+    if (!cfg_.quiet) log_info("eval step {:>5} | recall accuracy {:.1f}% ({}/{})", step, 100 * acc, correct, total);
+    s.metrics->write({{"step", step}, {"eval_accuracy", acc}});
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.result.eval_accuracy.emplace_back(step, acc);
+  }
+  return acc;
+}
+
+// --eval-data: the token-weighted mean loss over the first eval_batches × micro_batch × dp
+// sequences of the file (file order), each dp rank its own micro-batches.
+void Trainer::evaluate_loss(TrainStep& rank, bool leader, int64_t step) {
+  State& s = *s_;
+  const int dp_rank = rank.mesh().dp_rank();
+  double loss_sum = 0;
+  int64_t good = 0;
+  for (int e = 0; e < s.eval_batches; ++e) {
+    std::vector<Sequence> rows;
+    const int64_t first = (static_cast<int64_t>(e) * s.dp + dp_rank) * cfg_.micro_batch;
+    for (int j = 0; j < cfg_.micro_batch; ++j) rows.push_back(s.eval_data->get(0, first + j));
+    SpBatch b = make_sp_batch(rows, cfg_.sp, s.layout);
+    loss_sum += rank.forward(b).loss_sum;
+    if (rank.mesh().sp_rank() == 0) good += b.good_tokens;  // the whole batch's count, once per SP group
+  }
+  Tensor loss_t = Tensor::from_vector<float>({1}, {static_cast<float>(loss_sum)});
+  Tensor good_t = Tensor::from_vector<int64_t>({1}, {good});
+  rank.world().all_reduce(loss_t, ReduceOp::kSum);
+  rank.world().all_reduce(good_t, ReduceOp::kSum);
+  const int64_t g = good_t.data<int64_t>()[0];
+  const double loss = g > 0 ? loss_t.data<float>()[0] / g : 0.0;
+  if (!leader) return;
+  if (!cfg_.quiet) log_info("eval step {:>5} | eval loss {:.4f} ({} tokens)", step, loss, g);
+  s.metrics->write({{"step", step}, {"eval_loss", loss}});
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.result.eval_loss.emplace_back(step, loss);
+}
+
+// A checkpoint after `step` (a collective: a sharded optimizer's whole state is assembled from
+// every rank's shard); every rank waits for the save, so a run that stops here is resumable once
+// it returns.
+void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
+  State& s = *s_;
+  AdamW& adamw = rank.optimizer();
+  std::optional<AdamW::FullState> full;
+  if (adamw.sharded()) full = adamw.full_state(rank.world(), model_config_);
+  if (leader) {
+    TrainerState st;
+    st.step = step;
+    st.seed = cfg_.seed;
+    st.data_source = s.token_data ? "tokens" : "recall";
+    if (s.token_data) {
+      std::tie(st.data_epoch, st.data_index) = token_data_position(s.result.num_sequences, s.seqs_per_step, step);
+    } else {
+      st.data_index = step * cfg_.grad_accum * s.dp;  // the next recall batch index
+    }
+    st.config = s.config;
+    st.config_hash = s.hash;
+    st.config_text = cfg_.config_text;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      st.losses = s.result.losses;
+      st.eval_accuracy = s.result.eval_accuracy;
+      st.eval_loss = s.result.eval_loss;
+    }
+    st.metrics = s.metrics->records();
+    const bool has_master = adamw.has_master();
+    LlamaParams& params = rank.model().params();
+    LlamaParams& weights = full ? (has_master ? full->master : params) : adamw.weights(params);
+    CheckpointContents c{&model_config_,
+                         &weights,
+                         full ? &full->exp_avg : &adamw.exp_avg(),
+                         full ? &full->exp_avg_sq : &adamw.exp_avg_sq(),
+                         has_master ? &weights : nullptr,
+                         adamw.step_count(),
+                         std::move(st)};
+    const std::string path = save_checkpoint(cfg_.save_dir, c, cfg_.keep_last);
+    if (!cfg_.quiet) log_info("saved checkpoint {}", path);
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.result.checkpoints.push_back(path);
+  }
+  rank.world().barrier();
+}
+
+// The data position after the last step, and the metrics plot.
+void Trainer::finish() {
+  State& s = *s_;
+  if (s.token_data)
+    std::tie(s.result.data_epoch, s.result.data_index) =
+        token_data_position(s.result.num_sequences, s.seqs_per_step, s.result.steps_run);
+  if (cfg_.metrics_out.empty() || !s.leads) return;
+  const std::string plot = metrics_plot_path(cfg_.metrics_out);
+  write_metrics_svg(plot, s.metrics->records(), "seqpar train: " + (s.token_data ? cfg_.data_path : "recall task"));
+  if (s.talk) log_info("metrics: {}, plot: {}", cfg_.metrics_out, plot);
+}
+
+std::vector<std::pair<std::string, Tensor>> Trainer::run_batch(bool optimizer_step) {
+  State& s = *s_;
+  SEQPAR_CHECK(s.batch.has_value(), "Trainer::run_batch: a trainer of a data source runs with run()");
+  if (s.mesh_shape.world() > 1) set_cpu_gemm_threads(1);
+  run_job(s.mesh_shape.world(), cfg_.device, cfg_.transport, s.config.dump(), [&](JobRank& job) {
+    TrainStep rank(job.world, s.mesh_shape, job.device, cfg_, model_config_, s.initial->params());
+    const std::vector<SpBatch> micro = step_batches(1, rank.mesh().dp_rank());
+    const SpBatch& b = micro.back();
+    Tensor logits;
+    const StepLoss loss = rank.forward_backward(micro, &logits);
+    if (loss.good_tokens == 0 && job.leader) log_warn("the batch has no token with a label: loss and gradients are 0");
+    // The logits of every rank, in stream order (a collective: every rank).
+    const Tensor stream = rank.gather_logits(b, logits);
+    double norm = 0;
+    if (optimizer_step) norm = rank.optimizer_step(cfg_.optimizer.adamw.lr);
+    if (!job.leader) return;
+    std::vector<std::pair<std::string, Tensor>> out;
+    const int64_t B = static_cast<int64_t>(s.batch->size()), S = static_cast<int64_t>(s.batch->front().input_ids.size());
+    const int64_t V = model_config_.vocab_size;
+    out.emplace_back("logits", stream.rows(0, B * S).clone().view({B, S, V}));
+    out.emplace_back("loss", Tensor::from_vector<float>({1}, {static_cast<float>(loss.loss)}));
+    for (auto& [name, g] : rank.model().grads().named()) out.emplace_back("grad." + name, g->to(Device::cpu()));
+    if (optimizer_step) {
+      out.emplace_back("grad_norm", Tensor::from_vector<float>({1}, {static_cast<float>(norm)}));
+      // The f32 weights (the master copy on bf16 models).
+      for (auto& [name, p] : rank.optimizer().weights(rank.model().params()).named())
+        out.emplace_back("param." + name, p->to(Device::cpu()));
+    }
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.batch_out = std::move(out);
+  });
+  return std::move(s.batch_out);
+}
+
+TrainResult run_training(const TrainConfig& config) { return Trainer(config).run(); }
 
 }  // namespace seqpar

@@ -129,13 +129,12 @@ std::vector<SpSetting> settings_for(int64_t H) {
   return out;
 }
 
-FwdBwdOptions options_for(const SpSetting& s) {
-  FwdBwdOptions o;
-  o.sp_size = s.P;
+TrainConfig options_for(const SpSetting& s) {
+  TrainConfig o;
+  o.sp = s.P;
   o.sp_mode = s.mode;
   o.ulysses_degree = s.ulysses;
   o.layout = s.layout;
-  o.optimizer_step = true;
   // AdamW's first update is g / (|g| + eps) per element: a gradient element at the rounding level
   // of the largest ones (e.g. k_proj, whose per-segment key gradients sum to 0 by the softmax's
   // shift invariance, has some of ~1e-7 of the max) moves by a visible fraction of lr between two
@@ -190,13 +189,13 @@ void check_reference(const Outputs& ref, const LlamaConfig& config, const std::s
 void expect_sp_matches_one(const LlamaConfig& config, const Batch& batch, uint64_t seed) {
   const std::string dir = write_checkpoint(config, seed);
   const SpSetting one{SpMode::kUlysses, 1, 0, SpLayout::kContiguous};
-  const Outputs ref = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(one)));
+  const Outputs ref = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(one), true));
   check_reference(ref, config, dir);
   int runs = 0;
   for (const SpSetting& s : settings_for(config.num_heads)) {
     const std::string what = "H=" + std::to_string(config.num_heads) + " Hkv=" + std::to_string(config.num_kv_heads) +
                              " " + s.str();
-    expect_same_outputs(as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s))), ref, what);
+    expect_same_outputs(as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s), true)), ref, what);
     ++runs;
   }
   EXPECT_GE(runs, 12);
@@ -251,9 +250,7 @@ TEST(SpModel, NoLabelAtAllGivesZeroLossAndGradients) {
   for (const SpSetting& s : {SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous},
                              SpSetting{SpMode::kRing, 4, 0, SpLayout::kZigzag},
                              SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
-    FwdBwdOptions o = options_for(s);
-    o.optimizer_step = false;
-    const Outputs out = as_map(run_fwdbwd(dir, b.input_ids, b.labels, o));
+    const Outputs out = as_map(run_fwdbwd(dir, b.input_ids, b.labels, options_for(s), /*optimizer_step=*/false));
     EXPECT_EQ(out.at("loss").data<float>()[0], 0.f) << s.str();
     for (auto& [name, t] : out) {
       if (name.rfind("grad.", 0) != 0) continue;
@@ -266,24 +263,24 @@ TEST(SpModel, ConfigErrorsBeforeAnyWork) {
   const LlamaConfig c = tiny_config(4, 2, 8, false);
   const std::string dir = write_checkpoint(c, 700);
   const Batch b = pretrain_batch(1, 9, c.vocab_size, 17);
-  auto expect_error = [&](FwdBwdOptions o, const std::string& fragment) {
+  auto expect_error = [&](TrainConfig o, const std::string& fragment) {
     try {
-      run_fwdbwd(dir, b.input_ids, b.labels, o);
+      run_fwdbwd(dir, b.input_ids, b.labels, o, true);
       ADD_FAILURE() << "no InputError; expected one containing: " << fragment;
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
   };
-  FwdBwdOptions o;
-  o.sp_size = 8;  // Ulysses 8 > 4 query heads
+  TrainConfig o;
+  o.sp = 8;  // Ulysses 8 > 4 query heads
   expect_error(o, "ulysses degree 8 exceeds num_attention_heads=4");
-  o.sp_size = 6;
+  o.sp = 6;
   o.sp_mode = SpMode::kHybrid;
   o.ulysses_degree = 4;
   expect_error(o, "ulysses_degree=4 must divide sp_size=6");
   o.ulysses_degree = 0;
   expect_error(o, "ulysses_degree");
-  o.sp_size = 0;
+  o.sp = 0;
   o.sp_mode = SpMode::kRing;
   expect_error(o, "--sp=0");
 }
@@ -429,12 +426,12 @@ TEST(SpModel, ActivationCheckpointingChangesNothingButMemory) {
                              SpSetting{SpMode::kUlysses, 2, 0, SpLayout::kContiguous},
                              SpSetting{SpMode::kRing, 2, 0, SpLayout::kZigzag},
                              SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
-    const Outputs a = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s)));
+    const Outputs a = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s), true));
     for (bool keep_attention : {false, true}) {
-      FwdBwdOptions ckpt = options_for(s);
+      TrainConfig ckpt = options_for(s);
       ckpt.activation_checkpointing = true;
       ckpt.checkpoint_keep_attention = keep_attention;
-      const Outputs b = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, ckpt));
+      const Outputs b = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, ckpt, true));
       ASSERT_EQ(a.size(), b.size());
       for (auto& [name, t] : a) {
         ASSERT_TRUE(b.count(name)) << name;
@@ -454,9 +451,9 @@ TEST(SpModel, ActivationCheckpointingChangesNothingButMemory) {
   EXPECT_GT(attn_peak, ckpt_peak) << "checkpoint " << ckpt_peak << " B, keeping attention " << attn_peak << " B";
   EXPECT_LT(attn_peak, keep_peak * 8 / 10) << "keep " << keep_peak << " B, keeping attention " << attn_peak << " B";
   // Keeping attention needs checkpointing: a clear error otherwise, before any work.
-  FwdBwdOptions bad = options_for(SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous});
+  TrainConfig bad = options_for(SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous});
   bad.checkpoint_keep_attention = true;
-  EXPECT_THROW(run_fwdbwd(dir, batch.input_ids, batch.labels, bad), InputError);
+  EXPECT_THROW(run_fwdbwd(dir, batch.input_ids, batch.labels, bad, true), InputError);
 }
 
 }  // namespace
@@ -476,14 +473,14 @@ TEST(SpModel, TiledMlpMatchesUntiled) {
   for (const SpSetting& s : {SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous},
                              SpSetting{SpMode::kRing, 2, 0, SpLayout::kZigzag},
                              SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
-    const Outputs ref = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s)));
+    const Outputs ref = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s), true));
     for (int64_t tile : {16, 37}) {
       for (int ckpt : {0, 1, 2}) {  // none, checkpointing, checkpointing keeping attention
-        FwdBwdOptions o = options_for(s);
+        TrainConfig o = options_for(s);
         o.mlp_tile_tokens = tile;
         o.activation_checkpointing = ckpt > 0;
         o.checkpoint_keep_attention = ckpt == 2;
-        expect_same_outputs(as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, o)), ref,
+        expect_same_outputs(as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, o, true)), ref,
                             s.str() + " tile " + std::to_string(tile) +
                                 (ckpt == 1 ? " + checkpointing" : ckpt == 2 ? " + checkpointing keeping attention" : ""));
       }

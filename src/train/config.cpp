@@ -1,0 +1,457 @@
+// The one declaration of every training setting (train/config.h), and TrainConfig's rules.
+#include "train/config.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "attention/attention_backend.h"
+#include "core/error.h"
+#include "model/llama.h"
+
+namespace seqpar {
+
+using json = nlohmann::json;
+
+void TrainConfig::validate() const {
+  if (data_path.empty()) {
+    task.validate();
+    SEQPAR_INPUT_CHECK(eval_data_path.empty(),
+                       "eval_data={} needs data (--data): the recall task evaluates its own accuracy", eval_data_path);
+  }
+  validate_run();
+  const MeshShape m = sp_mesh_shape(sp_mode, sp, ulysses_degree);
+  const int64_t multiple = sp_layout_multiple(m.ring > 1 ? layout : SpLayout::kContiguous, sp);
+  SEQPAR_INPUT_CHECK(task.seq_len >= multiple,
+                     "seq_len={} is too short for sp={} with the {} layout: each rank needs at least {} token(s)",
+                     task.seq_len, sp, m.ring > 1 ? sp_layout_name(layout) : "contiguous", multiple / sp);
+}
+
+void TrainConfig::validate_run() const {
+  if (model_dir.empty()) model.validate();
+  (void)parse_attn_implementation(attn_implementation);  // InputError for eager or an unknown name
+  SEQPAR_INPUT_CHECK(task.seq_len >= 1, "seq_len={} must be >= 1", task.seq_len);
+  SEQPAR_INPUT_CHECK(micro_batch >= 1, "micro_batch={} must be >= 1", micro_batch);
+  SEQPAR_INPUT_CHECK(grad_accum >= 1, "grad_accum={} must be >= 1", grad_accum);
+  SEQPAR_INPUT_CHECK(steps >= 1, "steps={} must be >= 1", steps);
+  SEQPAR_INPUT_CHECK(log_every >= 1, "log_every={} must be >= 1", log_every);
+  SEQPAR_INPUT_CHECK(sp >= 1, "sp={} must be >= 1", sp);
+  LlamaModel::policy_for(activation_checkpointing, checkpoint_keep_attention);  // checks the pair
+  SEQPAR_INPUT_CHECK(activation_checkpointing || !checkpoint_offload,
+                     "checkpoint_offload=true needs activation_checkpointing=true (--activation-checkpointing): it "
+                     "moves the checkpointed layers' inputs to host memory");
+  SEQPAR_INPUT_CHECK(mlp_tile_tokens >= 0, "tiled_mlp_tokens={} must be >= 0 (0 = untiled)", mlp_tile_tokens);
+  SEQPAR_INPUT_CHECK(loss_tile_tokens >= 0, "tiled_loss_tokens={} must be >= 0 (0 = untiled)", loss_tile_tokens);
+  SEQPAR_INPUT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage={} must be 0, 1, 2 or 3", zero_stage);
+  SEQPAR_INPUT_CHECK(dp_replicate >= 1 && dp_shard >= 1, "dp_replicate={} and dp_shard={} must be >= 1", dp_replicate,
+                     dp_shard);
+  SEQPAR_INPUT_CHECK(optimizer.adamw.lr > 0, "lr={} must be > 0", optimizer.adamw.lr);
+  SEQPAR_INPUT_CHECK(save_every >= 0, "save_every={} must be >= 0", save_every);
+  SEQPAR_INPUT_CHECK(keep_last >= 0, "keep_last={} must be >= 0 (0 keeps every checkpoint)", keep_last);
+  SEQPAR_INPUT_CHECK(stop_at_step >= 0, "stop_at_step={} must be >= 0", stop_at_step);
+  SEQPAR_INPUT_CHECK(save_every == 0 || !save_dir.empty(), "save_every={} needs save_dir (--save-dir)", save_every);
+  SEQPAR_INPUT_CHECK((resume != "latest" && resume != "auto") || !save_dir.empty(),
+                     "resume={} needs save_dir (--save-dir), the directory to take the newest checkpoint from", resume);
+  (void)sp_mesh_shape(sp_mode, sp, ulysses_degree);  // InputError for a degree that does not divide sp
+}
+
+const char* setting_group_name(SettingGroup g) {
+  switch (g) {
+    case SettingGroup::kModel:
+      return "model";
+    case SettingGroup::kData:
+      return "data";
+    case SettingGroup::kParallel:
+      return "parallel";
+    case SettingGroup::kMemory:
+      return "memory";
+    case SettingGroup::kOptimizer:
+      return "optimizer";
+    case SettingGroup::kSchedule:
+      return "schedule";
+    case SettingGroup::kCheckpoint:
+      return "checkpoint";
+    case SettingGroup::kLogging:
+      return "logging";
+  }
+  return "?";
+}
+
+namespace {
+
+// ---- a setting's value as text, from text, and as JSON, by type ------------------------------
+
+template <typename T>
+std::string text_of(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, SpMode>) {
+    return sp_mode_name(v);
+  } else if constexpr (std::is_same_v<T, SpLayout>) {
+    return std::string(sp_layout_name(v));
+  } else if constexpr (std::is_same_v<T, Transport>) {
+    return v == Transport::kLocal ? "local" : v == Transport::kNccl ? "nccl" : "auto";
+  } else if constexpr (std::is_same_v<T, Device>) {
+    return v.str();
+  } else {
+    return fmt::format("{}", v);
+  }
+}
+
+Device device_from_text(const std::string& s, const std::string& flag) {
+  if (s == "cpu") return Device::cpu();
+  if (s == "cuda" || s.rfind("cuda:", 0) == 0) {
+    SEQPAR_INPUT_CHECK(cuda_built(), "{}={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)", flag, s);
+    const std::string index = s == "cuda" ? "0" : s.substr(5);
+    SEQPAR_INPUT_CHECK(!index.empty() && index.size() < 6 && index.find_first_not_of("0123456789") == std::string::npos,
+                       "{}={}: expected cpu, cuda or cuda:N", flag, s);
+    return Device::cuda(std::stoi(index));
+  }
+  throw InputError(fmt::format("{}={}: expected cpu, cuda or cuda:N", flag, s));
+}
+
+template <typename T>
+T from_text(const std::string& s, const std::string& flag) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (s == "true" || s == "1" || s == "on" || s == "yes") return true;
+    if (s == "false" || s == "0" || s == "off" || s == "no") return false;
+    throw InputError(fmt::format("{}={}: expected true or false", flag, s));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return s;
+  } else if constexpr (std::is_same_v<T, SpMode>) {
+    return parse_sp_mode(s, flag);
+  } else if constexpr (std::is_same_v<T, SpLayout>) {
+    return parse_sp_layout(s, flag);
+  } else if constexpr (std::is_same_v<T, Transport>) {
+    return parse_transport(s, flag);
+  } else if constexpr (std::is_same_v<T, Device>) {
+    return device_from_text(s, flag);
+  } else if constexpr (std::is_integral_v<T>) {
+    T v{};
+    const char* end = s.data() + s.size();
+    auto [p, ec] = std::from_chars(s.data(), end, v);
+    SEQPAR_INPUT_CHECK(ec == std::errc() && p == end && !s.empty(), "{}={}: expected a whole number in [{}, {}]", flag,
+                       s, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    return v;
+  } else {
+    static_assert(std::is_floating_point_v<T>);
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    SEQPAR_INPUT_CHECK(!s.empty() && end == s.c_str() + s.size() && std::isfinite(v), "{}={}: expected a finite number",
+                       flag, s);
+    return static_cast<T>(v);
+  }
+}
+
+template <typename T>
+json json_of(const T& v) {
+  if constexpr (std::is_enum_v<T> || std::is_same_v<T, Device>) {
+    return text_of(v);
+  } else {
+    return v;
+  }
+}
+
+template <typename T>
+T from_json_value(const json& j, const std::string& name) {
+  try {
+    if constexpr (std::is_enum_v<T> || std::is_same_v<T, Device>) {
+      return from_text<T>(j.get<std::string>(), name);
+    } else {
+      return j.get<T>();
+    }
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("setting {}: {} is not a value of its type ({})", name, j.dump(), e.what()));
+  }
+}
+
+// A declaration of a field of TrainConfig (reached by `field`).
+template <typename T>
+SettingDecl decl(std::string name, SettingGroup group, std::vector<std::string> flags, T& (*field)(TrainConfig&),
+                 std::string help, std::string deepspeed = "", std::string accelerate = "") {
+  SettingDecl d;
+  d.name = std::move(name);
+  d.group = group;
+  d.flags = std::move(flags);
+  d.help = std::move(help);
+  d.deepspeed = std::move(deepspeed);
+  d.accelerate = std::move(accelerate);
+  d.is_switch = std::is_same_v<T, bool>;
+  d.get = [field](const TrainConfig& c) { return text_of(field(const_cast<TrainConfig&>(c))); };
+  d.set = [field](TrainConfig& c, const std::string& v, const std::string& flag) { field(c) = from_text<T>(v, flag); };
+  d.to_json = [field](const TrainConfig& c) { return json_of(field(const_cast<TrainConfig&>(c))); };
+  const std::string n = d.name;
+  d.from_json = [field, n](TrainConfig& c, const json& j) { field(c) = from_json_value<T>(j, n); };
+  if constexpr (std::is_same_v<T, SpMode>) d.choices = {"ulysses", "ring", "hybrid"};
+  if constexpr (std::is_same_v<T, SpLayout>) d.choices = {"zigzag", "contiguous"};
+  if constexpr (std::is_same_v<T, Transport>) d.choices = {"auto", "local", "nccl"};
+  return d;
+}
+
+SettingDecl with(SettingDecl d, unsigned commands, ResumeRule resume = ResumeRule::kFree) {
+  d.commands = commands;
+  d.resume = resume;
+  return d;
+}
+
+constexpr unsigned kAll = kTrainCommand | kFwdBwdCommand | kBenchTrainCommand;
+constexpr unsigned kTrainBench = kTrainCommand | kBenchTrainCommand;
+using G = SettingGroup;
+using R = ResumeRule;
+
+std::vector<SettingDecl> declare() {
+  std::vector<SettingDecl> s;
+  // model
+  s.push_back(with(decl("model", G::kModel, {"--model"}, +[](TrainConfig& c) -> std::string& { return c.model_dir; },
+                        "HF model directory to start from (config.json + *.safetensors); empty: the built-in tiny "
+                        "Llama, randomly initialised"),
+                   kTrainBench));
+  s.push_back(decl("hidden_size", G::kModel, {"--hidden-size"},
+                   +[](TrainConfig& c) -> int64_t& { return c.model.hidden_size; }, "built-in model: hidden size"));
+  s.push_back(decl("intermediate_size", G::kModel, {"--intermediate-size"},
+                   +[](TrainConfig& c) -> int64_t& { return c.model.intermediate_size; }, "built-in model: MLP width"));
+  s.push_back(decl("num_layers", G::kModel, {"--num-layers"},
+                   +[](TrainConfig& c) -> int64_t& { return c.model.num_layers; }, "built-in model: decoder layers"));
+  s.push_back(decl("num_heads", G::kModel, {"--num-heads"},
+                   +[](TrainConfig& c) -> int64_t& { return c.model.num_heads; }, "built-in model: query heads"));
+  s.push_back(decl("num_kv_heads", G::kModel, {"--num-kv-heads"},
+                   +[](TrainConfig& c) -> int64_t& { return c.model.num_kv_heads; }, "built-in model: KV heads"));
+  s.push_back(decl("head_dim", G::kModel, {"--head-dim"},
+                   +[](TrainConfig& c) -> int64_t& { return c.model.head_dim; },
+                   "built-in model: head dim (CUDA needs 64 or 128)"));
+  s.push_back(with(
+      decl("attn_implementation", G::kModel, {"--attn-implementation"},
+           +[](TrainConfig& c) -> std::string& { return c.attn_implementation; },
+           "Hugging Face's attn_implementation: flash_attention_2 or flash_attention_3 (seqpar's flash kernel), sdpa "
+           "(cuDNN fused attention on CUDA where exact, the flash kernel elsewhere); eager is rejected (it "
+           "materialises the [S, S] scores)",
+           "", "parallelism_config.sp_attn_implementation"),
+      kAll));
+  s.back().choices = {"sdpa", "flash_attention_2", "flash_attention_3"};
+  // data
+  s.push_back(with(decl("data", G::kData, {"--data"}, +[](TrainConfig& c) -> std::string& { return c.data_path; },
+                        "token file (SPTOK1, from `seqpar prepare-data`) to train on; empty: the built-in recall task"),
+                   kTrainCommand, R::kMustMatch));
+  s.push_back(decl("eval_data", G::kData, {"--eval-data"},
+                   +[](TrainConfig& c) -> std::string& { return c.eval_data_path; },
+                   "token file for the eval loss (with --data), at every --eval-every"));
+  s.push_back(with(decl("shuffle", G::kData, {"--no-shuffle"}, +[](TrainConfig& c) -> bool& { return c.shuffle; },
+                        "--no-shuffle reads the token file's documents and sequences in file order (default: a new "
+                        "order every epoch)"),
+                   kTrainCommand, R::kMustMatch));
+  s.back().switch_value = "false";
+  s.push_back(with(decl("seq_len", G::kData, {"--seq-len"}, +[](TrainConfig& c) -> int64_t& { return c.task.seq_len; },
+                        "tokens per sequence", "", "parallelism_config.sp_seq_length"),
+                   kTrainCommand, R::kMustMatch));
+  s.push_back(with(decl("micro_batch", G::kData, {"--micro-batch"},
+                        +[](TrainConfig& c) -> int& { return c.micro_batch; },
+                        "sequences per micro-batch per data-parallel rank", "train_micro_batch_size_per_gpu"),
+                   kTrainBench, R::kMustMatch));
+  s.push_back(with(decl("grad_accum", G::kData, {"--grad-accum"}, +[](TrainConfig& c) -> int& { return c.grad_accum; },
+                        "micro-batches accumulated per step", "gradient_accumulation_steps",
+                        "deepspeed_config.gradient_accumulation_steps"),
+                   kTrainCommand, R::kMustMatch));
+  s.push_back(decl("eval_batches", G::kData, {"--eval-batches"}, +[](TrainConfig& c) -> int& { return c.eval_batches; },
+                   "batches per evaluation (recall task), micro-batches per data-parallel rank (--eval-data)"));
+  s.push_back(with(decl("num_pairs", G::kData, {"--num-pairs"}, +[](TrainConfig& c) -> int& { return c.task.num_pairs; },
+                        "recall task: key-value pairs per sequence"),
+                   kTrainCommand, R::kMustMatch));
+  s.push_back(with(decl("num_queries", G::kData, {"--num-queries"},
+                        +[](TrainConfig& c) -> int& { return c.task.num_queries; }, "recall task: queries per sequence"),
+                   kTrainCommand, R::kMustMatch));
+  // parallel
+  s.push_back(with(decl("sp", G::kParallel, {"--sp"}, +[](TrainConfig& c) -> int& { return c.sp; },
+                        "sequence-parallel degree (ranks sharing one sequence)", "sequence_parallel_size",
+                        "parallelism_config.sp_size"),
+                   kAll, R::kMustMatch));
+  s.push_back(with(decl("sp_mode", G::kParallel, {"--sp-mode"}, +[](TrainConfig& c) -> SpMode& { return c.sp_mode; },
+                        "ulysses (all-to-all) | ring (k/v blocks around the ring) | hybrid (Ulysses inside, ring "
+                        "across)"),
+                   kAll, R::kMustMatch));
+  s.push_back(with(decl("ulysses_degree", G::kParallel, {"--ulysses-degree"},
+                        +[](TrainConfig& c) -> int& { return c.ulysses_degree; },
+                        "hybrid: ranks per Ulysses group (must divide sp)"),
+                   kAll, R::kMustMatch));
+  s.push_back(with(decl("sp_layout", G::kParallel, {"--sp-layout"},
+                        +[](TrainConfig& c) -> SpLayout& { return c.layout; },
+                        "ring/hybrid token layout: zigzag (causal load balance) | contiguous"),
+                   kAll, R::kMustMatch));
+  s.push_back(with(decl("dp_replicate", G::kParallel, {"--dp-replicate"},
+                        +[](TrainConfig& c) -> int& { return c.dp_replicate; }, "data-parallel replicas", "",
+                        "parallelism_config.dp_replicate_size"),
+                   kTrainCommand, R::kMustMatch));
+  s.push_back(with(decl("dp_shard", G::kParallel, {"--dp-shard"}, +[](TrainConfig& c) -> int& { return c.dp_shard; },
+                        "data-parallel shard degree", "", "parallelism_config.dp_shard_size"),
+                   kTrainCommand, R::kMustMatch));
+  s.push_back(with(decl("device", G::kParallel, {"--device"}, +[](TrainConfig& c) -> Device& { return c.device; },
+                        "cpu | cuda | cuda:N (CUDA: bf16 compute, f32 gradients and master weights; every rank of "
+                        "this process on that GPU)"),
+                   kAll));
+  s.push_back(with(decl("transport", G::kParallel, {"--transport"},
+                        +[](TrainConfig& c) -> Transport& { return c.transport; },
+                        "auto | local | nccl: ranks as threads of this process (local), or one process per rank and "
+                        "GPU over NCCL when started by seqpar launch / torchrun / Slurm / mpirun (auto: nccl when "
+                        "launched with --device cuda)"),
+                   kAll));
+  // memory
+  s.push_back(with(decl("activation_checkpointing", G::kMemory, {"--activation-checkpointing", "--gradient-checkpointing"},
+                        +[](TrainConfig& c) -> bool& { return c.activation_checkpointing; },
+                        "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
+                        "gradient_checkpointing: the same gradients, far less activation memory, about one more "
+                        "forward)"),
+                   kAll));
+  s.push_back(with(decl("checkpoint_keep_attention", G::kMemory, {"--checkpoint-keep-attention"},
+                        +[](TrainConfig& c) -> bool& { return c.checkpoint_keep_attention; },
+                        "with --activation-checkpointing: also keep each layer's attention output and context (q, k, "
+                        "v, LSE: O(tokens)), so backward recomputes the norms and the MLP but not attention or its "
+                        "communication"),
+                   kAll));
+  s.push_back(with(decl("checkpoint_offload", G::kMemory, {"--checkpoint-offload"},
+                        +[](TrainConfig& c) -> bool& { return c.checkpoint_offload; },
+                        "with --activation-checkpointing: each layer's kept input waits in host memory (pinned; the "
+                        "copies overlap with compute) between its forward and its backward (ALST's checkpoint "
+                        "offload)"),
+                   kAll));
+  s.push_back(with(decl("tiled_mlp_tokens", G::kMemory, {"--tiled-mlp-tokens"},
+                        +[](TrainConfig& c) -> int64_t& { return c.mlp_tile_tokens; },
+                        "tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's "
+                        "shard, recomputed in backward (0 = untiled; >= 0)"),
+                   kAll));
+  s.push_back(with(decl("tiled_loss_tokens", G::kMemory, {"--tiled-loss-tokens"},
+                        +[](TrainConfig& c) -> int64_t& { return c.loss_tile_tokens; },
+                        "tiled loss: the LM head and cross-entropy over tiles of this many tokens, never a [tokens, "
+                        "vocab] logits tensor (0 = untiled; >= 0)"),
+                   kAll));
+  s.push_back(with(decl("zero_stage", G::kMemory, {"--zero-stage"}, +[](TrainConfig& c) -> int& { return c.zero_stage; },
+                        "ZeRO: 1 shards the AdamW state (moments, f32 master weights) over the ranks; 2 also "
+                        "partitions the gradients; 3 runs as 2 (weights stay whole); 0 = replicated",
+                        "zero_optimization.stage", "deepspeed_config.zero_stage"),
+                   kTrainBench));
+  s.back().choices = {"0", "1", "2", "3"};
+  // optimizer
+  s.push_back(with(decl("lr", G::kOptimizer, {"--lr"}, +[](TrainConfig& c) -> float& { return c.optimizer.adamw.lr; },
+                        "peak learning rate (> 0)", "optimizer.params.lr"),
+                   kAll, R::kWarn));
+  s.push_back(with(decl("beta1", G::kOptimizer, {"--beta1"},
+                        +[](TrainConfig& c) -> float& { return c.optimizer.adamw.beta1; }, "AdamW beta1",
+                        "optimizer.params.betas[0]"),
+                   kAll, R::kWarn));
+  s.push_back(with(decl("beta2", G::kOptimizer, {"--beta2"},
+                        +[](TrainConfig& c) -> float& { return c.optimizer.adamw.beta2; }, "AdamW beta2",
+                        "optimizer.params.betas[1]"),
+                   kAll, R::kWarn));
+  s.push_back(with(decl("eps", G::kOptimizer, {"--eps"}, +[](TrainConfig& c) -> float& { return c.optimizer.adamw.eps; },
+                        "AdamW eps", "optimizer.params.eps"),
+                   kAll, R::kWarn));
+  s.push_back(with(decl("weight_decay", G::kOptimizer, {"--weight-decay"},
+                        +[](TrainConfig& c) -> float& { return c.optimizer.adamw.weight_decay; },
+                        "AdamW decoupled weight decay", "optimizer.params.weight_decay"),
+                   kAll, R::kWarn));
+  s.push_back(with(decl("clip", G::kOptimizer, {"--clip"}, +[](TrainConfig& c) -> double& { return c.optimizer.clip; },
+                        "max global gradient norm (0 = no clipping)", "gradient_clipping",
+                        "deepspeed_config.gradient_clipping"),
+                   kAll, R::kWarn));
+  // schedule
+  s.push_back(with(decl("steps", G::kSchedule, {"--steps"}, +[](TrainConfig& c) -> int64_t& { return c.steps; },
+                        "optimizer steps (>= 1)"),
+                   kTrainBench, R::kWarn));
+  s.push_back(with(decl("warmup_steps", G::kSchedule, {"--warmup-steps"},
+                        +[](TrainConfig& c) -> int64_t& { return c.warmup_steps; },
+                        "linear warmup steps (also DeepSpeed's warmup_num_steps)", "scheduler.params.warmup_num_steps"),
+                   kTrainCommand, R::kWarn));
+  s.push_back(with(decl("min_lr_ratio", G::kSchedule, {"--min-lr-ratio"},
+                        +[](TrainConfig& c) -> float& { return c.min_lr_ratio; },
+                        "cosine decay floor as a fraction of lr (also WarmupCosineLR's cos_min_ratio)",
+                        "scheduler.params.cos_min_ratio"),
+                   kTrainCommand, R::kWarn));
+  s.push_back(with(decl("seed", G::kSchedule, {"--seed"}, +[](TrainConfig& c) -> uint64_t& { return c.seed; },
+                        "seed for init and data"),
+                   kTrainCommand, R::kMustMatch));
+  // checkpoint
+  s.push_back(decl("save_dir", G::kCheckpoint, {"--save-dir"}, +[](TrainConfig& c) -> std::string& { return c.save_dir; },
+                   "checkpoint directory (step_NNNNNN/ subdirectories and `latest`)"));
+  s.push_back(decl("save_every", G::kCheckpoint, {"--save-every"},
+                   +[](TrainConfig& c) -> int64_t& { return c.save_every; },
+                   "save a checkpoint every N steps (0 = only at the end of the run, when --save-dir is given)"));
+  s.push_back(decl("keep_last", G::kCheckpoint, {"--keep-last"}, +[](TrainConfig& c) -> int& { return c.keep_last; },
+                   "keep only the newest K checkpoints (0 = keep all)"));
+  s.push_back(decl("resume", G::kCheckpoint, {"--resume"}, +[](TrainConfig& c) -> std::string& { return c.resume; },
+                   "resume from a checkpoint: `latest` (also --resume alone: the newest in --save-dir), `auto` (the "
+                   "newest if there is one, else start fresh), or a checkpoint or save directory"));
+  s.push_back(decl("stop_at_step", G::kCheckpoint, {"--stop-at-step"},
+                   +[](TrainConfig& c) -> int64_t& { return c.stop_at_step; },
+                   "stop after this step (saving a checkpoint with --save-dir), the schedule still that of --steps; "
+                   "0 = run to --steps"));
+  // logging
+  s.push_back(decl("log_every", G::kLogging, {"--log-every"}, +[](TrainConfig& c) -> int& { return c.log_every; },
+                   "print a progress line every N steps (>= 1)"));
+  s.push_back(decl("eval_every", G::kLogging, {"--eval-every"}, +[](TrainConfig& c) -> int& { return c.eval_every; },
+                   "evaluate (recall accuracy, or the --eval-data loss) every N steps and at the end (0 = only at "
+                   "the end)"));
+  s.push_back(decl("stop_at_accuracy", G::kLogging, {"--stop-at-accuracy"},
+                   +[](TrainConfig& c) -> double& { return c.stop_at_accuracy; },
+                   "stop once eval accuracy reaches this (0 = never)"));
+  s.push_back(decl("metrics_out", G::kLogging, {"--metrics-out"},
+                   +[](TrainConfig& c) -> std::string& { return c.metrics_out; },
+                   "JSONL metrics file (loss, tokens/s per log step; eval accuracy or loss); the plot goes next to "
+                   "it with the extension .svg"));
+  s.push_back(with(decl("profile", G::kLogging, {"--profile"}, +[](TrainConfig& c) -> bool& { return c.profile; },
+                        "time every op (GEMM by shape, attention, norms, loss, optimizer) of rank 0's steps after the "
+                        "first on the device, and print the table at the end (synchronises after each step)"),
+                   kTrainBench));
+  return s;
+}
+
+}  // namespace
+
+const std::vector<SettingDecl>& train_settings() {
+  static const std::vector<SettingDecl> settings = declare();
+  return settings;
+}
+
+const SettingDecl* find_setting(const std::string& name) {
+  for (const SettingDecl& d : train_settings())
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+json settings_to_json(const TrainConfig& c) {
+  json j = json::object();
+  for (const SettingDecl& d : train_settings()) j[d.name] = d.to_json(c);
+  return j;
+}
+
+void settings_from_json(TrainConfig& c, const json& j) {
+  SEQPAR_INPUT_CHECK(j.is_object(), "settings: expected a JSON object, got {}", j.type_name());
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const SettingDecl* d = find_setting(it.key());
+    SEQPAR_INPUT_CHECK(d != nullptr, "settings: unknown setting '{}'", it.key());
+    d->from_json(c, it.value());
+  }
+}
+
+std::string settings_markdown_table(const TrainConfig& defaults) {
+  auto cell = [](const std::string& s) {
+    std::string out;
+    for (char ch : s) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+    return out.empty() ? std::string("") : out;
+  };
+  auto code = [&](const std::string& s) { return s.empty() ? std::string() : "`" + cell(s) + "`"; };
+  std::string out =
+      "| setting | group | flags | DeepSpeed | Accelerate | default | what |\n"
+      "| --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const SettingDecl& d : train_settings()) {
+    std::string flags;
+    for (const std::string& f : d.flags) flags += (flags.empty() ? "" : ", ") + code(f);
+    const std::string def = d.get(defaults);
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", code(d.name), setting_group_name(d.group), flags,
+                       code(d.deepspeed), code(d.accelerate), def.empty() ? std::string("(none)") : code(def),
+                       cell(d.help));
+  }
+  return out;
+}
+
+}  // namespace seqpar

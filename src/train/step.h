@@ -1,0 +1,82 @@
+// One rank's share of training: its model (a replica of the weights), its optimizer (whole, or a
+// ZeRO shard) and the one training step every command runs (`seqpar train`, `seqpar fwdbwd`,
+// `seqpar bench train`, through train/trainer.h):
+//
+//   forward_backward  the micro-batches of a step: forward over this rank's shard, backward with
+//                     dloss = 1 / (good tokens of the whole step over dp), gradients summed over
+//                     the world (dp × sp; layer by layer into this rank's shard under ZeRO-2);
+//                     the loss token-weighted over the world (torchtitan's forward_backward_step)
+//   optimizer_step    the global gradient norm, torch's clip coefficient, AdamW at a given lr and,
+//                     under ZeRO, the all-gather of the updated weights (torchtitan's train_step)
+//
+// The trainer owns the loop, the data, evaluation, checkpoints and the metrics; this class
+// knows one rank and its collectives only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/mesh.h"
+#include "model/llama.h"
+#include "train/optimizer.h"
+#include "train/sp_batch.h"
+
+namespace seqpar {
+
+struct TrainConfig;
+
+struct StepLoss {
+  double loss = 0;          // Σ loss over the world's good tokens / their count (0 with none)
+  int64_t good_tokens = 0;  // good tokens of the step over the dp group (the whole batch)
+};
+
+class TrainStep {
+ public:
+  // A rank's model with the config's activation policy and tiles, its weights copied from
+  // `initial` (f32, HF names; rounded to bf16 on CUDA), and its optimizer (a ZeRO shard of the
+  // world with zero_stage >= 1; partitioned gradients with >= 2).
+  TrainStep(Communicator& world, const MeshShape& shape, Device device, const TrainConfig& config,
+            const LlamaConfig& model_config, const LlamaParams& initial);
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  // Forward over this rank's shard of `batch` (loss sums of this rank's tokens; with `logits`, the
+  // shard's whole logits [T, V]). The attention object lives until the next forward, since
+  // backward must be given the same one.
+  LossStats forward(const SpBatch& batch, Tensor* logits = nullptr);
+  // One step's micro-batches of this dp rank. Gradients are zeroed first and hold the step's
+  // sum over the world afterwards (or this rank's shard of it, under ZeRO-2). With `logits`, the
+  // last micro-batch's logits of this rank's shard.
+  StepLoss forward_backward(const std::vector<SpBatch>& micro, Tensor* logits = nullptr);
+  // Clip and AdamW at `lr` over the gradients of forward_backward; returns the global gradient
+  // norm before clipping.
+  double optimizer_step(float lr);
+
+  // This rank's shard of a batch's logits [T, V] gathered over the SP group, in stream order
+  // [padded_len, V] on the host (f32).
+  Tensor gather_logits(const SpBatch& batch, const Tensor& logits);
+
+  Communicator& world() { return world_; }
+  Device device() const { return device_; }
+  DeviceMesh& mesh() { return mesh_; }
+  LlamaModel& model() { return model_; }
+  AdamW& optimizer() { return adamw_; }
+  const LlamaConfig& model_config() const { return model_.config(); }
+
+ private:
+  void partition_gradients();
+  double grad_norm();
+
+  Communicator& world_;
+  DeviceMesh mesh_;
+  Device device_;
+  const TrainConfig& config_;
+  LlamaModel model_;
+  AdamW adamw_;
+  bool partition_grads_ = false;
+  Tensor grad_shard_;  // ZeRO-2: this rank's shard of the summed gradients, f32 [shard_len]
+  std::unique_ptr<Attention> attention_;
+};
+
+}  // namespace seqpar
