@@ -202,9 +202,7 @@ constexpr unsigned kTrainBench = kTrainCommand | kBenchTrainCommand;
 using G = SettingGroup;
 using R = ResumeRule;
 
-std::vector<SettingDecl> declare() {
-  std::vector<SettingDecl> s;
-  // model
+void declare_model(std::vector<SettingDecl>& s) {
   s.push_back(with(decl("model", G::kModel, {"--model"}, +[](TrainConfig& c) -> std::string& { return c.model_dir; },
                         "HF model directory to start from (config.json + *.safetensors); empty: the built-in tiny "
                         "Llama, randomly initialised"),
@@ -231,7 +229,9 @@ std::vector<SettingDecl> declare() {
            "", "parallelism_config.sp_attn_implementation"),
       kAll));
   s.back().choices = {"sdpa", "flash_attention_2", "flash_attention_3"};
-  // data
+}
+
+void declare_data(std::vector<SettingDecl>& s) {
   s.push_back(with(decl("data", G::kData, {"--data"}, +[](TrainConfig& c) -> std::string& { return c.data_path; },
                         "token file (SPTOK1, from `seqpar prepare-data`) to train on; empty: the built-in recall task"),
                    kTrainCommand, R::kMustMatch));
@@ -262,7 +262,9 @@ std::vector<SettingDecl> declare() {
   s.push_back(with(decl("num_queries", G::kData, {"--num-queries"},
                         +[](TrainConfig& c) -> int& { return c.task.num_queries; }, "recall task: queries per sequence"),
                    kTrainCommand, R::kMustMatch));
-  // parallel
+}
+
+void declare_parallel(std::vector<SettingDecl>& s) {
   s.push_back(with(decl("sp", G::kParallel, {"--sp"}, +[](TrainConfig& c) -> int& { return c.sp; },
                         "sequence-parallel degree (ranks sharing one sequence)", "sequence_parallel_size",
                         "parallelism_config.sp_size"),
@@ -296,7 +298,9 @@ std::vector<SettingDecl> declare() {
                         "GPU over NCCL when started by seqpar launch / torchrun / Slurm / mpirun (auto: nccl when "
                         "launched with --device cuda)"),
                    kAll));
-  // memory
+}
+
+void declare_memory(std::vector<SettingDecl>& s) {
   s.push_back(with(decl("activation_checkpointing", G::kMemory, {"--activation-checkpointing", "--gradient-checkpointing"},
                         +[](TrainConfig& c) -> bool& { return c.activation_checkpointing; },
                         "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
@@ -331,7 +335,9 @@ std::vector<SettingDecl> declare() {
                         "zero_optimization.stage", "deepspeed_config.zero_stage"),
                    kTrainBench));
   s.back().choices = {"0", "1", "2", "3"};
-  // optimizer
+}
+
+void declare_optimizer(std::vector<SettingDecl>& s) {
   s.push_back(with(decl("lr", G::kOptimizer, {"--lr"}, +[](TrainConfig& c) -> float& { return c.optimizer.adamw.lr; },
                         "peak learning rate (> 0)", "optimizer.params.lr"),
                    kAll, R::kWarn));
@@ -354,7 +360,9 @@ std::vector<SettingDecl> declare() {
                         "max global gradient norm (0 = no clipping)", "gradient_clipping",
                         "deepspeed_config.gradient_clipping"),
                    kAll, R::kWarn));
-  // schedule
+}
+
+void declare_schedule(std::vector<SettingDecl>& s) {
   s.push_back(with(decl("steps", G::kSchedule, {"--steps"}, +[](TrainConfig& c) -> int64_t& { return c.steps; },
                         "optimizer steps (>= 1)"),
                    kTrainBench, R::kWarn));
@@ -370,7 +378,9 @@ std::vector<SettingDecl> declare() {
   s.push_back(with(decl("seed", G::kSchedule, {"--seed"}, +[](TrainConfig& c) -> uint64_t& { return c.seed; },
                         "seed for init and data"),
                    kTrainCommand, R::kMustMatch));
-  // checkpoint
+}
+
+void declare_checkpoint(std::vector<SettingDecl>& s) {
   s.push_back(decl("save_dir", G::kCheckpoint, {"--save-dir"}, +[](TrainConfig& c) -> std::string& { return c.save_dir; },
                    "checkpoint directory (step_NNNNNN/ subdirectories and `latest`)"));
   s.push_back(decl("save_every", G::kCheckpoint, {"--save-every"},
@@ -385,9 +395,11 @@ std::vector<SettingDecl> declare() {
                    +[](TrainConfig& c) -> int64_t& { return c.stop_at_step; },
                    "stop after this step (saving a checkpoint with --save-dir), the schedule still that of --steps; "
                    "0 = run to --steps"));
-  // logging
+}
+
+void declare_logging(std::vector<SettingDecl>& s) {
   s.push_back(decl("log_every", G::kLogging, {"--log-every"}, +[](TrainConfig& c) -> int& { return c.log_every; },
-                   "print a progress line every N steps (>= 1)"));
+                   "print a progress line every N steps (>= 1)", "steps_per_print"));
   s.push_back(decl("eval_every", G::kLogging, {"--eval-every"}, +[](TrainConfig& c) -> int& { return c.eval_every; },
                    "evaluate (recall accuracy, or the --eval-data loss) every N steps and at the end (0 = only at "
                    "the end)"));
@@ -402,6 +414,18 @@ std::vector<SettingDecl> declare() {
                         "time every op (GEMM by shape, attention, norms, loss, optimizer) of rank 0's steps after the "
                         "first on the device, and print the table at the end (synchronises after each step)"),
                    kTrainBench));
+}
+
+std::vector<SettingDecl> declare() {
+  std::vector<SettingDecl> s;
+  declare_model(s);
+  declare_data(s);
+  declare_parallel(s);
+  declare_memory(s);
+  declare_optimizer(s);
+  declare_schedule(s);
+  declare_checkpoint(s);
+  declare_logging(s);
   return s;
 }
 

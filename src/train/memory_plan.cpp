@@ -167,9 +167,8 @@ std::string gib(int64_t bytes) {
   return fmt::format("{:.2f} GiB", b / (1ll << 30));
 }
 
-}  // namespace
-
-MemoryPlan plan_memory(const MemoryPlanInput& in) {
+// The plan's input against the trainer's rules (InputError naming the setting).
+void check_plan_input(const MemoryPlanInput& in) {
   const LlamaConfig& m = in.model;
   m.validate();
   SEQPAR_INPUT_CHECK(in.seq_len >= 1, "seq_len={} must be >= 1", in.seq_len);
@@ -190,18 +189,15 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   SEQPAR_INPUT_CHECK(in.activation_checkpointing || !in.checkpoint_offload,
                      "checkpoint_offload=true needs activation_checkpointing=true (--activation-checkpointing)");
 
-  const int64_t a = in.cuda ? 2 : 4;  // activation and weight bytes: bf16 on CUDA, f32 on the CPU
-  const int64_t C = m.hidden_size, F = m.intermediate_size, V = m.vocab_size, L = m.num_layers;
-  const int64_t H = m.num_heads, Hkv = m.num_kv_heads, D = m.head_dim;
-  const int64_t U = in.ulysses_degree;
-  // Tokens per rank: the step's sequences split over the sp ranks (sp_batch pads to a multiple of
-  // 2·sp for the zigzag layout; the padding is at most that).
-  const int64_t T = ceil_div(static_cast<int64_t>(in.micro_batch) * in.seq_len, in.sp);
+}
 
-  MemoryPlan p;
-  p.tokens_per_rank = T;
-
-  // ---- resident: model states (model/llama.cpp LlamaParams, train/optimizer.cpp AdamW) ----------
+// The model states every rank keeps for the whole step (model/llama.cpp LlamaParams,
+// train/optimizer.cpp AdamW), the batch and the workspace, into p.resident. Returns this rank's
+// ZeRO shard of the weights' buffer (0 without ZeRO).
+int64_t add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
+  const LlamaConfig& m = in.model;
+  const int64_t a = in.cuda ? 2 : 4;
+  const int64_t C = m.hidden_size, V = m.vocab_size;
   int64_t n = 0;
   for (const auto& [name, shape] : LlamaParams::shapes(m)) n += shape_numel(shape);
   const LlamaParams::FlatLayout layout = LlamaParams::flat_layout(m);
@@ -228,6 +224,28 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // ids, positions, targets (i32) and the attention's segment / position metadata (i32).
   p.resident.emplace_back("batch and attention metadata", 20 * T);
   if (in.cuda) p.resident.emplace_back("cuBLASLt workspace", kGemmWorkspace);
+
+  return shard;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const MemoryPlanInput& in) {
+  check_plan_input(in);
+  const LlamaConfig& m = in.model;
+  const int64_t a = in.cuda ? 2 : 4;  // activation and weight bytes: bf16 on CUDA, f32 on the CPU
+  const int64_t C = m.hidden_size, F = m.intermediate_size, V = m.vocab_size, L = m.num_layers;
+  const int64_t H = m.num_heads, Hkv = m.num_kv_heads, D = m.head_dim;
+  const int64_t U = in.ulysses_degree;
+  // Tokens per rank: the step's sequences split over the sp ranks (sp_batch pads to a multiple of
+  // 2·sp for the zigzag layout; the padding is at most that).
+  const int64_t T = ceil_div(static_cast<int64_t>(in.micro_batch) * in.seq_len, in.sp);
+
+  MemoryPlan p;
+  p.tokens_per_rank = T;
+
+  const bool zero = in.zero_stage >= 1 && in.world > 1;
+  const int64_t shard = add_resident(p, in, T);
 
   // ---- sequence-parallel attention: its buffers per local token (the walks above) ----------------
   // The largest over the Ulysses ranks (an uneven GQA split gives them different KV heads).
