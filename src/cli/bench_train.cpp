@@ -26,36 +26,25 @@
 
 namespace seqpar {
 
+TrainConfig BenchTrainOptions::defaults() {
+  TrainConfig c;
+  c.sp = 1;
+  c.micro_batch = 1;
+  c.steps = 4;
+  c.device = Device::cuda(0);
+  // A benchmark's optimizer: a small lr (the weights stay near their init), clipping as HF's.
+  c.optimizer.adamw.lr = 1e-5f;
+  c.optimizer.clip = 1.0;
+  return c;
+}
+
 void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& o) {
   cmd.add_option("--preset", o.preset, "model size: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny")
       ->check(CLI::IsMember({"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "tiny"}))
       ->capture_default_str();
-  cmd.add_option("--model", o.model, "HF model directory instead of a preset (its config.json and weights)");
   cmd.add_option("--seq-lens", o.seq_lens, "sequence lengths, comma-separated")->capture_default_str();
-  cmd.add_option("--micro-batch", o.micro_batch, "sequences per step per data-parallel rank")->capture_default_str();
-  cmd.add_option("--steps", o.steps, "steps per sequence length (the first is not timed)")->capture_default_str();
-  cmd.add_option("--sp", o.sp, "sequence-parallel degree")->capture_default_str();
-  cmd.add_option("--sp-mode", o.sp_mode, "ulysses | ring | hybrid")->capture_default_str();
-  cmd.add_option("--ulysses-degree", o.ulysses_degree, "hybrid: ranks per Ulysses group");
-  cmd.add_flag("--activation-checkpointing", o.activation_checkpointing, "recompute each layer in backward");
-  cmd.add_flag("--checkpoint-offload", o.checkpoint_offload,
-               "with --activation-checkpointing: the kept layer inputs wait in host memory");
-  cmd.add_flag("--checkpoint-keep-attention", o.checkpoint_keep_attention,
-               "with --activation-checkpointing: keep attention's output and context (no attention recompute)");
-  cmd.add_option("--attn-implementation", o.attn_implementation,
-                 "flash_attention_2 | flash_attention_3 (seqpar's flash kernel) | sdpa (cuDNN where exact, else the flash "
-                 "kernel)")
-      ->capture_default_str();
-  cmd.add_flag("--profile", o.profile,
-               "time every op of the timed steps on the device (a table per length on stderr, the top ops in the "
-               "JSON line)");
-  cmd.add_option("--tiled-mlp-tokens", o.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();
-  cmd.add_option("--tiled-loss-tokens", o.loss_tile_tokens, "tiled loss tile (0 = untiled)")->capture_default_str();
-  cmd.add_option("--zero-stage", o.zero_stage, "ZeRO stage (1 shards the optimizer state)")->capture_default_str();
-  cmd.add_option("--device", o.device, "cuda | cpu")->capture_default_str();
-  cmd.add_option("--transport", o.transport, "auto | local | nccl (one process per GPU under a launcher)")
-      ->capture_default_str();
   cmd.add_option("--out", o.out, "also append the JSON lines here");
+  add_setting_options(cmd, o.train, kBenchTrainCommand);
 }
 
 namespace {
@@ -89,18 +78,20 @@ double step_flops(const LlamaConfig& c, int64_t seq_len, int64_t sequences) {
 
 int run_bench_train(const BenchTrainOptions& o) {
   const std::vector<int64_t> seq_lens = parse_int_list(o.seq_lens, "--seq-lens");
-  SEQPAR_INPUT_CHECK(o.steps >= 2, "--steps={} must be >= 2 (the first step is not timed)", o.steps);
-  SEQPAR_INPUT_CHECK(o.micro_batch >= 1, "--micro-batch={} must be >= 1", o.micro_batch);
-  const Device device = parse_device(o.device);
-  const Transport transport = parse_transport(o.transport);
-  const LlamaConfig model = o.model.empty() ? llama_preset(o.preset) : load_hf_llama_config(o.model);
+  const TrainConfig& base = o.train;
+  SEQPAR_INPUT_CHECK(base.steps >= 2, "--steps={} must be >= 2 (the first step is not timed)", base.steps);
+  SEQPAR_INPUT_CHECK(base.micro_batch >= 1, "--micro-batch={} must be >= 1", base.micro_batch);
+  const Device device = base.device;
+  const Transport transport = base.transport;
+  const int sp = base.sp;
+  const LlamaConfig model = base.model_dir.empty() ? llama_preset(o.preset) : load_hf_llama_config(base.model_dir);
   // Under a launcher the world is the launch's: dp fills what sp leaves.
   int dp = 1;
   if (device.is_cuda() && job_transport(transport, device) == Transport::kNccl) {
     const DistEnv env = read_dist_env(process_env());
-    SEQPAR_INPUT_CHECK(env.world_size % o.sp == 0, "--sp={} must divide the launch's {} processes", o.sp,
+    SEQPAR_INPUT_CHECK(sp >= 1 && env.world_size % sp == 0, "--sp={} must divide the launch's {} processes", sp,
                        env.world_size);
-    dp = env.world_size / o.sp;
+    dp = env.world_size / sp;
   }
   const bool leader = hosts_leader(device, transport);
   const std::string dir = (std::filesystem::temp_directory_path() /
@@ -110,61 +101,45 @@ int run_bench_train(const BenchTrainOptions& o) {
   JsonLines out(leader ? o.out : std::string());
   for (int64_t S : seq_lens) {
     // Synthetic data: one document per sequence, random tokens.
-    const int64_t sequences = static_cast<int64_t>(o.micro_batch) * dp;
+    const int64_t sequences = static_cast<int64_t>(base.micro_batch) * dp;
     const std::string data = fmt::format("{}/tokens_{}.bin", dir, S);
     {
       std::mt19937_64 rng(static_cast<uint64_t>(S));
-      std::vector<std::vector<int32_t>> docs(static_cast<size_t>(sequences * o.steps));
+      std::vector<std::vector<int32_t>> docs(static_cast<size_t>(sequences * base.steps));
       for (auto& d : docs) {
         d.resize(static_cast<size_t>(S));
         for (auto& t : d) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.vocab_size));
       }
       write_token_file(data, docs);
     }
-    TrainConfig c;
-    c.model_dir = o.model;
+    // The user's settings, on synthetic data: one document per sequence, no evaluation, quiet,
+    // each step timed to its end.
+    TrainConfig c = base;
     c.model = model;
-    c.device = device;
-    c.transport = transport;
     c.data_path = data;
     c.shuffle = false;
     c.task.seq_len = S;
-    c.micro_batch = o.micro_batch;
-    c.steps = o.steps;
     c.warmup_steps = 1;
-    c.optimizer.adamw.lr = 1e-5f;
-    c.optimizer.clip = 1.0;
-    c.sp = o.sp;
-    c.sp_mode = parse_sp_mode(o.sp_mode, "--sp-mode");
-    c.ulysses_degree = o.ulysses_degree;
     c.dp_replicate = dp;
-    c.activation_checkpointing = o.activation_checkpointing;
-    c.checkpoint_keep_attention = o.checkpoint_keep_attention;
-    c.checkpoint_offload = o.checkpoint_offload;
-    c.profile = o.profile;
-    c.attn_implementation = o.attn_implementation;
-    c.mlp_tile_tokens = o.mlp_tile_tokens;
-    c.loss_tile_tokens = o.loss_tile_tokens;
-    c.zero_stage = o.zero_stage;
     c.eval_every = 0;
-    c.log_every = o.steps;
+    c.log_every = static_cast<int>(base.steps);
     c.quiet = true;
     c.time_steps = true;
     json line = {{"bench", "train"},
                  {"impl", "seqpar"},
-                 {"model", o.model.empty() ? o.preset : o.model},
+                 {"model", base.model_dir.empty() ? o.preset : base.model_dir},
                  {"seq_len", S},
-                 {"micro_batch", o.micro_batch},
-                 {"sp", o.sp},
-                 {"sp_mode", o.sp_mode},
+                 {"micro_batch", base.micro_batch},
+                 {"sp", sp},
+                 {"sp_mode", sp_mode_name(base.sp_mode)},
                  {"dp", dp},
-                 {"activation_checkpointing", o.activation_checkpointing},
-                 {"checkpoint_keep_attention", o.checkpoint_keep_attention},
-                 {"checkpoint_offload", o.checkpoint_offload},
-                 {"attn_implementation", o.attn_implementation},
-                 {"tiled_mlp_tokens", o.mlp_tile_tokens},
-                 {"tiled_loss_tokens", o.loss_tile_tokens},
-                 {"zero_stage", o.zero_stage},
+                 {"activation_checkpointing", base.activation_checkpointing},
+                 {"checkpoint_keep_attention", base.checkpoint_keep_attention},
+                 {"checkpoint_offload", base.checkpoint_offload},
+                 {"attn_implementation", base.attn_implementation},
+                 {"tiled_mlp_tokens", base.mlp_tile_tokens},
+                 {"tiled_loss_tokens", base.loss_tile_tokens},
+                 {"zero_stage", base.zero_stage},
                  {"device", device.str()}};
     try {
       allocator_for(device).reset_peak();  // this length's peak, not the previous one's
@@ -173,7 +148,7 @@ int run_bench_train(const BenchTrainOptions& o) {
       std::vector<double> timed(r.step_seconds.begin() + 1, r.step_seconds.end());
       std::sort(timed.begin(), timed.end());
       const double secs = timed[timed.size() / 2];
-      const int world = o.sp * dp;
+      const int world = sp * dp;
       line["step_ms"] = secs * 1e3;
       line["tokens_per_s_per_gpu"] = static_cast<double>(S * sequences) / secs / world;
       line["tflops_per_gpu"] = step_flops(model, S, sequences) / secs / world / 1e12;
@@ -182,7 +157,7 @@ int run_bench_train(const BenchTrainOptions& o) {
       const int64_t peak = *std::max_element(r.step_peak_bytes.begin() + 1, r.step_peak_bytes.end());
       line["peak_mem_gib"] = static_cast<double>(peak) / (1024.0 * 1024.0 * 1024.0);
       line["loss"] = r.losses.back();
-      if (o.profile && r.profile_steps > 0) {
+      if (base.profile && r.profile_steps > 0) {
         const double per = 1.0 / static_cast<double>(r.profile_steps);
         const double wall_ms = r.profile_seconds * 1e3 * per;
         const std::vector<ProfileEntry> step = scaled_profile(r.profile, per);

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 
+#include "train/config.h"
+
 namespace CLI {
 class App;
 }
@@ -21,26 +23,14 @@ namespace seqpar {
 
 struct BenchTrainOptions {
   std::string preset = "llama-3.2-1b";  // llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny
-  std::string model;                    // HF directory instead of a preset (random weights are fine)
   std::string seq_lens = "8192";        // comma-separated; each rank holds seq_len / sp tokens
-  int micro_batch = 1;
-  int steps = 4;  // the first is not timed
-  int sp = 1;
-  std::string sp_mode = "ulysses";
-  int ulysses_degree = 0;
-  bool activation_checkpointing = false;
-  bool checkpoint_keep_attention = false;
-  bool checkpoint_offload = false;  // TrainConfig::checkpoint_offload
-  // Op-level profile of the timed steps (TrainConfig::profile): a table per length on stderr, the
-  // top ops in the JSON line ("profile": [{op, calls, ms per step}], "profile_outside_ms").
-  bool profile = false;
-  std::string attn_implementation = "flash_attention_2";  // TrainConfig::attn_implementation
-  int64_t mlp_tile_tokens = 0;
-  int64_t loss_tile_tokens = 0;
-  int zero_stage = 0;
-  std::string device = "cuda";
-  std::string transport = "auto";
-  std::string out;  // also append the JSON lines here
+  std::string out;                      // also append the JSON lines here
+  // The declared settings bench train takes (train/config.h, kBenchTrainCommand: --model, the
+  // mesh, the memory levers, ZeRO, --attn-implementation, --device, --transport, --profile, and
+  // --micro-batch, --steps, the first step not timed); the rest is the benchmark's own.
+  TrainConfig train = defaults();
+
+  static TrainConfig defaults();
 };
 
 void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& opts);

@@ -25,6 +25,7 @@ void add_setting_options(CLI::App& cmd, TrainConfig& values, unsigned command) {
     }
     CLI::Option* o = cmd.add_option_function<std::string>(
         names, [decl, out](const std::string& v) { decl->set(*out, v, decl->flag()); }, help);
+    o->type_name(d.type_name);
     const std::string def = d.get(values);
     if (!def.empty()) o->default_str(def);
     if (d.name == "resume") o->expected(0, 1);  // `--resume` alone: the newest checkpoint (latest)

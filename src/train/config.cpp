@@ -180,6 +180,7 @@ SettingDecl decl(std::string name, SettingGroup group, std::vector<std::string> 
   d.deepspeed = std::move(deepspeed);
   d.accelerate = std::move(accelerate);
   d.is_switch = std::is_same_v<T, bool>;
+  d.type_name = std::is_same_v<T, bool> ? "BOOL" : std::is_integral_v<T> ? "INT" : std::is_floating_point_v<T> ? "FLOAT" : "TEXT";
   d.get = [field](const TrainConfig& c) { return text_of(field(const_cast<TrainConfig&>(c))); };
   d.set = [field](TrainConfig& c, const std::string& v, const std::string& flag) { field(c) = from_text<T>(v, flag); };
   d.to_json = [field](const TrainConfig& c) { return json_of(field(const_cast<TrainConfig&>(c))); };

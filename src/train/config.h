@@ -177,6 +177,7 @@ struct SettingDecl {
   std::string accelerate;          // the Accelerate YAML key(s) that set it ("" : none)
   std::string help;                // what it does, and its rule
   std::vector<std::string> choices;  // a closed set of values ({} : any value of its type)
+  std::string type_name;             // INT, FLOAT, TEXT, BOOL: what --help says the value is
   bool is_switch = false;            // a flag without a value (it sets `switch_value`)
   std::string switch_value = "true";
   unsigned commands = kTrainCommand;
