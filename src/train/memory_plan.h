@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/llama_config.h"
+#include "arch/llama_config.h"
 
 namespace seqpar {
 

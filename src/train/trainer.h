@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "arch/llama_config.h"
 #include "core/profile.h"
-#include "model/llama_config.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
 #include "train/memory_plan.h"

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "arch/llama_config.h"
 #include "core/allocator.h"
 #include "core/error.h"
-#include "model/llama_config.h"
 #include "parallel/sp_attention.h"
 #include "train/memory_plan.h"
 #include "train/token_file.h"
