@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "data/sp_batch.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
 #include "train/optimizer.h"
-#include "train/sp_batch.h"
 
 namespace seqpar {
 

@@ -12,9 +12,9 @@
 #include "arch/llama_config.h"
 #include "core/allocator.h"
 #include "core/error.h"
+#include "data/token_file.h"
 #include "parallel/sp_attention.h"
 #include "train/memory_plan.h"
-#include "train/token_file.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
