@@ -1,4 +1,4 @@
-// seqpar plan's prediction against the CPU allocator's peak of real training steps (DESIGN.md: the
+// seqpar plan's prediction against the CPU allocator's peak of real training steps (the target: the
 // two agree within 10%; here within 2% with sequence parallelism), for the activation policies, the
 // tiles, Ulysses, ring and hybrid sequence parallelism and ZeRO; and its refusals.
 #include <gtest/gtest.h>
