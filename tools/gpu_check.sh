@@ -81,39 +81,8 @@ fi
 if want gemm || want interleaved || want ops || want train; then : >"$OUT/bench.jsonl"; fi
 [[ -f $OUT/misc.log ]] || : >"$OUT/misc.log"
 bench=()
-# (CLI11 answers --help of an unknown subcommand with the parent's help: look for our option.)
-if "$BUILD/seqpar" bench gemm --help 2>/dev/null | grep -q -- "--autotune"; then
-  bench=("$BUILD/seqpar" bench gemm)
-elif [[ -f $BUILD/libseqpar_cli.a && -f $BUILD/libseqpar_kernels.a ]]; then
-  # `seqpar bench gemm` not wired yet: a driver around the same function (src/cli/bench_gemm.h).
-  cat >"$BUILD/bench_gemm_main.cpp" <<'EOF'
-#include <CLI/CLI.hpp>
-
-#include <cstdio>
-#include <exception>
-
-#include "cli/bench_gemm.h"
-
-int main(int argc, char** argv) {
-  CLI::App app{"seqpar bench gemm (standalone driver of tools/gpu_check.sh)"};
-  seqpar::BenchGemmOptions opts;
-  seqpar::add_bench_gemm_options(app, opts);
-  CLI11_PARSE(app, argc, argv);
-  try {
-    return seqpar::run_bench_gemm(opts);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_gemm: error: %s\n", e.what());
-    return 1;
-  }
-}
-EOF
-  if g++ -std=c++20 -O2 -DSEQPAR_WITH_CUDA=1 -Isrc -I/usr/local/cuda/include "$BUILD/bench_gemm_main.cpp" \
-      "$BUILD/libseqpar_cli.a" "$BUILD/libseqpar_kernels.a" "$BUILD/libseqpar_core.a" \
-      -L/usr/local/cuda/lib64 -lcublasLt -lcublas -lcudart -lfmt -lopenblas -lpthread \
-      -o "$BUILD/bench_gemm" >>"$OUT/misc.log" 2>&1; then
-    bench=("$BUILD/bench_gemm")
-  fi
-fi
+# The GEMM benchmark is a diagnostic of its own binary (bench/diag/, built beside seqpar).
+if [[ -x $BUILD/seqpar-diag ]]; then bench=("$BUILD/seqpar-diag" gemm); fi
 if ((${#bench[@]})); then
   # Two alternating passes (seqpar, torch, seqpar, torch) and, per shape, the best of each side's
   # passes: per-shape times move by 5-10% with the position in a run (bench/NOTES.md), which a
@@ -139,13 +108,13 @@ if ((${#bench[@]})); then
   rm -f "$OUT/gemm_seqpar.tmp"
   # Shape by shape, seqpar and torch alternating round by round (the fair per-shape ratio).
   t0=$SECONDS
-  if [[ -x $BUILD/seqpar ]] && want interleaved; then
+  if [[ -x $BUILD/seqpar-diag ]] && want interleaved; then
     # torch as configured by default (bf16 split-K reductions allowed), and --strict (f32 reductions
     # only, what seqpar does: the semantically equal peer).
     variants=("" --strict)
     [[ -n ${GPU_CHECK_INTERLEAVED:-} ]] && read -ra variants <<<"${GPU_CHECK_INTERLEAVED//default/}"
     for v in "${variants[@]}"; do
-      timeout 180 python3 bench/peers/gemm_interleaved.py --seqpar "$BUILD/seqpar" --rounds 5 --iters 20 $v \
+      timeout 180 python3 bench/peers/gemm_interleaved.py --seqpar-diag "$BUILD/seqpar-diag" --rounds 5 --iters 20 $v \
         >>"$OUT/bench.jsonl" 2>"$BUILD/gemm_interleaved.txt"
       rc=$?
       cat "$BUILD/gemm_interleaved.txt" >>"$OUT/misc.log"
@@ -158,7 +127,7 @@ if ((${#bench[@]})); then
     note "bench ops seqpar: rc=$? ($((SECONDS - t0)) s)"
   fi
 else
-  note "bench gemm: NO BINARY (seqpar bench gemm not wired, driver did not build; see misc.log)"
+  note "bench gemm: NO BINARY ($BUILD/seqpar-diag not built; see build.log)"
 fi
 
 # ---- attention benchmark: seqpar (flash, cuDNN) and PyTorch SDPA (flash, cuDNN) on the same shapes --

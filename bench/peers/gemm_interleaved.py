@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """seqpar's cuBLASLt GEMMs against torch.matmul, alternating shape by shape and round by round.
 
-A per-shape ratio from two separate runs (`seqpar bench gemm`, then bench/peers/torch_matmul.py)
+A per-shape ratio from two separate runs (`seqpar-diag gemm`, then bench/peers/torch_matmul.py)
 moves by 5-10% with the position of the shape in the run (bench/NOTES.md: torch's own 8192^3 read
-710 and 836 TFLOP/s in two calls of one day). Here one `seqpar bench gemm --serve` process times a
+710 and 836 TFLOP/s in two calls of one day). Here one `seqpar-diag gemm --serve` process times a
 shape, then this process times torch.matmul on the same shape, then seqpar again, ... (--rounds
 rounds of --iters runs each), so drift in clocks and temperature hits both alike. Per shape the
 median over rounds of each side's median is reported, and the ratio of the two.
 
-    python3 bench/peers/gemm_interleaved.py --seqpar build-gpu/seqpar [--preset all] [--tokens 16384]
+    python3 bench/peers/gemm_interleaved.py --seqpar-diag build-gpu/seqpar-diag [--preset all] [--tokens 16384]
         [--rounds 5] [--iters 20] [--strict] [--shapes a,b] [--out FILE]
 
 Prints one JSON line per shape (bench "gemm_interleaved": seqpar_ms, torch_ms, ratio = torch_ms /
@@ -49,7 +49,8 @@ def torch_time(m, n, k, trans_a, trans_b, iters, warmup=3):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seqpar", default="build-gpu/seqpar", help="the seqpar binary")
+    p.add_argument("--seqpar-diag", default="build-gpu/seqpar-diag",
+                   help="the seqpar-diag binary (bench/diag/, built beside seqpar)")
     p.add_argument("--preset", default="all")
     p.add_argument("--tokens", type=int, default=16384)
     p.add_argument("--rounds", type=int, default=5)
@@ -64,7 +65,7 @@ def main():
     if args.strict:
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     only = set(filter(None, args.shapes.split(",")))
-    server = subprocess.Popen([args.seqpar, "bench", "gemm", "--serve", "--preset", args.preset, "--tokens",
+    server = subprocess.Popen([args.seqpar_diag, "gemm", "--serve", "--preset", args.preset, "--tokens",
                                str(args.tokens)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     shapes = []
     for line in server.stdout:

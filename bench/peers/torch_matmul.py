@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch peer of `seqpar bench gemm`: times torch.matmul (cuBLAS) on the same GEMMs and prints
+"""PyTorch peer of `seqpar-diag gemm`: times torch.matmul (cuBLAS) on the same GEMMs and prints
 the same JSON lines (impl "torch").
 
 Row-major semantics as in seqpar's kernels/ops.h: out[M, N] = op(a) @ op(b), op(x) = x.T when
@@ -22,7 +22,7 @@ MODELS = [("llama-1b", 2048, 8192, 32, 8, 64), ("llama-3b", 3072, 8192, 24, 8, 1
 
 
 def add_linear(shapes, name, T, d_in, d_out):
-    # y = x W^T (fwd), dx = dy W (dgrad), dW = dy^T x (wgrad); see src/cli/bench_gemm.cpp
+    # y = x W^T (fwd), dx = dy W (dgrad), dW = dy^T x (wgrad); see bench/diag/bench_gemm.cpp
     shapes.append(dict(name=name + ".fwd", m=T, n=d_out, k=d_in, trans_a=False, trans_b=True))
     shapes.append(dict(name=name + ".dgrad", m=T, n=d_in, k=d_out, trans_a=False, trans_b=False))
     shapes.append(dict(name=name + ".wgrad", m=d_out, n=d_in, k=T, trans_a=True, trans_b=False))

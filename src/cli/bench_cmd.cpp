@@ -1,9 +1,9 @@
-// seqpar bench attention|gemm|sp-attention|train: JSON lines of timings, comparable with the PyTorch peers in
-// bench/peers/ (tools/gpu_check.sh runs both in one call and prints the ratios).
+// seqpar bench attention|sp-attention|train: JSON lines of timings, comparable with the PyTorch peers in
+// bench/peers/ (tools/gpu_check.sh runs both in one call and prints the ratios). The GEMM benchmark
+// and its autotune diagnostics are a diagnostic tool of their own: `seqpar-diag gemm` (bench/diag/).
 #include <memory>
 
 #include "cli/bench_attention.h"
-#include "cli/bench_gemm.h"
 #include "cli/bench_sp_attention.h"
 #include "cli/bench_train.h"
 #include "cli/commands.h"
@@ -19,11 +19,6 @@ void add_bench_command(CLI::App& app, int& rc) {
       "attention", "attention forward and forward+backward, causal FLOPs counted as half of the full matrix");
   add_bench_attention_options(*a, *attn);
   a->callback([attn, &rc] { rc = run_bench_attention(*attn); });
-
-  auto gemm = std::make_shared<BenchGemmOptions>();
-  CLI::App* g = bench->add_subcommand("gemm", "cuBLASLt GEMMs: 8192^3 and the Llama-3.2-1B/3B projection shapes");
-  add_bench_gemm_options(*g, *gemm);
-  g->callback([gemm, &rc] { rc = run_bench_gemm(*gemm); });
 
   auto sp = std::make_shared<BenchSpAttentionOptions>();
   CLI::App* s = bench->add_subcommand(

@@ -17,10 +17,10 @@
 #include "comm/mesh.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/sp_batch.h"
 #include "kernels/ops.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
-#include "train/sp_batch.h"
 
 #if defined(SEQPAR_WITH_CUDA)
 #include "attention/cuda/attention_cuda.h"

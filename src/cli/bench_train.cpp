@@ -20,8 +20,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/profile.h"
+#include "data/token_file.h"
 #include "io/hf_config.h"
-#include "train/token_file.h"
 #include "train/trainer.h"
 
 namespace seqpar {

@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "core/log.h"
-#include "train/prepare_data.h"
+#include "data/prepare_data.h"
 
 namespace seqpar {
 

@@ -1,6 +1,6 @@
 // Communicator: the collectives sequence parallelism needs, over any transport. parallel/ and
 // train/ see only this interface; backends: `local` (ranks as threads of one process, CPU or
-// CUDA memory) and later `nccl`.
+// CUDA memory) and `nccl` (comm/cuda/nccl_comm.h: one rank per process and GPU, CUDA builds).
 //
 // Contract for every backend:
 // - Collective calls are made by every rank of the communicator in the same order.

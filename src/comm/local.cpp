@@ -187,8 +187,8 @@ void reduce_into(void* dst, const std::vector<const void*>& srcs, int64_t off, i
 }
 
 // Host bytes of a tensor. A CPU tensor is used in place. A CUDA tensor is staged through a host
-// copy in this first version of the backend: correct for any device pair (copy_bytes), not fast;
-// device-to-device copies between the threads come later.
+// copy: correct for any device pair (copy_bytes), not fast; this backend has no device-to-device
+// copies between the threads (on GPUs, the `nccl` backend is the fast path: comm/cuda/nccl_comm).
 struct HostBytes {
   Tensor staged;  // defined only for a device tensor
   void* ptr = nullptr;

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "model/llama_config.h"
+#include "arch/llama_config.h"
 
 namespace seqpar {
 

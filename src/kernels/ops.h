@@ -5,8 +5,8 @@
 // Glossary: T tokens (local shard), C hidden, H query heads, Hkv KV heads, D head dim, F MLP
 // width, V vocab. Layouts are token-major: activations [T, C], heads [T, H, D].
 //
-// Gradient convention (STYLE.md): parameter gradients accumulate (+=), activation gradients are
-// written (=). Each entry says which.
+// Gradient convention (docs/ARCHITECTURE.md, "Contracts worth knowing"): parameter gradients
+// accumulate (+=), activation gradients are written (=). Each entry says which.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +34,7 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
 // HF "rotate_half" convention: for pair (i, i + D/2), angle = position_ids[t] * inv_freq[i],
 //   y_i = x_i cos - x_{i+D/2} sin,  y_{i+D/2} = x_{i+D/2} cos + x_i sin.
 // x [T, H, D] rotated in place; position_ids i32 [T] (global positions, restart per document);
-// inv_freq f32 [D/2] (see model/rope.h for how it is built from the config).
+// inv_freq f32 [D/2] (rope_inv_freq in arch/llama_config.h builds it from the config).
 void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq);
 // The transpose of the rotation (rotation by -angle), in place on dx (=).
 void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq);

@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "arch/llama_config.h"
 #include "attention/attention.h"
 #include "core/offload.h"
 #include "core/tensor.h"
-#include "model/llama_config.h"
 
 namespace seqpar {
 

@@ -25,10 +25,10 @@
 #include <utility>
 #include <vector>
 
+#include "arch/llama_config.h"
 #include "core/dtype.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
-#include "model/llama_config.h"
 #include "train/trainer.h"
 
 namespace seqpar {

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "core/device.h"
-#include "model/llama_config.h"
+#include "arch/llama_config.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
 #include "train/optimizer.h"
-#include "train/recall_task.h"
+#include "data/recall_task.h"
 
 namespace seqpar {
 

@@ -1,6 +1,6 @@
 // `seqpar plan`: the per-GPU memory of a training step, predicted from the shapes the model, the
 // attention, the optimizer and the memory levers allocate (the same tensors the device allocator
-// counts), before any GPU work. DESIGN.md: prediction and allocator must agree within 10%; the
+// counts), before any GPU work. The target: prediction and allocator agree within 10%; the
 // CPU tests check that against the CPU allocator, bench/NOTES.md against the H200's.
 //
 // The model: resident state (weights, f32 gradients, AdamW moments and master weights, ZeRO
@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/llama_config.h"
+#include "arch/llama_config.h"
 
 namespace seqpar {
 

@@ -20,7 +20,7 @@
 #include "comm/mesh.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
-#include "train/sp_batch.h"
+#include "data/sp_batch.h"
 
 namespace seqpar {
 

@@ -16,11 +16,11 @@
 #include "core/log.h"
 #include "io/hf_config.h"
 #include "kernels/ops.h"
+#include "report/plot.h"
 #include "train/checkpoint.h"
 #include "train/config_resolve.h"
 #include "train/hf_model.h"
 #include "train/memory_plan.h"
-#include "train/plot.h"
 #if defined(SEQPAR_WITH_CUDA)
 #include "attention/cuda/attention_cuda.h"
 #endif

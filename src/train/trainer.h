@@ -11,17 +11,17 @@
 #include <string>
 #include <vector>
 
+#include "arch/llama_config.h"
 #include "core/profile.h"
-#include "model/llama_config.h"
+#include "data/recall_task.h"
+#include "data/sp_batch.h"
+#include "data/token_file.h"
 #include "parallel/sp_attention.h"
 #include "train/config.h"
 #include "train/job.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
-#include "train/recall_task.h"
-#include "train/sp_batch.h"
 #include "train/step.h"
-#include "train/token_file.h"
 
 namespace seqpar {
 

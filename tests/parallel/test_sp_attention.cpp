@@ -3,7 +3,7 @@
 // when u > Hkv, uneven query-head splits when H % u != 0), contiguous and zigzag layouts, one
 // sequence and packed documents, with padding.
 //
-// The token layouts are built here from their definition (train/sp_batch.h, which this binary
+// The token layouts are built here from their definition (data/sp_batch.h, which this binary
 // does not link): documents back to back, each its own segment, pads (one segment of their own)
 // to a multiple of P (contiguous) or 2P (zigzag); pos = index in the padded stream;
 //   contiguous: rank r holds [r*S/P, (r+1)*S/P)

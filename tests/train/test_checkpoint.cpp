@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "data/token_file.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
-#include "train/token_file.h"
 #include "train/trainer.h"
 
 namespace seqpar {

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "test_util.h"
+#include "data/token_file.h"
 #include "train/checkpoint.h"
 #include "train/hf_model.h"
-#include "train/token_file.h"
 #include "train/trainer.h"
 
 namespace seqpar {

@@ -1,4 +1,4 @@
-// seqpar plan's prediction against the CPU allocator's peak of real training steps (DESIGN.md: the
+// seqpar plan's prediction against the CPU allocator's peak of real training steps (the target: the
 // two agree within 10%; here within 2% with sequence parallelism), for the activation policies, the
 // tiles, Ulysses, ring and hybrid sequence parallelism and ZeRO; and its refusals.
 #include <gtest/gtest.h>
@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "arch/llama_config.h"
 #include "core/allocator.h"
 #include "core/error.h"
-#include "model/llama_config.h"
+#include "data/token_file.h"
 #include "parallel/sp_attention.h"
 #include "train/memory_plan.h"
-#include "train/token_file.h"
 #include "train/trainer.h"
 #include "test_util.h"
 

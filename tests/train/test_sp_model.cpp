@@ -16,13 +16,13 @@
 #include "comm/communicator.h"
 #include "core/allocator.h"
 #include "comm/mesh.h"
+#include "data/sp_batch.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
 #include "parallel/sp_attention.h"
 #include "test_util.h"
 #include "train/fwdbwd.h"
-#include "train/sp_batch.h"
 #include "train/trainer.h"
 
 namespace seqpar {

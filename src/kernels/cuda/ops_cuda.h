@@ -29,8 +29,8 @@ double sum_squares(const Tensor& x);
 void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
                 float grad_scale);
 
-// CUDA only (no CPU twin in ops.h): out = in converted between f32 and bf16 (round to nearest
-// even), or copied when the dtypes match. Same shape, same device.
+// The CUDA side of ops.h's cast (whose CPU path is in ops.cpp): out = in converted between f32 and
+// bf16 (round to nearest even), or copied when the dtypes match. Same shape, same device.
 void cast(Tensor& out, const Tensor& in);
 
 // ---- matmul's cuBLASLt configuration (kernels/cuda/matmul.cpp, docs/gemm.md) ----------------

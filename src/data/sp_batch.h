@@ -1,7 +1,7 @@
 // Sequence-parallel batches: from a batch of token sequences to each SP rank's shard.
 //
-// One path for fixed, variable-length and packed batches (DESIGN.md, "Data flow of one training
-// step", step 1):
+// One path for fixed, variable-length and packed batches (docs/ARCHITECTURE.md, "Data flow of one
+// training step", step 1):
 //   1. labels are shifted on each WHOLE row, before any cut: target[i] = labels[i+1], and -100 on
 //      the last token of every document (a row is one document unless doc_lens splits it), so no
 //      token ever predicts across a document or row boundary;

@@ -1,4 +1,4 @@
-// `seqpar prepare-data`: text / JSONL / SFT JSONL -> a token file (train/token_file.h), with
+// `seqpar prepare-data`: text / JSONL / SFT JSONL -> a token file (data/token_file.h), with
 // document boundaries and, for SFT, a loss mask. docs/prepare-data.md describes the formats.
 //
 // Multi-threaded: the reader cuts the inputs into chunks of whole records (chunk_bytes each, a

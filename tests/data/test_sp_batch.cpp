@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <random>
 
-#include "train/sp_batch.h"
+#include "data/sp_batch.h"
 
 namespace seqpar {
 namespace {

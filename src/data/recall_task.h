@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "train/sp_batch.h"
+#include "data/sp_batch.h"
 
 namespace seqpar {
 

@@ -1,4 +1,4 @@
-#include "train/sp_batch.h"
+#include "data/sp_batch.h"
 
 #include <limits>
 

@@ -1,4 +1,4 @@
-#include "cli/bench_gemm.h"
+#include "diag/bench_gemm.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -610,7 +610,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
 
 int run_bench_gemm(const BenchGemmOptions& o) {
   bench_shapes(o);  // still validates the options
-  std::fprintf(stderr, "seqpar: error: bench gemm needs the CUDA backend (this build has -DSEQPAR_CUDA=OFF)\n");
+  std::fprintf(stderr, "seqpar-diag: error: gemm needs the CUDA backend (this build has -DSEQPAR_CUDA=OFF)\n");
   return 1;
 }
 

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "test_util.h"
-#include "train/token_file.h"
+#include "data/token_file.h"
 
 namespace seqpar {
 namespace {

@@ -1,5 +1,5 @@
 // Hand-written SVG line charts of the metrics records (plot.h).
-#include "train/plot.h"
+#include "report/plot.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// `seqpar bench gemm`: times matmul (kernels/ops.h on CUDA tensors, i.e. cuBLASLt) on the GEMMs of
+// `seqpar-diag gemm`: times matmul (kernels/ops.h on CUDA tensors, i.e. cuBLASLt) on the GEMMs of
 // Llama's projections (forward and the two backward products) and on a square reference, and
 // prints one JSON line per shape and algorithm choice (bench/peers/torch_matmul.py prints the same
 // lines for PyTorch). Autotuned lines also say which configuration won and what the tuning cost.
@@ -47,7 +47,7 @@ struct BenchGemmOptions {
   int rounds = 3;
 };
 
-// Registers the options above on a (sub)command, e.g. `seqpar bench gemm`.
+// Registers the options above on a (sub)command, e.g. `seqpar-diag gemm`.
 void add_bench_gemm_options(CLI::App& cmd, BenchGemmOptions& opts);
 
 // Runs the benchmark; returns the process exit code (non-zero without a CUDA build or device).

@@ -16,7 +16,7 @@
 //   default and llama3). The llama3 scaling is continuous at both wavelength thresholds (smooth
 //   factor 0 gives inv/factor, 1 gives inv), so a float32-vs-double disagreement on which side of
 //   a threshold a frequency falls changes the result by rounding error only.
-#include "model/llama_config.h"
+#include "arch/llama_config.h"
 
 #include <cmath>
 #include <numbers>

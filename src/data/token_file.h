@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "train/sp_batch.h"
+#include "data/sp_batch.h"
 
 namespace seqpar {
 

@@ -8,10 +8,10 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "data/prepare_data.h"
+#include "data/token_file.h"
 #include "io/tokenizer.h"
 #include "test_util.h"
-#include "train/prepare_data.h"
-#include "train/token_file.h"
 
 namespace seqpar {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/prepare_data.h"
+#include "data/prepare_data.h"
 
 #include <unistd.h>
 
@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "data/token_file.h"
 #include "io/tokenizer.h"
-#include "train/token_file.h"
 
 namespace seqpar {
 

@@ -1,11 +1,10 @@
-// LlamaConfig::validate and rope_inv_freq (model/llama_config.h; tested here beside the config
-// parser that feeds them).
+// LlamaConfig::validate and rope_inv_freq (arch/llama_config.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "io_test_util.h"
-#include "model/llama_config.h"
+#include "arch/llama_config.h"
+#include "io/io_test_util.h"  // EXPECT_INPUT_ERROR (a header of core/ only)
 
 namespace seqpar {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/recall_task.h"
+#include "data/recall_task.h"
 
 #include <algorithm>
 #include <numeric>

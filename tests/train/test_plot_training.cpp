@@ -1,0 +1,61 @@
+// The SVG plot the trainer writes next to its metrics (report/plot.h; the plot itself is tested in
+// tests/report/test_plot.cpp).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "report/plot.h"
+#include "report/svg_check.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace seqpar {
+namespace {
+
+using json = nlohmann::json;
+using testing::polyline_points;
+using testing::xml_problem;
+
+TEST(Plot, TrainingWritesThePlotNextToTheMetrics) {
+  EXPECT_EQ(metrics_plot_path("out/metrics.jsonl"), "out/metrics.svg");
+  EXPECT_EQ(metrics_plot_path("metrics"), "metrics.svg");
+  EXPECT_EQ(metrics_plot_path("m.svg"), "m.svg.svg");
+
+  TrainConfig c;
+  c.model = demo_model_config();
+  c.task.seq_len = 32;
+  c.task.num_pairs = 4;  // 4 pair tokens + 4 queries of 3 tokens + filler fit in 32
+  c.task.num_queries = 4;
+  c.micro_batch = 2;
+  c.steps = 6;
+  c.sp = 1;
+  c.eval_every = 3;
+  c.eval_batches = 1;
+  c.log_every = 2;
+  c.quiet = true;
+  c.metrics_out = testing::temp_dir() + "/metrics.jsonl";
+  run_training(c);
+  const std::vector<json> recs = read_metrics_jsonl(c.metrics_out);
+  size_t logged = 0, evals = 0;
+  for (const json& r : recs) (r.contains("loss") ? logged : evals) += 1;
+  EXPECT_EQ(logged, 4u);  // steps 1, 2, 4, 6
+  EXPECT_EQ(evals, 2u);   // steps 3, 6
+  std::ifstream in(metrics_plot_path(c.metrics_out));
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string svg = ss.str();
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(polyline_points(svg, "loss"), std::vector<size_t>{logged});
+  EXPECT_EQ(polyline_points(svg, "tokens_per_s"), std::vector<size_t>{logged});
+  EXPECT_EQ(polyline_points(svg, "eval_accuracy"), std::vector<size_t>{evals});
+
+  std::ofstream(c.metrics_out, std::ios::app) << "{not json\n";
+  EXPECT_THROW(read_metrics_jsonl(c.metrics_out), InputError);
+}
+
+}  // namespace
+}  // namespace seqpar
