@@ -37,7 +37,8 @@ void run(TrainArgs& a, const CLI::App& command) {
   cli.values = a.config;
   for (const CLI::Option* o : command.get_options())
     if (o->count() > 0) cli.given.insert(o->get_name());
-  if (cli.given.count("--resume") && cli.values.resume.empty()) cli.values.resume = "latest";  // `--resume` alone
+  if (cli.given.count("--resume") && cli.values.resume.none())  // `--resume` alone: the newest checkpoint
+    cli.values.resume.kind = ResumeFrom::Kind::kLatest;
   // One rank per process over NCCL: the launch decides the world (run_job refuses NCCL without a GPU).
   if (cli.values.device.is_cuda() && job_transport(cli.values.transport, cli.values.device) == Transport::kNccl) {
     const DistEnv env = read_dist_env(process_env());

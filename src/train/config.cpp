@@ -51,9 +51,31 @@ void TrainConfig::validate_run() const {
   SEQPAR_INPUT_CHECK(keep_last >= 0, "keep_last={} must be >= 0 (0 keeps every checkpoint)", keep_last);
   SEQPAR_INPUT_CHECK(stop_at_step >= 0, "stop_at_step={} must be >= 0", stop_at_step);
   SEQPAR_INPUT_CHECK(save_every == 0 || !save_dir.empty(), "save_every={} needs save_dir (--save-dir)", save_every);
-  SEQPAR_INPUT_CHECK((resume != "latest" && resume != "auto") || !save_dir.empty(),
-                     "resume={} needs save_dir (--save-dir), the directory to take the newest checkpoint from", resume);
+  SEQPAR_INPUT_CHECK(!resume.from_save_dir() || !save_dir.empty(),
+                     "resume={} needs save_dir (--save-dir), the directory to take the newest checkpoint from",
+                     resume.str());
   (void)sp_mesh_shape(sp_mode, sp, ulysses_degree);  // InputError for a degree that does not divide sp
+}
+
+ResumeFrom ResumeFrom::parse(const std::string& text) {
+  if (text.empty()) return {};
+  if (text == "latest") return {Kind::kLatest, ""};
+  if (text == "auto") return {Kind::kAuto, ""};
+  return {Kind::kPath, text};
+}
+
+std::string ResumeFrom::str() const {
+  switch (kind) {
+    case Kind::kNone:
+      return "";
+    case Kind::kLatest:
+      return "latest";
+    case Kind::kAuto:
+      return "auto";
+    case Kind::kPath:
+      return path;
+  }
+  return "";
 }
 
 const char* setting_group_name(SettingGroup g) {
@@ -94,7 +116,7 @@ std::string text_of(const T& v) {
     return std::string(sp_layout_name(v));
   } else if constexpr (std::is_same_v<T, Transport>) {
     return v == Transport::kLocal ? "local" : v == Transport::kNccl ? "nccl" : "auto";
-  } else if constexpr (std::is_same_v<T, Device>) {
+  } else if constexpr (std::is_same_v<T, Device> || std::is_same_v<T, ResumeFrom>) {
     return v.str();
   } else {
     return fmt::format("{}", v);
@@ -129,6 +151,9 @@ T from_text(const std::string& s, const std::string& flag) {
     return parse_transport(s, flag);
   } else if constexpr (std::is_same_v<T, Device>) {
     return device_from_text(s, flag);
+  } else if constexpr (std::is_same_v<T, ResumeFrom>) {
+    (void)flag;
+    return ResumeFrom::parse(s);
   } else if constexpr (std::is_integral_v<T>) {
     T v{};
     const char* end = s.data() + s.size();
@@ -148,7 +173,7 @@ T from_text(const std::string& s, const std::string& flag) {
 
 template <typename T>
 json json_of(const T& v) {
-  if constexpr (std::is_enum_v<T> || std::is_same_v<T, Device>) {
+  if constexpr (std::is_enum_v<T> || std::is_same_v<T, Device> || std::is_same_v<T, ResumeFrom>) {
     return text_of(v);
   } else {
     return v;
@@ -158,7 +183,7 @@ json json_of(const T& v) {
 template <typename T>
 T from_json_value(const json& j, const std::string& name) {
   try {
-    if constexpr (std::is_enum_v<T> || std::is_same_v<T, Device>) {
+    if constexpr (std::is_enum_v<T> || std::is_same_v<T, Device> || std::is_same_v<T, ResumeFrom>) {
       return from_text<T>(j.get<std::string>(), name);
     } else {
       return j.get<T>();
@@ -389,7 +414,7 @@ void declare_checkpoint(std::vector<SettingDecl>& s) {
                    "save a checkpoint every N steps (0 = only at the end of the run, when --save-dir is given)"));
   s.push_back(decl("keep_last", G::kCheckpoint, {"--keep-last"}, +[](TrainConfig& c) -> int& { return c.keep_last; },
                    "keep only the newest K checkpoints (0 = keep all)"));
-  s.push_back(decl("resume", G::kCheckpoint, {"--resume"}, +[](TrainConfig& c) -> std::string& { return c.resume; },
+  s.push_back(decl("resume", G::kCheckpoint, {"--resume"}, +[](TrainConfig& c) -> ResumeFrom& { return c.resume; },
                    "resume from a checkpoint: `latest` (also --resume alone: the newest in --save-dir), `auto` (the "
                    "newest if there is one, else start fresh), or a checkpoint or save directory"));
   s.push_back(decl("stop_at_step", G::kCheckpoint, {"--stop-at-step"},
@@ -462,9 +487,9 @@ std::string settings_markdown_table(const TrainConfig& defaults) {
   auto cell = [](const std::string& s) {
     std::string out;
     for (char ch : s) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
-    return out.empty() ? std::string("") : out;
+    return out;
   };
-  auto code = [&](const std::string& s) { return s.empty() ? std::string() : "`" + cell(s) + "`"; };
+  auto code = [&](const std::string& s) { return s.empty() ? std::string() : fmt::format("`{}`", cell(s)); };
   std::string out =
       "| setting | group | flags | DeepSpeed | Accelerate | default | what |\n"
       "| --- | --- | --- | --- | --- | --- | --- |\n";

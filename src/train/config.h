@@ -47,6 +47,22 @@ struct LrSchedule {
   double cos_min_ratio = 1e-4;  // WarmupCosineLR
 };
 
+// Where a run starts: fresh (kNone), save_dir's newest checkpoint (kLatest: an error when there
+// is none), save_dir's newest when there is one, else fresh (kAuto), or a path: a checkpoint
+// directory or a save directory (its newest). Its text form (the flag's and the JSON's): "",
+// "latest", "auto" or the path.
+struct ResumeFrom {
+  enum class Kind { kNone, kLatest, kAuto, kPath };
+  Kind kind = Kind::kNone;
+  std::string path;  // kPath only
+
+  static ResumeFrom parse(const std::string& text);
+  std::string str() const;
+  bool none() const { return kind == Kind::kNone; }
+  bool from_save_dir() const { return kind == Kind::kLatest || kind == Kind::kAuto; }
+  bool operator==(const ResumeFrom&) const = default;
+};
+
 struct TrainConfig {
   // Model: an HF directory, or (empty) the built-in `model` config with random init.
   std::string model_dir;
@@ -140,10 +156,7 @@ struct TrainConfig {
   std::string save_dir;
   int64_t save_every = 0;
   int keep_last = 0;  // > 0: keep only the newest keep_last checkpoints
-  // "" (start fresh), "latest" (save_dir's newest checkpoint; an error when there is none),
-  // "auto" (save_dir's newest when there is one, else start fresh), or a path: a checkpoint
-  // directory or a save directory (its newest).
-  std::string resume;
+  ResumeFrom resume;
   int64_t stop_at_step = 0;  // > 0: stop after this step, leaving the schedule as for `steps`
   std::string config_text;   // the resolved configuration text, recorded in checkpoints
 

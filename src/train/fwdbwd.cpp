@@ -60,7 +60,7 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
   c.grad_accum = 1;
   c.steps = 1;
   c.dp_replicate = c.dp_shard = 1;
-  c.resume.clear();
+  c.resume = {};
   c.save_dir.clear();
   c.metrics_out.clear();
   c.quiet = true;

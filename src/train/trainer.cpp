@@ -84,8 +84,6 @@ namespace {
 
 using json = nlohmann::json;
 
-Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_vector<int32_t>({static_cast<int64_t>(v.size())}, v); }
-
 // The metrics records of the run (kept for checkpoints and the plot) and, with a path, the JSONL
 // file they are written to as they come. A resumed run starts the file again from the
 // checkpoint's records, so the file reads as one run.
@@ -162,12 +160,12 @@ json token_file_identity(const TokenFile& f, int64_t seq_len) {
 
 // The checkpoint a run resumes from (nullopt: start fresh), per TrainConfig::resume.
 std::optional<Checkpoint> checkpoint_to_resume(const TrainConfig& cfg, bool talk) {
-  if (cfg.resume.empty()) return std::nullopt;
+  if (cfg.resume.none()) return std::nullopt;
   std::string dir;
-  if (cfg.resume == "latest" || cfg.resume == "auto") {
+  if (cfg.resume.from_save_dir()) {
     std::optional<std::string> latest = latest_checkpoint(cfg.save_dir);
     if (!latest) {
-      SEQPAR_INPUT_CHECK(cfg.resume == "auto",
+      SEQPAR_INPUT_CHECK(cfg.resume.kind == ResumeFrom::Kind::kAuto,
                          "resume=latest: save_dir={} holds no checkpoint (no {}/latest); use --resume auto to start "
                          "fresh when there is none",
                          cfg.save_dir, cfg.save_dir);
@@ -176,7 +174,7 @@ std::optional<Checkpoint> checkpoint_to_resume(const TrainConfig& cfg, bool talk
     }
     dir = *latest;
   } else {
-    dir = resolve_checkpoint_dir(cfg.resume);
+    dir = resolve_checkpoint_dir(cfg.resume.path);
   }
   return load_checkpoint(dir);
 }

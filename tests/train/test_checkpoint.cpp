@@ -101,7 +101,7 @@ TEST(Checkpoint, ResumeIsBitExact) {
 
     TrainConfig second = c;
     second.save_dir = root + "/split";
-    second.resume = "latest";
+    second.resume = ResumeFrom::parse("latest");
     second.metrics_out = root + "/split.jsonl";
     const TrainResult b2 = run_training(second);
     EXPECT_EQ(b2.first_step, 4);
@@ -301,7 +301,7 @@ TEST(Checkpoint, CorruptCheckpointsAreRejected) {
                      {"neither a checkpoint directory (no trainer_state.json) nor a save directory (no `latest`)"});
   // Resuming from a corrupt checkpoint fails before any step.
   TrainConfig r = tiny_run();
-  r.resume = c.save_dir + "/step_000010";
+  r.resume = ResumeFrom::parse(c.save_dir + "/step_000010");
   expect_input_error([&] { run_training(r); }, {"truncated"});
 }
 
@@ -314,7 +314,7 @@ TEST(Checkpoint, ResumeWithOtherSettingsIsRefusedOrWarned) {
   auto resumed = [&] {
     TrainConfig r = tiny_run();
     r.steps = 3;
-    r.resume = dir;
+    r.resume = ResumeFrom::parse(dir);
     return r;
   };
   TrainConfig r = resumed();
@@ -367,11 +367,11 @@ TEST(Checkpoint, ResumeWithOtherSettingsIsRefusedOrWarned) {
 
   // latest / auto.
   r = tiny_run();
-  r.resume = "latest";
+  r.resume = ResumeFrom::parse("latest");
   expect_input_error([&] { run_training(r); }, {"resume=latest needs save_dir"});
   r.save_dir = testing::temp_dir();
   expect_input_error([&] { run_training(r); }, {"resume=latest: save_dir=" + r.save_dir + " holds no checkpoint"});
-  r.resume = "auto";
+  r.resume = ResumeFrom::parse("auto");
   r.steps = 1;
   EXPECT_EQ(run_training(r).first_step, 1);
   r.steps = 2;
@@ -526,7 +526,7 @@ TrainResult run_with_zero(TrainConfig c, int zero, const std::string& save_dir, 
   c.save_dir = save_dir;
   c.save_every = 3;
   c.stop_at_step = stop;
-  c.resume = resume;
+  c.resume = ResumeFrom::parse(resume);
   return run_training(c);
 }
 

@@ -277,7 +277,7 @@ TEST(TokenData, EpochsRollOverAndResumeIsBitExact) {
   }());
   TrainConfig second = c;
   second.save_dir = root + "/split";
-  second.resume = "latest";
+  second.resume = ResumeFrom::parse("latest");
   const TrainResult b = run_training(second);
   ASSERT_EQ(b.losses.size(), a.losses.size());
   for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
@@ -288,7 +288,7 @@ TEST(TokenData, EpochsRollOverAndResumeIsBitExact) {
   // Another file (same size, other tokens) is not the checkpoint's data.
   TrainConfig other = second;
   other.data_path = write_corpus(make_corpus(9 * 32, 5, false));
-  other.resume = root + "/split/step_000003";
+  other.resume = ResumeFrom::parse(root + "/split/step_000003");
   expect_input_error([&] { run_training(other); }, {"cannot resume", "data."});
 }
 
