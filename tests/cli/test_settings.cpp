@@ -59,13 +59,18 @@ TEST(Settings, EveryFlagIsInItsCommandsHelp) {
   for (const SettingDecl& d : train_settings()) {
     if (!d.has_flag()) continue;
     for (const std::string& f : d.flags) {
-      if (d.commands & kTrainCommand) EXPECT_NE(train.find(f), std::string::npos) << f << " not in train --help";
-      if (d.commands & kFwdBwdCommand) EXPECT_NE(fwdbwd.find(f), std::string::npos) << f << " not in fwdbwd --help";
-      // (fwdbwd has a --model of its own: the checkpoint it checks)
-      if (!(d.commands & kFwdBwdCommand) && f != "--model")
+      if (d.commands & kTrainCommand) {
+        EXPECT_NE(train.find(f), std::string::npos) << f << " not in train --help";
+      }
+      if (d.commands & kFwdBwdCommand) {
+        EXPECT_NE(fwdbwd.find(f), std::string::npos) << f << " not in fwdbwd --help";
+      } else if (f != "--model") {  // (fwdbwd has a --model of its own: the checkpoint it checks)
         EXPECT_EQ(fwdbwd.find(f + " "), std::string::npos) << f << " in fwdbwd";
+      }
     }
-    if (d.commands & kTrainCommand) EXPECT_NE(train.find(d.help.substr(0, 30)), std::string::npos) << d.name;
+    if (d.commands & kTrainCommand) {
+      EXPECT_NE(train.find(d.help.substr(0, 30)), std::string::npos) << d.name;
+    }
   }
 }
 
