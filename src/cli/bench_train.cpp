@@ -15,6 +15,7 @@
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/kernel_env.h"
 #include "comm/dist_env.h"
 #include "core/allocator.h"
 #include "core/error.h"
@@ -143,6 +144,7 @@ int run_bench_train(const BenchTrainOptions& o) {
     c.checkpoint_offload = o.checkpoint_offload;
     c.profile = o.profile;
     c.attn_implementation = o.attn_implementation;
+    c.kernels = process_kernel_policy();
     c.mlp_tile_tokens = o.mlp_tile_tokens;
     c.loss_tile_tokens = o.loss_tile_tokens;
     c.zero_stage = o.zero_stage;

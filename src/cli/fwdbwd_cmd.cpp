@@ -4,12 +4,10 @@
 
 #include "attention/attention_backend.h"
 #include "cli/commands.h"
+#include "cli/kernel_env.h"
 #include "core/log.h"
 #include "io/safetensors.h"
 #include "train/fwdbwd.h"
-#if defined(SEQPAR_WITH_CUDA)
-#include "attention/cuda/attention_cuda.h"
-#endif
 
 namespace seqpar {
 
@@ -27,12 +25,8 @@ void run(FwdBwdArgs& a) {
   a.options.layout = parse_sp_layout(a.layout, "--sp-layout");
   a.options.device = parse_device(a.device);
   a.options.transport = parse_transport(a.transport);
-  const AttentionBackend backend = parse_attn_implementation(a.attn_implementation);
-#if defined(SEQPAR_WITH_CUDA)
-  cuda_attn::set_attention_backend(backend);
-#else
-  (void)backend;  // the CPU reference attention serves every name
-#endif
+  a.options.kernels = process_kernel_policy();
+  a.options.kernels.attention.backend = parse_attn_implementation(a.attn_implementation);
   SafetensorsData in = read_safetensors(a.input);
   const Tensor& ids = in.at("input_ids");
   const Tensor& labels = in.at("labels");

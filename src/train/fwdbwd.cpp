@@ -101,9 +101,10 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
                   i32_tensor(shard.targets).to(device)};
     std::unique_ptr<Attention> attention;
     if (P == 1) {
-      attention = std::make_unique<LocalAttention>(sp_meta[0]);
+      attention = std::make_unique<LocalAttention>(sp_meta[0], opt.kernels.attention);
     } else {
-      attention = make_sp_attention(mesh, sp_meta, config.num_heads, config.num_kv_heads);
+      attention = make_sp_attention(mesh, sp_meta, config.num_heads, config.num_kv_heads, opt.kernels.attention,
+                                    opt.kernels.ulysses_head_groups);
     }
     Tensor logits;
     LossStats stats = model.forward(lb, *attention, &logits);

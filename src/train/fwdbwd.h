@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "parallel/kernel_policy.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
 #include "train/optimizer.h"
@@ -28,6 +29,9 @@ struct FwdBwdOptions {
   bool checkpoint_keep_attention = false;  // with checkpointing: also keep attention's output and context
   bool checkpoint_offload = false;         // with checkpointing: the kept inputs wait in host memory
   int64_t mlp_tile_tokens = 0;             // tiled MLP: tokens per tile (0: untiled)
+  // The kernel choices (parallel/kernel_policy.h): the attention policy (its backend from
+  // --attn-implementation) and the Ulysses head groups; the process-level parts are the caller's.
+  KernelPolicy kernels;
 };
 
 // input_ids, labels: i32 [B, S] (HF convention: unshifted labels, -100 ignored).

@@ -21,9 +21,6 @@
 #include "train/hf_model.h"
 #include "train/memory_plan.h"
 #include "train/plot.h"
-#if defined(SEQPAR_WITH_CUDA)
-#include "attention/cuda/attention_cuda.h"
-#endif
 
 namespace seqpar {
 
@@ -237,6 +234,7 @@ MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const LlamaConfig& mod
   in.mlp_tile_tokens = cfg.mlp_tile_tokens;
   in.loss_tile_tokens = cfg.loss_tile_tokens;
   in.zero_stage = cfg.zero_stage;
+  in.ulysses_head_groups = cfg.kernels.ulysses_head_groups;
   return in;
 }
 
@@ -270,12 +268,10 @@ TrainResult run_training(const TrainConfig& cfg) {
                        "built-in model takes --head-dim",
                        cfg.device.str(), mc.head_dim);
   }
-#if defined(SEQPAR_WITH_CUDA)
-  // The attention backend is a process-wide setting: this run's, restored when it returns (the
-  // CPU has one attention: the setting is kept as it is).
-  cuda_attn::AttentionBackendScope backend_scope(cfg.device.is_cuda() ? parse_attn_implementation(cfg.attn_implementation)
-                                                                      : cuda_attn::attention_backend());
-#endif
+  // The attention kernels of this run: the process's policy with attn_implementation's backend (the
+  // CPU has one attention).
+  AttentionPolicy attn_policy = cfg.kernels.attention;
+  if (cfg.device.is_cuda()) attn_policy.backend = parse_attn_implementation(cfg.attn_implementation);
   if (!token_data)
     SEQPAR_INPUT_CHECK(cfg.task.vocab_size <= mc.vocab_size,
                        "the task's vocab_size={} exceeds the model's vocab_size={}", cfg.task.vocab_size,
@@ -473,8 +469,8 @@ TrainResult run_training(const TrainConfig& cfg) {
     auto attention_for = [&](const SpBatch& b) -> std::unique_ptr<Attention> {
       std::vector<TokenMeta> meta;
       for (const Shard& sh : b.shards) meta.push_back(shard_token_meta(sh));
-      if (cfg.sp == 1) return std::make_unique<LocalAttention>(meta[0]);
-      return make_sp_attention(mesh, meta, mc.num_heads, mc.num_kv_heads);
+      if (cfg.sp == 1) return std::make_unique<LocalAttention>(meta[0], attn_policy);
+      return make_sp_attention(mesh, meta, mc.num_heads, mc.num_kv_heads, attn_policy, cfg.kernels.ulysses_head_groups);
     };
     // Forward over this rank's shard. The attention object lives until the next forward, since
     // backward must be given the same one.

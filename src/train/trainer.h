@@ -12,6 +12,7 @@
 
 #include "core/profile.h"
 #include "model/llama_config.h"
+#include "parallel/kernel_policy.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
 #include "train/memory_plan.h"
@@ -117,6 +118,10 @@ struct TrainConfig {
   // flash kernel: with sdpa the GPU demo (sp = 4 Ulysses, one head per rank) learns less well
   // than with flash, not yet explained (docs/training.md).
   std::string attn_implementation = "flash_attention_2";
+  // The kernel choices (parallel/kernel_policy.h): `seqpar train` passes the environment's
+  // (cli/kernel_env.h). attention.backend is replaced by attn_implementation's on CUDA; the
+  // process-level parts (matmul, profile) are the caller's to apply.
+  KernelPolicy kernels;
   bool time_steps = false;  // benchmarks: synchronise the device at each step's end (see TrainResult)
   // Op-level profile (core/profile.h) of the leading rank's steps after the first (the first
   // tunes the GEMMs and fills the allocator's cache; a one-step run profiles that step): the

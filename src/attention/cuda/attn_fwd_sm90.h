@@ -16,7 +16,8 @@ namespace seqpar::cuda_attn {
 // differ from the mma kernel's, so the launcher computes its own tile statistics.
 bool fwd_sm90_supported(const FwdParams& p);
 
-// Requires fwd_sm90_supported(p) and a compute capability 9.0 device; throws otherwise.
-void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream);
+// Requires fwd_sm90_supported(p) and a compute capability 9.0 device (`cc`, the current device's
+// device_compute_capability); throws otherwise.
+void launch_fwd_sm90(const FwdParams& p, int cc, cudaStream_t stream);
 
 }  // namespace seqpar::cuda_attn
