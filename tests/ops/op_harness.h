@@ -189,11 +189,20 @@ struct AttnResult {
 AttnResult run_attention(const AttnCase& c, const AttnInputs& in, const Backend& b);
 // "" when `b` runs the case, else why not (the CUDA paths' rules: head dims, cuDNN's layouts, ...).
 std::string attn_unsupported(const AttnCase& c, const Backend& b);
+// A case's inputs and its two references, computed once for all the backends that run it (the
+// f64 reference of the long cases takes seconds).
+struct AttnExpect {
+  AttnInputs in;
+  AttnRef exact, lowp;
+};
+AttnExpect attn_expect(const AttnCase& c);
 // Runs `c` on `b` and checks: out, dq, dk, dv by the 2x rule against the bf16 reference (f32 paths:
 // against the reference rounded to f32); lse within 1e-4 (+1e-5 relative), -inf rows exactly;
 // rows that see no key: out 0, dq = its start; keys no query sees: dk, dv = their start; the
 // path the calls report (AttnArgs::ran). Returns false, with *skipped set, when unsupported.
-bool check_attention(const AttnCase& c, const Backend& b, std::string* skipped, AttnResult* result = nullptr);
+// `expect`: attn_expect(c), when the caller has it already.
+bool check_attention(const AttnCase& c, const Backend& b, std::string* skipped, AttnResult* result = nullptr,
+                     const AttnExpect* expect = nullptr);
 // Finite differences of the f64 reference's backward (loss = sum(out * w)) for a small case.
 void check_attention_finite_differences(const AttnCase& c);
 
