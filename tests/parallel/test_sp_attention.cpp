@@ -392,6 +392,16 @@ TEST(SpAttention, ConfigErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("one TokenMeta per SP rank"), std::string::npos) << e.what();
   }
+  // Head groups are an explicit count >= 1.
+  try {
+    run_local_ranks(4, [&](Communicator& world) {
+      DeviceMesh mesh(world, sp_mesh_shape(SpMode::kUlysses, 4, 0));
+      make_sp_attention(mesh, meta, 4, 4, AttentionPolicy{}, /*head_groups=*/0);
+    });
+    ADD_FAILURE() << "make_sp_attention accepted head_groups=0";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("head_groups=0 must be >= 1"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
