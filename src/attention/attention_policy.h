@@ -54,13 +54,14 @@ enum class AttnPath { kNone, kCpu, kFlashMma, kFlashWgmma, kCudnnRagged, kCudnnD
 
 // Names and parsers. Each parser throws an InputError naming `setting`, the value and the rule
 // (the setting is the name the value came from, e.g. an environment variable).
-const char* flash_kernel_name(FlashKernel kernel);             // "auto" | "mma" | "wgmma"
+const char* flash_kernel_name(FlashKernel kernel);  // "auto" | "mma" | "wgmma"
 FlashKernel parse_flash_kernel(const std::string& value, const std::string& setting);
-std::string flash_tile_str(const FlashTile& tile);             // "128x64x4", "default"
+std::string flash_tile_str(const FlashTile& tile);  // "128x64x4", "default"
 // "BMxBNxWARPS" with positive whole numbers, e.g. "128x64x4".
 FlashTile parse_flash_tile(const std::string& value, const std::string& setting);
 // "1" kOn, "0" kOff.
 CudnnDense parse_cudnn_dense(const std::string& value, const std::string& setting);
-const char* attn_path_name(AttnPath path);  // "none" | "cpu" | "flash-mma" | "flash-wgmma" | "cudnn-ragged" | "cudnn-dense"
+const char* attn_path_name(
+    AttnPath path);  // "none" | "cpu" | "flash-mma" | "flash-wgmma" | "cudnn-ragged" | "cudnn-dense"
 
 }  // namespace seqpar

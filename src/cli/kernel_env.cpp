@@ -32,8 +32,7 @@ double parse_gemm_budget_ms(const std::string& v) {
   double ms = 0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
   SEQPAR_INPUT_CHECK(ec == std::errc() && end == v.data() + v.size() && std::isfinite(ms) && ms > 0,
-                     "SEQPAR_GEMM_AUTOTUNE_MS={} must be a positive number (milliseconds of tuning per GEMM shape)",
-                     v);
+                     "SEQPAR_GEMM_AUTOTUNE_MS={} must be a positive number (milliseconds of tuning per GEMM shape)", v);
   return ms;
 }
 
@@ -43,8 +42,10 @@ KernelPolicy g_process_policy;
 
 KernelPolicy kernel_policy_from_env(const EnvLookup& env) {
   KernelPolicy p;
-  if (auto v = read(env, "SEQPAR_FLASH_FWD_KERNEL")) p.attention.fwd_kernel = parse_flash_kernel(*v, "SEQPAR_FLASH_FWD_KERNEL");
-  if (auto v = read(env, "SEQPAR_FLASH_BWD_KERNEL")) p.attention.bwd_kernel = parse_flash_kernel(*v, "SEQPAR_FLASH_BWD_KERNEL");
+  if (auto v = read(env, "SEQPAR_FLASH_FWD_KERNEL"))
+    p.attention.fwd_kernel = parse_flash_kernel(*v, "SEQPAR_FLASH_FWD_KERNEL");
+  if (auto v = read(env, "SEQPAR_FLASH_BWD_KERNEL"))
+    p.attention.bwd_kernel = parse_flash_kernel(*v, "SEQPAR_FLASH_BWD_KERNEL");
   if (auto v = read(env, "SEQPAR_FLASH_FWD_TILE")) p.attention.fwd_tile = parse_flash_tile(*v, "SEQPAR_FLASH_FWD_TILE");
   if (auto v = read(env, "SEQPAR_FLASH_BWD_TILE")) p.attention.bwd_tile = parse_flash_tile(*v, "SEQPAR_FLASH_BWD_TILE");
   if (auto v = read(env, "SEQPAR_CUDNN_DENSE")) p.attention.cudnn_dense = parse_cudnn_dense(*v, "SEQPAR_CUDNN_DENSE");

@@ -41,8 +41,8 @@ TEST(KernelEnv, NothingSetIsTheDefaultPolicy) {
 
 // An empty variable is an unset one (as `VAR= seqpar ...` means).
 TEST(KernelEnv, EmptyValuesAreUnset) {
-  const char* names[] = {"SEQPAR_FLASH_FWD_KERNEL", "SEQPAR_FLASH_BWD_KERNEL", "SEQPAR_FLASH_FWD_TILE",
-                         "SEQPAR_FLASH_BWD_TILE",   "SEQPAR_CUDNN_DENSE",      "SEQPAR_GEMM_AUTOTUNE",
+  const char* names[] = {"SEQPAR_FLASH_FWD_KERNEL", "SEQPAR_FLASH_BWD_KERNEL",    "SEQPAR_FLASH_FWD_TILE",
+                         "SEQPAR_FLASH_BWD_TILE",   "SEQPAR_CUDNN_DENSE",         "SEQPAR_GEMM_AUTOTUNE",
                          "SEQPAR_GEMM_AUTOTUNE_MS", "SEQPAR_ULYSSES_HEAD_GROUPS", "SEQPAR_PROFILE"};
   std::map<std::string, std::string> vars;
   for (const char* n : names) vars[n] = "";
@@ -50,8 +50,8 @@ TEST(KernelEnv, EmptyValuesAreUnset) {
 }
 
 TEST(KernelEnv, FlashKernels) {
-  for (auto [value, want] : {std::pair{"auto", FlashKernel::kAuto}, {"mma", FlashKernel::kMma},
-                             {"wgmma", FlashKernel::kWgmma}}) {
+  for (auto [value, want] :
+       {std::pair{"auto", FlashKernel::kAuto}, {"mma", FlashKernel::kMma}, {"wgmma", FlashKernel::kWgmma}}) {
     EXPECT_EQ(from({{"SEQPAR_FLASH_FWD_KERNEL", value}}).attention.fwd_kernel, want) << value;
     EXPECT_EQ(from({{"SEQPAR_FLASH_BWD_KERNEL", value}}).attention.bwd_kernel, want) << value;
   }
@@ -68,8 +68,8 @@ TEST(KernelEnv, FlashTiles) {
   EXPECT_TRUE(from({{"SEQPAR_FLASH_BWD_TILE", "64x128x8"}}).attention.fwd_tile.is_default());
   // Which tiles exist depends on D, so that is checked at the call (attn_launch.h's fwd_tile).
   EXPECT_EQ(from({{"SEQPAR_FLASH_FWD_TILE", "16x16x1"}}).attention.fwd_tile, (FlashTile{16, 16, 1}));
-  for (const char* bad : {"128x64", "128x64x4x2", "128x64x", "x64x4", "128*64*4", "128x64x4 ", "0x64x4", "-128x64x4",
-                          "128x64xfour"}) {
+  for (const char* bad :
+       {"128x64", "128x64x4x2", "128x64x", "x64x4", "128*64*4", "128x64x4 ", "0x64x4", "-128x64x4", "128x64xfour"}) {
     EXPECT_EQ(error_of("SEQPAR_FLASH_FWD_TILE", bad),
               std::string("SEQPAR_FLASH_FWD_TILE=") + bad + " must read BMxBNxWARPS, e.g. 128x64x4");
   }
@@ -144,8 +144,8 @@ TEST(KernelEnv, EveryVariableAtOnce) {
 // The process-level part: init applies the matmul policy (and keeps the whole for the commands).
 TEST(KernelEnv, InitAppliesTheMatmulPolicy) {
   const MatmulPolicy before = matmul_policy();
-  init_process_kernel_policy(map_env({{"SEQPAR_GEMM_AUTOTUNE", "0"}, {"SEQPAR_GEMM_AUTOTUNE_MS", "9"},
-                                      {"SEQPAR_ULYSSES_HEAD_GROUPS", "5"}}));
+  init_process_kernel_policy(
+      map_env({{"SEQPAR_GEMM_AUTOTUNE", "0"}, {"SEQPAR_GEMM_AUTOTUNE_MS", "9"}, {"SEQPAR_ULYSSES_HEAD_GROUPS", "5"}}));
   EXPECT_EQ(matmul_policy(), (MatmulPolicy{false, 9}));
   EXPECT_EQ(process_kernel_policy().ulysses_head_groups, 5);
   init_process_kernel_policy(map_env({}));

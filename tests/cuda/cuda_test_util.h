@@ -41,9 +41,8 @@ inline std::string sm90_skip_reason() {
   return "";
 }
 
-#define REQUIRE_SM90()                                                                  \
-  if (const std::string why = ::seqpar::testing::sm90_skip_reason(); !why.empty()) \
-  GTEST_SKIP() << why
+#define REQUIRE_SM90() \
+  if (const std::string why = ::seqpar::testing::sm90_skip_reason(); !why.empty()) GTEST_SKIP() << why
 
 // The ops' CUDA backends: bf16 and f32 storage.
 inline std::vector<optest::Backend> cuda_op_backends() {
@@ -60,9 +59,12 @@ inline optest::Backend flash_backend(FlashKernel kernel) {
 
 // cuDNN through `backend` (kCudnn or kAuto), its graph of one document as `dense` says.
 inline optest::Backend cudnn_backend(AttentionBackend backend, CudnnDense dense = CudnnDense::kOn) {
-  optest::Backend b{std::string("cuda-") + attention_backend_name(backend) +
-                        (dense == CudnnDense::kOn ? "" : "-ragged"),
-                    Device::cuda(0), DType::kBF16, {}, ""};
+  optest::Backend b{
+      std::string("cuda-") + attention_backend_name(backend) + (dense == CudnnDense::kOn ? "" : "-ragged"),
+      Device::cuda(0),
+      DType::kBF16,
+      {},
+      ""};
   b.attention.backend = backend;
   b.attention.cudnn_dense = dense;
   if (cuda_attn::cudnn_runtime_version() == 0) {
@@ -75,9 +77,8 @@ inline optest::Backend cudnn_backend(AttentionBackend backend, CudnnDense dense 
 
 // Every CUDA attention path: mma.sync, wgmma (sm_90), cuDNN (dense and ragged graphs), auto.
 inline std::vector<optest::Backend> cuda_attention_backends() {
-  return {flash_backend(FlashKernel::kMma), flash_backend(FlashKernel::kWgmma),
-          cudnn_backend(AttentionBackend::kCudnn), cudnn_backend(AttentionBackend::kCudnn, CudnnDense::kOff),
-          cudnn_backend(AttentionBackend::kAuto)};
+  return {flash_backend(FlashKernel::kMma), flash_backend(FlashKernel::kWgmma), cudnn_backend(AttentionBackend::kCudnn),
+          cudnn_backend(AttentionBackend::kCudnn, CudnnDense::kOff), cudnn_backend(AttentionBackend::kAuto)};
 }
 
 }  // namespace seqpar::testing

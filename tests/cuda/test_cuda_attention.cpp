@@ -3,9 +3,8 @@
 // shape, GradMode::kWrite against kAccumulate into zeros, a ring step's split keys merged, the
 // merge alone, the entry checks. Same rule and helpers as the harness: the GPU's relative L2 error
 // against the f64 reference within 2x the bf16 reference's, outputs poisoned with NaN.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -148,7 +147,8 @@ TEST(CudaAttention, SplitKeysMergeEqualsFull) {
   }
   {
     Tensor kb = k.rows(bounds[0], bounds[1]), vb = v.rows(bounds[0], bounds[1]);
-    cuda_attn::attn_forward(out_part, lse_part, q, kb, vb, AttnArgs{qm, km.rows(bounds[0], bounds[1]), true, c.scale()});
+    cuda_attn::attn_forward(out_part, lse_part, q, kb, vb,
+                            AttnArgs{qm, km.rows(bounds[0], bounds[1]), true, c.scale()});
   }
   cuda_attn::attn_merge(out_acc, lse_acc, out_part, lse_part);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -204,7 +204,8 @@ TEST(CudaAttention, MergeBf16) {
   }
   for (int64_t r = 0; r < rows; r += 7)  // empty accumulator rows: out must not be read
     for (int64_t d = 0; d < D; ++d) oa[r * D + d] = NAN;
-  Tensor out_acc = make_tensor({T, H, D}, oa, DType::kBF16, kGpu), out_part = make_tensor({T, H, D}, op, DType::kBF16, kGpu);
+  Tensor out_acc = make_tensor({T, H, D}, oa, DType::kBF16, kGpu),
+         out_part = make_tensor({T, H, D}, op, DType::kBF16, kGpu);
   Tensor lse_acc = make_tensor({T, H}, la, DType::kF32, kGpu), lse_part = make_tensor({T, H}, lp, DType::kF32, kGpu);
   cuda_attn::attn_merge(out_acc, lse_acc, out_part, lse_part);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -96,9 +96,9 @@ TEST(CudaOpHarness, EveryAttentionCaseOnEveryCudaPath) {
       for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - start[i];
       return d;
     };
-    for (auto [name, w, m, x, start] :
-         {std::tuple{"dq", &wgmma.dq, &mma.dq, &exact.dq, &in.dq0}, {"dk", &wgmma.dk, &mma.dk, &exact.dk, &in.dk0},
-          {"dv", &wgmma.dv, &mma.dv, &exact.dv, &in.dv0}}) {
+    for (auto [name, w, m, x, start] : {std::tuple{"dq", &wgmma.dq, &mma.dq, &exact.dq, &in.dq0},
+                                        {"dk", &wgmma.dk, &mma.dk, &exact.dk, &in.dk0},
+                                        {"dv", &wgmma.dv, &mma.dv, &exact.dv, &in.dv0}}) {
       const std::vector<double> contribution = minus(*x, *start);
       const double ew = rel_l2(minus(*w, *start), contribution), em = rel_l2(minus(*m, *start), contribution);
       EXPECT_LE(ew, 2.0 * em + 1e-4) << name << ": wgmma rel err " << ew << " vs mma.sync " << em;

@@ -4,10 +4,9 @@
 // fallback to the flash kernel where cuDNN is not exact, and cuDNN against the flash kernel and its
 // dense graph against its ragged one on long sequences. Which path ran is what each call reports
 // (AttnArgs::ran).
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,7 +34,9 @@ using testing::have_gpu;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 const Device kGpu = Device::cuda(0);
 
-Tensor bf16_on_gpu(const std::vector<float>& v, const Shape& shape) { return make_tensor(shape, v, DType::kBF16, kGpu); }
+Tensor bf16_on_gpu(const std::vector<float>& v, const Shape& shape) {
+  return make_tensor(shape, v, DType::kBF16, kGpu);
+}
 
 // The policy of a backend name ("cudnn", "auto", "flash"), cuDNN's graph of one document as
 // `dense` says. SEQPAR_TEST_DEBUG=1 turns on debug logging (plan builds, fallbacks).
@@ -128,14 +129,15 @@ TEST(CudnnAttention, AgreesWithFlashOnLongDocuments) {
     cuda_attn::attn_forward(out, lse, q, k, v, fa);
     cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, ba);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    return Result{out.to_f32_vector(), lse.to_f32_vector(), dq.to_f32_vector(), dk.to_f32_vector(),
-                  dv.to_f32_vector()};
+    return Result{out.to_f32_vector(), lse.to_f32_vector(), dq.to_f32_vector(), dk.to_f32_vector(), dv.to_f32_vector()};
   };
   const Result c = run("cudnn");
   EXPECT_TRUE(on_cudnn(fwd_ran)) << attn_path_name(fwd_ran);
   EXPECT_TRUE(on_cudnn(bwd_ran)) << attn_path_name(bwd_ran);
   const Result f = run("flash");
-  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) { return rel_l2(to_double(a), to_double(b)); };
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return rel_l2(to_double(a), to_double(b));
+  };
   EXPECT_LT(rel(c.out, f.out), 1e-2);
   EXPECT_LT(rel(c.dq, f.dq), 2e-2);
   EXPECT_LT(rel(c.dk, f.dk), 2e-2);
@@ -174,11 +176,12 @@ TEST(CudnnAttention, DenseAgreesWithRaggedOnOneLongSequence) {
     const AttnPath want = dense == CudnnDense::kOn ? AttnPath::kCudnnDense : AttnPath::kCudnnRagged;
     EXPECT_EQ(fwd_ran, want) << attn_path_name(fwd_ran);
     EXPECT_EQ(bwd_ran, want) << attn_path_name(bwd_ran);
-    return Result{out.to_f32_vector(), lse.to_f32_vector(), dq.to_f32_vector(), dk.to_f32_vector(),
-                  dv.to_f32_vector()};
+    return Result{out.to_f32_vector(), lse.to_f32_vector(), dq.to_f32_vector(), dk.to_f32_vector(), dv.to_f32_vector()};
   };
   const Result d = run(CudnnDense::kOn), r = run(CudnnDense::kOff);
-  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) { return rel_l2(to_double(a), to_double(b)); };
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return rel_l2(to_double(a), to_double(b));
+  };
   EXPECT_LT(rel(d.out, r.out), 1e-2);
   EXPECT_LT(rel(d.dq, r.dq), 2e-2);  // rel_l2 is infinite if a NaN was left anywhere
   EXPECT_LT(rel(d.dk, r.dk), 2e-2);

@@ -134,7 +134,7 @@ AttnPath expected_path(const AttnCase& c, const Backend& b) {
   if (b.device.is_cpu()) return AttnPath::kCpu;
   if (is_cudnn(b))
     return num_docs(c) == 1 && b.attention.cudnn_dense == CudnnDense::kOn ? AttnPath::kCudnnDense
-                                                                           : AttnPath::kCudnnRagged;
+                                                                          : AttnPath::kCudnnRagged;
   if (b.attention.fwd_kernel == FlashKernel::kMma && b.attention.bwd_kernel == FlashKernel::kMma)
     return AttnPath::kFlashMma;
   if (b.attention.fwd_kernel == FlashKernel::kWgmma && b.attention.bwd_kernel == FlashKernel::kWgmma)
@@ -148,9 +148,7 @@ AttnPath expected_path(const AttnCase& c, const Backend& b) {
 
 float AttnCase::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))); }
 
-bool AttnCase::visible(int64_t i, int64_t j) const {
-  return qseg[i] == kseg[j] && (!causal || kpos[j] <= qpos[i]);
-}
+bool AttnCase::visible(int64_t i, int64_t j) const { return qseg[i] == kseg[j] && (!causal || kpos[j] <= qpos[i]); }
 
 AttnCase attn_one_doc(const std::string& name, int64_t T, int64_t H, int64_t Hkv, int64_t D, bool causal) {
   AttnCase c;
@@ -206,8 +204,8 @@ std::vector<AttnCase> attn_cases() {
   add(write(attn_one_doc("non-causal MQA D128 T=190", 190, 4, 1, 128, false)), 63);
   {
     // 200 queries against 180 keys; the last 50 queries are in a segment no key has.
-    AttnCase c = attn_one_doc("non-causal GQA D64 Tq=200 Tk=180, unseen segment, f32 grads, device metadata", 0, 8,
-                              2, 64, false);
+    AttnCase c = attn_one_doc("non-causal GQA D64 Tq=200 Tk=180, unseen segment, f32 grads, device metadata", 0, 8, 2,
+                              64, false);
     c.Tq = 200;
     c.Tk = 180;
     c.qpos = iota_pos(200);
@@ -228,8 +226,7 @@ std::vector<AttnCase> attn_cases() {
     add(c, 99);
   }
   add(attn_packed("packed 4 docs GQA D128, 7-token docs first and last", {0, 7, 200, 333, 340}, 4, 2, 128, true), 33);
-  add(write(attn_packed("packed 4 docs GQA D128, 7-token docs first and last", {0, 7, 200, 333, 340}, 4, 2, 128,
-                        true)),
+  add(write(attn_packed("packed 4 docs GQA D128, 7-token docs first and last", {0, 7, 200, 333, 340}, 4, 2, 128, true)),
       64);
   add(attn_packed("packed 3 docs non-causal MHA D64", {0, 100, 230, 333}, 4, 4, 64, false), 44);
   add(attn_packed("packed 3 docs non-causal MQA D128", {0, 150, 161, 290}, 4, 1, 128, false), 55);
@@ -468,8 +465,8 @@ bool check_attention(const AttnCase& c, const Backend& b, std::string* skipped, 
     for (int64_t d = 0; d < c.D; ++d) {
       const size_t x = static_cast<size_t>(r * c.D + d);
       if (got.out[x] != 0.0 || got.dq[x] != in.dq0[x]) {
-        ADD_FAILURE() << "row " << r / c.H << " head " << r % c.H << " sees no key but out[" << d << "] = " << got.out[x]
-                      << ", dq = " << got.dq[x] << " (start " << in.dq0[x] << ")";
+        ADD_FAILURE() << "row " << r / c.H << " head " << r % c.H << " sees no key but out[" << d
+                      << "] = " << got.out[x] << ", dq = " << got.dq[x] << " (start " << in.dq0[x] << ")";
         break;
       }
     }
@@ -514,8 +511,8 @@ void check_attention_finite_differences(const AttnCase& c) {
     for (size_t i = 0; i < r.out.size(); ++i) s += r.out[i] * dout[i];
     return s;
   };
-  const std::pair<std::vector<double>*, const std::vector<double>*> wrt[] = {{&q, &ref.dq}, {&k, &ref.dk},
-                                                                             {&v, &ref.dv}};
+  const std::pair<std::vector<double>*, const std::vector<double>*> wrt[] = {
+      {&q, &ref.dq}, {&k, &ref.dk}, {&v, &ref.dv}};
   const char* names[] = {"dq", "dk", "dv"};
   for (int which = 0; which < 3; ++which) {
     std::vector<double>& x = *wrt[which].first;

@@ -42,7 +42,8 @@ const char* store_name(Store s) {
 std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t lo, int32_t hi) {  // [lo, hi)
   const std::vector<float> u = random_values(n, seed, 0.f, 1.f);
   std::vector<int32_t> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = std::min(hi - 1, lo + static_cast<int32_t>(u[i] * static_cast<float>(hi - lo)));
+  for (size_t i = 0; i < n; ++i)
+    out[i] = std::min(hi - 1, lo + static_cast<int32_t>(u[i] * static_cast<float>(hi - lo)));
   return out;
 }
 
@@ -87,15 +88,16 @@ void embedding_cases(std::vector<OpCase>& cases) {
     Store dout, dwte;
     bool repeats;
   };
-  for (const Variant& var : {Variant{Store::kCompute, Store::kF32, true}, Variant{Store::kCompute, Store::kCompute, false},
-                             Variant{Store::kF32, Store::kBF16, false}}) {
+  for (const Variant& var :
+       {Variant{Store::kCompute, Store::kF32, true}, Variant{Store::kCompute, Store::kCompute, false},
+        Variant{Store::kF32, Store::kBF16, false}}) {
     for (int64_t C : {64, 36}) {
       const int64_t T = 400, V = 500;
       std::vector<int32_t> ids = random_ints(T, 5, 0, var.repeats ? 40 : V);
       if (!var.repeats) std::iota(ids.begin(), ids.end(), 50);
       OpCase c;
-      c.name = dims("embedding_backward", {{"T", T}, {"C", C}, {"V", V}}) + " dout " + store_name(var.dout) +
-               " dwte " + store_name(var.dwte) + (var.repeats ? " repeated ids" : " distinct ids");
+      c.name = dims("embedding_backward", {{"T", T}, {"C", C}, {"V", V}}) + " dout " + store_name(var.dout) + " dwte " +
+               store_name(var.dwte) + (var.repeats ? " repeated ids" : " distinct ids");
       c.operands = {ints("ids", ids), in("dout", {T, C}, 3, -1.f, 1.f, var.dout),
                     inout("dwte", {V, C}, 4, -1.f, 1.f, var.dwte)};
       c.run = [](Tensors& t, auto&, const Backend&) { embedding_backward(t.at("dwte"), t.at("dout"), t.at("ids")); };
@@ -115,9 +117,12 @@ OpCase rmsnorm_case(int64_t T, int64_t C, Store weight, uint64_t seed) {
   const float eps = 1e-5f;
   OpCase c;
   c.name = dims("rmsnorm forward+backward", {{"T", T}, {"C", C}}) + " weight " + store_name(weight);
-  c.operands = {in("x", {T, C}, seed, -2.f, 2.f),       in("w", {C}, seed + 1, 0.5f, 1.5f, weight),
-                in("dy", {T, C}, seed + 2),             out("y", {T, C}),
-                out("rstd", {T}, Store::kF32),          out("dx", {T, C}),
+  c.operands = {in("x", {T, C}, seed, -2.f, 2.f),
+                in("w", {C}, seed + 1, 0.5f, 1.5f, weight),
+                in("dy", {T, C}, seed + 2),
+                out("y", {T, C}),
+                out("rstd", {T}, Store::kF32),
+                out("dx", {T, C}),
                 inout("dw", {C}, seed + 3, -1.f, 1.f, Store::kF32)};
   c.run = [eps](Tensors& t, auto&, const Backend&) {
     rmsnorm_forward(t.at("y"), t.at("rstd"), t.at("x"), t.at("w"), eps);
@@ -192,16 +197,20 @@ void swiglu_cases(std::vector<OpCase>& cases) {
     const int64_t n = T * F;
     OpCase c;
     c.name = dims("swiglu forward+backward", {{"T", T}, {"F", F}});
-    c.operands = {in("gate", {T, F}, 19, -6.f, 6.f), in("up", {T, F}, 20, -2.f, 2.f), in("dy", {T, F}, 21),
-                  out("y", {T, F}), out("dgate", {T, F}), out("dup", {T, F})};
+    c.operands = {in("gate", {T, F}, 19, -6.f, 6.f),
+                  in("up", {T, F}, 20, -2.f, 2.f),
+                  in("dy", {T, F}, 21),
+                  out("y", {T, F}),
+                  out("dgate", {T, F}),
+                  out("dup", {T, F})};
     c.run = [](Tensors& t, auto&, const Backend&) {
       swiglu_forward(t.at("y"), t.at("gate"), t.at("up"));
       swiglu_backward(t.at("dgate"), t.at("dup"), t.at("dy"), t.at("gate"), t.at("up"));
     };
     c.reference = [n](Values& v) {
       cpu::swiglu_forward<double>(v["y"].data(), v["gate"].data(), v["up"].data(), n);
-      cpu::swiglu_backward<double>(v["dgate"].data(), v["dup"].data(), v["dy"].data(), v["gate"].data(),
-                                   v["up"].data(), n);
+      cpu::swiglu_backward<double>(v["dgate"].data(), v["dup"].data(), v["dy"].data(), v["gate"].data(), v["up"].data(),
+                                   n);
     };
     c.checked = {"y", "dgate", "dup"};
     if (fd) c.fd = {{"gate", "y", "dy", "dgate", false}, {"up", "y", "dy", "dup", false}};
@@ -231,8 +240,8 @@ void matmul_cases(std::vector<OpCase>& cases) {
           c.name = dims("matmul", {{"M", M}, {"N", N}, {"K", K}, {"ta", ta}, {"tb", tb}}) + " out " +
                    store_name(var.out) + " alpha=" + std::to_string(var.alpha) + " beta=" + std::to_string(var.beta);
           Operand o = var.beta == 0.f ? out("out", {M, N}, var.out) : inout("out", {M, N}, 32, -1.f, 1.f, var.out);
-          c.operands = {in("a", ta ? Shape{K, M} : Shape{M, K}, 30 + M), in("b", tb ? Shape{N, K} : Shape{K, N}, 31 + N),
-                        o};
+          c.operands = {in("a", ta ? Shape{K, M} : Shape{M, K}, 30 + M),
+                        in("b", tb ? Shape{N, K} : Shape{K, N}, 31 + N), o};
           const float alpha = var.alpha, beta = var.beta;
           c.run = [ta, tb, alpha, beta](Tensors& t, auto&, const Backend&) {
             matmul(t.at("out"), t.at("a"), t.at("b"), ta, tb, alpha, beta);
@@ -251,8 +260,8 @@ void matmul_cases(std::vector<OpCase>& cases) {
   const int64_t T = 5, In = 4, Out = 3;
   OpCase c;
   c.name = dims("matmul linear forward+backward", {{"T", T}, {"in", In}, {"out", Out}});
-  c.operands = {in("x", {T, In}, 33),  in("W", {Out, In}, 34), in("dy", {T, Out}, 35), out("y", {T, Out}),
-                out("dx", {T, In}), inout("dW", {Out, In}, 36, -1.f, 1.f, Store::kF32)};
+  c.operands = {in("x", {T, In}, 33), in("W", {Out, In}, 34), in("dy", {T, Out}, 35),
+                out("y", {T, Out}),   out("dx", {T, In}),     inout("dW", {Out, In}, 36, -1.f, 1.f, Store::kF32)};
   c.run = [](Tensors& t, auto&, const Backend&) {
     matmul(t.at("y"), t.at("x"), t.at("W"), false, true);
     matmul(t.at("dx"), t.at("dy"), t.at("W"), false, false);
@@ -285,8 +294,12 @@ void cross_entropy_cases(std::vector<OpCase>& cases) {
     Operand inplace = inout("dlogits_in_place", {T, V}, 40, -4.f, 4.f);  // the same values as logits
     // d(sum_t dloss * losses[t]) / dlogits is what cross_entropy_backward computes: the upstream.
     Operand upstream{"dlosses", {T}, Role::kIn, Store::kF32, std::vector<float>(static_cast<size_t>(T), dloss), {}};
-    c.operands = {in("logits", {T, V}, 40, -4.f, 4.f), ints("targets", targets), out("losses", {T}, Store::kF32),
-                  out("dlogits", {T, V}), inplace, upstream};
+    c.operands = {in("logits", {T, V}, 40, -4.f, 4.f),
+                  ints("targets", targets),
+                  out("losses", {T}, Store::kF32),
+                  out("dlogits", {T, V}),
+                  inplace,
+                  upstream};
     c.run = [dloss](Tensors& t, auto&, const Backend&) {
       cross_entropy_forward(t.at("losses"), t.at("logits"), t.at("targets"));
       cross_entropy_backward(t.at("dlogits"), t.at("logits"), t.at("targets"), dloss);

@@ -98,8 +98,9 @@ void expect_lse(const std::string& what, const std::vector<double>& got, const s
   ASSERT_EQ(got.size(), want.size()) << what;
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    const bool ok = want[i] == -kInf ? got[i] == -kInf
-                                     : std::isfinite(got[i]) && std::abs(got[i] - want[i]) <= tol + 1e-5 * std::abs(want[i]);
+    const bool ok = want[i] == -kInf
+                        ? got[i] == -kInf
+                        : std::isfinite(got[i]) && std::abs(got[i] - want[i]) <= tol + 1e-5 * std::abs(want[i]);
     if (!ok && bad++ < 5) ADD_FAILURE() << what << ": lse[" << i << "] = " << got[i] << ", expected " << want[i];
   }
   EXPECT_EQ(bad, 0) << what;

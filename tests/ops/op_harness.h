@@ -67,7 +67,7 @@ void expect_within_2x(const std::string& what, const std::vector<double>& got, c
 // ---- where a case runs ------------------------------------------------------------------------
 
 struct Backend {
-  std::string name;          // "cpu-f32", "cuda-bf16", "cuda-flash-mma", ...
+  std::string name;  // "cpu-f32", "cuda-bf16", "cuda-flash-mma", ...
   Device device = Device::cpu();
   DType compute = DType::kF32;  // storage of the ops' float tensors (attention: of q, k, v, dout)
   AttentionPolicy attention;    // the attention paths' policy

@@ -112,7 +112,9 @@ std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq,
   return docs;
 }
 
-AttnPath flash_path(FlashKernel ran) { return ran == FlashKernel::kWgmma ? AttnPath::kFlashWgmma : AttnPath::kFlashMma; }
+AttnPath flash_path(FlashKernel ran) {
+  return ran == FlashKernel::kWgmma ? AttnPath::kFlashWgmma : AttnPath::kFlashMma;
+}
 
 }  // namespace
 

@@ -4,7 +4,7 @@
 // dq finish (launch_dq_finish) are the same. Same contract as the mma.sync main kernel: dk/dv
 // (+)= their gradients (write_grads: stored, 0 for keys no query sees), dq_acc += dS K (f32
 // atomics). attn_dispatch.cpp routes launch_bwd here on sm_90 devices
-// (SEQPAR_FLASH_BWD_KERNEL=auto|mma|wgmma).
+// (AttentionPolicy::bwd_kernel auto or wgmma).
 #pragma once
 
 #include <cuda_runtime.h>

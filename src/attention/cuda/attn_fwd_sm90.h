@@ -1,7 +1,7 @@
 // The Hopper (sm_90a) flash-attention forward: warpgroup MMA (wgmma.mma_async) fed by the tensor
 // memory accelerator (cp.async.bulk.tensor) through an mbarrier ring; same contract as launch_fwd
 // (attn_launch.h: layouts, masking by seg/pos, out 0 / lse -inf for rows that see no key).
-// attn_dispatch.cpp routes launch_fwd here on sm_90 devices (SEQPAR_FLASH_FWD_KERNEL=auto|mma|wgmma).
+// attn_dispatch.cpp routes launch_fwd here on sm_90 devices (AttentionPolicy::fwd_kernel auto or wgmma).
 #pragma once
 
 #include <cuda_runtime.h>
