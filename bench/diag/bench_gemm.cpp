@@ -25,6 +25,7 @@
 #include "core/cuda_check.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/matmul_policy.h"
 #include "kernels/ops.h"
 #endif
 
@@ -46,7 +47,7 @@ void add_bench_gemm_options(CLI::App& cmd, BenchGemmOptions& o) {
       ->capture_default_str();
   cmd.add_flag("--autotune", o.autotune, "the same as --algo autotune");
   cmd.add_option("--tune-ms", o.tune_ms,
-                 "autotune budget per shape in ms (0: matmul's default, 50 or $SEQPAR_GEMM_AUTOTUNE_MS)")
+                 "autotune budget per shape in ms (0: the process's matmul policy, 50 or $SEQPAR_GEMM_AUTOTUNE_MS)")
       ->capture_default_str();
   cmd.add_option("--out", o.out, "also append the JSON lines to this file");
   cmd.add_option("--device", o.device, "CUDA device index")->capture_default_str();
@@ -402,8 +403,8 @@ std::vector<double> interleaved_medians(int n, int rounds, int warmup, int iters
 // --sweep and --tune-repeats (bench_gemm.h): the autotune against the ground truth of its pool.
 static int diagnose_gemm(const BenchGemmOptions& o, const std::vector<GemmShape>& shapes, Device dev,
                          const cudaDeviceProp& prop, JsonLines& out) {
-  if (o.tune_ms > 0) cuda_ops::set_matmul_autotune_budget_ms(o.tune_ms);
-  const bool autotune_before = cuda_ops::matmul_autotune();
+  if (o.tune_ms > 0) set_matmul_policy({matmul_policy().autotune, o.tune_ms});
+  const bool autotune_before = matmul_policy().autotune;
   cudaStream_t stream = current_stream();
   uint64_t seed = 1;
   for (const GemmShape& s : shapes) {
@@ -416,7 +417,7 @@ static int diagnose_gemm(const BenchGemmOptions& o, const std::vector<GemmShape>
     const int n = static_cast<int>(pool.size());
     auto base = [&](const char* bench) {
       return nlohmann::json{{"bench", bench}, {"name", s.name},       {"m", s.M},
-                            {"n", s.N},       {"k", s.K},             {"budget_ms", cuda_ops::matmul_autotune_budget_ms()},
+                            {"n", s.N},       {"k", s.K},             {"budget_ms", matmul_policy().autotune_budget_ms},
                             {"device", prop.name}, {"date", utc_now("%Y-%m-%d")}};
     };
     std::vector<double> truth;
@@ -452,7 +453,7 @@ static int diagnose_gemm(const BenchGemmOptions& o, const std::vector<GemmShape>
     std::map<std::string, int> chosen;  // config -> times chosen
     for (int rep = 0; rep < o.tune_repeats; ++rep) {
       cuda_ops::clear_matmul_plans();
-      cuda_ops::set_matmul_autotune(true);
+      set_matmul_policy({true, matmul_policy().autotune_budget_ms});
       SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
       matmul(c, a, b, s.trans_a, s.trans_b);  // tunes
       const cuda_ops::MatmulTuning t = cuda_ops::last_matmul_tuning();
@@ -484,7 +485,7 @@ static int diagnose_gemm(const BenchGemmOptions& o, const std::vector<GemmShape>
       for (const auto& [config, count] : chosen) std::fprintf(stderr, "  %2d x %s\n", count, config.c_str());
     }
   }
-  cuda_ops::set_matmul_autotune(autotune_before);
+  set_matmul_policy({autotune_before, matmul_policy().autotune_budget_ms});
   return 0;
 }
 
@@ -507,8 +508,8 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   if (o.sweep || o.tune_repeats > 0) return diagnose_gemm(o, shapes, dev, prop, out);
   const std::string algo = o.autotune ? "autotune" : o.algo;
   const bool heuristic = algo != "autotune", tuned = algo != "heuristic";
-  if (o.tune_ms > 0) cuda_ops::set_matmul_autotune_budget_ms(o.tune_ms);
-  const bool autotune_before = cuda_ops::matmul_autotune();
+  if (o.tune_ms > 0) set_matmul_policy({matmul_policy().autotune, o.tune_ms});
+  const bool autotune_before = matmul_policy().autotune;
   cudaStream_t stream = current_stream();
   uint64_t seed = 1;
   std::vector<CompareRow> table;
@@ -546,11 +547,11 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     row.N = s.N;
     row.K = s.K;
     auto run_heuristic = [&] {
-      cuda_ops::set_matmul_autotune(false);
+      set_matmul_policy({false, matmul_policy().autotune_budget_ms});
       matmul(c, a, b, s.trans_a, s.trans_b);
     };
     auto run_tuned = [&] {
-      cuda_ops::set_matmul_autotune(true);
+      set_matmul_policy({true, matmul_policy().autotune_budget_ms});
       matmul(c, a, b, s.trans_a, s.trans_b);
     };
     cuda_ops::MatmulConfig heuristic_config;
@@ -585,7 +586,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     if (tuned) {
       nlohmann::json j = line("seqpar-autotune", tt, tuning.chosen);
       j["tune_ms"] = tuning.tune_ms;
-      j["tune_budget_ms"] = cuda_ops::matmul_autotune_budget_ms();
+      j["tune_budget_ms"] = matmul_policy().autotune_budget_ms;
       j["first_call_ms"] = first_call_ms;
       j["candidates"] = tuning.candidates;
       j["timed"] = tuning.timed;
@@ -601,8 +602,8 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     }
     table.push_back(row);
   }
-  cuda_ops::set_matmul_autotune(autotune_before);
-  if (heuristic && tuned) print_compare_table(table, cuda_ops::matmul_autotune_budget_ms());
+  set_matmul_policy({autotune_before, matmul_policy().autotune_budget_ms});
+  if (heuristic && tuned) print_compare_table(table, matmul_policy().autotune_budget_ms);
   return 0;
 }
 

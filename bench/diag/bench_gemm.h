@@ -27,7 +27,7 @@ struct BenchGemmOptions {
   // two on stderr).
   std::string algo = "both";
   bool autotune = false;       // --autotune: the same as algo = "autotune"
-  double tune_ms = 0;          // autotune budget per shape in ms (0: matmul's default, 50 or SEQPAR_GEMM_AUTOTUNE_MS)
+  double tune_ms = 0;          // autotune budget per shape in ms (0: the process's matmul policy, 50 or SEQPAR_GEMM_AUTOTUNE_MS)
   std::string out;             // also append the JSON lines to this file (empty: stdout only)
   int device = 0;
   // Serve timings on request (bench/peers/gemm_interleaved.py): print the preset's shapes, then

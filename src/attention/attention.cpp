@@ -154,6 +154,7 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
   check_cpu_f32(out, "out");
   cpu_attn::attn_forward<float>(out.data<float>(), lse.data<float>(), q.data<float>(), k.data<float>(),
                                 v.data<float>(), cpu_mask(args), Tq, Tk, H, Hkv, D, args.scale);
+  if (args.ran) *args.ran = AttnPath::kCpu;
 }
 
 void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
@@ -197,6 +198,7 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   cpu_attn::attn_backward<float>(dq.data<float>(), dk.data<float>(), dv.data<float>(), dout.data<float>(),
                                  q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(),
                                  lse.data<float>(), cpu_mask(args), Tq, Tk, H, Hkv, D, args.scale);
+  if (args.ran) *args.ran = AttnPath::kCpu;
 }
 
 void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const Tensor& lse_part) {
@@ -244,7 +246,7 @@ std::unique_ptr<AttentionContext> LocalAttention::forward(const Tensor& q, const
   SEQPAR_CHECK(q.ndim() == 3, "q must be [T, H, D], got {}", q.str());
   auto ctx = std::make_unique<LocalAttentionContext>();
   ctx->lse = Tensor::empty({q.dim(0), q.dim(1)}, DType::kF32, q.device());
-  attn_forward(out, ctx->lse, q, k, v, AttnArgs{meta_, meta_, causal_, scale});
+  attn_forward(out, ctx->lse, q, k, v, AttnArgs{meta_, meta_, causal_, scale, policy_});
   ctx->q = q;
   ctx->k = k;
   ctx->v = v;
@@ -257,7 +259,7 @@ void LocalAttention::backward(AttentionContext& ctx, const Tensor& dout, Tensor&
   auto* c = dynamic_cast<LocalAttentionContext*>(&ctx);
   SEQPAR_CHECK(c != nullptr, "LocalAttention::backward got a context made by another Attention implementation");
   // The Attention interface writes (=); one key block, so attn_backward writes directly.
-  attn_backward(dq, dk, dv, dout, c->q, c->k, c->v, c->out, c->lse, AttnArgs{meta_, meta_, causal_, c->scale},
+  attn_backward(dq, dk, dv, dout, c->q, c->k, c->v, c->out, c->lse, AttnArgs{meta_, meta_, causal_, c->scale, policy_},
                 GradMode::kWrite);
 }
 

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "attention/attention_policy.h"
 #include "core/tensor.h"
 
 namespace seqpar {
@@ -39,6 +40,10 @@ struct AttnArgs {
   TokenMeta k_meta;  // [Tk]
   bool causal = true;
   float scale = 0.f;  // softmax scale, normally 1/sqrt(D)
+  // Which kernels a CUDA call runs (attention_policy.h); the CPU has one attention.
+  AttentionPolicy policy = {};
+  // When set, the call stores which implementation computed it (a fallback included).
+  AttnPath* ran = nullptr;
 };
 
 // out [Tq, H, D] (=), lse f32 [Tq, H] (=). q [Tq, H, D], k/v [Tk, Hkv, D], H % Hkv == 0 (GQA:
@@ -88,16 +93,19 @@ class Attention {
   virtual void backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) = 0;
 };
 
-// Attention over the tokens one device holds, with the given mask metadata (causal).
+// Attention over the tokens one device holds, with the given mask metadata (causal), running the
+// kernels `policy` chooses.
 class LocalAttention final : public Attention {
  public:
-  explicit LocalAttention(TokenMeta meta, bool causal = true) : meta_(std::move(meta)), causal_(causal) {}
+  explicit LocalAttention(TokenMeta meta, AttentionPolicy policy = {}, bool causal = true)
+      : meta_(std::move(meta)), policy_(policy), causal_(causal) {}
   std::unique_ptr<AttentionContext> forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                                             float scale) override;
   void backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override;
 
  private:
   TokenMeta meta_;
+  AttentionPolicy policy_;
   bool causal_;
 };
 

@@ -2,7 +2,7 @@
 // fused attention can stand in for seqpar's own flash kernel. CPU-only code (no CUDA), so the
 // parsing and the layout rule are tested everywhere; attention/cuda/ acts on them.
 //
-// Backends (set process-wide by cuda_attn::set_attention_backend, attention/cuda/attention_cuda.h):
+// Backends (AttentionPolicy::backend, attention_policy.h, handed to every call in AttnArgs):
 //   flash  seqpar's own kernel (attention/cuda/attn_*.cu): every mask attention.h can express.
 //   cudnn  cuDNN's fused SDPA (graph API) for every call it computes exactly (packed_docs below),
 //          the flash kernel for the others (said at debug log level).
@@ -18,8 +18,6 @@
 #include "attention/attention.h"
 
 namespace seqpar {
-
-enum class AttentionBackend { kFlash, kCudnn, kAuto };
 
 // "flash" | "cudnn" | "auto"; anything else is an InputError naming the value and the choices.
 AttentionBackend parse_attention_backend(const std::string& name);

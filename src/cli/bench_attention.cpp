@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "attention/attention.h"
 #include "cli/bench_util.h"
+#include "cli/kernel_env.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -92,8 +94,9 @@ int run_bench_attention(const BenchAttentionOptions& o) {
   const Device dev = Device::cuda(o.device);
   JsonLines sink(o.out);
   cudaStream_t stream = current_stream();
-  // The backend for this run; the process-wide setting is restored on the way out.
-  cuda_attn::AttentionBackendScope backend_scope(plan.cudnn ? AttentionBackend::kCudnn : AttentionBackend::kFlash);
+  // The environment's kernel choices (tiles, kernel families, cuDNN's graph) with this run's backend.
+  AttentionPolicy policy = process_kernel_policy().attention;
+  policy.backend = plan.cudnn ? AttentionBackend::kCudnn : AttentionBackend::kFlash;
   uint64_t seed = 1;
   for (int64_t D : plan.head_dims) {
     for (int64_t S : plan.seq_lens) {
@@ -110,17 +113,27 @@ int run_bench_attention(const BenchAttentionOptions& o) {
       // Metadata on the device for the flash kernel; cuDNN reads the document layout on the host.
       const TokenMeta host_meta = token_meta_from_cu_seqlens({0, static_cast<int32_t>(S)});
       const TokenMeta meta = plan.cudnn ? host_meta : TokenMeta{host_meta.seg.to(dev), host_meta.pos.to(dev)};
-      const AttnArgs args{meta, meta, o.causal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
+      // Which path each call took, counted over the runs of a pass (every timed run must be the
+      // chosen backend's, not a fallback).
+      AttnPath fwd_ran = AttnPath::kNone, bwd_ran = AttnPath::kNone;
+      const AttnArgs args{meta, meta, o.causal, static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))), policy};
+      AttnArgs fwd_args = args, bwd_args = args;
+      fwd_args.ran = &fwd_ran;
+      bwd_args.ran = &bwd_ran;
       const double fwd_flops = 4.0 * S * S * H * D * (o.causal ? 0.5 : 1.0);
 
       for (int pass = 0; pass < 2; ++pass) {
         const bool with_bwd = pass == 1;
         if (with_bwd ? !plan.fwd_bwd : !plan.fwd) continue;
+        std::map<AttnPath, int64_t> fwd_paths, bwd_paths;
         auto step = [&] {
-          cuda_attn::attn_forward(out, lse, q, k, v, args);
-          if (with_bwd) cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, GradMode::kWrite);
+          cuda_attn::attn_forward(out, lse, q, k, v, fwd_args);
+          ++fwd_paths[fwd_ran];
+          if (with_bwd) {
+            cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, bwd_args, GradMode::kWrite);
+            ++bwd_paths[bwd_ran];
+          }
         };
-        const cuda_attn::CudnnCallCounts calls_before = cuda_attn::cudnn_call_counts();
         for (int i = 0; i < o.warmup; ++i) step();
         std::vector<Event> start, stop;
         for (int i = 0; i < o.iters; ++i) {
@@ -138,8 +151,8 @@ int run_bench_attention(const BenchAttentionOptions& o) {
         std::sort(ms.begin(), ms.end());
         const double median = ms[ms.size() / 2];
         const double flops = with_bwd ? 3.5 * fwd_flops : fwd_flops;
-        const cuda_attn::FwdTile ft = cuda_attn::fwd_tile(static_cast<int>(D));
-        const cuda_attn::BwdTile bt = cuda_attn::bwd_tile(static_cast<int>(D));
+        const cuda_attn::FwdTile ft = cuda_attn::fwd_tile(static_cast<int>(D), policy.fwd_tile);
+        const cuda_attn::BwdTile bt = cuda_attn::bwd_tile(static_cast<int>(D), policy.bwd_tile);
         nlohmann::ordered_json j = {{"bench", "attention"},
                             {"impl", plan.cudnn ? "seqpar_cudnn" : "seqpar_flash"},
                             {"S", S},
@@ -160,18 +173,23 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                             {"date", utc_now("%Y-%m-%d")}};
         if (plan.cudnn) {
           // Every timed run must have been cuDNN's, not the flash fallback.
-          const cuda_attn::CudnnCallCounts calls = cuda_attn::cudnn_call_counts();
           const int64_t runs = o.warmup + o.iters;
           j.erase("fwd_tile");
           j.erase("bwd_tile");
           j["cudnn_version"] = cuda_attn::cudnn_runtime_version();
           // Which cuDNN graph ran (SEQPAR_CUDNN_DENSE, cudnn_sdpa.h): dense for every run, ragged
           // for every run, or a mix (a dense plan cuDNN refused falls back to ragged, with a warning).
-          auto graph = [&](int64_t dense) { return dense == runs ? "dense" : dense == 0 ? "ragged" : "mixed"; };
-          j["cudnn_graph"] = graph(calls.forward_dense - calls_before.forward_dense);
-          if (with_bwd) j["cudnn_graph_bwd"] = graph(calls.backward_dense - calls_before.backward_dense);
-          j["cudnn_dense_env"] = cuda_attn::cudnn_dense_enabled() ? 1 : 0;
-          if (calls.forward - calls_before.forward != runs || (with_bwd && calls.backward - calls_before.backward != runs))
+          auto graph = [&](std::map<AttnPath, int64_t>& paths) {
+            const int64_t dense = paths[AttnPath::kCudnnDense];
+            return dense == runs ? "dense" : dense == 0 ? "ragged" : "mixed";
+          };
+          auto on_cudnn = [](std::map<AttnPath, int64_t>& paths) {
+            return paths[AttnPath::kCudnnDense] + paths[AttnPath::kCudnnRagged];
+          };
+          j["cudnn_graph"] = graph(fwd_paths);
+          if (with_bwd) j["cudnn_graph_bwd"] = graph(bwd_paths);
+          j["cudnn_dense_env"] = policy.cudnn_dense == CudnnDense::kOn ? 1 : 0;
+          if (on_cudnn(fwd_paths) != runs || (with_bwd && on_cudnn(bwd_paths) != runs))
             j["error"] = "cuDNN fell back to the flash kernel for some runs (see the warnings)";
         }
         sink.write(j);

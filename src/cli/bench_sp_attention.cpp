@@ -14,6 +14,7 @@
 #include "attention/attention_backend.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/kernel_env.h"
 #include "comm/mesh.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -171,11 +172,6 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
   if (device.is_cuda()) {
     SEQPAR_INPUT_CHECK(o.head_dim == 64 || o.head_dim == 128,
                        "--head-dim={}: the CUDA attention kernels take 64 or 128", o.head_dim);
-#if defined(SEQPAR_WITH_CUDA)
-    cuda_attn::set_attention_backend(backend);
-#else
-    (void)backend;
-#endif
   }
   for (int64_t s : tokens)
     SEQPAR_INPUT_CHECK(s * o.sp % sp_layout_multiple(layout, o.sp) == 0,
@@ -183,7 +179,10 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
                        "of {}",
                        s, sp_layout_name(layout), s * o.sp, sp_layout_multiple(layout, o.sp));
   SEQPAR_INPUT_CHECK(o.head_groups >= 0, "--head-groups={} must be >= 0", o.head_groups);
-  const int head_groups = o.head_groups > 0 ? o.head_groups : default_ulysses_head_groups();
+  const int head_groups = o.head_groups > 0 ? o.head_groups : process_kernel_policy().ulysses_head_groups;
+  // The environment's kernel choices, with --backend's (the CPU has one attention).
+  AttentionPolicy policy = process_kernel_policy().attention;
+  policy.backend = backend;
   const DType dt = device.is_cuda() ? DType::kBF16 : DType::kF32;
   const std::string config = fmt::format("bench sp-attention {} {} {} {} {} {} {} {}", o.sp, o.sp_mode,
                                          o.ulysses_degree, o.layout, o.tokens_per_rank, o.heads, o.kv_heads, o.head_dim);
@@ -202,7 +201,7 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
         const SpBatch batch = make_sp_batch({row}, o.sp, layout);
         std::vector<TokenMeta> meta;
         for (const Shard& sh : batch.shards) meta.push_back(shard_token_meta(sh));
-        std::unique_ptr<Attention> attn = make_sp_attention(mesh, meta, H, Hkv, /*causal=*/true, head_groups);
+        std::unique_ptr<Attention> attn = make_sp_attention(mesh, meta, H, Hkv, policy, head_groups);
         const uint64_t seed = 1000 * static_cast<uint64_t>(mesh.sp_rank()) + 1;
         Tensor q = random_operand({s, H, D}, dev, seed), k = random_operand({s, Hkv, D}, dev, seed + 1);
         Tensor v = random_operand({s, Hkv, D}, dev, seed + 2), dout = random_operand({s, H, D}, dev, seed + 3);

@@ -15,6 +15,7 @@
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "cli/kernel_env.h"
 #include "comm/dist_env.h"
 #include "core/allocator.h"
 #include "core/error.h"
@@ -121,6 +122,7 @@ int run_bench_train(const BenchTrainOptions& o) {
     c.task.seq_len = S;
     c.warmup_steps = 1;
     c.dp_replicate = dp;
+    c.kernels = process_kernel_policy();
     c.eval_every = 0;
     c.log_every = static_cast<int>(base.steps);
     c.quiet = true;

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/kernel_env.h"
+#include "comm/dist_env.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -46,6 +48,8 @@ int cli_main(int argc, char** argv) {
   try {
     if (const char* env = std::getenv("SEQPAR_LOG_LEVEL"); env != nullptr && *env != '\0')
       set_log_level(parse_log_level(env, "SEQPAR_LOG_LEVEL"));
+    // Every SEQPAR_* kernel override, read once here; the commands get it from process_kernel_policy().
+    init_process_kernel_policy(process_env());
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

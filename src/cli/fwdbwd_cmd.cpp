@@ -4,6 +4,7 @@
 
 #include "attention/attention_backend.h"
 #include "cli/commands.h"
+#include "cli/kernel_env.h"
 #include "core/log.h"
 #include "io/safetensors.h"
 #include "train/fwdbwd.h"
@@ -20,6 +21,7 @@ struct FwdBwdArgs {
 
 void run(FwdBwdArgs& a) {
   (void)parse_attn_implementation(a.options.attn_implementation);  // an unknown name fails before any reading
+  a.options.kernels = process_kernel_policy();
   SafetensorsData in = read_safetensors(a.input);
   const Tensor& ids = in.at("input_ids");
   const Tensor& labels = in.at("labels");

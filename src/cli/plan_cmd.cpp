@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/kernel_env.h"
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "parallel/sp_attention.h"
@@ -35,6 +36,7 @@ void run(PlanArgs& a) {
   SEQPAR_INPUT_CHECK(a.gpus >= 1 && in.sp >= 1 && a.gpus % in.sp == 0,
                      "--gpus={} must be a multiple of --sp={} (the rest is data parallelism)", a.gpus, in.sp);
   in.world = a.gpus;
+  if (in.ulysses_head_groups == 0) in.ulysses_head_groups = process_kernel_policy().ulysses_head_groups;
   const SpMode mode = parse_sp_mode(a.sp_mode, "--sp-mode");
   if (mode == SpMode::kUlysses) {
     in.ulysses_degree = in.sp;

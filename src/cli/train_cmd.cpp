@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/kernel_env.h"
 #include "comm/dist_env.h"
 #include "core/log.h"
 #include "core/profile.h"
@@ -49,6 +50,7 @@ void run(TrainArgs& a, const CLI::App& command) {
   }
   ResolvedConfig resolved = resolve_train_config(cli, a.deepspeed_config, a.accelerate_config);
   TrainConfig& c = resolved.train;
+  c.kernels = process_kernel_policy();
   for (const char* flag : {"--hidden-size", "--intermediate-size", "--num-layers", "--num-heads", "--num-kv-heads",
                            "--head-dim"})
     SEQPAR_INPUT_CHECK(c.model_dir.empty() || !cli.given.count(flag),

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,7 +19,7 @@ namespace seqpar {
 
 namespace {
 
-std::atomic<int> g_on{-1};  // -1: SEQPAR_PROFILE not read yet
+std::atomic<bool> g_on{false};
 thread_local int t_depth = 0;
 thread_local bool t_on = false;
 
@@ -56,21 +54,10 @@ void add(Totals& t, const std::string& name, double ms) {
 
 }  // namespace
 
-void set_profiling(bool on) { g_on.store(on ? 1 : 0, std::memory_order_relaxed); }
+void set_profiling(bool on) { g_on.store(on, std::memory_order_relaxed); }
 void set_thread_profiling(bool on) { t_on = on; }
 
-bool profiling() {
-  if (t_on) return true;
-  int v = g_on.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* env = std::getenv("SEQPAR_PROFILE");
-    const bool on = env != nullptr && *env != '\0' && std::strcmp(env, "0") != 0;
-    int expected = -1;
-    g_on.compare_exchange_strong(expected, on ? 1 : 0);
-    v = g_on.load();
-  }
-  return v == 1;
-}
+bool profiling() { return t_on || g_on.load(std::memory_order_relaxed); }
 
 ProfileScope::ProfileScope(Device device, const char* op) : device_(device) {
   if (!profiling()) return;

@@ -1,5 +1,5 @@
-// Op-level timing: where a training step's time goes. While profiling is on (set_profiling, or
-// SEQPAR_PROFILE=1 in the environment), each op of kernels/ops.h and attention/attention.h and each
+// Op-level timing: where a training step's time goes. While profiling is on (set_profiling; `seqpar`
+// calls it at start-up for SEQPAR_PROFILE=1, cli/kernel_env.h), each op of kernels/ops.h and attention/attention.h and each
 // collective of the communicators (comm/; a send/receive as its wait) runs inside a ProfileScope: on a CUDA device two timing events on the current stream around its
 // work, on the CPU the wall time of the call (CPU ops are synchronous). take_profile() waits for
 // the recorded events and returns the time per op name, summed since the previous take.
@@ -25,7 +25,7 @@ struct ProfileEntry {
   double ms = 0;  // device time (CUDA) or wall time (CPU), summed over the calls
 };
 
-// On for every thread (also SEQPAR_PROFILE=1), or for the calling thread only (a trainer profiles
+// On for every thread (off until someone calls it), or for the calling thread only (a trainer profiles
 // its leading rank's steps); profiling() is on if either is.
 void set_profiling(bool on);
 void set_thread_profiling(bool on);

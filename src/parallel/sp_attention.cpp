@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <charconv>
 
 #include "kernels/ops.h"
 
@@ -135,9 +135,9 @@ struct PendingA2a {
 
 class UspAttention final : public Attention {
  public:
-  UspAttention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta, int64_t H, int64_t Hkv, bool causal,
-               int head_groups)
-      : uly_(mesh.ulysses()), ring_(mesh.ring()), causal_(causal) {
+  UspAttention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta, int64_t H, int64_t Hkv,
+               const AttentionPolicy& policy, int head_groups, bool causal)
+      : uly_(mesh.ulysses()), ring_(mesh.ring()), policy_(policy), causal_(causal) {
     const int u = uly_.size(), r = ring_.size();
     SEQPAR_CHECK_EQ(static_cast<int>(sp_meta.size()), u * r, "one TokenMeta per SP rank");
     validate_sp_heads(H, Hkv, u);
@@ -227,6 +227,7 @@ class UspAttention final : public Attention {
     a.k_meta = group_meta_[block];
     a.causal = causal_;
     a.scale = scale;
+    a.policy = policy_;
     return a;
   }
 
@@ -452,6 +453,7 @@ class UspAttention final : public Attention {
 
   Communicator& uly_;
   Communicator& ring_;
+  AttentionPolicy policy_;
   bool causal_;
   std::vector<TokenMeta> group_meta_;  // [r]: the tokens of ring block b (its ulysses group)
   std::vector<HeadGroup> groups_;      // [G]: the heads each Ulysses rank receives, per group
@@ -459,21 +461,20 @@ class UspAttention final : public Attention {
 
 }  // namespace
 
-int default_ulysses_head_groups() {
-  const char* env = std::getenv("SEQPAR_ULYSSES_HEAD_GROUPS");
-  if (!env || !*env) return 2;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  SEQPAR_INPUT_CHECK(end && *end == '\0' && v >= 1 && v <= 1024,
-                     "SEQPAR_ULYSSES_HEAD_GROUPS={}: expected a whole number of head groups >= 1", env);
-  return static_cast<int>(v);
+int parse_ulysses_head_groups(const std::string& value, const std::string& setting) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  SEQPAR_INPUT_CHECK(ec == std::errc() && end == value.data() + value.size() && !value.empty() && v >= 1 && v <= 1024,
+                     "{}={}: expected a whole number of head groups >= 1", setting, value);
+  return v;
 }
 
 std::unique_ptr<Attention> make_sp_attention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta,
-                                             int64_t num_heads, int64_t num_kv_heads, bool causal, int head_groups) {
-  SEQPAR_CHECK(head_groups >= 0, "make_sp_attention: head_groups={} must be >= 0", head_groups);
-  return std::make_unique<UspAttention>(mesh, sp_meta, num_heads, num_kv_heads, causal,
-                                        head_groups > 0 ? head_groups : default_ulysses_head_groups());
+                                             int64_t num_heads, int64_t num_kv_heads, const AttentionPolicy& policy,
+                                             int head_groups, bool causal) {
+  SEQPAR_INPUT_CHECK(head_groups >= 1, "make_sp_attention: head_groups={} must be >= 1 (Ulysses head groups)",
+                     head_groups);
+  return std::make_unique<UspAttention>(mesh, sp_meta, num_heads, num_kv_heads, policy, head_groups, causal);
 }
 
 }  // namespace seqpar

@@ -18,6 +18,9 @@
 
 namespace seqpar {
 
+// Ulysses head groups when nobody chose (the pipeline below; bench/NOTES.md).
+constexpr int kDefaultUlyssesHeadGroups = 2;
+
 enum class SpMode { kUlysses, kRing, kHybrid };
 std::string sp_mode_name(SpMode mode);
 // "ulysses" | "ring" | "hybrid"; InputError naming `setting` and the value otherwise.
@@ -42,13 +45,17 @@ void validate_sp_heads(int64_t num_heads, int64_t num_kv_heads, int ulysses_degr
 // Overlap: with Ulysses, each rank's query heads are cut into `head_groups` groups (at most its
 // head count; each group with the KV heads it reads, so a KV head read by two groups travels
 // twice). Group g+1's q, k, v all-to-alls are in flight while group g is computed, and group g's
-// output travels back while group g+1 is; likewise dout, dq, dk, dv in backward. 1 = no pipeline;
-// 0 = default_ulysses_head_groups(). The result does not depend on it beyond f32 summation order.
+// output travels back while group g+1 is; likewise dout, dq, dk, dv in backward. 1 = no pipeline
+// (an InputError below 1). The result does not depend on it beyond f32 summation order.
+//
+// Every local attention call runs the kernels `policy` chooses (attention_policy.h).
 std::unique_ptr<Attention> make_sp_attention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta,
-                                             int64_t num_heads, int64_t num_kv_heads, bool causal = true,
-                                             int head_groups = 0);
+                                             int64_t num_heads, int64_t num_kv_heads,
+                                             const AttentionPolicy& policy = {},
+                                             int head_groups = kDefaultUlyssesHeadGroups, bool causal = true);
 
-// The environment's SEQPAR_ULYSSES_HEAD_GROUPS (InputError unless a whole number >= 1), else 2.
-int default_ulysses_head_groups();
+// A head-group count as SEQPAR_ULYSSES_HEAD_GROUPS spells it: a whole number in [1, 1024];
+// otherwise an InputError naming `setting` and the value.
+int parse_ulysses_head_groups(const std::string& value, const std::string& setting);
 
 }  // namespace seqpar

@@ -15,6 +15,7 @@
 
 #include "core/device.h"
 #include "arch/llama_config.h"
+#include "parallel/kernel_policy.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
 #include "train/optimizer.h"
@@ -159,6 +160,10 @@ struct TrainConfig {
   ResumeFrom resume;
   int64_t stop_at_step = 0;  // > 0: stop after this step, leaving the schedule as for `steps`
   std::string config_text;   // the resolved configuration text, recorded in checkpoints
+  // The kernel choices (parallel/kernel_policy.h), not user settings: the process's (the
+  // SEQPAR_* overrides, read once by cli/) by default; the attention's backend comes from
+  // attn_implementation on CUDA.
+  KernelPolicy kernels;
 
   // InputError naming the setting, the value and the rule, before any work.
   void validate() const;

@@ -252,7 +252,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   SpForward sp_fwd;
   int64_t sp_bwd = 0;
   if (in.sp > 1) {
-    const int head_groups = in.ulysses_head_groups > 0 ? in.ulysses_head_groups : default_ulysses_head_groups();
+    const int head_groups = in.ulysses_head_groups > 0 ? in.ulysses_head_groups : kDefaultUlyssesHeadGroups;
     // The CUDA flash backward's f32 dq accumulator and row statistics, per query row and head.
     const int64_t workspace = in.cuda ? 4 * D + 8 : 0;
     for (const auto& groups : sp_head_groups(H, Hkv, U, head_groups)) {

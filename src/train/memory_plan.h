@@ -36,7 +36,7 @@ struct MemoryPlanInput {
   int sp = 1;              // sequence-parallel degree (the sequence's tokens split over sp ranks)
   int ulysses_degree = 1;  // ranks of a Ulysses group (sp for ulysses, 1 for ring, U for hybrid)
   int world = 1;           // all ranks (sp × data parallel): the ZeRO shard count
-  int ulysses_head_groups = 0;  // Ulysses head groups (parallel/sp_attention.h); 0: the trainer's default
+  int ulysses_head_groups = 0;  // Ulysses head groups (parallel/sp_attention.h); 0: kDefaultUlyssesHeadGroups
   bool cuda = true;        // bf16 weights and activations, f32 master weights (CPU: all f32)
   bool activation_checkpointing = false;
   bool checkpoint_keep_attention = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention/attention_backend.h"
 #include "kernels/ops.h"
 #include "parallel/sp_attention.h"
 #include "train/trainer.h"
@@ -40,6 +41,10 @@ TrainStep::TrainStep(Communicator& world, const MeshShape& shape, Device device,
       model_(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32),
       adamw_(mc, cfg.optimizer, prepare_model(model_, cfg, initial), device,
              cfg.zero_stage >= 1 ? ZeroShard{world.rank(), world.size()} : ZeroShard{}) {
+  // The attention kernels of this run: the process's policy, with attn_implementation's backend on
+  // CUDA (the CPU has one attention).
+  attention_policy_ = cfg.kernels.attention;
+  if (device.is_cuda()) attention_policy_.backend = parse_attn_implementation(cfg.attn_implementation);
   partition_grads_ = cfg.zero_stage >= 2 && adamw_.sharded();
   if (partition_grads_) partition_gradients();
 }
@@ -82,9 +87,10 @@ LossStats TrainStep::forward(const SpBatch& b, Tensor* logits) {
   for (const Shard& s : b.shards) meta.push_back(shard_token_meta(s));
   const LlamaConfig& mc = model_.config();
   if (sp == 1) {
-    attention_ = std::make_unique<LocalAttention>(meta[0]);
+    attention_ = std::make_unique<LocalAttention>(meta[0], attention_policy_);
   } else {
-    attention_ = make_sp_attention(mesh_, meta, mc.num_heads, mc.num_kv_heads);
+    attention_ = make_sp_attention(mesh_, meta, mc.num_heads, mc.num_kv_heads, attention_policy_,
+                                   config_.kernels.ulysses_head_groups);
   }
   return model_.forward(
       {i32(sh.input_ids).to(device_), i32(sh.position_ids).to(device_), i32(sh.targets).to(device_)}, *attention_,

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "attention/attention_policy.h"
 #include "comm/mesh.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
@@ -76,6 +77,7 @@ class TrainStep {
   AdamW adamw_;
   bool partition_grads_ = false;
   Tensor grad_shard_;  // ZeRO-2: this rank's shard of the summed gradients, f32 [shard_len]
+  AttentionPolicy attention_policy_;
   std::unique_ptr<Attention> attention_;
 };
 

@@ -21,9 +21,6 @@
 #include "train/config_resolve.h"
 #include "train/hf_model.h"
 #include "train/memory_plan.h"
-#if defined(SEQPAR_WITH_CUDA)
-#include "attention/cuda/attention_cuda.h"
-#endif
 
 namespace seqpar {
 
@@ -197,6 +194,7 @@ MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const LlamaConfig& mod
   in.mlp_tile_tokens = cfg.mlp_tile_tokens;
   in.loss_tile_tokens = cfg.loss_tile_tokens;
   in.zero_stage = cfg.zero_stage;
+  in.ulysses_head_groups = cfg.kernels.ulysses_head_groups;
   return in;
 }
 
@@ -208,9 +206,6 @@ struct Trainer::State {
   bool token_data = false;
   bool leads = false, talk = false;  // this process hosts the leader; and prints
   std::optional<std::vector<Sequence>> batch;  // run_batch's rows
-#if defined(SEQPAR_WITH_CUDA)
-  std::optional<cuda_attn::AttentionBackendScope> backend_scope;
-#endif
 
   std::optional<Checkpoint> ckpt;
   std::unique_ptr<TokenDataset> data, eval_data;
@@ -273,12 +268,6 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
                        "built-in model takes --head-dim",
                        cfg_.device.str(), mc.head_dim);
   }
-#if defined(SEQPAR_WITH_CUDA)
-  // The attention backend is a process-wide setting: this run's, restored when the trainer goes
-  // (the CPU has one attention: the setting is kept as it is).
-  s.backend_scope.emplace(cfg_.device.is_cuda() ? parse_attn_implementation(cfg_.attn_implementation)
-                                                : cuda_attn::attention_backend());
-#endif
   if (!s.token_data && !s.batch)
     SEQPAR_INPUT_CHECK(cfg_.task.vocab_size <= mc.vocab_size,
                        "the task's vocab_size={} exceeds the model's vocab_size={}", cfg_.task.vocab_size,

@@ -1,13 +1,12 @@
 // Helpers shared by the attention tests: row gathers (the key splits and token shuffles are
-// built from them), metadata from vectors, and a naive attention that materialises the whole
-// masked score matrix, written independently of src/attention/cpu.
+// built from them), metadata from vectors, the max relative difference. The f64 reference
+// attention is the op harness's (tests/ops/op_harness.h), one for every attention test.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -55,47 +54,6 @@ inline std::vector<int64_t> random_permutation(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::shuffle(p.begin(), p.end(), rng);
   return p;
-}
-
-// Naive attention, in double: for each head the full [Tq, Tk] masked score matrix, then a
-// row softmax. out [Tq, H, D], lse [Tq, H] (-inf and out 0 for a row that sees nothing).
-struct NaiveAttention {
-  std::vector<double> out, lse;
-};
-
-inline NaiveAttention naive_attention(const std::vector<double>& q, const std::vector<double>& k,
-                                      const std::vector<double>& v, const TokenMeta& q_meta, const TokenMeta& k_meta,
-                                      int64_t H, int64_t Hkv, int64_t D, bool causal, double scale) {
-  const double ninf = -std::numeric_limits<double>::infinity();
-  const int64_t Tq = q_meta.size(), Tk = k_meta.size();
-  const std::vector<int32_t> sq = i32_vector(q_meta.seg), pq = i32_vector(q_meta.pos);
-  const std::vector<int32_t> sk = i32_vector(k_meta.seg), pk = i32_vector(k_meta.pos);
-  NaiveAttention r{std::vector<double>(static_cast<size_t>(Tq * H * D), 0.0),
-                   std::vector<double>(static_cast<size_t>(Tq * H), ninf)};
-  for (int64_t h = 0; h < H; ++h) {
-    const int64_t hk = h * Hkv / H;  // = h / (H / Hkv)
-    std::vector<double> S(static_cast<size_t>(Tq * Tk), ninf);
-    for (int64_t i = 0; i < Tq; ++i)
-      for (int64_t j = 0; j < Tk; ++j) {
-        if (sq[i] != sk[j] || (causal && pk[j] > pq[i])) continue;
-        double s = 0;
-        for (int64_t d = 0; d < D; ++d) s += q[(i * H + h) * D + d] * k[(j * Hkv + hk) * D + d];
-        S[i * Tk + j] = scale * s;
-      }
-    for (int64_t i = 0; i < Tq; ++i) {
-      double m = ninf;
-      for (int64_t j = 0; j < Tk; ++j) m = std::max(m, S[i * Tk + j]);
-      if (m == ninf) continue;
-      double z = 0;
-      for (int64_t j = 0; j < Tk; ++j) z += std::exp(S[i * Tk + j] - m);
-      for (int64_t j = 0; j < Tk; ++j) {
-        const double p = std::exp(S[i * Tk + j] - m) / z;
-        for (int64_t d = 0; d < D; ++d) r.out[(i * H + h) * D + d] += p * v[(j * Hkv + hk) * D + d];
-      }
-      r.lse[i * H + h] = m + std::log(z);
-    }
-  }
-  return r;
 }
 
 // max |a - b| / max(1, max |b|) over finite entries; infinity when the -inf patterns differ

@@ -358,7 +358,7 @@ TEST(AttnShuffle, PermutedTokensPermuteOutputs) {
 
 TEST(LocalAttention, ForwardBackwardMatchEntriesAndSaveWithoutCopies) {
   const Full f = make_full({0, 5, 12}, 4, 2, true, 800);
-  LocalAttention attn(f.args.q_meta, true);
+  LocalAttention attn(f.args.q_meta, AttentionPolicy{}, /*causal=*/true);
   Tensor out = Tensor::empty(f.q.shape(), DType::kF32);
   Allocator& alloc = cpu_allocator();
   const size_t before = alloc.current_bytes();

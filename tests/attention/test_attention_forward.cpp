@@ -1,5 +1,6 @@
-// attn_forward against a naive full-matrix attention (MHA, GQA, causal, varlen), document
-// isolation, empty rows, attn_merge, the token metadata helpers and the entry checks.
+// attn_forward against the op harness's f64 reference attention (tests/ops/op_harness.h; MHA, GQA,
+// causal, varlen), document isolation, empty rows, attn_merge, the token metadata helpers and the
+// entry checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 
 #include "attention/attention.h"
 #include "attention_test_util.h"
+#include "ops/op_harness.h"
 #include "test_util.h"
 
 namespace seqpar {
@@ -16,7 +18,6 @@ namespace {
 using testing::f64_vector;
 using testing::make_meta;
 using testing::max_rel_diff;
-using testing::naive_attention;
 using testing::random_tensor;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -31,7 +32,7 @@ std::string case_name(const FwdCase& c) {
   return fmt::format("H={} Hkv={} causal={} docs={}", c.H, c.Hkv, c.causal, c.cu_seqlens.size() - 1);
 }
 
-TEST(AttnForward, MatchesNaiveAttentionMhaGqaCausalVarlen) {
+TEST(AttnForward, MatchesReferenceAttentionMhaGqaCausalVarlen) {
   const int64_t D = 8;
   const std::vector<std::vector<int32_t>> layouts = {{0, 17}, {0, 7, 9, 17}};  // 3 uneven documents
   uint64_t seed = 100;
@@ -52,7 +53,7 @@ TEST(AttnForward, MatchesNaiveAttentionMhaGqaCausalVarlen) {
         attn_forward(out, lse, q, k, v, AttnArgs{meta, meta, causal, scale});
 
         auto ref =
-            naive_attention(f64_vector(q), f64_vector(k), f64_vector(v), meta, meta, c.H, c.Hkv, D, causal, scale);
+            optest::attn_reference(f64_vector(q), f64_vector(k), f64_vector(v), meta, meta, c.H, c.Hkv, D, causal, scale);
         EXPECT_LT(max_rel_diff(f64_vector(out), ref.out), 1e-6);
         EXPECT_LT(max_rel_diff(f64_vector(lse), ref.lse), 1e-6);
         // Every row sees at least itself here, so every lse is finite.
@@ -103,7 +104,7 @@ TEST(AttnForward, NoAttentionAcrossDocuments) {
 }
 
 // A query whose segment has no key, and queries that precede every key causally: out 0,
-// lse -inf, no NaN; other rows as the naive reference.
+// lse -inf, no NaN; other rows as the reference.
 TEST(AttnForward, RowWithoutVisibleKeyIsZeroWithMinusInfLse) {
   const int64_t H = 2, Hkv = 1, D = 4;
   const TokenMeta q_meta = make_meta({0, 0, 1, 2, 1}, {3, 6, 8, 9, 1});
@@ -134,7 +135,7 @@ TEST(AttnForward, RowWithoutVisibleKeyIsZeroWithMinusInfLse) {
       }
     }
   }
-  auto ref = naive_attention(f64_vector(q), f64_vector(k), f64_vector(v), q_meta, k_meta, H, Hkv, D, true, 0.5);
+  auto ref = optest::attn_reference(f64_vector(q), f64_vector(k), f64_vector(v), q_meta, k_meta, H, Hkv, D, true, 0.5);
   EXPECT_LT(max_rel_diff(f64_vector(out), ref.out), 1e-6);
   EXPECT_LT(max_rel_diff(f64_vector(lse), ref.lse), 1e-6);
 

@@ -141,7 +141,7 @@ Result run_local(const Stream& st, const Problem& p) {
 
 // make_sp_attention on P = shape.sp() ranks, each with its rows of the problem; results gathered
 // back to stream order. Outputs start as garbage: they must be written (=), not accumulated.
-Result run_sp(const MeshShape& shape, const Stream& st, const Problem& p, int head_groups = 0) {
+Result run_sp(const MeshShape& shape, const Stream& st, const Problem& p, int head_groups = kDefaultUlyssesHeadGroups) {
   const int P = shape.sp();
   std::vector<TokenMeta> sp_meta;
   for (int r = 0; r < P; ++r) sp_meta.push_back(meta_of(st, st.index[r]));
@@ -152,7 +152,7 @@ Result run_sp(const MeshShape& shape, const Stream& st, const Problem& p, int he
     const std::vector<int64_t>& idx = st.index[r];
     Tensor q = take_rows(p.q, idx), k = take_rows(p.k, idx), v = take_rows(p.v, idx), dout = take_rows(p.dout, idx);
     Tensor o = garbage(q.shape()), gq = garbage(q.shape()), gk = garbage(k.shape()), gv = garbage(v.shape());
-    auto attn = make_sp_attention(mesh, sp_meta, p.H, p.Hkv, /*causal=*/true, head_groups);
+    auto attn = make_sp_attention(mesh, sp_meta, p.H, p.Hkv, AttentionPolicy{}, head_groups);
     auto ctx = attn->forward(q, k, v, o, p.scale());
     attn->backward(*ctx, dout, gq, gk, gv);
     out[r] = o;
@@ -262,24 +262,20 @@ TEST(SpAttention, UlyssesHeadGroupsMatchOneDevice) {
   }
 }
 
-TEST(SpAttention, HeadGroupsFromTheEnvironment) {
-  ::setenv("SEQPAR_ULYSSES_HEAD_GROUPS", "3", 1);
-  EXPECT_EQ(default_ulysses_head_groups(), 3);
-  ::setenv("SEQPAR_ULYSSES_HEAD_GROUPS", "0", 1);
-  EXPECT_THROW(
-      {
-        try {
-          default_ulysses_head_groups();
-        } catch (const InputError& e) {
-          EXPECT_NE(std::string(e.what()).find("SEQPAR_ULYSSES_HEAD_GROUPS=0: expected a whole number of head groups >= 1"),
-                    std::string::npos)
-              << e.what();
-          throw;
-        }
-      },
-      InputError);
-  ::unsetenv("SEQPAR_ULYSSES_HEAD_GROUPS");
-  EXPECT_EQ(default_ulysses_head_groups(), 2);
+// SEQPAR_ULYSSES_HEAD_GROUPS's syntax (cli/kernel_env.h reads the variable; this is its parser).
+TEST(SpAttention, HeadGroupsParse) {
+  EXPECT_EQ(parse_ulysses_head_groups("3", "SEQPAR_ULYSSES_HEAD_GROUPS"), 3);
+  EXPECT_EQ(parse_ulysses_head_groups("1024", "SEQPAR_ULYSSES_HEAD_GROUPS"), 1024);
+  for (const char* bad : {"0", "-1", "1025", "2x", "two", ""}) {
+    try {
+      parse_ulysses_head_groups(bad, "SEQPAR_ULYSSES_HEAD_GROUPS");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InputError& e) {
+      const std::string want = std::string("SEQPAR_ULYSSES_HEAD_GROUPS=") + bad + ": expected a whole number of head groups >= 1";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(kDefaultUlyssesHeadGroups, 2);
 }
 
 // The two ring layouts hold different tokens per rank and merge the blocks in a different order,
@@ -395,6 +391,16 @@ TEST(SpAttention, ConfigErrors) {
     ADD_FAILURE() << "make_sp_attention accepted 3 TokenMeta for 4 SP ranks";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("one TokenMeta per SP rank"), std::string::npos) << e.what();
+  }
+  // Head groups are an explicit count >= 1.
+  try {
+    run_local_ranks(4, [&](Communicator& world) {
+      DeviceMesh mesh(world, sp_mesh_shape(SpMode::kUlysses, 4, 0));
+      make_sp_attention(mesh, meta, 4, 4, AttentionPolicy{}, /*head_groups=*/0);
+    });
+    ADD_FAILURE() << "make_sp_attention accepted head_groups=0";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("head_groups=0 must be >= 1"), std::string::npos) << e.what();
   }
 }
 

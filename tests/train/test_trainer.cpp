@@ -205,9 +205,9 @@ TEST(Trainer, ProfileTimesTheOpsOfTheStepsAfterTheFirst) {
   for (size_t i = 1; i < r.profile.size(); ++i) EXPECT_GE(r.profile[i - 1].ms, r.profile[i].ms) << "most time first";
   // The micro-batch is one packed token stream: per layer and step, one attention forward and
   // backward per Ulysses head group (H / sp query heads per rank, cut into at most
-  // default_ulysses_head_groups() groups).
+  // c.kernels.ulysses_head_groups groups).
   const int64_t groups =
-      std::min<int64_t>(default_ulysses_head_groups(), c.model.num_heads / static_cast<int64_t>(c.sp));
+      std::min<int64_t>(c.kernels.ulysses_head_groups, c.model.num_heads / static_cast<int64_t>(c.sp));
   EXPECT_EQ(calls["attn_forward"], layers * groups * steps);
   EXPECT_EQ(calls["attn_backward"], layers * groups * steps);
   EXPECT_EQ(calls["rmsnorm_forward"], (2 * layers + 1) * steps);

@@ -6,7 +6,6 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <optional>
@@ -93,20 +92,18 @@ Tensor tile_stats(const DeviceMeta& m, int64_t T, int tile, Device dev, cudaStre
   return s;
 }
 
-std::atomic<AttentionBackend> g_backend{AttentionBackend::kFlash};
-
-// The documents to hand to cuDNN for this call, or nullopt for the flash kernel: the backend
-// setting, the device (auto: compute capability >= 9.0), bf16 outputs, and attention_backend.h's
+// The documents to hand to cuDNN for this call, or nullopt for the flash kernel: the policy's
+// backend, the device (auto: compute capability >= 9.0), bf16 outputs, and attention_backend.h's
 // packed_docs rule. Says why at debug level whenever a cuDNN setting ends on the flash kernel.
 std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq, int64_t Tk, bool bf16_outputs,
                                       const AttnArgs& args) {
-  const AttentionBackend backend = g_backend.load(std::memory_order_relaxed);
+  const AttentionBackend backend = args.policy.backend;
   if (backend == AttentionBackend::kFlash) return std::nullopt;
   std::string why;
   if (backend == AttentionBackend::kAuto) {
-    int major = 0;
-    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev.index));
-    if (major < 9) why = fmt::format("{} has compute capability {}.x (auto uses cuDNN from 9.0)", dev.str(), major);
+    const int cc = device_compute_capability(dev.index);
+    if (cc < 90)
+      why = fmt::format("{} has compute capability {}.{} (auto uses cuDNN from 9.0)", dev.str(), cc / 10, cc % 10);
   }
   if (why.empty() && !bf16_outputs) why = "f32 outputs or gradients (cuDNN writes bf16)";
   std::optional<PackedDocs> docs;
@@ -115,11 +112,11 @@ std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq,
   return docs;
 }
 
-}  // namespace
+AttnPath flash_path(FlashKernel ran) {
+  return ran == FlashKernel::kWgmma ? AttnPath::kFlashWgmma : AttnPath::kFlashMma;
+}
 
-void set_attention_backend(AttentionBackend backend) { g_backend.store(backend); }
-void set_attention_backend(const std::string& name) { set_attention_backend(parse_attention_backend(name)); }
-AttentionBackend attention_backend() { return g_backend.load(); }
+}  // namespace
 
 void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs& args) {
   const Device dev = check_qkv(q, k, v);
@@ -132,13 +129,20 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
   check_dtype(lse, DType::kF32, "lse");
   SEQPAR_CHECK(std::isfinite(args.scale) && args.scale > 0.f, "flash attention: scale={} must be finite and > 0",
                args.scale);
-  if (Tq == 0 || H == 0) return;
-  if (const auto docs = cudnn_route("attn_forward", dev, Tq, Tk, out.dtype() == DType::kBF16, args))
-    if (cudnn_attn_forward(out, lse, q, k, v, args, *docs)) return;
+  if (Tq == 0 || H == 0) {
+    if (args.ran) *args.ran = AttnPath::kNone;
+    return;
+  }
+  if (const auto docs = cudnn_route("attn_forward", dev, Tq, Tk, out.dtype() == DType::kBF16, args)) {
+    if (const AttnPath path = cudnn_attn_forward(out, lse, q, k, v, args, *docs); path != AttnPath::kNone) {
+      if (args.ran) *args.ran = path;
+      return;
+    }
+  }
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
   const DeviceMeta km = meta_on_device(args.k_meta, Tk, dev, "k_meta", stream);
-  const FwdTile tile = fwd_tile(static_cast<int>(D));
+  const FwdTile tile = fwd_tile(static_cast<int>(D), args.policy.fwd_tile);
   const Tensor q_stats = tile_stats(qm, Tq, tile.bm, dev, stream);
   const Tensor k_stats = tile_stats(km, Tk, tile.bn, dev, stream);
 
@@ -162,7 +166,8 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
   p.D = static_cast<int>(D);
   p.scale = args.scale;
   p.causal = args.causal;
-  launch_fwd(p, tile, stream);
+  const FlashKernel ran = launch_fwd(p, tile, args.policy.fwd_kernel, device_compute_capability(dev.index), stream);
+  if (args.ran) *args.ran = flash_path(ran);
 }
 
 void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
@@ -194,15 +199,21 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
       dk.zero();
       dv.zero();
     }
+    if (args.ran) *args.ran = AttnPath::kNone;
     return;
   }
   const bool bf16_io = out.dtype() == DType::kBF16 && dq.dtype() == DType::kBF16;
-  if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, bf16_io, args))
-    if (cudnn_attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, *docs, mode)) return;
+  if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, bf16_io, args)) {
+    if (const AttnPath path = cudnn_attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, *docs, mode);
+        path != AttnPath::kNone) {
+      if (args.ran) *args.ran = path;
+      return;
+    }
+  }
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
   const DeviceMeta km = meta_on_device(args.k_meta, Tk, dev, "k_meta", stream);
-  const BwdTile tile = bwd_tile(static_cast<int>(D));
+  const BwdTile tile = bwd_tile(static_cast<int>(D), args.policy.bwd_tile);
   const Tensor q_stats = tile_stats(qm, Tq, tile.bm, dev, stream);
   const Tensor k_stats = tile_stats(km, Tk, tile.bn, dev, stream);
   const int64_t Tq_pad = (Tq + tile.bm - 1) / tile.bm * tile.bm;
@@ -239,7 +250,8 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   p.D = static_cast<int>(D);
   p.scale = args.scale;
   p.causal = args.causal;
-  launch_bwd(p, tile, stream);
+  const FlashKernel ran = launch_bwd(p, tile, args.policy.bwd_kernel, device_compute_capability(dev.index), stream);
+  if (args.ran) *args.ran = flash_path(ran);
 }
 
 void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const Tensor& lse_part) {

@@ -58,18 +58,13 @@ bool bwd_sm90_supported(const BwdParams& p) {
          aligned16(p.lse2) && aligned16(p.delta);
 }
 
-void launch_bwd_main_sm90(const BwdParams& p, cudaStream_t stream) {
+void launch_bwd_main_sm90(const BwdParams& p, int cc, cudaStream_t stream) {
   SEQPAR_CHECK_MSG(bwd_sm90_supported(p),
                  "the sm_90 flash backward needs D 64 or 128 (got " + std::to_string(p.D) + "), H a multiple of Hkv (H=" +
                      std::to_string(p.H) + ", Hkv=" + std::to_string(p.Hkv) +
                      ") and 16-byte aligned q, k, v, dout, dq_acc, lse2, delta");
-  int dev = 0, major = 0, minor = 0;
-  SEQPAR_CUDA_CHECK(cudaGetDevice(&dev));
-  SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  SEQPAR_CHECK_MSG(major == 9 && minor == 0, "the sm_90 flash backward runs on compute capability 9.0 only; device " +
-                                               std::to_string(dev) + " is " + std::to_string(major) + "." +
-                                               std::to_string(minor));
+  SEQPAR_CHECK_MSG(cc == 90, "the sm_90 flash backward runs on compute capability 9.0 only; this device is " +
+                                 std::to_string(cc / 10) + "." + std::to_string(cc % 10));
   if (p.Tq == 0 || p.Tk == 0 || p.H == 0) return;
   if (p.D == 128) {
     run<128>(p, stream);

@@ -4,7 +4,7 @@
 // dq finish (launch_dq_finish) are the same. Same contract as the mma.sync main kernel: dk/dv
 // (+)= their gradients (write_grads: stored, 0 for keys no query sees), dq_acc += dS K (f32
 // atomics). attn_dispatch.cpp routes launch_bwd here on sm_90 devices
-// (SEQPAR_FLASH_BWD_KERNEL=auto|mma|wgmma).
+// (AttentionPolicy::bwd_kernel auto or wgmma).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,7 +25,8 @@ constexpr int kBwdSm90Bm = 64;
 bool bwd_sm90_supported(const BwdParams& p);
 
 // The main kernel only (after launch_bwd_prep with Tq_pad as above, before launch_dq_finish).
-// Requires bwd_sm90_supported(p) and a compute capability 9.0 device; throws otherwise.
-void launch_bwd_main_sm90(const BwdParams& p, cudaStream_t stream);
+// Requires bwd_sm90_supported(p) and a compute capability 9.0 device (`cc`, the current device's
+// device_compute_capability); throws otherwise.
+void launch_bwd_main_sm90(const BwdParams& p, int cc, cudaStream_t stream);
 
 }  // namespace seqpar::cuda_attn

@@ -1,7 +1,6 @@
 // The one table of instantiated flash-attention tile shapes, the default shape per head dim, and
 // the launchers that pick a kernel from it. Tuning history: bench/NOTES.md.
-#include <cstdio>
-#include <cstdlib>
+#include <atomic>
 #include <string>
 
 #include "attention/cuda/attn_bwd_sm90.h"
@@ -51,25 +50,20 @@ constexpr BwdVariant kBwd[] = {
     {128, {64, 64, 4}, false, detail::run_bwd_main<128, 64, 64, 4>},
 };
 
-// "BMxBNxWARPS" -> {bm, bn, warps}; false when malformed.
-bool parse_tile(const char* s, int& bm, int& bn, int& warps) {
-  char tail = 0;
-  return std::sscanf(s, "%dx%dx%d%c", &bm, &bn, &warps, &tail) == 3;
-}
-
+// The tile `want` names (AttentionPolicy::fwd_tile / bwd_tile), or the default for D when it is
+// all zero. `setting` names it in the error when the table has no such tile for D.
 template <typename Variant, typename Tile, size_t N>
-Tile pick_tile(const Variant (&table)[N], int D, const char* env_name) {
+Tile pick_tile(const Variant (&table)[N], int D, const FlashTile& want, const char* setting) {
   SEQPAR_CHECK(head_dim_supported(D), "flash attention supports head dim 64 or 128, got D={}", D);
-  if (const char* env = std::getenv(env_name); env && *env) {
-    int bm = 0, bn = 0, warps = 0;
-    SEQPAR_INPUT_CHECK(parse_tile(env, bm, bn, warps), "{}={} must read BMxBNxWARPS, e.g. 128x64x4", env_name, env);
+  if (!want.is_default()) {
     std::string known;
     for (const Variant& v : table) {
       if (v.D != D) continue;
-      if (v.tile.bm == bm && v.tile.bn == bn && v.tile.warps == warps) return v.tile;
+      if (v.tile.bm == want.bm && v.tile.bn == want.bn && v.tile.warps == want.warps) return v.tile;
       known += fmt::format(" {}x{}x{}", v.tile.bm, v.tile.bn, v.tile.warps);
     }
-    SEQPAR_INPUT_CHECK(false, "{}={} is not an instantiated tile for D={}; known:{}", env_name, env, D, known);
+    SEQPAR_INPUT_CHECK(false, "{}={} is not an instantiated tile for D={}; known:{}", setting, flash_tile_str(want), D,
+                       known);
   }
   for (const Variant& v : table)
     if (v.D == D && v.is_default) return v.tile;
@@ -85,54 +79,34 @@ const Variant& find_variant(const Variant (&table)[N], int D, const Tile& tile, 
   return table[0];
 }
 
-// The forward kernel family, from SEQPAR_FLASH_FWD_KERNEL: auto (unset or empty: the Hopper wgmma
-// kernel on compute capability 9.0 when fwd_sm90_supported, else the mma.sync kernel), mma
-// (always the mma.sync kernel of the tile table) or wgmma (the Hopper kernel; an error where it
-// cannot run).
-enum class FwdKernel { kAuto, kMma, kWgmma };
-
-FwdKernel fwd_kernel_choice() {
-  const char* env = std::getenv("SEQPAR_FLASH_FWD_KERNEL");
-  if (!env || !*env) return FwdKernel::kAuto;
-  const std::string s(env);
-  if (s == "auto") return FwdKernel::kAuto;
-  if (s == "mma") return FwdKernel::kMma;
-  if (s == "wgmma") return FwdKernel::kWgmma;
-  SEQPAR_INPUT_CHECK(false, "SEQPAR_FLASH_FWD_KERNEL={} must be auto, mma or wgmma", s);
-  return FwdKernel::kAuto;
-}
-
-// The backward main kernel family, from SEQPAR_FLASH_BWD_KERNEL, the same choices: auto (unset or
-// empty: the Hopper wgmma kernel on compute capability 9.0 when bwd_sm90_supported, else the
-// mma.sync kernel), mma or wgmma (an error where it cannot run).
-enum class BwdKernel { kAuto, kMma, kWgmma };
-
-BwdKernel bwd_kernel_choice() {
-  const char* env = std::getenv("SEQPAR_FLASH_BWD_KERNEL");
-  if (!env || !*env) return BwdKernel::kAuto;
-  const std::string s(env);
-  if (s == "auto") return BwdKernel::kAuto;
-  if (s == "mma") return BwdKernel::kMma;
-  if (s == "wgmma") return BwdKernel::kWgmma;
-  SEQPAR_INPUT_CHECK(false, "SEQPAR_FLASH_BWD_KERNEL={} must be auto, mma or wgmma", s);
-  return BwdKernel::kAuto;
-}
-
-// Compute capability of the current device as major * 10 + minor.
-int current_device_cc() {
-  int dev = 0, major = 0, minor = 0;
-  SEQPAR_CUDA_CHECK(cudaGetDevice(&dev));
-  SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return major * 10 + minor;
-}
+// The compute capabilities seen so far, by device index (0: not queried yet). A device's
+// capability never changes, so each is queried once; a race only queries twice.
+constexpr int kMaxDevices = 64;
+std::atomic<int> g_cc[kMaxDevices];
 
 }  // namespace
 
 bool head_dim_supported(int D) { return D == 64 || D == 128; }
 
-FwdTile fwd_tile(int D) { return pick_tile<FwdVariant, FwdTile>(kFwd, D, "SEQPAR_FLASH_FWD_TILE"); }
-BwdTile bwd_tile(int D) { return pick_tile<BwdVariant, BwdTile>(kBwd, D, "SEQPAR_FLASH_BWD_TILE"); }
+int device_compute_capability(int device) {
+  SEQPAR_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {} out of range [0, {})", device, kMaxDevices);
+  int cc = g_cc[device].load(std::memory_order_relaxed);
+  if (cc == 0) {
+    int major = 0, minor = 0;
+    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    cc = major * 10 + minor;
+    g_cc[device].store(cc, std::memory_order_relaxed);
+  }
+  return cc;
+}
+
+FwdTile fwd_tile(int D, const FlashTile& want) {
+  return pick_tile<FwdVariant, FwdTile>(kFwd, D, want, "fwd_tile (SEQPAR_FLASH_FWD_TILE)");
+}
+BwdTile bwd_tile(int D, const FlashTile& want) {
+  return pick_tile<BwdVariant, BwdTile>(kBwd, D, want, "bwd_tile (SEQPAR_FLASH_BWD_TILE)");
+}
 
 std::vector<FwdTile> fwd_tiles(int D) {
   std::vector<FwdTile> r;
@@ -148,56 +122,58 @@ std::vector<BwdTile> bwd_tiles(int D) {
   return r;
 }
 
-void launch_fwd(const FwdParams& p, const FwdTile& tile, cudaStream_t stream) {
+FlashKernel launch_fwd(const FwdParams& p, const FwdTile& tile, FlashKernel kernel, int cc, cudaStream_t stream) {
   const FwdVariant& v = find_variant(kFwd, p.D, tile, "forward");
-  const FwdKernel kind = fwd_kernel_choice();
-  if (kind != FwdKernel::kMma) {
-    const int cc = current_device_cc();
+  if (kernel != FlashKernel::kMma) {
     const bool ok = cc == 90 && fwd_sm90_supported(p);
-    if (kind == FwdKernel::kWgmma) {
+    if (kernel == FlashKernel::kWgmma) {
       SEQPAR_INPUT_CHECK(cc == 90,
-                         "SEQPAR_FLASH_FWD_KERNEL=wgmma needs a compute capability 9.0 device; this one is {}.{}",
+                         "fwd_kernel (SEQPAR_FLASH_FWD_KERNEL)=wgmma needs a compute capability 9.0 device; this one "
+                         "is {}.{}",
                          cc / 10, cc % 10);
       SEQPAR_INPUT_CHECK(ok,
-                         "SEQPAR_FLASH_FWD_KERNEL=wgmma cannot run this call: the sm_90 kernel needs D 64 or 128 "
-                         "(D={}), H a multiple of Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v",
+                         "fwd_kernel (SEQPAR_FLASH_FWD_KERNEL)=wgmma cannot run this call: the sm_90 kernel needs D 64 "
+                         "or 128 (D={}), H a multiple of Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v",
                          p.D, p.H, p.Hkv);
     }
     if (ok) {
-      launch_fwd_sm90(p, stream);
-      return;
+      launch_fwd_sm90(p, cc, stream);
+      return FlashKernel::kWgmma;
     }
   }
   v.run(p, stream);
+  return FlashKernel::kMma;
 }
 
-void launch_bwd(const BwdParams& p, const BwdTile& tile, cudaStream_t stream) {
+FlashKernel launch_bwd(const BwdParams& p, const BwdTile& tile, FlashKernel kernel, int cc, cudaStream_t stream) {
   const BwdVariant& v = find_variant(kBwd, p.D, tile, "backward");
-  if (p.Tq == 0 || p.H == 0) return;
-  if (const BwdKernel kind = bwd_kernel_choice(); kind != BwdKernel::kMma) {
-    const int cc = current_device_cc();
+  if (p.Tq == 0 || p.H == 0) return FlashKernel::kMma;
+  if (kernel != FlashKernel::kMma) {
     const bool ok = cc == 90 && bwd_sm90_supported(p);
-    if (kind == BwdKernel::kWgmma) {
+    if (kernel == FlashKernel::kWgmma) {
       SEQPAR_INPUT_CHECK(cc == 90,
-                         "SEQPAR_FLASH_BWD_KERNEL=wgmma needs a compute capability 9.0 device; this one is {}.{}",
+                         "bwd_kernel (SEQPAR_FLASH_BWD_KERNEL)=wgmma needs a compute capability 9.0 device; this one "
+                         "is {}.{}",
                          cc / 10, cc % 10);
       SEQPAR_INPUT_CHECK(ok,
-                         "SEQPAR_FLASH_BWD_KERNEL=wgmma cannot run this call: the sm_90 kernel needs D 64 or 128 "
-                         "(D={}), H a multiple of Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v, dout and workspace",
+                         "bwd_kernel (SEQPAR_FLASH_BWD_KERNEL)=wgmma cannot run this call: the sm_90 kernel needs D 64 "
+                         "or 128 (D={}), H a multiple of Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v, dout and "
+                         "workspace",
                          p.D, p.H, p.Hkv);
     }
     if (ok) {
       // Its query tile is 64 rows: the workspace (sized for tile.bm >= 64) holds these rows.
       launch_bwd_prep(p, (p.Tq + kBwdSm90Bm - 1) / kBwdSm90Bm * kBwdSm90Bm, stream);
-      launch_bwd_main_sm90(p, stream);
+      launch_bwd_main_sm90(p, cc, stream);
       launch_dq_finish(p, stream);
-      return;
+      return FlashKernel::kWgmma;
     }
   }
   const int Tq_pad = (p.Tq + tile.bm - 1) / tile.bm * tile.bm;
   launch_bwd_prep(p, Tq_pad, stream);
   v.run(p, stream);
   launch_dq_finish(p, stream);
+  return FlashKernel::kMma;
 }
 
 }  // namespace seqpar::cuda_attn

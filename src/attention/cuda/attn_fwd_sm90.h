@@ -1,7 +1,7 @@
 // The Hopper (sm_90a) flash-attention forward: warpgroup MMA (wgmma.mma_async) fed by the tensor
 // memory accelerator (cp.async.bulk.tensor) through an mbarrier ring; same contract as launch_fwd
 // (attn_launch.h: layouts, masking by seg/pos, out 0 / lse -inf for rows that see no key).
-// attn_dispatch.cpp routes launch_fwd here on sm_90 devices (SEQPAR_FLASH_FWD_KERNEL=auto|mma|wgmma).
+// attn_dispatch.cpp routes launch_fwd here on sm_90 devices (AttentionPolicy::fwd_kernel auto or wgmma).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,7 +16,8 @@ namespace seqpar::cuda_attn {
 // differ from the mma kernel's, so the launcher computes its own tile statistics.
 bool fwd_sm90_supported(const FwdParams& p);
 
-// Requires fwd_sm90_supported(p) and a compute capability 9.0 device; throws otherwise.
-void launch_fwd_sm90(const FwdParams& p, cudaStream_t stream);
+// Requires fwd_sm90_supported(p) and a compute capability 9.0 device (`cc`, the current device's
+// device_compute_capability); throws otherwise.
+void launch_fwd_sm90(const FwdParams& p, int cc, cudaStream_t stream);
 
 }  // namespace seqpar::cuda_attn

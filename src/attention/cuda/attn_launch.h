@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention/attention_policy.h"
+
 namespace seqpar::cuda_attn {
 
 // Tile shapes. Forward: BM query rows per CTA, BN keys per inner step, `warps` warps each owning
@@ -27,11 +29,11 @@ struct BwdTile {
   int bm, bn, warps;
 };
 bool head_dim_supported(int D);  // 64 or 128
-// The default tile for D, or the one named by the environment variable SEQPAR_FLASH_FWD_TILE /
-// SEQPAR_FLASH_BWD_TILE ("BMxBNxWARPS", e.g. 128x64x4: a tuning knob for the benchmarks; it must
-// name an instantiated shape for that D).
-FwdTile fwd_tile(int D);
-BwdTile bwd_tile(int D);
+// The tile `want` names (AttentionPolicy::fwd_tile / bwd_tile: a tuning knob for the benchmarks),
+// or the default tile for D when `want` is all zero. An InputError naming the setting when the
+// table has no such tile for D.
+FwdTile fwd_tile(int D, const FlashTile& want = {});
+BwdTile bwd_tile(int D, const FlashTile& want = {});
 // Every instantiated tile for D (the tests run each one).
 std::vector<FwdTile> fwd_tiles(int D);
 std::vector<BwdTile> bwd_tiles(int D);
@@ -58,8 +60,14 @@ struct FwdParams {
   bool causal;
   bool out_f32;
 };
-// Throws when no kernel is instantiated for (D, tile).
-void launch_fwd(const FwdParams& p, const FwdTile& tile, cudaStream_t stream);
+// Compute capability of a CUDA device as major * 10 + minor (90 for Hopper), queried once per
+// device and cached for the process.
+int device_compute_capability(int device);
+
+// Runs the forward kernel of `kernel`'s family (attention_policy.h's FlashKernel) on a device of
+// compute capability `cc`; returns the family that ran (kMma or kWgmma). Throws when no kernel is
+// instantiated for (D, tile), and an InputError when kWgmma cannot run here.
+FlashKernel launch_fwd(const FwdParams& p, const FwdTile& tile, FlashKernel kernel, int cc, cudaStream_t stream);
 
 struct BwdParams {
   const uint16_t* q;     // (Tq, H, D) bf16
@@ -93,7 +101,8 @@ struct BwdParams {
   bool write_grads;
 };
 // Whole backward: pre-pass (delta, lse2, dq_acc = 0), the main kernel, dq (+)= scale * dq_acc.
-void launch_bwd(const BwdParams& p, const BwdTile& tile, cudaStream_t stream);
+// The kernel family as for launch_fwd; returns the one that ran.
+FlashKernel launch_bwd(const BwdParams& p, const BwdTile& tile, FlashKernel kernel, int cc, cudaStream_t stream);
 
 // The backward's pieces (launch_bwd runs them in this order). Tq_pad = ceil(Tq / bm) * bm.
 void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream);

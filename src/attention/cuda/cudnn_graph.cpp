@@ -2,8 +2,6 @@
 #if defined(SEQPAR_WITH_CUDNN)
 #include <cudnn.h>
 #if CUDNN_VERSION >= 91100
-#include <cstdlib>
-
 #include "attention/cuda/cudnn_graph.h"
 
 namespace seqpar::cuda_attn::cudnn_graph {
@@ -107,16 +105,6 @@ void forward_graph(Graph& g, const Shape4& s) {
   g.matmul(kO, p, kV, s.len(kSeqLenQ), 0, s.len(kSeqLenKV));
 }
 
-// With GQA, whether the per-query-head dK/dV are virtual (cuDNN's own business) instead of ragged
-// workspaces of ours: SEQPAR_CUDNN_VIRTUAL_GQA_GRADS=1 (a diagnostic knob; read once).
-bool virtual_gqa_grads() {
-  static const bool on = [] {
-    const char* e = std::getenv("SEQPAR_CUDNN_VIRTUAL_GQA_GRADS");
-    return e != nullptr && std::string(e) == "1";
-  }();
-  return on;
-}
-
 // Backward: dQ, dK, dV (=) from Q, K, V, O, dO, Stats. dQ goes through an f32 accumulator
 // (kDQAccum: ragged like dQ, or dense [B, H, S, D] head-major as cudnn-frontend lays it out);
 // with GQA, dK and dV are first computed per query head and summed over each group: in a ragged
@@ -128,7 +116,7 @@ void backward_graph(Graph& g, const Shape4& s) {
   // The per-query-head gradient before the group sum: ours (ragged) or cuDNN's (virtual).
   auto full_head = [&](int64_t uid) {
     const Dims full{s.B, s.H, s.S, s.D};
-    if (s.dense || virtual_gqa_grads())
+    if (s.dense)
       return g.virt(full, {s.H * s.S * s.D, s.S * s.D, s.D, 1}, CUDNN_DATA_BFLOAT16);
     g.tensor(uid, full, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedKV);
     return uid;

@@ -230,7 +230,5 @@ inline Dims bshd(const Shape4& s, int64_t h, int64_t d) { return {s.S * h * d, d
 // The SDPA graphs of one shape: forward (O and Stats from Q, K, V) and backward (dQ, dK, dV).
 void forward_graph(Graph& g, const Shape4& s);
 void backward_graph(Graph& g, const Shape4& s);
-// SEQPAR_CUDNN_VIRTUAL_GQA_GRADS=1: cuDNN keeps the per-query-head dK/dV (a diagnostic knob).
-bool virtual_gqa_grads();
 
 }  // namespace seqpar::cuda_attn::cudnn_graph

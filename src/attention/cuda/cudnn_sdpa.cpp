@@ -12,10 +12,8 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <map>
@@ -35,27 +33,6 @@
 #endif
 
 namespace seqpar::cuda_attn {
-
-namespace {
-std::atomic<int64_t> g_forward_calls{0}, g_backward_calls{0};
-std::atomic<int64_t> g_forward_dense_calls{0}, g_backward_dense_calls{0};
-}  // namespace
-
-CudnnCallCounts cudnn_call_counts() {
-  return {g_forward_calls.load(), g_backward_calls.load(), g_forward_dense_calls.load(),
-          g_backward_dense_calls.load()};
-}
-
-bool cudnn_dense_enabled() {
-  const char* e = std::getenv("SEQPAR_CUDNN_DENSE");
-  if (e == nullptr || *e == '\0') return true;
-  const std::string v(e);
-  SEQPAR_INPUT_CHECK(v == "0" || v == "1",
-                     "SEQPAR_CUDNN_DENSE={} must be 0 (ragged cuDNN graphs only) or 1 (a dense graph for a batch of "
-                     "one sequence, the default)",
-                     v);
-  return v == "1";
-}
 
 #if defined(SEQPAR_WITH_CUDNN)
 
@@ -250,15 +227,15 @@ Shape4 shape_for(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, bool
   return {docs.num_docs(), S, H, Hkv, D, causal, false};
 }
 
-// The plan for one call. A batch of ONE document gets the dense graph (unless SEQPAR_CUDNN_DENSE=0):
+// The plan for one call. A batch of ONE document gets the dense graph (unless `dense` is kOff):
 // packed_docs() guarantees q and k are the same tokens and, when causal, positions increasing with
 // the index, so the document's mask is exactly "key index <= query index" (cuDNN's top-left
 // causal mask on the [T, T] scores) or, not causal, nothing; no padding mask or ragged offsets
 // are needed. The ragged graph otherwise, and also when cuDNN has no dense plan for the shape
 // (find_plan has warned). Returns nullptr when neither has a plan.
 const Plan* pick_plan(PlanCache& cache, cudnnHandle_t handle, const PackedDocs& docs, int64_t H, int64_t Hkv,
-                      int64_t D, bool causal, bool backward, Shape4* shape) {
-  if (docs.num_docs() == 1 && cudnn_dense_enabled()) {
+                      int64_t D, bool causal, CudnnDense dense, bool backward, Shape4* shape) {
+  if (docs.num_docs() == 1 && dense == CudnnDense::kOn) {
     *shape = shape_for(docs, H, Hkv, D, causal, /*dense=*/true);
     if (const Plan* plan = find_plan(cache, *shape, handle, backward)) return plan;
   }
@@ -316,19 +293,20 @@ Tensor workspace_for(const Plan& plan, Device dev) {
 
 }  // namespace
 
-bool cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const AttnArgs& args, const PackedDocs& docs) {
+AttnPath cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const AttnArgs& args, const PackedDocs& docs) {
   const int64_t T = q.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
   SEQPAR_CHECK(out.dtype() == DType::kBF16, "cuDNN attention writes a bf16 out, got {}", out.str());
   SEQPAR_CHECK(!docs.cu.empty() && docs.cu.back() == T, "cuDNN attention: documents cover {} tokens, q has {}",
                docs.cu.empty() ? 0 : docs.cu.back(), T);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &out, &lse})
-    if (!aligned16(*t)) return false;
+    if (!aligned16(*t)) return AttnPath::kNone;
   const Device dev = q.device();
   DeviceContext& ctx = device_context(dev.index);
   Shape4 shape{};
-  const Plan* plan = pick_plan(ctx.forward, ctx.handle, docs, H, Hkv, D, args.causal, /*backward=*/false, &shape);
-  if (plan == nullptr) return false;
+  const Plan* plan = pick_plan(ctx.forward, ctx.handle, docs, H, Hkv, D, args.causal, args.policy.cudnn_dense,
+                               /*backward=*/false, &shape);
+  if (plan == nullptr) return AttnPath::kNone;
   cudaStream_t stream = current_stream();
   SEQPAR_CUDNN_CHECK(cudnnSetStream(ctx.handle, stream));
   Tensor workspace = workspace_for(*plan, dev);
@@ -340,26 +318,25 @@ bool cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor&
     bind_docs(bound, a);
   }
   execute(*plan, ctx.handle, bound, args.scale, workspace.raw());
-  ++g_forward_calls;
-  if (shape.dense) ++g_forward_dense_calls;
-  return true;
+  return shape.dense ? AttnPath::kCudnnDense : AttnPath::kCudnnRagged;
 }
 
-bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
-                         const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
-                         const PackedDocs& docs, GradMode mode) {
+AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+                             const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const AttnArgs& args, const PackedDocs& docs, GradMode mode) {
   const int64_t T = q.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &out})
     SEQPAR_CHECK(t->dtype() == DType::kBF16, "cuDNN attention backward takes bf16 out and dout, got {}", t->str());
   SEQPAR_CHECK(!docs.cu.empty() && docs.cu.back() == T, "cuDNN attention: documents cover {} tokens, q has {}",
                docs.cu.empty() ? 0 : docs.cu.back(), T);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &out, &dout, &lse})
-    if (!aligned16(*t)) return false;
+    if (!aligned16(*t)) return AttnPath::kNone;
   const Device dev = q.device();
   DeviceContext& ctx = device_context(dev.index);
   Shape4 shape{};
-  const Plan* plan = pick_plan(ctx.backward, ctx.handle, docs, H, Hkv, D, args.causal, /*backward=*/true, &shape);
-  if (plan == nullptr) return false;
+  const Plan* plan = pick_plan(ctx.backward, ctx.handle, docs, H, Hkv, D, args.causal, args.policy.cudnn_dense,
+                               /*backward=*/true, &shape);
+  if (plan == nullptr) return AttnPath::kNone;
   cudaStream_t stream = current_stream();
   SEQPAR_CUDNN_CHECK(cudnnSetStream(ctx.handle, stream));
   Tensor workspace = workspace_for(*plan, dev);
@@ -387,7 +364,7 @@ bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
   if (!shape.dense) {
     a = upload_docs(docs, H, Hkv, D, dev, stream);
     bind_docs(bound, a);
-    if (H != Hkv && !virtual_gqa_grads()) {
+    if (H != Hkv) {
       // Declared bf16, sized as f32 the way cudnn-frontend sizes them (cuDNN owns their use).
       dk_full = Tensor::empty({rows, H, D}, DType::kF32, dev);
       dv_full = Tensor::empty({rows, H, D}, DType::kF32, dev);
@@ -407,9 +384,7 @@ bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout,
       cuda_ops::add_inplace(dv, dv_new);
     }
   }
-  ++g_backward_calls;
-  if (shape.dense) ++g_backward_dense_calls;
-  return true;
+  return shape.dense ? AttnPath::kCudnnDense : AttnPath::kCudnnRagged;
 }
 
 int64_t cudnn_runtime_version() { return static_cast<int64_t>(cudnnGetVersion()); }
@@ -449,14 +424,14 @@ std::string cudnn_check_plans_offline(const std::string& device_json, int64_t nu
 
 #else  // built without cuDNN: every call goes to the flash kernel
 
-bool cudnn_attn_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttnArgs&,
-                        const PackedDocs&) {
-  return false;
+AttnPath cudnn_attn_forward(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttnArgs&,
+                            const PackedDocs&) {
+  return AttnPath::kNone;
 }
 
-bool cudnn_attn_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         const Tensor&, const Tensor&, const AttnArgs&, const PackedDocs&, GradMode) {
-  return false;
+AttnPath cudnn_attn_backward(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, const Tensor&, const AttnArgs&, const PackedDocs&, GradMode) {
+  return AttnPath::kNone;
 }
 
 int64_t cudnn_runtime_version() { return 0; }

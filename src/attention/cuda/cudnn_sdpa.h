@@ -14,7 +14,7 @@
 // A batch of ONE document gets a dense graph instead (what PyTorch's SDPA builds: [1, H, T, D]
 // views of the same buffers, no ragged offsets, no padding mask; the causal mask is cuDNN's
 // top-left one, exact because packed_docs() guarantees positions increase with the index), unless
-// the environment says SEQPAR_CUDNN_DENSE=0; when cuDNN has no dense plan, the ragged graph runs.
+// the policy says CudnnDense::kOff; when cuDNN has no dense plan, the ragged graph runs.
 //
 // Numerics: Stats is the natural-log log-sum-exp of the scaled scores, f32, in place in our
 // lse [T, H] (ragged, stride H per token): exactly attention.h's lse. Outputs and gradients are
@@ -36,34 +36,21 @@
 namespace seqpar::cuda_attn {
 
 // attention.h's attn_forward through cuDNN for `docs` (from packed_docs on the same args):
-// out bf16 [T, H, D] (=), lse f32 [T, H] (=). Returns false, having written nothing, when cuDNN has
-// no plan for the shape (the reason is logged at warn level once per shape); the caller then runs
-// the flash kernel. q/k/v bf16, already checked by the caller.
-bool cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+// out bf16 [T, H, D] (=), lse f32 [T, H] (=). Returns the graph that ran (kCudnnDense or
+// kCudnnRagged), or kNone, having written nothing, when cuDNN has no plan for the shape (the
+// reason is logged at warn level once per shape); the caller then runs the flash kernel. q/k/v
+// bf16, already checked by the caller. args.policy.cudnn_dense picks the graph of one document.
+AttnPath cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                         const AttnArgs& args, const PackedDocs& docs);
 
 // attention.h's attn_backward through cuDNN, bf16 gradients. kAccumulate: dq += , dk += , dv +=
 // (cuDNN writes scratch buffers that are then added, three extra passes). kWrite: dq = , dk = ,
 // dv = , cuDNN writing straight into them (16-byte aligned; otherwise scratch and a copy). out/lse
-// are the final forward results, from either backend (same contract). Returns false, having
-// written nothing, when cuDNN has no plan for the shape.
-bool cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+// are the final forward results, from either backend (same contract). Returns the graph that ran,
+// or kNone, having written nothing, when cuDNN has no plan for the shape.
+AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                          const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
                          const PackedDocs& docs, GradMode mode = GradMode::kAccumulate);
-
-// How many forward / backward calls cuDNN has run in this process, and how many of them ran the
-// dense graph (tests and the benchmark check that the cuDNN path, not a fallback, produced their
-// results, and which graph).
-struct CudnnCallCounts {
-  int64_t forward = 0, backward = 0;
-  int64_t forward_dense = 0, backward_dense = 0;
-};
-CudnnCallCounts cudnn_call_counts();
-
-// Whether a batch of one document gets the dense graph: the environment variable
-// SEQPAR_CUDNN_DENSE, "1" (or unset) yes, "0" no, anything else an InputError. Read at every call,
-// so that one process (the benchmark, a test) can compare both.
-bool cudnn_dense_enabled();
 
 // The version of the cuDNN library loaded at run time (e.g. 91900), 0 when it cannot be loaded.
 int64_t cudnn_runtime_version();

@@ -13,7 +13,7 @@
 //
 // The choice per shape (a Plan, cached per thread and device for the process):
 //  - heuristic: cuBLASLt's first pick for the direct family (pool[0]);
-//  - autotune (default on): on the shape's first call, time a pool of candidates: up to
+//  - autotune (kernels/matmul_policy.h, default on): on the shape's first call, time a pool of candidates: up to
 //    kHeuristicRequest heuristic results per family, interleaved (d0, s0, d1, s1, ...), and for
 //    long-K shapes (the weight gradients, K = tokens) split-K variants of each family's best
 //    kSplitBases, set through CUBLASLT_ALGO_CONFIG_SPLITK_NUM / _REDUCTION_SCHEME. See tune() for
@@ -25,7 +25,6 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -40,6 +39,7 @@
 #include "core/tensor.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/matmul_policy.h"
 
 #define SEQPAR_CUBLASLT_CHECK(stmt) SEQPAR_LIB_CHECK(stmt, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusName)
 
@@ -52,7 +52,6 @@ constexpr int kHeuristicRequest = 32;     // heuristic results asked for per fam
 constexpr int kSplitBases = 3;            // per family, the best heuristic results given split-K variants
 constexpr int kSplits[] = {2, 3, 4, 6, 8};
 constexpr int64_t kMinSplitSlice = 1024;  // K / split at least this
-constexpr double kDefaultBudgetMs = 50;
 constexpr double kFirstPassShare = 0.5;   // of the budget, for the first pass over the pool
 constexpr double kMinSampleMs = 0.2;      // a timing sample: a burst of runs at least this long
 constexpr int kMaxBurst = 8;              // runs per burst at most
@@ -123,32 +122,8 @@ struct Plan {
   MatmulTuning tuning;
 };
 
-std::atomic<int> g_autotune{-1};         // -1: not read from the environment yet
-std::atomic<double> g_budget_ms{-1.0};   // < 0: not read from the environment yet
 thread_local int g_forced = -1;
 thread_local MatmulTuning g_last;
-
-bool env_autotune() {
-  const char* v = std::getenv("SEQPAR_GEMM_AUTOTUNE");
-  if (v == nullptr || *v == '\0') return true;
-  const std::string s = v;
-  SEQPAR_INPUT_CHECK(s == "0" || s == "1",
-                     "SEQPAR_GEMM_AUTOTUNE={} must be 0 (cuBLASLt's heuristic first pick) or 1 (time the "
-                     "candidates of each GEMM shape on its first call, the default)",
-                     s);
-  return s == "1";
-}
-
-double env_budget_ms() {
-  const char* v = std::getenv("SEQPAR_GEMM_AUTOTUNE_MS");
-  if (v == nullptr || *v == '\0') return kDefaultBudgetMs;
-  char* end = nullptr;
-  const double ms = std::strtod(v, &end);
-  SEQPAR_INPUT_CHECK(end != v && *end == '\0' && std::isfinite(ms) && ms > 0,
-                     "SEQPAR_GEMM_AUTOTUNE_MS={} must be a positive number (milliseconds of tuning per GEMM shape)",
-                     v);
-  return ms;
-}
 
 // Per thread and device: the handle, a 32 MiB workspace (per thread, because two threads on two
 // streams must not share one), and the plan cache.
@@ -412,7 +387,7 @@ double median(std::vector<float> v) {
 //  many as make it last kMinSampleMs (at most kMaxBurst): the steady state of the candidate run
 //  again and again, as a loop over the same GEMM runs it. Timed right after a different
 //  candidate, a ~50-200 µs GEMM reads the L2 that candidate left, which changed the ranking by up
-//  to 10% against the steady state (`seqpar bench gemm --sweep`; bench/NOTES.md, 2026-12-01).
+//  to 10% against the steady state (`seqpar-diag gemm --sweep`; bench/NOTES.md, 2026-12-01).
 //  2. Rounds: every live candidate once per round, interleaved, so clock drift hits all alike.
 //     After every two rounds the slower half (by median) is dropped, down to kFinalists. A round
 //     starts only if its predicted cost (the sum of the live bursts) fits in the part of the
@@ -640,12 +615,12 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
                  "matmul: forced candidate {} but the pool of M={} N={} K={} has {}", g_forced, d.M, d.N, d.K,
                  plan.pool.size());
     index = g_forced;
-  } else if (matmul_autotune()) {
+  } else if (const MatmulPolicy policy = matmul_policy(); policy.autotune) {
     // Tuning synchronises the stream, which a stream being captured into a CUDA graph forbids:
     // such a call runs the heuristic pick and the shape is tuned on a later, uncaptured call.
     if (!plan.tuned && !capturing(stream)) {
       complete_pool(ctx, key, plan);
-      tune(ctx, key, plan, a.raw(), b.raw(), stream, matmul_autotune_budget_ms());
+      tune(ctx, key, plan, a.raw(), b.raw(), stream, policy.autotune_budget_ms);
     }
     if (plan.tuned) {
       index = plan.choice;
@@ -673,33 +648,6 @@ std::vector<MatmulConfig> matmul_candidates(const Tensor& out, const Tensor& a, 
 }
 
 MatmulTuning last_matmul_tuning() { return g_last; }
-
-void set_matmul_autotune(bool on) { g_autotune = on ? 1 : 0; }
-
-bool matmul_autotune() {
-  int v = g_autotune.load(std::memory_order_relaxed);
-  if (v < 0) {
-    int expected = -1;
-    g_autotune.compare_exchange_strong(expected, env_autotune() ? 1 : 0);
-    v = g_autotune.load();
-  }
-  return v == 1;
-}
-
-void set_matmul_autotune_budget_ms(double ms) {
-  SEQPAR_CHECK(std::isfinite(ms) && ms > 0, "matmul autotune budget {} ms must be positive", ms);
-  g_budget_ms = ms;
-}
-
-double matmul_autotune_budget_ms() {
-  double v = g_budget_ms.load(std::memory_order_relaxed);
-  if (v < 0) {
-    double expected = -1.0;
-    g_budget_ms.compare_exchange_strong(expected, env_budget_ms());
-    v = g_budget_ms.load();
-  }
-  return v;
-}
 
 void set_matmul_forced_candidate(int index) {
   SEQPAR_CHECK(index >= -1, "matmul forced candidate {} must be -1 (none) or a pool index", index);

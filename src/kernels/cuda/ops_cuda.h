@@ -78,15 +78,7 @@ struct MatmulTuning {
 // What the last matmul call on this thread ran (bench, tests).
 MatmulTuning last_matmul_tuning();
 
-// Autotuning on or off. While off, every call runs the heuristic first pick; while on, a shape is
-// tuned on its first call made with autotuning on, and keeps that choice. The default is on; the
-// environment variable SEQPAR_GEMM_AUTOTUNE=0 makes it off. A call on a stream being captured
-// into a CUDA graph is never tuned (tuning synchronises): it runs the heuristic first pick.
-void set_matmul_autotune(bool on);
-bool matmul_autotune();
-// Cap on one shape's tuning time in ms (default 50; environment SEQPAR_GEMM_AUTOTUNE_MS).
-void set_matmul_autotune_budget_ms(double ms);
-double matmul_autotune_budget_ms();
+// Autotuning on or off and its budget: kernels/matmul_policy.h (set_matmul_policy).
 
 // The candidate pool of matmul(out, a, b, trans_a, trans_b), in the order tuning tries them;
 // [0] is the heuristic first pick. Same checks as matmul; nothing is run.

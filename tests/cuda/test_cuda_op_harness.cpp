@@ -1,0 +1,112 @@
+// The op harness (tests/ops/op_harness.h) on every CUDA path: every op case in bf16 and f32
+// storage (matmul with autotuning off and on), every attention case on the mma.sync kernels, the
+// Hopper wgmma kernels, cuDNN's dense and ragged graphs and `auto`. A path that cannot run a case
+// says why (printed as skipped). Where both flash kernel families run a case, the wgmma kernel must
+// also stay within 2x the mma.sync kernel's error (the sm_90 kernels' own rule).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+#include "kernels/matmul_policy.h"
+#include "ops/op_harness.h"
+
+namespace seqpar::optest {
+namespace {
+
+void report_skip(const std::string& what, const Backend& b, const std::string& why) {
+  std::printf("[ skipped ] %s on %s: %s\n", what.c_str(), b.name.c_str(), why.c_str());
+}
+
+// Restores the process's matmul policy at scope exit, failed or not.
+struct MatmulPolicyScope {
+  MatmulPolicy saved = matmul_policy();
+  ~MatmulPolicyScope() { set_matmul_policy(saved); }
+};
+
+TEST(CudaOpHarness, EveryOpOnEveryCudaPath) {
+  REQUIRE_GPU();
+  const MatmulPolicyScope scope;
+  const MatmulPolicy before = scope.saved;
+  int run = 0;
+  for (const OpCase& c : op_cases()) {
+    const bool is_matmul = c.name.rfind("matmul", 0) == 0;
+    for (const Backend& b : testing::cuda_op_backends()) {
+      // matmul: cuBLASLt's heuristic first pick, then the autotuned choice (a short budget).
+      for (bool tune : is_matmul ? std::vector<bool>{false, true} : std::vector<bool>{before.autotune}) {
+        set_matmul_policy({tune, is_matmul ? 10.0 : before.autotune_budget_ms});
+        SCOPED_TRACE(is_matmul ? (tune ? "autotuned" : "heuristic") : "");
+        std::string why;
+        if (check_op(c, b, &why)) {
+          ++run;
+        } else {
+          report_skip(c.name, b, why);
+        }
+        ASSERT_EQ(cudaGetLastError(), cudaSuccess) << c.name;
+      }
+    }
+  }
+  EXPECT_GT(run, 100);
+}
+
+TEST(CudaOpHarness, EveryAttentionCaseOnEveryCudaPath) {
+  REQUIRE_GPU();
+  int run = 0;
+  for (const AttnCase& c : attn_cases()) {
+    AttnResult mma, wgmma;
+    bool ran_mma = false, ran_wgmma = false;
+    AttnExpect expect;
+    bool have_expect = false;
+    for (const Backend& b : testing::cuda_attention_backends()) {
+      std::string why = attn_unsupported(c, b);
+      if (why.empty() && !have_expect) {
+        expect = attn_expect(c);  // once per case: the long cases' f64 references take seconds
+        have_expect = true;
+      }
+      AttnResult r;
+      if (!why.empty() || !check_attention(c, b, &why, &r, &expect)) {
+        report_skip(c.name, b, why);
+        continue;
+      }
+      ++run;
+      if (b.attention.fwd_kernel == FlashKernel::kMma && b.attention.backend == AttentionBackend::kFlash) {
+        mma = r;
+        ran_mma = true;
+      }
+      if (b.attention.fwd_kernel == FlashKernel::kWgmma) {
+        wgmma = r;
+        ran_wgmma = true;
+      }
+    }
+    if (!ran_mma || !ran_wgmma) continue;
+    SCOPED_TRACE(c.name + ": wgmma against mma.sync");
+    const AttnInputs& in = expect.in;
+    const AttnRef& exact = expect.exact;
+    const double e_wg = rel_l2(wgmma.out, exact.out), e_mma = rel_l2(mma.out, exact.out);
+    EXPECT_LE(e_wg, 2.0 * e_mma + 1e-6) << "wgmma out rel err " << e_wg << " vs mma.sync " << e_mma;
+    EXPECT_LT(e_wg, 1e-2) << "wgmma out rel err against the reference";
+    expect_lse("wgmma vs mma.sync", wgmma.lse, mma.lse, 1e-5);
+    // The gradients' contributions (their starts subtracted), as the sm_90 kernels were tuned on.
+    auto minus = [](const std::vector<double>& a, const std::vector<float>& start) {
+      std::vector<double> d(a.size());
+      for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - start[i];
+      return d;
+    };
+    for (auto [name, w, m, x, start] : {std::tuple{"dq", &wgmma.dq, &mma.dq, &exact.dq, &in.dq0},
+                                        {"dk", &wgmma.dk, &mma.dk, &exact.dk, &in.dk0},
+                                        {"dv", &wgmma.dv, &mma.dv, &exact.dv, &in.dv0}}) {
+      const std::vector<double> contribution = minus(*x, *start);
+      const double ew = rel_l2(minus(*w, *start), contribution), em = rel_l2(minus(*m, *start), contribution);
+      EXPECT_LE(ew, 2.0 * em + 1e-4) << name << ": wgmma rel err " << ew << " vs mma.sync " << em;
+      EXPECT_LT(ew, 3e-2) << name << ": wgmma rel err against the reference";
+    }
+  }
+  EXPECT_GT(run, 40);
+}
+
+}  // namespace
+}  // namespace seqpar::optest

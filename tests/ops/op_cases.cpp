@@ -1,0 +1,440 @@
+// Every op of kernels/ops.h, described once (op_harness.h): shapes, seeded random inputs, the f64
+// reference through the CPU kernels' templates (kernels/cpu, instantiated for double) or the
+// formula, and the finite-difference checks of the small cases. Shapes cover the CUDA kernels'
+// vectorised and scalar paths (odd widths, tails).
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "ops/op_harness.h"
+
+namespace seqpar::optest {
+
+namespace {
+
+std::string dims(const char* op, std::initializer_list<std::pair<const char*, int64_t>> d) {
+  std::string s = op;
+  for (const auto& [name, value] : d) s += std::string(" ") + name + "=" + std::to_string(value);
+  return s;
+}
+
+const char* store_name(Store s) {
+  switch (s) {
+    case Store::kCompute:
+      return "compute";
+    case Store::kF32:
+      return "f32";
+    case Store::kBF16:
+      return "bf16";
+    case Store::kI32:
+      return "i32";
+  }
+  return "?";
+}
+
+std::vector<int32_t> random_ints(size_t n, uint64_t seed, int32_t lo, int32_t hi) {  // [lo, hi)
+  const std::vector<float> u = random_values(n, seed, 0.f, 1.f);
+  std::vector<int32_t> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = std::min(hi - 1, lo + static_cast<int32_t>(u[i] * static_cast<float>(hi - lo)));
+  return out;
+}
+
+Operand in(const std::string& name, const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f,
+           Store store = Store::kCompute) {
+  return {name, shape, Role::kIn, store, random_values(static_cast<size_t>(shape_numel(shape)), seed, lo, hi), {}};
+}
+Operand inout(const std::string& name, const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f,
+              Store store = Store::kCompute) {
+  Operand o = in(name, shape, seed, lo, hi, store);
+  o.role = Role::kInOut;
+  return o;
+}
+Operand out(const std::string& name, const Shape& shape, Store store = Store::kCompute) {
+  return {name, shape, Role::kOut, store, {}, {}};
+}
+Operand ints(const std::string& name, std::vector<int32_t> v) {
+  return {name, {static_cast<int64_t>(v.size())}, Role::kIn, Store::kI32, {}, std::move(v)};
+}
+
+std::vector<int32_t> as_ints(const std::vector<double>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
+
+// ---- embedding ----------------------------------------------------------------------------------
+
+void embedding_cases(std::vector<OpCase>& cases) {
+  for (int64_t C : {64, 36}) {  // vectorised and scalar paths
+    const int64_t T = 300, V = 500;
+    OpCase c;
+    c.name = dims("embedding_forward", {{"T", T}, {"C", C}, {"V", V}});
+    c.operands = {ints("ids", random_ints(T, 2, 0, V)), in("wte", {V, C}, 1), out("out", {T, C})};
+    c.run = [](Tensors& t, auto&, const Backend&) { embedding_forward(t.at("out"), t.at("ids"), t.at("wte")); };
+    c.reference = [T, C, V](Values& v) {
+      const std::vector<int32_t> ids = as_ints(v["ids"]);
+      cpu::embedding_forward<double>(v["out"].data(), ids.data(), v["wte"].data(), T, C, V);
+    };
+    c.checked = {"out"};
+    cases.push_back(c);
+  }
+  // dwte += dout at ids. An f32 accumulator (the training setting) takes many repeated ids; a bf16
+  // one distinct ids (it rounds once per token).
+  struct Variant {
+    Store dout, dwte;
+    bool repeats;
+  };
+  for (const Variant& var :
+       {Variant{Store::kCompute, Store::kF32, true}, Variant{Store::kCompute, Store::kCompute, false},
+        Variant{Store::kF32, Store::kBF16, false}}) {
+    for (int64_t C : {64, 36}) {
+      const int64_t T = 400, V = 500;
+      std::vector<int32_t> ids = random_ints(T, 5, 0, var.repeats ? 40 : V);
+      if (!var.repeats) std::iota(ids.begin(), ids.end(), 50);
+      OpCase c;
+      c.name = dims("embedding_backward", {{"T", T}, {"C", C}, {"V", V}}) + " dout " + store_name(var.dout) + " dwte " +
+               store_name(var.dwte) + (var.repeats ? " repeated ids" : " distinct ids");
+      c.operands = {ints("ids", ids), in("dout", {T, C}, 3, -1.f, 1.f, var.dout),
+                    inout("dwte", {V, C}, 4, -1.f, 1.f, var.dwte)};
+      c.run = [](Tensors& t, auto&, const Backend&) { embedding_backward(t.at("dwte"), t.at("dout"), t.at("ids")); };
+      c.reference = [T, C, V](Values& v) {
+        const std::vector<int32_t> ids = as_ints(v["ids"]);
+        cpu::embedding_backward<double>(v["dwte"].data(), v["dout"].data(), ids.data(), T, C, V);
+      };
+      c.checked = {"dwte"};
+      cases.push_back(c);
+    }
+  }
+}
+
+// ---- RMSNorm ------------------------------------------------------------------------------------
+
+OpCase rmsnorm_case(int64_t T, int64_t C, Store weight, uint64_t seed) {
+  const float eps = 1e-5f;
+  OpCase c;
+  c.name = dims("rmsnorm forward+backward", {{"T", T}, {"C", C}}) + " weight " + store_name(weight);
+  c.operands = {in("x", {T, C}, seed, -2.f, 2.f),
+                in("w", {C}, seed + 1, 0.5f, 1.5f, weight),
+                in("dy", {T, C}, seed + 2),
+                out("y", {T, C}),
+                out("rstd", {T}, Store::kF32),
+                out("dx", {T, C}),
+                inout("dw", {C}, seed + 3, -1.f, 1.f, Store::kF32)};
+  c.run = [eps](Tensors& t, auto&, const Backend&) {
+    rmsnorm_forward(t.at("y"), t.at("rstd"), t.at("x"), t.at("w"), eps);
+    rmsnorm_backward(t.at("dx"), t.at("dw"), t.at("dy"), t.at("x"), t.at("w"), t.at("rstd"));
+  };
+  c.reference = [T, C, eps](Values& v) {
+    cpu::rmsnorm_forward<double>(v["y"].data(), v["rstd"].data(), v["x"].data(), v["w"].data(), T, C, eps);
+    cpu::rmsnorm_backward<double>(v["dx"].data(), v["dw"].data(), v["dy"].data(), v["x"].data(), v["w"].data(),
+                                  v["rstd"].data(), T, C);
+  };
+  c.checked = {"y", "rstd", "dx", "dw"};
+  c.fd = {{"x", "y", "dy", "dx", false}, {"w", "y", "dy", "dw", true}};
+  return c;
+}
+
+void rmsnorm_cases(std::vector<OpCase>& cases) {
+  // C=256 vectorised; C=100 scalar; T=1200 > the backward grid, so blocks take several rows.
+  for (Store w : {Store::kCompute, Store::kF32, Store::kBF16}) {
+    OpCase big = rmsnorm_case(1200, 256, w, 10), small = rmsnorm_case(37, 100, w, 10);
+    big.fd.clear();
+    small.fd.clear();
+    cases.push_back(big);
+    cases.push_back(small);
+  }
+  cases.push_back(rmsnorm_case(3, 7, Store::kCompute, 14));  // small: finite differences
+}
+
+// ---- RoPE ---------------------------------------------------------------------------------------
+
+void rope_cases(std::vector<OpCase>& cases) {
+  struct Shape3 {
+    int64_t T, H, D;
+    bool fd;
+  };
+  for (const Shape3& s : {Shape3{50, 6, 64, false}, Shape3{50, 3, 20, false}, Shape3{3, 2, 8, true}}) {
+    const auto [T, H, D, fd] = s;  // 64: vectorised; 20: scalar (D/2 = 10)
+    std::vector<float> inv_freq(static_cast<size_t>(D / 2));
+    for (int64_t i = 0; i < D / 2; ++i)
+      inv_freq[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * static_cast<double>(i) / static_cast<double>(D)));
+    OpCase c;
+    c.name = dims("rope forward, backward", {{"T", T}, {"H", H}, {"D", D}});
+    Operand freq{"inv_freq", {D / 2}, Role::kIn, Store::kF32, inv_freq, {}};
+    // long-context positions: large angles
+    c.operands = {ints("pos", random_ints(T, 17, 0, 100000)), freq, inout("x", {T, H, D}, 18),
+                  inout("g", {T, H, D}, 19)};
+    c.run = [](Tensors& t, auto&, const Backend&) {
+      rope_forward(t.at("x"), t.at("pos"), t.at("inv_freq"));
+      rope_backward(t.at("g"), t.at("pos"), t.at("inv_freq"));
+    };
+    c.reference = [T, H, D](Values& v) {
+      const std::vector<int32_t> pos = as_ints(v["pos"]);
+      const std::vector<float> f(v["inv_freq"].begin(), v["inv_freq"].end());
+      cpu::rope_forward<double>(v["x"].data(), pos.data(), f.data(), T, H, D);
+      cpu::rope_backward<double>(v["g"].data(), pos.data(), f.data(), T, H, D);
+    };
+    c.checked = {"x", "g"};
+    // rope_backward is the transpose of rope_forward: d(sum(g0 * rope(x))) / dx = rope_backward(g0).
+    if (fd) c.fd = {{"x", "x", "g", "g", false}};
+    cases.push_back(c);
+  }
+}
+
+// ---- SwiGLU -------------------------------------------------------------------------------------
+
+void swiglu_cases(std::vector<OpCase>& cases) {
+  struct Shape2 {
+    int64_t T, F;
+    bool fd;
+  };
+  for (const Shape2& s : {Shape2{30, 88, false}, Shape2{7, 13, false}, Shape2{2, 9, true}}) {  // packs; tail
+    const auto [T, F, fd] = s;
+    const int64_t n = T * F;
+    OpCase c;
+    c.name = dims("swiglu forward+backward", {{"T", T}, {"F", F}});
+    c.operands = {in("gate", {T, F}, 19, -6.f, 6.f),
+                  in("up", {T, F}, 20, -2.f, 2.f),
+                  in("dy", {T, F}, 21),
+                  out("y", {T, F}),
+                  out("dgate", {T, F}),
+                  out("dup", {T, F})};
+    c.run = [](Tensors& t, auto&, const Backend&) {
+      swiglu_forward(t.at("y"), t.at("gate"), t.at("up"));
+      swiglu_backward(t.at("dgate"), t.at("dup"), t.at("dy"), t.at("gate"), t.at("up"));
+    };
+    c.reference = [n](Values& v) {
+      cpu::swiglu_forward<double>(v["y"].data(), v["gate"].data(), v["up"].data(), n);
+      cpu::swiglu_backward<double>(v["dgate"].data(), v["dup"].data(), v["dy"].data(), v["gate"].data(), v["up"].data(),
+                                   n);
+    };
+    c.checked = {"y", "dgate", "dup"};
+    if (fd) c.fd = {{"gate", "y", "dy", "dgate", false}, {"up", "y", "dy", "dup", false}};
+    cases.push_back(c);
+  }
+}
+
+// ---- matmul -------------------------------------------------------------------------------------
+
+void matmul_cases(std::vector<OpCase>& cases) {
+  struct Variant {
+    Store out;
+    float alpha, beta;
+  };
+  // out = alpha op(a) op(b) + beta out: a plain product, dW += dy^T x into an f32 gradient, and a
+  // general alpha / beta; each in bf16 and (on the f32 backends) true f32 (TF32 would fail).
+  const Variant variants[] = {{Store::kCompute, 1.f, 0.f}, {Store::kF32, 0.5f, 1.f}, {Store::kCompute, 0.7f, 0.5f}};
+  struct Mnk {
+    int64_t M, N, K;
+  };
+  for (const Mnk& s : {Mnk{96, 80, 72}, Mnk{33, 17, 29}, Mnk{256, 128, 1000}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (const Variant& var : variants) {
+          const auto [M, N, K] = s;
+          OpCase c;
+          c.name = dims("matmul", {{"M", M}, {"N", N}, {"K", K}, {"ta", ta}, {"tb", tb}}) + " out " +
+                   store_name(var.out) + " alpha=" + std::to_string(var.alpha) + " beta=" + std::to_string(var.beta);
+          Operand o = var.beta == 0.f ? out("out", {M, N}, var.out) : inout("out", {M, N}, 32, -1.f, 1.f, var.out);
+          c.operands = {in("a", ta ? Shape{K, M} : Shape{M, K}, 30 + M),
+                        in("b", tb ? Shape{N, K} : Shape{K, N}, 31 + N), o};
+          const float alpha = var.alpha, beta = var.beta;
+          c.run = [ta, tb, alpha, beta](Tensors& t, auto&, const Backend&) {
+            matmul(t.at("out"), t.at("a"), t.at("b"), ta, tb, alpha, beta);
+          };
+          c.reference = [M, N, K, ta, tb, alpha, beta](Values& v) {
+            cpu::matmul_reference<double>(v["out"].data(), v["a"].data(), v["b"].data(), M, N, K, ta, tb, alpha, beta);
+          };
+          c.checked = {"out"};
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  // A linear layer's forward and backward, as the model calls them (y = x W^T; dx = dy W;
+  // dW += dy^T x), small enough for finite differences.
+  const int64_t T = 5, In = 4, Out = 3;
+  OpCase c;
+  c.name = dims("matmul linear forward+backward", {{"T", T}, {"in", In}, {"out", Out}});
+  c.operands = {in("x", {T, In}, 33), in("W", {Out, In}, 34), in("dy", {T, Out}, 35),
+                out("y", {T, Out}),   out("dx", {T, In}),     inout("dW", {Out, In}, 36, -1.f, 1.f, Store::kF32)};
+  c.run = [](Tensors& t, auto&, const Backend&) {
+    matmul(t.at("y"), t.at("x"), t.at("W"), false, true);
+    matmul(t.at("dx"), t.at("dy"), t.at("W"), false, false);
+    matmul(t.at("dW"), t.at("dy"), t.at("x"), true, false, 1.f, 1.f);
+  };
+  c.reference = [T, In, Out](Values& v) {
+    cpu::matmul_reference<double>(v["y"].data(), v["x"].data(), v["W"].data(), T, Out, In, false, true, 1.0, 0.0);
+    cpu::matmul_reference<double>(v["dx"].data(), v["dy"].data(), v["W"].data(), T, In, Out, false, false, 1.0, 0.0);
+    cpu::matmul_reference<double>(v["dW"].data(), v["dy"].data(), v["x"].data(), Out, In, T, true, false, 1.0, 1.0);
+  };
+  c.checked = {"y", "dx", "dW"};
+  c.fd = {{"x", "y", "dy", "dx", false}, {"W", "y", "dy", "dW", true}};
+  cases.push_back(c);
+}
+
+// ---- cross-entropy ------------------------------------------------------------------------------
+
+void cross_entropy_cases(std::vector<OpCase>& cases) {
+  struct Shape2 {
+    int64_t T, V;
+    bool fd;
+  };
+  for (const Shape2& s : {Shape2{64, 1000, false}, Shape2{64, 997, false}, Shape2{4, 6, true}}) {  // packs; scalar
+    const auto [T, V, fd] = s;
+    std::vector<int32_t> targets = random_ints(T, 41, 0, static_cast<int32_t>(V));
+    for (int64_t t = 0; t < T; t += 5) targets[t] = kIgnoreIndex;
+    const float dloss = 1.f / 51.f;
+    OpCase c;
+    c.name = dims("cross_entropy forward+backward", {{"T", T}, {"V", V}});
+    Operand inplace = inout("dlogits_in_place", {T, V}, 40, -4.f, 4.f);  // the same values as logits
+    // d(sum_t dloss * losses[t]) / dlogits is what cross_entropy_backward computes: the upstream.
+    Operand upstream{"dlosses", {T}, Role::kIn, Store::kF32, std::vector<float>(static_cast<size_t>(T), dloss), {}};
+    c.operands = {in("logits", {T, V}, 40, -4.f, 4.f),
+                  ints("targets", targets),
+                  out("losses", {T}, Store::kF32),
+                  out("dlogits", {T, V}),
+                  inplace,
+                  upstream};
+    c.run = [dloss](Tensors& t, auto&, const Backend&) {
+      cross_entropy_forward(t.at("losses"), t.at("logits"), t.at("targets"));
+      cross_entropy_backward(t.at("dlogits"), t.at("logits"), t.at("targets"), dloss);
+      Tensor& x = t.at("dlogits_in_place");  // dlogits written over logits
+      cross_entropy_backward(x, x, t.at("targets"), dloss);
+    };
+    c.reference = [T, V, dloss](Values& v) {
+      const std::vector<int32_t> tg = as_ints(v["targets"]);
+      cpu::cross_entropy_forward<double>(v["losses"].data(), v["logits"].data(), tg.data(), T, V);
+      cpu::cross_entropy_backward<double>(v["dlogits"].data(), v["logits"].data(), tg.data(), dloss, T, V);
+      std::vector<double> x = v["dlogits_in_place"];
+      cpu::cross_entropy_backward<double>(v["dlogits_in_place"].data(), x.data(), tg.data(), dloss, T, V);
+    };
+    c.checked = {"losses", "dlogits", "dlogits_in_place"};
+    if (fd) c.fd = {{"logits", "losses", "dlosses", "dlogits", false}};
+    cases.push_back(c);
+  }
+}
+
+// ---- elementwise, reductions, cast ----------------------------------------------------------------
+
+void elementwise_cases(std::vector<OpCase>& cases) {
+  const int64_t n = 1003;  // 125 packs + a tail of 3
+  // One op per case: each rounds its bf16 result once, as the same-dtype baseline does.
+  for (Store y : {Store::kCompute, Store::kF32, Store::kBF16}) {
+    for (Store x : {Store::kCompute, Store::kBF16}) {
+      OpCase c;
+      c.name = std::string("add_inplace n=1003 y ") + store_name(y) + " x " + store_name(x);
+      c.operands = {inout("y", {n}, 50, -1.f, 1.f, y), in("x", {n}, 51, -1.f, 1.f, x)};
+      c.run = [](Tensors& t, auto&, const Backend&) { add_inplace(t.at("y"), t.at("x")); };
+      c.reference = [n](Values& v) { cpu::add_inplace<double>(v["y"].data(), v["x"].data(), n); };
+      c.checked = {"y"};
+      cases.push_back(c);
+    }
+    OpCase c;
+    c.name = std::string("scale_inplace n=1003 y ") + store_name(y);
+    c.operands = {inout("y", {n}, 52, -1.f, 1.f, y)};
+    c.run = [](Tensors& t, auto&, const Backend&) { scale_inplace(t.at("y"), -1.7f); };
+    c.reference = [n](Values& v) { cpu::scale_inplace<double>(v["y"].data(), -1.7, n); };
+    c.checked = {"y"};
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    const int64_t m = 1000003;
+    c.name = "sum_squares n=1000003";
+    c.operands = {in("x", {m}, 52, -3.f, 3.f)};
+    c.run = [](Tensors& t, std::map<std::string, double>& s, const Backend&) { s["sum"] = sum_squares(t.at("x")); };
+    c.reference = [m](Values& v) { v["sum"] = {cpu::sum_squares<double>(v["x"].data(), m)}; };
+    c.checked = {"sum"};
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    const int64_t m = 1001;
+    c.name = "cast f32 -> compute, bf16 -> f32 n=1001";
+    c.operands = {in("x", {m}, 53, -100.f, 100.f, Store::kF32), out("y", {m}),
+                  in("xb", {m}, 54, -100.f, 100.f, Store::kBF16), out("back", {m}, Store::kF32)};
+    c.run = [](Tensors& t, auto&, const Backend&) {
+      cast(t.at("y"), t.at("x"));
+      cast(t.at("back"), t.at("xb"));
+    };
+    c.reference = [](Values& v) {
+      v["y"] = v["x"];
+      v["back"] = v["xb"];
+    };
+    c.checked = {"y", "back"};
+    cases.push_back(c);
+  }
+}
+
+// ---- optimizer ----------------------------------------------------------------------------------
+
+void optimizer_cases(std::vector<OpCase>& cases) {
+  const int64_t n = 4099;
+  const AdamWConfig cfg{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  const float grad_scale = 0.8f;
+  OpCase c;
+  c.name = "adamw_step x3 n=4099 grad compute";
+  c.operands = {inout("p", {n}, 60, -1.f, 1.f, Store::kF32), inout("m", {n}, 61, -0.1f, 0.1f, Store::kF32),
+                inout("v", {n}, 62, 0.f, 0.01f, Store::kF32)};
+  for (int step = 1; step <= 3; ++step) c.operands.push_back(in("g" + std::to_string(step), {n}, 63 + step));
+  c.run = [cfg, grad_scale](Tensors& t, auto&, const Backend&) {
+    for (int step = 1; step <= 3; ++step)
+      adamw_step(t.at("p"), t.at("m"), t.at("v"), t.at("g" + std::to_string(step)), cfg, step, grad_scale);
+  };
+  // torch's formulas in double on the unrounded gradients.
+  c.reference = [n, grad_scale](Values& v) {
+    for (int step = 1; step <= 3; ++step) {
+      const double bc1 = 1 - std::pow(0.9, step), bc2 = 1 - std::pow(0.95, step);
+      const std::vector<double>& g = v["g" + std::to_string(step)];
+      for (int64_t i = 0; i < n; ++i) {
+        const double gi = g[i] * grad_scale;
+        v["p"][i] *= 1 - 3e-3 * 0.1;
+        v["m"][i] = 0.9 * v["m"][i] + 0.1 * gi;
+        v["v"][i] = 0.95 * v["v"][i] + 0.05 * gi * gi;
+        v["p"][i] -= 3e-3 / bc1 * v["m"][i] / (std::sqrt(v["v"][i]) / std::sqrt(bc2) + 1e-8);
+      }
+    }
+  };
+  c.checked = {"p", "m", "v"};
+  cases.push_back(c);
+
+  OpCase clip;
+  clip.name = "clip_coefficient";
+  clip.run = [](Tensors&, std::map<std::string, double>& s, const Backend&) {
+    s["below"] = clip_coefficient(0.5, 1.0);
+    s["above"] = clip_coefficient(4.0, 1.0);
+    s["off"] = clip_coefficient(4.0, 0.0);
+  };
+  clip.reference = [](Values& v) {
+    v["below"] = {1.0};  // min(1, max_norm / (norm + 1e-6))
+    v["above"] = {1.0 / (4.0 + 1e-6)};
+    v["off"] = {1.0};
+  };
+  clip.checked = {"below", "above", "off"};
+  clip.unsupported = [](const Backend& b) {
+    return b.device.is_cpu() ? std::string() : std::string("a host computation: no tensor, nothing on the device");
+  };
+  cases.push_back(clip);
+}
+
+}  // namespace
+
+std::vector<OpCase> op_cases() {
+  std::vector<OpCase> cases;
+  embedding_cases(cases);
+  rmsnorm_cases(cases);
+  rope_cases(cases);
+  swiglu_cases(cases);
+  matmul_cases(cases);
+  cross_entropy_cases(cases);
+  elementwise_cases(cases);
+  optimizer_cases(cases);
+  return cases;
+}
+
+}  // namespace seqpar::optest
