@@ -16,6 +16,7 @@
 #   misc.log         nvidia-smi, SASS checks of the kernels, bench stderr
 #   summary.txt      the table printed at the end
 # GPU_CHECK_BUDGET (seconds, default 450): the whole script aims to end within it.
+# GPU_CHECK_TEST_TIMEOUT (seconds, default 420): the limit of the test_cuda run.
 # GPU_CHECK_ONLY (comma list, default all): the sections to run after the build, of
 #   tests, gemm (two passes beside torch), interleaved (GEMM shape by shape, default and --strict),
 #   ops, attention, sp, train, sass, ctest.
@@ -65,7 +66,7 @@ if ! want tests; then
   :
 elif [[ -x $BUILD/test_cuda ]]; then
   t0=$SECONDS
-  timeout 240 "$BUILD/test_cuda" >"$OUT/test_cuda.log" 2>&1
+  timeout "${GPU_CHECK_TEST_TIMEOUT:-420}" "$BUILD/test_cuda" >"$OUT/test_cuda.log" 2>&1
   rc=$?
   passed=$(grep -c "^\[       OK \]" "$OUT/test_cuda.log")
   failed=$(grep -c "^\[  FAILED  \] .*(" "$OUT/test_cuda.log")
