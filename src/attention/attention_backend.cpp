@@ -28,8 +28,29 @@ const char* attention_backend_name(AttentionBackend backend) {
 }
 
 AttentionBackend parse_attn_implementation(const std::string& name) {
-  if (name == "sdpa") return AttentionBackend::kCudnn;
-  if (name == "flash_attention_2" || name == "flash_attention_3") return AttentionBackend::kFlash;
+  return attention_backend_for(attn_implementation_of(name));
+}
+
+AttentionBackend attention_backend_for(AttnImplementation impl) {
+  return impl == AttnImplementation::kSdpa ? AttentionBackend::kCudnn : AttentionBackend::kFlash;
+}
+
+const char* attn_implementation_name(AttnImplementation impl) {
+  switch (impl) {
+    case AttnImplementation::kSdpa:
+      return "sdpa";
+    case AttnImplementation::kFlashAttention2:
+      return "flash_attention_2";
+    case AttnImplementation::kFlashAttention3:
+      return "flash_attention_3";
+  }
+  return "?";
+}
+
+AttnImplementation attn_implementation_of(const std::string& name) {
+  if (name == "sdpa") return AttnImplementation::kSdpa;
+  if (name == "flash_attention_2") return AttnImplementation::kFlashAttention2;
+  if (name == "flash_attention_3") return AttnImplementation::kFlashAttention3;
   if (name == "eager") {
     throw InputError(
         "attn_implementation='eager' is not supported: eager attention materialises the [S, S] score matrix per "

@@ -32,6 +32,14 @@ const char* attention_backend_name(AttentionBackend backend);
 // and anything else is an InputError listing the accepted names.
 AttentionBackend parse_attn_implementation(const std::string& name);
 
+// The attn_implementation names seqpar takes, as a closed set (TrainConfig's setting).
+enum class AttnImplementation { kSdpa, kFlashAttention2, kFlashAttention3 };
+// The name's value; InputError for eager and any other name, as parse_attn_implementation.
+AttnImplementation attn_implementation_of(const std::string& name);
+const char* attn_implementation_name(AttnImplementation impl);
+// cudnn for sdpa, flash for flash_attention_2 / flash_attention_3.
+AttentionBackend attention_backend_for(AttnImplementation impl);
+
 // Documents of one packed token stream: document d covers tokens [cu[d], cu[d+1]).
 struct PackedDocs {
   std::vector<int32_t> cu;  // [B + 1], cu[0] = 0, cu[B] = T

@@ -138,7 +138,7 @@ int run_bench_train(const BenchTrainOptions& o) {
                  {"activation_checkpointing", base.activation_checkpointing},
                  {"checkpoint_keep_attention", base.checkpoint_keep_attention},
                  {"checkpoint_offload", base.checkpoint_offload},
-                 {"attn_implementation", base.attn_implementation},
+                 {"attn_implementation", attn_implementation_name(base.attn_implementation)},
                  {"tiled_mlp_tokens", base.mlp_tile_tokens},
                  {"tiled_loss_tokens", base.loss_tile_tokens},
                  {"zero_stage", base.zero_stage},

@@ -20,7 +20,6 @@ struct FwdBwdArgs {
 };
 
 void run(FwdBwdArgs& a) {
-  (void)parse_attn_implementation(a.options.attn_implementation);  // an unknown name fails before any reading
   a.options.kernels = process_kernel_policy();
   SafetensorsData in = read_safetensors(a.input);
   const Tensor& ids = in.at("input_ids");

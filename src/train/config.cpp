@@ -30,7 +30,6 @@ void TrainConfig::validate() const {
 
 void TrainConfig::validate_run() const {
   if (model_dir.empty()) model.validate();
-  (void)parse_attn_implementation(attn_implementation);  // InputError for eager or an unknown name
   SEQPAR_INPUT_CHECK(task.seq_len >= 1, "seq_len={} must be >= 1", task.seq_len);
   SEQPAR_INPUT_CHECK(micro_batch >= 1, "micro_batch={} must be >= 1", micro_batch);
   SEQPAR_INPUT_CHECK(grad_accum >= 1, "grad_accum={} must be >= 1", grad_accum);
@@ -118,6 +117,8 @@ std::string text_of(const T& v) {
     return v == Transport::kLocal ? "local" : v == Transport::kNccl ? "nccl" : "auto";
   } else if constexpr (std::is_same_v<T, Device> || std::is_same_v<T, ResumeFrom>) {
     return v.str();
+  } else if constexpr (std::is_same_v<T, AttnImplementation>) {
+    return attn_implementation_name(v);
   } else {
     return fmt::format("{}", v);
   }
@@ -154,6 +155,12 @@ T from_text(const std::string& s, const std::string& flag) {
   } else if constexpr (std::is_same_v<T, ResumeFrom>) {
     (void)flag;
     return ResumeFrom::parse(s);
+  } else if constexpr (std::is_same_v<T, AttnImplementation>) {
+    try {
+      return attn_implementation_of(s);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}={}: {}", flag, s, e.what()));
+    }
   } else if constexpr (std::is_integral_v<T>) {
     T v{};
     const char* end = s.data() + s.size();
@@ -214,6 +221,7 @@ SettingDecl decl(std::string name, SettingGroup group, std::vector<std::string> 
   if constexpr (std::is_same_v<T, SpMode>) d.choices = {"ulysses", "ring", "hybrid"};
   if constexpr (std::is_same_v<T, SpLayout>) d.choices = {"zigzag", "contiguous"};
   if constexpr (std::is_same_v<T, Transport>) d.choices = {"auto", "local", "nccl"};
+  if constexpr (std::is_same_v<T, AttnImplementation>) d.choices = {"sdpa", "flash_attention_2", "flash_attention_3"};
   return d;
 }
 
@@ -248,13 +256,12 @@ void declare_model(std::vector<SettingDecl>& s) {
                    "built-in model: head dim (CUDA needs 64 or 128)"));
   s.push_back(with(
       decl("attn_implementation", G::kModel, {"--attn-implementation"},
-           +[](TrainConfig& c) -> std::string& { return c.attn_implementation; },
+           +[](TrainConfig& c) -> AttnImplementation& { return c.attn_implementation; },
            "Hugging Face's attn_implementation: flash_attention_2 or flash_attention_3 (seqpar's flash kernel), sdpa "
            "(cuDNN fused attention on CUDA where exact, the flash kernel elsewhere); eager is rejected (it "
            "materialises the [S, S] scores)",
            "", "parallelism_config.sp_attn_implementation"),
       kAll));
-  s.back().choices = {"sdpa", "flash_attention_2", "flash_attention_3"};
 }
 
 void declare_data(std::vector<SettingDecl>& s) {

@@ -15,6 +15,7 @@
 
 #include "core/device.h"
 #include "arch/llama_config.h"
+#include "attention/attention_backend.h"
 #include "parallel/kernel_policy.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
@@ -133,7 +134,7 @@ struct TrainConfig {
   // (attention_backend.h); eager is an error. The CPU has one attention. The default is the
   // flash kernel: with sdpa the GPU demo (sp = 4 Ulysses, one head per rank) learns less well
   // than with flash, not yet explained (docs/training.md).
-  std::string attn_implementation = "flash_attention_2";
+  AttnImplementation attn_implementation = AttnImplementation::kFlashAttention2;
   bool time_steps = false;  // benchmarks: synchronise the device at each step's end (see TrainResult)
   // Op-level profile (core/profile.h) of the leading rank's steps after the first (the first
   // tunes the GEMMs and fills the allocator's cache; a one-step run profiles that step): the

@@ -43,6 +43,8 @@ template <typename T>
 std::string show(const T& v) {
   if constexpr (std::is_same_v<T, LrScheduleType>) {
     return schedule_name(v);
+  } else if constexpr (std::is_same_v<T, AttnImplementation>) {
+    return attn_implementation_name(v);
   } else if constexpr (std::is_same_v<T, std::string>) {
     return v.empty() ? "(none)" : v;
   } else {
@@ -205,7 +207,9 @@ class Resolver {
     from_yaml(a, "dp_shard", t.dp_shard, a.dp_shard_size);
     from_yaml(a, "seq_len", t.task.seq_len, a.sp_seq_length);
     from_yaml(a, "seq_length_is_variable", rec.seq_length_is_variable, a.sp_seq_length_is_variable);
-    from_yaml(a, "attn_implementation", t.attn_implementation, a.sp_attn_implementation);
+    if (a.sp_attn_implementation.has())
+      offer("attn_implementation", t.attn_implementation, attn_implementation_of(*a.sp_attn_implementation),
+            ConfigLayer::kAccelerate, a.source + ": " + a.sp_attn_implementation.key);
   }
 
   ResolvedConfig finish() {

@@ -44,7 +44,7 @@ TrainStep::TrainStep(Communicator& world, const MeshShape& shape, Device device,
   // The attention kernels of this run: the process's policy, with attn_implementation's backend on
   // CUDA (the CPU has one attention).
   attention_policy_ = cfg.kernels.attention;
-  if (device.is_cuda()) attention_policy_.backend = parse_attn_implementation(cfg.attn_implementation);
+  if (device.is_cuda()) attention_policy_.backend = attention_backend_for(cfg.attn_implementation);
   partition_grads_ = cfg.zero_stage >= 2 && adamw_.sharded();
   if (partition_grads_) partition_gradients();
 }

@@ -212,7 +212,7 @@ parallelism_config:
   EXPECT_EQ(t.task.seq_len, 512);
   EXPECT_EQ(r.source_of("seq_len"), "acc.yaml: parallelism_config.parallelism_config_sp_seq_length");
   EXPECT_FALSE(r.recorded.seq_length_is_variable);
-  EXPECT_EQ(r.train.attn_implementation, "flash_attention_3");
+  EXPECT_EQ(r.train.attn_implementation, AttnImplementation::kFlashAttention3);
   EXPECT_EQ(r.train_batch_size, 8 * 2 * 2);  // micro 8 (default) × grad_accum 2 × dp 2
 }
 
