@@ -135,13 +135,13 @@ int run_bench_train(const BenchTrainOptions& o) {
                  {"sp", sp},
                  {"sp_mode", sp_mode_name(base.sp_mode)},
                  {"dp", dp},
-                 {"activation_checkpointing", base.activation_checkpointing},
-                 {"checkpoint_keep_attention", base.checkpoint_keep_attention},
-                 {"checkpoint_offload", base.checkpoint_offload},
+                 {"activation_checkpointing", base.memory.activation_checkpointing},
+                 {"checkpoint_keep_attention", base.memory.checkpoint_keep_attention},
+                 {"checkpoint_offload", base.memory.checkpoint_offload},
                  {"attn_implementation", attn_implementation_name(base.attn_implementation)},
-                 {"tiled_mlp_tokens", base.mlp_tile_tokens},
-                 {"tiled_loss_tokens", base.loss_tile_tokens},
-                 {"zero_stage", base.zero_stage},
+                 {"tiled_mlp_tokens", base.memory.mlp_tile_tokens},
+                 {"tiled_loss_tokens", base.memory.loss_tile_tokens},
+                 {"zero_stage", base.memory.zero_stage},
                  {"device", device.str()}};
     try {
       allocator_for(device).reset_peak();  // this length's peak, not the previous one's

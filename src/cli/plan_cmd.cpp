@@ -99,15 +99,15 @@ void add_plan_command(CLI::App& app, int& rc) {
   c->add_option("--sp", in.sp, "sequence-parallel degree (default: --gpus)");
   c->add_option("--sp-mode", args->sp_mode, "ulysses | ring | hybrid")->capture_default_str();
   c->add_option("--ulysses-degree", in.ulysses_degree, "hybrid: ranks per Ulysses group");
-  c->add_flag("--activation-checkpointing,--gradient-checkpointing", in.activation_checkpointing,
+  c->add_flag("--activation-checkpointing,--gradient-checkpointing", in.memory.activation_checkpointing,
               "keep only each layer's input");
-  c->add_flag("--checkpoint-offload", in.checkpoint_offload,
+  c->add_flag("--checkpoint-offload", in.memory.checkpoint_offload,
               "with --activation-checkpointing: the layers' kept inputs wait in host memory (two stay on the GPU)");
-  c->add_flag("--checkpoint-keep-attention", in.checkpoint_keep_attention,
+  c->add_flag("--checkpoint-keep-attention", in.memory.checkpoint_keep_attention,
               "with checkpointing: also keep attention's output and context");
-  c->add_option("--tiled-mlp-tokens", in.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();
-  c->add_option("--tiled-loss-tokens", in.loss_tile_tokens, "tiled loss tile (0 = untiled)")->capture_default_str();
-  c->add_option("--zero-stage", in.zero_stage, "ZeRO stage (1-3 shard the AdamW state over --gpus)")
+  c->add_option("--tiled-mlp-tokens", in.memory.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();
+  c->add_option("--tiled-loss-tokens", in.memory.loss_tile_tokens, "tiled loss tile (0 = untiled)")->capture_default_str();
+  c->add_option("--zero-stage", in.memory.zero_stage, "ZeRO stage (1-3 shard the AdamW state over --gpus)")
       ->capture_default_str();
   c->add_option("--device", args->device, "cuda (bf16, f32 master weights) | cpu (f32)")->capture_default_str();
   c->add_option("--gpu-memory-gib", args->gpu_memory_gib, "GPU memory to fit in (an H200: 139.8)")

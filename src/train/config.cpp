@@ -28,6 +28,16 @@ void TrainConfig::validate() const {
                      task.seq_len, sp, m.ring > 1 ? sp_layout_name(layout) : "contiguous", multiple / sp);
 }
 
+void MemorySettings::validate() const {
+  LlamaModel::policy_for(activation_checkpointing, checkpoint_keep_attention);  // checks the pair
+  SEQPAR_INPUT_CHECK(activation_checkpointing || !checkpoint_offload,
+                     "checkpoint_offload=true needs activation_checkpointing=true (--activation-checkpointing): it "
+                     "moves the checkpointed layers' inputs to host memory");
+  SEQPAR_INPUT_CHECK(mlp_tile_tokens >= 0, "tiled_mlp_tokens={} must be >= 0 (0 = untiled)", mlp_tile_tokens);
+  SEQPAR_INPUT_CHECK(loss_tile_tokens >= 0, "tiled_loss_tokens={} must be >= 0 (0 = untiled)", loss_tile_tokens);
+  SEQPAR_INPUT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage={} must be 0, 1, 2 or 3", zero_stage);
+}
+
 void TrainConfig::validate_run() const {
   if (model_dir.empty()) model.validate();
   SEQPAR_INPUT_CHECK(task.seq_len >= 1, "seq_len={} must be >= 1", task.seq_len);
@@ -36,13 +46,7 @@ void TrainConfig::validate_run() const {
   SEQPAR_INPUT_CHECK(steps >= 1, "steps={} must be >= 1", steps);
   SEQPAR_INPUT_CHECK(log_every >= 1, "log_every={} must be >= 1", log_every);
   SEQPAR_INPUT_CHECK(sp >= 1, "sp={} must be >= 1", sp);
-  LlamaModel::policy_for(activation_checkpointing, checkpoint_keep_attention);  // checks the pair
-  SEQPAR_INPUT_CHECK(activation_checkpointing || !checkpoint_offload,
-                     "checkpoint_offload=true needs activation_checkpointing=true (--activation-checkpointing): it "
-                     "moves the checkpointed layers' inputs to host memory");
-  SEQPAR_INPUT_CHECK(mlp_tile_tokens >= 0, "tiled_mlp_tokens={} must be >= 0 (0 = untiled)", mlp_tile_tokens);
-  SEQPAR_INPUT_CHECK(loss_tile_tokens >= 0, "tiled_loss_tokens={} must be >= 0 (0 = untiled)", loss_tile_tokens);
-  SEQPAR_INPUT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage={} must be 0, 1, 2 or 3", zero_stage);
+  memory.validate();
   SEQPAR_INPUT_CHECK(dp_replicate >= 1 && dp_shard >= 1, "dp_replicate={} and dp_shard={} must be >= 1", dp_replicate,
                      dp_shard);
   SEQPAR_INPUT_CHECK(optimizer.adamw.lr > 0, "lr={} must be > 0", optimizer.adamw.lr);
@@ -335,37 +339,37 @@ void declare_parallel(std::vector<SettingDecl>& s) {
 
 void declare_memory(std::vector<SettingDecl>& s) {
   s.push_back(with(decl("activation_checkpointing", G::kMemory, {"--activation-checkpointing", "--gradient-checkpointing"},
-                        +[](TrainConfig& c) -> bool& { return c.activation_checkpointing; },
+                        +[](TrainConfig& c) -> bool& { return c.memory.activation_checkpointing; },
                         "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
                         "gradient_checkpointing: the same gradients, far less activation memory, about one more "
                         "forward)"),
                    kAll));
   s.push_back(with(decl("checkpoint_keep_attention", G::kMemory, {"--checkpoint-keep-attention"},
-                        +[](TrainConfig& c) -> bool& { return c.checkpoint_keep_attention; },
+                        +[](TrainConfig& c) -> bool& { return c.memory.checkpoint_keep_attention; },
                         "with --activation-checkpointing: also keep each layer's attention output and context (q, k, "
                         "v, LSE: O(tokens)), so backward recomputes the norms and the MLP but not attention or its "
                         "communication"),
                    kAll));
   s.push_back(with(decl("checkpoint_offload", G::kMemory, {"--checkpoint-offload"},
-                        +[](TrainConfig& c) -> bool& { return c.checkpoint_offload; },
+                        +[](TrainConfig& c) -> bool& { return c.memory.checkpoint_offload; },
                         "with --activation-checkpointing: each layer's kept input waits in host memory (pinned; the "
                         "copies overlap with compute) between its forward and its backward (ALST's checkpoint "
                         "offload)"),
                    kAll));
   s.push_back(with(decl("tiled_mlp_tokens", G::kMemory, {"--tiled-mlp-tokens"},
-                        +[](TrainConfig& c) -> int64_t& { return c.mlp_tile_tokens; },
+                        +[](TrainConfig& c) -> int64_t& { return c.memory.mlp_tile_tokens; },
                         "tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's "
                         "shard, recomputed in backward (0 = untiled; >= 0)"),
                    kAll));
   s.push_back(with(decl("tiled_loss_tokens", G::kMemory, {"--tiled-loss-tokens"},
-                        +[](TrainConfig& c) -> int64_t& { return c.loss_tile_tokens; },
+                        +[](TrainConfig& c) -> int64_t& { return c.memory.loss_tile_tokens; },
                         "tiled loss: the LM head and cross-entropy over tiles of this many tokens, never a [tokens, "
                         "vocab] logits tensor (0 = untiled; >= 0)"),
                    kAll));
-  s.push_back(with(decl("zero_stage", G::kMemory, {"--zero-stage"}, +[](TrainConfig& c) -> int& { return c.zero_stage; },
+  s.push_back(with(decl("zero_stage", G::kMemory, {"--zero-stage"}, +[](TrainConfig& c) -> int& { return c.memory.zero_stage; },
                         "ZeRO: 1 shards the AdamW state (moments, f32 master weights) over the ranks; 2 also "
                         "partitions the gradients; 3 runs as 2 (weights stay whole); 0 = replicated",
-                        "zero_optimization.stage", "deepspeed_config.zero_stage"),
+                        "zero_optimization.stage", "deepspeed_config.memory.zero_stage"),
                    kTrainBench));
   s.back().choices = {"0", "1", "2", "3"};
 }

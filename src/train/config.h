@@ -18,6 +18,7 @@
 #include "attention/attention_backend.h"
 #include "parallel/kernel_policy.h"
 #include "parallel/sp_attention.h"
+#include "train/memory_settings.h"
 #include "train/job.h"
 #include "train/optimizer.h"
 #include "data/recall_task.h"
@@ -106,28 +107,8 @@ struct TrainConfig {
   // Where the world's ranks run (train/job.h): threads of this process, or one process per GPU
   // over NCCL when a launcher started this one (kAuto picks).
   Transport transport = Transport::kAuto;
-  // Memory: keep only each decoder layer's input in forward and recompute the layer in backward
-  // (HF's gradient_checkpointing; the same gradients, the activations of one layer at a time).
-  bool activation_checkpointing = false;
-  // With activation_checkpointing: also keep each layer's attention output and context (q, k, v,
-  // the LSE; O(tokens)), so backward recomputes the norms, projections' residual and MLP but not
-  // attention or its communication (the costliest part of the recompute at long sequences).
-  bool checkpoint_keep_attention = false;
-  // With activation_checkpointing: each layer's kept input waits in host memory (pinned) between
-  // its forward and backward (LlamaModel::set_checkpoint_offload; ALST's checkpoint offload).
-  bool checkpoint_offload = false;
-  // Tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's shard,
-  // its [tokens, intermediate] tensors one tile at a time, recomputed in backward. 0: untiled.
-  int64_t mlp_tile_tokens = 0;
-  // Tiled loss: the LM head and cross-entropy over tiles of this many tokens, never a [tokens,
-  // vocab] logits tensor in training steps (evaluation of the recall task still takes whole
-  // logits). 0: untiled.
-  int64_t loss_tile_tokens = 0;
-  // ZeRO (DeepSpeed's zero_optimization.stage): >= 1 shards the AdamW state (moments, f32 master
-  // weights) over the world's ranks, each updating its shard of the weights, which are then
-  // all-gathered; >= 2 also partitions the gradients (each layer's summed over the world as its
-  // backward ends, only the rank's shard kept). Weights are not partitioned (3 runs as 2).
-  int zero_stage = 0;
+  // The memory levers (train/memory_settings.h): the group the memory plan takes whole.
+  MemorySettings memory;
   // Hugging Face's attn_implementation (Accelerate's parallelism_config_sp_attn_implementation):
   // on CUDA, sdpa runs cuDNN's fused attention where it is exact and seqpar's flash kernel
   // elsewhere, flash_attention_2 / flash_attention_3 always the flash kernel

@@ -153,7 +153,7 @@ class Resolver {
     from_ds(ds, "sp", t.sp, ds.sequence_parallel_size);
     train_batch_ = ds.train_batch_size;
     train_batch_file_ = ds.source;
-    from_ds(ds, "zero_stage", t.zero_stage, ds.zero_stage);
+    from_ds(ds, "zero_stage", t.memory.zero_stage, ds.zero_stage);
     from_ds(ds, "bf16", rec.bf16, ds.bf16_enabled);
     if (ds.optimizer.present) {
       const DsOptimizer& o = ds.optimizer;
@@ -198,7 +198,7 @@ class Resolver {
     from_yaml(a, "main_process_port", rec.main_process_port, a.main_process_port);
     if (a.mixed_precision.has())
       offer("bf16", rec.bf16, *a.mixed_precision == "bf16", ConfigLayer::kAccelerate, a.source + ": mixed_precision");
-    from_yaml(a, "zero_stage", t.zero_stage, a.zero_stage);
+    from_yaml(a, "zero_stage", t.memory.zero_stage, a.zero_stage);
     from_yaml(a, "grad_accum", t.grad_accum, a.gradient_accumulation_steps);
     from_yaml(a, "clip", t.optimizer.clip, a.gradient_clipping);
     from_yaml(a, "sp_comm_dtype", rec.sp_comm_dtype, a.seq_parallel_communication_data_type);

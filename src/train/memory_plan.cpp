@@ -181,14 +181,7 @@ void check_plan_input(const MemoryPlanInput& in) {
   SEQPAR_INPUT_CHECK(m.num_heads % in.ulysses_degree == 0,
                      "ulysses_degree={} must divide num_attention_heads={} (each Ulysses rank takes whole heads)",
                      in.ulysses_degree, m.num_heads);
-  SEQPAR_INPUT_CHECK(in.mlp_tile_tokens >= 0 && in.loss_tile_tokens >= 0,
-                     "tiled_mlp_tokens={} and tiled_loss_tokens={} must be >= 0", in.mlp_tile_tokens,
-                     in.loss_tile_tokens);
-  SEQPAR_INPUT_CHECK(in.zero_stage >= 0 && in.zero_stage <= 3, "zero_stage={} must be 0, 1, 2 or 3", in.zero_stage);
-  LlamaModel::policy_for(in.activation_checkpointing, in.checkpoint_keep_attention);  // checks the pair
-  SEQPAR_INPUT_CHECK(in.activation_checkpointing || !in.checkpoint_offload,
-                     "checkpoint_offload=true needs activation_checkpointing=true (--activation-checkpointing)");
-
+  in.memory.validate();  // the trainer's rules for the levers
 }
 
 // The model states every rank keeps for the whole step (model/llama.cpp LlamaParams,
@@ -202,11 +195,11 @@ int64_t add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   for (const auto& [name, shape] : LlamaParams::shapes(m)) n += shape_numel(shape);
   const LlamaParams::FlatLayout layout = LlamaParams::flat_layout(m);
   const int64_t n_flat = layout.total;
-  const bool zero = in.zero_stage >= 1 && in.world > 1;
+  const bool zero = in.memory.zero_stage >= 1 && in.world > 1;
   const int64_t shard = zero ? AdamW::shard_len_for(n_flat, in.world) : 0;
   const int64_t opt_elems = zero ? shard : n;  // per moment (and master), per rank
   p.resident.emplace_back(in.cuda ? "weights (bf16)" : "weights (f32)", a * n_flat);
-  if (zero && in.zero_stage >= 2) {
+  if (zero && in.memory.zero_stage >= 2) {
     // Partitioned (LlamaModel::set_grad_sink, the trainer's shard): the shard, one layer's block,
     // and the embedding / final norm / LM head gradients (tensors of their own, unpadded).
     const int64_t edges = (m.tie_word_embeddings ? 1 : 2) * V * C + C;
@@ -244,7 +237,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   MemoryPlan p;
   p.tokens_per_rank = T;
 
-  const bool zero = in.zero_stage >= 1 && in.world > 1;
+  const bool zero = in.memory.zero_stage >= 1 && in.world > 1;
   const int64_t shard = add_resident(p, in, T);
 
   // ---- sequence-parallel attention: its buffers per local token (the walks above) ----------------
@@ -269,27 +262,27 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // read by two head groups twice) instead of the layer's.
   const int64_t ctx = in.sp == 1 ? a * H * D + 2 * a * Hkv * D + 4 * H
                                  : (U == 1 ? a * H * D + 2 * a * Hkv * D : 0) + sp_fwd.ctx;
-  const bool tiled_mlp = in.mlp_tile_tokens > 0 && in.mlp_tile_tokens < T;
+  const bool tiled_mlp = in.memory.mlp_tile_tokens > 0 && in.memory.mlp_tile_tokens < T;
   const int64_t mlp_kept = tiled_mlp ? 0 : 3 * a * F;  // gate, up, h
   // x_in, rstd1, xn1, ctx, attn_out, x_mid, rstd2, xn2, MLP.
   const int64_t full = a * C + 4 + a * C + ctx + a * H * D + a * C + 4 + a * C + mlp_kept;
   int64_t kept = full;
-  if (in.activation_checkpointing) kept = in.checkpoint_keep_attention ? a * C + ctx + a * H * D : a * C;
+  if (in.memory.activation_checkpointing) kept = in.memory.checkpoint_keep_attention ? a * C + ctx + a * H * D : a * C;
   p.kept_per_token_layer = kept;
   p.sp_buffers = std::max(sp_fwd.peak - sp_fwd.ctx, sp_bwd) * T;
   // Offloaded inputs live in host memory; two layers' stay on the device (see the header).
-  const bool offload = in.activation_checkpointing && in.checkpoint_offload;
+  const bool offload = in.memory.activation_checkpointing && in.memory.checkpoint_offload;
   const int64_t on_device_layers = offload ? std::min<int64_t>(L, 2) : L;
   p.host_offload_bytes = offload ? L * a * C * T : 0;
   const int64_t layers_kept = L * (offload ? kept - a * C : kept) * T + on_device_layers * (offload ? a * C * T : 0);
   const int64_t final_acts = (a * C + 4 + a * C) * T;  // x_final, rstd_f, xn_f (kept through backward)
 
   // ---- phases --------------------------------------------------------------------------------
-  const bool tiled_loss = in.loss_tile_tokens > 0 && in.loss_tile_tokens < T;
-  const int64_t loss_rows = tiled_loss ? in.loss_tile_tokens : T;
+  const bool tiled_loss = in.memory.loss_tile_tokens > 0 && in.memory.loss_tile_tokens < T;
+  const int64_t loss_rows = tiled_loss ? in.memory.loss_tile_tokens : T;
   // Forward: the LM head's logits and the per-token losses (f32); with checkpointing, also one
   // layer's full activations and its output while it runs.
-  const int64_t fwd_layer = in.activation_checkpointing ? (full - kept + a * C) * T : 0;
+  const int64_t fwd_layer = in.memory.activation_checkpointing ? (full - kept + a * C) * T : 0;
   int64_t forward = layers_kept + final_acts + std::max(fwd_layer, a * V * loss_rows + 4 * T);
   // The layer's q, k, v, attn_out and the layers below while its attention runs: with sequence
   // parallelism, its buffers on top (the context among them).
@@ -302,14 +295,14 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // and attention's (dattn, dq, dk, dv, the sequence-parallel gathered dout / dq / dk / dv, the
   // CUDA flash backward's f32 dq accumulator and row statistics).
   const int64_t recompute = (full - kept) * T;
-  const int64_t mlp_t = tiled_mlp ? 6 * a * F * in.mlp_tile_tokens : 3 * a * F * T;
+  const int64_t mlp_t = tiled_mlp ? 6 * a * F * in.memory.mlp_tile_tokens : 3 * a * F * T;
   int64_t attn_t = (2 * a * H * D + 2 * a * Hkv * D) * T;
   if (in.sp > 1) attn_t += sp_bwd * T;  // the walk above counts the backend's workspace
   if (in.sp == 1 && in.cuda) attn_t += (4 * H * D + 8 * H) * T;
   int64_t layer_bwd = layers_kept + final_acts + 3 * a * C * T + recompute + std::max(mlp_t, attn_t);
   // A checkpointed layer's recompute runs its sequence-parallel attention forward again (dx, dtmp,
   // dxn alive; x_in is kept).
-  if (in.sp > 1 && in.activation_checkpointing && !in.checkpoint_keep_attention)
+  if (in.sp > 1 && in.memory.activation_checkpointing && !in.memory.checkpoint_keep_attention)
     layer_bwd = std::max(layer_bwd, layers_kept + final_acts + 3 * a * C * T + attn_inputs + sp_fwd.peak * T);
   // Optimizer: ZeRO all-gathers the updated weights (this rank's shard, then all of them).
   const int64_t optimizer = zero ? a * shard * (1 + in.world) : 0;
@@ -350,13 +343,13 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   std::string s = fmt::format(
       "Memory plan per GPU: {} tokens per rank ({} × {} tokens over sp={}), {} layers, {}{}{}{}{}\n",
       p.tokens_per_rank, in.micro_batch, in.seq_len, in.sp, in.model.num_layers, in.cuda ? "bf16 on CUDA" : "f32 on CPU",
-      in.activation_checkpointing ? (in.checkpoint_keep_attention ? ", checkpointing (keeping attention)"
+      in.memory.activation_checkpointing ? (in.memory.checkpoint_keep_attention ? ", checkpointing (keeping attention)"
                                                                   : ", activation checkpointing") +
-                                        std::string(in.checkpoint_offload ? " with offload" : "")
+                                        std::string(in.memory.checkpoint_offload ? " with offload" : "")
                                   : std::string(),
-      in.mlp_tile_tokens > 0 ? fmt::format(", tiled MLP {}", in.mlp_tile_tokens) : "",
-      in.loss_tile_tokens > 0 ? fmt::format(", tiled loss {}", in.loss_tile_tokens) : "",
-      in.zero_stage > 0 ? fmt::format(", ZeRO-{} over {}", std::min(in.zero_stage, 2), in.world) : "");
+      in.memory.mlp_tile_tokens > 0 ? fmt::format(", tiled MLP {}", in.memory.mlp_tile_tokens) : "",
+      in.memory.loss_tile_tokens > 0 ? fmt::format(", tiled loss {}", in.memory.loss_tile_tokens) : "",
+      in.memory.zero_stage > 0 ? fmt::format(", ZeRO-{} over {}", std::min(in.memory.zero_stage, 2), in.world) : "");
   s += "resident:\n";
   for (const auto& [name, bytes] : p.resident) s += fmt::format("  {:<52} {:>12}\n", name, gib(bytes));
   s += fmt::format("  {:<52} {:>12}\n", "total", gib(p.resident_bytes));

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "arch/llama_config.h"
+#include "train/memory_settings.h"
 
 namespace seqpar {
 
@@ -38,12 +39,7 @@ struct MemoryPlanInput {
   int world = 1;           // all ranks (sp × data parallel): the ZeRO shard count
   int ulysses_head_groups = 0;  // Ulysses head groups (parallel/sp_attention.h); 0: kDefaultUlyssesHeadGroups
   bool cuda = true;        // bf16 weights and activations, f32 master weights (CPU: all f32)
-  bool activation_checkpointing = false;
-  bool checkpoint_keep_attention = false;
-  bool checkpoint_offload = false;  // with checkpointing: the kept layer inputs wait in host memory
-  int64_t mlp_tile_tokens = 0;
-  int64_t loss_tile_tokens = 0;
-  int zero_stage = 0;
+  MemorySettings memory;  // the run's memory levers, as the trainer applies them
 };
 
 struct MemoryPlan {

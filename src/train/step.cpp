@@ -17,10 +17,10 @@ Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_vector<int32_t>(
 // The model's memory levers from the config, and its weights from `initial`; returns its weights
 // (what the optimizer starts from).
 const LlamaParams& prepare_model(LlamaModel& model, const TrainConfig& cfg, const LlamaParams& initial) {
-  model.set_activation_policy(LlamaModel::policy_for(cfg.activation_checkpointing, cfg.checkpoint_keep_attention));
-  model.set_checkpoint_offload(cfg.checkpoint_offload);
-  model.set_mlp_tile_tokens(cfg.mlp_tile_tokens);
-  model.set_loss_tile_tokens(cfg.loss_tile_tokens);
+  model.set_activation_policy(LlamaModel::policy_for(cfg.memory.activation_checkpointing, cfg.memory.checkpoint_keep_attention));
+  model.set_checkpoint_offload(cfg.memory.checkpoint_offload);
+  model.set_mlp_tile_tokens(cfg.memory.mlp_tile_tokens);
+  model.set_loss_tile_tokens(cfg.memory.loss_tile_tokens);
   auto dst = model.params().named();
   auto src = initial.named();
   for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
@@ -40,12 +40,12 @@ TrainStep::TrainStep(Communicator& world, const MeshShape& shape, Device device,
       config_(cfg),
       model_(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32),
       adamw_(mc, cfg.optimizer, prepare_model(model_, cfg, initial), device,
-             cfg.zero_stage >= 1 ? ZeroShard{world.rank(), world.size()} : ZeroShard{}) {
+             cfg.memory.zero_stage >= 1 ? ZeroShard{world.rank(), world.size()} : ZeroShard{}) {
   // The attention kernels of this run: the process's policy, with attn_implementation's backend on
   // CUDA (the CPU has one attention).
   attention_policy_ = cfg.kernels.attention;
   if (device.is_cuda()) attention_policy_.backend = attention_backend_for(cfg.attn_implementation);
-  partition_grads_ = cfg.zero_stage >= 2 && adamw_.sharded();
+  partition_grads_ = cfg.memory.zero_stage >= 2 && adamw_.sharded();
   if (partition_grads_) partition_gradients();
 }
 

@@ -188,12 +188,7 @@ MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const LlamaConfig& mod
   in.ulysses_degree = sp_shape.ulysses;
   in.world = cfg.sp * cfg.dp_replicate * cfg.dp_shard;
   in.cuda = cfg.device.is_cuda();
-  in.activation_checkpointing = cfg.activation_checkpointing;
-  in.checkpoint_keep_attention = cfg.checkpoint_keep_attention;
-  in.checkpoint_offload = cfg.checkpoint_offload;
-  in.mlp_tile_tokens = cfg.mlp_tile_tokens;
-  in.loss_tile_tokens = cfg.loss_tile_tokens;
-  in.zero_stage = cfg.zero_stage;
+  in.memory = cfg.memory;  // the levers, whole
   in.ulysses_head_groups = cfg.kernels.ulysses_head_groups;
   return in;
 }

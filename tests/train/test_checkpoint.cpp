@@ -522,7 +522,7 @@ namespace {
 // resuming from `resume` ("" or "latest").
 TrainResult run_with_zero(TrainConfig c, int zero, const std::string& save_dir, int64_t stop,
                           const std::string& resume) {
-  c.zero_stage = zero;
+  c.memory.zero_stage = zero;
   c.save_dir = save_dir;
   c.save_every = 3;
   c.stop_at_step = stop;

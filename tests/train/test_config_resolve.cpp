@@ -136,7 +136,7 @@ TEST(ConfigResolve, EveryDeepSpeedKeyReachesTheConfig) {
   EXPECT_EQ(t.grad_accum, 2);
   EXPECT_EQ(t.sp, 2);
   EXPECT_EQ(r.world, 8);
-  EXPECT_EQ(r.train.zero_stage, 1);
+  EXPECT_EQ(r.train.memory.zero_stage, 1);
   EXPECT_EQ(r.source_of("zero_stage"), "ds.json: zero_optimization.stage");
   EXPECT_TRUE(r.recorded.bf16);
   EXPECT_EQ(r.recorded.optimizer, "Adam (adam_w_mode: AdamW)");
@@ -202,7 +202,7 @@ parallelism_config:
   EXPECT_EQ(r.recorded.main_process_port, 1234);
   EXPECT_TRUE(r.recorded.bf16);
   EXPECT_EQ(r.source_of("bf16"), "acc.yaml: mixed_precision");
-  EXPECT_EQ(r.train.zero_stage, 2);
+  EXPECT_EQ(r.train.memory.zero_stage, 2);
   EXPECT_EQ(t.grad_accum, 2);
   EXPECT_DOUBLE_EQ(t.optimizer.clip, 0.3);
   EXPECT_EQ(r.recorded.sp_comm_dtype, "bf16");

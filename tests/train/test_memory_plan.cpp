@@ -64,12 +64,12 @@ double measured_peak_per_rank(const Setting& s, const std::string& data, int64_t
   c.sp = s.sp;
   c.sp_mode = s.mode;
   c.ulysses_degree = s.ulysses_degree;
-  c.activation_checkpointing = s.ckpt;
-  c.checkpoint_keep_attention = s.keep_attention;
-  c.checkpoint_offload = s.offload;
-  c.mlp_tile_tokens = s.mlp_tile;
-  c.loss_tile_tokens = s.loss_tile;
-  c.zero_stage = s.zero;
+  c.memory.activation_checkpointing = s.ckpt;
+  c.memory.checkpoint_keep_attention = s.keep_attention;
+  c.memory.checkpoint_offload = s.offload;
+  c.memory.mlp_tile_tokens = s.mlp_tile;
+  c.memory.loss_tile_tokens = s.loss_tile;
+  c.memory.zero_stage = s.zero;
   cpu_allocator().reset_peak();
   const TrainResult r = run_training(c);
   // The second step's own peak: the first also holds the run's setup (on the CPU, the host copy
@@ -85,12 +85,12 @@ MemoryPlanInput plan_input(const Setting& s, int64_t S) {
   in.world = s.sp;
   in.ulysses_degree = sp_mesh_shape(s.mode, s.sp, s.ulysses_degree).ulysses;
   in.cuda = false;
-  in.activation_checkpointing = s.ckpt;
-  in.checkpoint_keep_attention = s.keep_attention;
-  in.checkpoint_offload = s.offload;
-  in.mlp_tile_tokens = s.mlp_tile;
-  in.loss_tile_tokens = s.loss_tile;
-  in.zero_stage = s.zero;
+  in.memory.activation_checkpointing = s.ckpt;
+  in.memory.checkpoint_keep_attention = s.keep_attention;
+  in.memory.checkpoint_offload = s.offload;
+  in.memory.mlp_tile_tokens = s.mlp_tile;
+  in.memory.loss_tile_tokens = s.loss_tile;
+  in.memory.zero_stage = s.zero;
   return in;
 }
 
@@ -158,9 +158,9 @@ TEST(MemoryPlan, MatchesTheH200Measurements) {
     MemoryPlanInput in;
     in.model = llama_preset("llama-3.2-1b");
     in.seq_len = c.S;
-    in.activation_checkpointing = c.ckpt;
-    in.checkpoint_keep_attention = c.keep_attention;
-    in.loss_tile_tokens = c.loss_tile;
+    in.memory.activation_checkpointing = c.ckpt;
+    in.memory.checkpoint_keep_attention = c.keep_attention;
+    in.memory.loss_tile_tokens = c.loss_tile;
     const double gib = static_cast<double>(plan_memory(in).peak_bytes) / (1ll << 30);
     EXPECT_NEAR(gib / c.measured_gib, 1.0, 0.05) << "S=" << c.S << " ckpt=" << c.ckpt << ": plan " << gib
                                                  << " GiB, measured " << c.measured_gib << " GiB";
@@ -171,9 +171,9 @@ TEST(MemoryPlan, RefusesWhatTheTrainerRefuses) {
   MemoryPlanInput in;
   in.model = llama_preset("llama-3.2-1b");
   in.seq_len = 8192;
-  in.checkpoint_keep_attention = true;  // without checkpointing
+  in.memory.checkpoint_keep_attention = true;  // without checkpointing
   EXPECT_THROW(plan_memory(in), InputError);
-  in.checkpoint_keep_attention = false;
+  in.memory.checkpoint_keep_attention = false;
   in.sp = 3;
   in.world = 3;
   in.ulysses_degree = 3;  // 32 heads
@@ -197,17 +197,17 @@ TEST(MemoryPlan, LeversLowerThePeak) {
   in.seq_len = 131072;
   in.sp = in.world = in.ulysses_degree = 8;
   const int64_t base = plan_memory(in).peak_bytes;
-  in.activation_checkpointing = true;
+  in.memory.activation_checkpointing = true;
   const int64_t ckpt = plan_memory(in).peak_bytes;
-  in.loss_tile_tokens = 4096;
-  in.mlp_tile_tokens = 4096;
+  in.memory.loss_tile_tokens = 4096;
+  in.memory.mlp_tile_tokens = 4096;
   const int64_t tiled = plan_memory(in).peak_bytes;
-  in.zero_stage = 1;
+  in.memory.zero_stage = 1;
   const MemoryPlan zero = plan_memory(in);
   EXPECT_LT(ckpt, base);
   EXPECT_LT(tiled, ckpt);
   EXPECT_LT(zero.peak_bytes, tiled);
-  in.zero_stage = 0;
+  in.memory.zero_stage = 0;
   in.sp = in.world = in.ulysses_degree = 4;
   EXPECT_GT(plan_memory(in).peak_bytes, tiled) << "fewer GPUs, more tokens each";
 }
@@ -222,8 +222,8 @@ namespace {
 TEST(MemoryPlan, LongestFittingSequence) {
   MemoryPlanInput in;
   in.model = llama_preset("llama-3.2-1b");
-  in.activation_checkpointing = true;
-  in.loss_tile_tokens = 4096;
+  in.memory.activation_checkpointing = true;
+  in.memory.loss_tile_tokens = 4096;
   const int64_t capacity = 80ll << 30, g = 1024;
   const int64_t longest = longest_fitting_seq_len(in, capacity, g);
   ASSERT_GT(longest, 0);

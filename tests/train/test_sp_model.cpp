@@ -429,8 +429,8 @@ TEST(SpModel, ActivationCheckpointingChangesNothingButMemory) {
     const Outputs a = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s), true));
     for (bool keep_attention : {false, true}) {
       TrainConfig ckpt = options_for(s);
-      ckpt.activation_checkpointing = true;
-      ckpt.checkpoint_keep_attention = keep_attention;
+      ckpt.memory.activation_checkpointing = true;
+      ckpt.memory.checkpoint_keep_attention = keep_attention;
       const Outputs b = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, ckpt, true));
       ASSERT_EQ(a.size(), b.size());
       for (auto& [name, t] : a) {
@@ -452,7 +452,7 @@ TEST(SpModel, ActivationCheckpointingChangesNothingButMemory) {
   EXPECT_LT(attn_peak, keep_peak * 8 / 10) << "keep " << keep_peak << " B, keeping attention " << attn_peak << " B";
   // Keeping attention needs checkpointing: a clear error otherwise, before any work.
   TrainConfig bad = options_for(SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous});
-  bad.checkpoint_keep_attention = true;
+  bad.memory.checkpoint_keep_attention = true;
   EXPECT_THROW(run_fwdbwd(dir, batch.input_ids, batch.labels, bad, true), InputError);
 }
 
@@ -477,9 +477,9 @@ TEST(SpModel, TiledMlpMatchesUntiled) {
     for (int64_t tile : {16, 37}) {
       for (int ckpt : {0, 1, 2}) {  // none, checkpointing, checkpointing keeping attention
         TrainConfig o = options_for(s);
-        o.mlp_tile_tokens = tile;
-        o.activation_checkpointing = ckpt > 0;
-        o.checkpoint_keep_attention = ckpt == 2;
+        o.memory.mlp_tile_tokens = tile;
+        o.memory.activation_checkpointing = ckpt > 0;
+        o.memory.checkpoint_keep_attention = ckpt == 2;
         expect_same_outputs(as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, o, true)), ref,
                             s.str() + " tile " + std::to_string(tile) +
                                 (ckpt == 1 ? " + checkpointing" : ckpt == 2 ? " + checkpointing keeping attention" : ""));

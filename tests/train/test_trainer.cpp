@@ -103,9 +103,9 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
   const TrainResult keep = run_training(c);
   for (bool offload : {false, true}) {
     for (bool keep_attention : {false, true}) {
-      c.activation_checkpointing = true;
-      c.checkpoint_keep_attention = keep_attention;
-      c.checkpoint_offload = offload;  // the kept inputs through host memory and back
+      c.memory.activation_checkpointing = true;
+      c.memory.checkpoint_keep_attention = keep_attention;
+      c.memory.checkpoint_offload = offload;  // the kept inputs through host memory and back
       const TrainResult ckpt = run_training(c);
       ASSERT_EQ(ckpt.losses.size(), keep.losses.size());
       for (size_t s = 0; s < keep.losses.size(); ++s)
@@ -114,11 +114,11 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
       EXPECT_EQ(ckpt.eval_accuracy, keep.eval_accuracy);
     }
   }
-  c.checkpoint_offload = false;
-  c.activation_checkpointing = false;  // keeping attention says what a checkpointed layer keeps
+  c.memory.checkpoint_offload = false;
+  c.memory.activation_checkpointing = false;  // keeping attention says what a checkpointed layer keeps
   expect_input_error(c, "checkpoint_keep_attention=true needs activation_checkpointing=true");
-  c.checkpoint_keep_attention = false;
-  c.checkpoint_offload = true;
+  c.memory.checkpoint_keep_attention = false;
+  c.memory.checkpoint_offload = true;
   expect_input_error(c, "checkpoint_offload=true needs activation_checkpointing=true");
 }
 
@@ -129,10 +129,10 @@ TEST(Trainer, CheckpointOffloadLowersTheDevicePeak) {
   c.model.num_layers = 6;
   c.task.seq_len = 64;
   c.micro_batch = 4;
-  c.activation_checkpointing = true;
+  c.memory.activation_checkpointing = true;
   c.steps = 2;
   const TrainResult ckpt = run_training(c);
-  c.checkpoint_offload = true;
+  c.memory.checkpoint_offload = true;
   const TrainResult off = run_training(c);
   ASSERT_EQ(off.losses, ckpt.losses);
   const int64_t T = c.task.seq_len * c.micro_batch, C = c.model.hidden_size;
@@ -151,11 +151,11 @@ TEST(Trainer, MemoryLeversTrainAlike) {
   c.sp = 2;
   c.sp_mode = SpMode::kRing;
   const TrainResult plain = run_training(c);
-  c.activation_checkpointing = true;
-  c.mlp_tile_tokens = 5;
-  c.loss_tile_tokens = 7;
+  c.memory.activation_checkpointing = true;
+  c.memory.mlp_tile_tokens = 5;
+  c.memory.loss_tile_tokens = 7;
   expect_same_losses(run_training(c), plain, "checkpointing + tiled MLP + tiled loss");
-  c.loss_tile_tokens = -1;
+  c.memory.loss_tile_tokens = -1;
   EXPECT_THROW(run_training(c), InputError);
 }
 
