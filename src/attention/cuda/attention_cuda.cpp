@@ -112,6 +112,35 @@ std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq,
   return docs;
 }
 
+// The forward's parameters of one call, also the shared part of the backward's (BwdParams extends
+// FwdParams): q, k, v and their shape, out and lse (the forward writes them, the backward reads the
+// FINAL ones), the device mask metadata and its per-tile statistics, args' scale and causal flag.
+FwdParams fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                     const DeviceMeta& qm, const DeviceMeta& km, const Tensor& q_stats, const Tensor& k_stats,
+                     const AttnArgs& args) {
+  FwdParams p{};
+  p.q = bf16_ptr(q);
+  p.k = bf16_ptr(k);
+  p.v = bf16_ptr(v);
+  p.out = out.raw();
+  p.out_f32 = out.dtype() == DType::kF32;
+  p.lse = lse.data<float>();
+  p.q_seg = qm.seg.data<int32_t>();
+  p.q_pos = qm.pos.data<int32_t>();
+  p.k_seg = km.seg.data<int32_t>();
+  p.k_pos = km.pos.data<int32_t>();
+  p.q_stats = reinterpret_cast<const int4*>(q_stats.raw());
+  p.k_stats = reinterpret_cast<const int4*>(k_stats.raw());
+  p.Tq = static_cast<int>(q.dim(0));
+  p.Tk = static_cast<int>(k.dim(0));
+  p.H = static_cast<int>(q.dim(1));
+  p.Hkv = static_cast<int>(k.dim(1));
+  p.D = static_cast<int>(q.dim(2));
+  p.scale = args.scale;
+  p.causal = args.causal;
+  return p;
+}
+
 AttnPath flash_path(FlashKernel ran) {
   return ran == FlashKernel::kWgmma ? AttnPath::kFlashWgmma : AttnPath::kFlashMma;
 }
@@ -120,7 +149,7 @@ AttnPath flash_path(FlashKernel ran) {
 
 void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs& args) {
   const Device dev = check_qkv(q, k, v);
-  const int64_t Tq = q.dim(0), Tk = k.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
+  const int64_t Tq = q.dim(0), Tk = k.dim(0), H = q.dim(1), D = q.dim(2);
   check_cuda_tensor(out, "out", dev);
   check_cuda_tensor(lse, "lse", dev);
   check_shape(out, q.shape(), "out (must match q [Tq, H, D])");
@@ -146,26 +175,7 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
   const Tensor q_stats = tile_stats(qm, Tq, tile.bm, dev, stream);
   const Tensor k_stats = tile_stats(km, Tk, tile.bn, dev, stream);
 
-  FwdParams p{};
-  p.q = bf16_ptr(q);
-  p.k = bf16_ptr(k);
-  p.v = bf16_ptr(v);
-  p.out = out.raw();
-  p.out_f32 = out.dtype() == DType::kF32;
-  p.lse = lse.data<float>();
-  p.q_seg = qm.seg.data<int32_t>();
-  p.q_pos = qm.pos.data<int32_t>();
-  p.k_seg = km.seg.data<int32_t>();
-  p.k_pos = km.pos.data<int32_t>();
-  p.q_stats = reinterpret_cast<const int4*>(q_stats.raw());
-  p.k_stats = reinterpret_cast<const int4*>(k_stats.raw());
-  p.Tq = static_cast<int>(Tq);
-  p.Tk = static_cast<int>(Tk);
-  p.H = static_cast<int>(H);
-  p.Hkv = static_cast<int>(Hkv);
-  p.D = static_cast<int>(D);
-  p.scale = args.scale;
-  p.causal = args.causal;
+  const FwdParams p = fwd_params(q, k, v, out, lse, qm, km, q_stats, k_stats, args);
   const FlashKernel ran = launch_fwd(p, tile, args.policy.fwd_kernel, device_compute_capability(dev.index), stream);
   if (args.ran) *args.ran = flash_path(ran);
 }
@@ -173,7 +183,7 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
 void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                    const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args, GradMode mode) {
   const Device dev = check_qkv(q, k, v);
-  const int64_t Tq = q.dim(0), Tk = k.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
+  const int64_t Tq = q.dim(0), Tk = k.dim(0), H = q.dim(1), D = q.dim(2);
   for (auto [t, name] : {std::pair<const Tensor*, const char*>{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}, {&dout, "dout"},
                          {&out, "out"}, {&lse, "lse"}}) {
     check_cuda_tensor(*t, name, dev);
@@ -222,34 +232,16 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   Tensor delta = Tensor::empty({H, Tq_pad}, DType::kF32, dev);
 
   BwdParams p{};
-  p.q = bf16_ptr(q);
-  p.k = bf16_ptr(k);
-  p.v = bf16_ptr(v);
+  static_cast<FwdParams&>(p) = fwd_params(q, k, v, out, lse, qm, km, q_stats, k_stats, args);
   p.dout = bf16_ptr(dout);
-  p.out = out.raw();
-  p.out_f32 = out.dtype() == DType::kF32;
-  p.lse = lse.data<float>();
   p.dq = dq.raw();
   p.dk = dk.raw();
   p.dv = dv.raw();
-  p.grad_f32 = dq.dtype() == DType::kF32;
-  p.write_grads = write;
   p.dq_acc = dq_acc.data<float>();
   p.lse2 = lse2.data<float>();
   p.delta = delta.data<float>();
-  p.q_seg = qm.seg.data<int32_t>();
-  p.q_pos = qm.pos.data<int32_t>();
-  p.k_seg = km.seg.data<int32_t>();
-  p.k_pos = km.pos.data<int32_t>();
-  p.q_stats = reinterpret_cast<const int4*>(q_stats.raw());
-  p.k_stats = reinterpret_cast<const int4*>(k_stats.raw());
-  p.Tq = static_cast<int>(Tq);
-  p.Tk = static_cast<int>(Tk);
-  p.H = static_cast<int>(H);
-  p.Hkv = static_cast<int>(Hkv);
-  p.D = static_cast<int>(D);
-  p.scale = args.scale;
-  p.causal = args.causal;
+  p.grad_f32 = dq.dtype() == DType::kF32;
+  p.write_grads = write;
   const FlashKernel ran = launch_bwd(p, tile, args.policy.bwd_kernel, device_compute_capability(dev.index), stream);
   if (args.ran) *args.ran = flash_path(ran);
 }

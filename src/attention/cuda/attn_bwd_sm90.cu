@@ -22,6 +22,10 @@ namespace {
 
 constexpr int kStages = 2;
 
+// bwd_sm90_kernel's parameters (four tensor maps, BwdParams, two stats pointers) fit in 4 KB, the
+// kernel parameter space every CUDA version allows.
+static_assert(4 * sizeof(CUtensorMap) + sizeof(BwdParams) + 2 * sizeof(const int4*) <= 4096,
+              "bwd_sm90_kernel's parameters exceed 4 KB");
 
 template <int D>
 void run(const BwdParams& p, cudaStream_t stream) {

@@ -21,9 +21,9 @@
 //   a named barrier between them); D = 64: each warpgroup computes all 64 columns over its own 64
 //   keys and both add theirs.
 // At the end: dk (+)= scale * dK, dv (+)= dV (write_grads: stored; 0 where no query sees the keys).
-// Shared layout of a tile of R rows (forward's convention, attn_fwd_sm90.cuh): for each 64-column
-// half c, R rows of 128 bytes at c * R * 128; 16-byte chunk k of row r at chunk k ^ (r & 7); every
-// tile starts at a multiple of 1024 bytes.
+// Shared layout of a tile of R rows (the forward's convention, the one sm90_ptx.cuh's smem_desc
+// describes): for each 64-column half c, R rows of 128 bytes at c * R * 128; 16-byte chunk k of
+// row r at chunk k ^ (r & 7); every tile starts at a multiple of 1024 bytes.
 #pragma once
 
 #include <cuda.h>
@@ -34,10 +34,12 @@
 
 #include "attention/cuda/attn_bwd.cuh"       // detail::store_pair
 #include "attention/cuda/attn_common.cuh"
-#include "attention/cuda/attn_fwd_sm90.cuh"  // mbarriers, tensor copies, descriptors, wgmma
 #include "attention/cuda/attn_launch.h"
+#include "attention/cuda/sm90_ptx.cuh"  // mbarriers, tensor copies, descriptors, wgmma
 
 namespace seqpar::cuda_attn::sm90 {
+
+using namespace dev;
 
 template <int D, int STAGES>
 struct BwdShape {

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "attention/attention_policy.h"
@@ -43,18 +44,21 @@ std::vector<BwdTile> bwd_tiles(int D);
 void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int64_t T, int tile,
                        cudaStream_t stream);
 
+// The forward's parameters, and the part of the backward's they share: BwdParams extends this
+// struct (FlashAttention-3's hopper/flash.h), so one function fills it for both entries
+// (attention_cuda.cpp). Plain aggregates, passed to the kernels by value.
 struct FwdParams {
   const uint16_t* q;  // (Tq, H, D) bf16
   const uint16_t* k;  // (Tk, Hkv, D) bf16
   const uint16_t* v;  // (Tk, Hkv, D) bf16
-  void* out;          // (Tq, H, D) bf16, or f32 when out_f32
-  float* lse;         // (Tq, H)
+  void* out;          // (Tq, H, D) bf16, or f32 when out_f32; the backward reads it (the FINAL output)
+  float* lse;         // (Tq, H); the backward reads it (the FINAL log-sum-exp)
   const int32_t* q_seg;
   const int32_t* q_pos;
   const int32_t* k_seg;
   const int32_t* k_pos;
-  const int4* q_stats;  // per BM-row query tile
-  const int4* k_stats;  // per BN-row key tile
+  const int4* q_stats;  // per query tile (FwdTile::bm rows; BwdTile::bm in the backward)
+  const int4* k_stats;  // per key tile (FwdTile::bn rows; BwdTile::bn in the backward)
   int Tq, Tk, H, Hkv, D;
   float scale;
   bool causal;
@@ -69,13 +73,9 @@ int device_compute_capability(int device);
 // instantiated for (D, tile), and an InputError when kWgmma cannot run here.
 FlashKernel launch_fwd(const FwdParams& p, const FwdTile& tile, FlashKernel kernel, int cc, cudaStream_t stream);
 
-struct BwdParams {
-  const uint16_t* q;     // (Tq, H, D) bf16
-  const uint16_t* k;     // (Tk, Hkv, D) bf16
-  const uint16_t* v;     // (Tk, Hkv, D) bf16
+// The backward's parameters: the forward's (out and lse read, not written) and the gradients.
+struct BwdParams : FwdParams {
   const uint16_t* dout;  // (Tq, H, D) bf16
-  const void* out;       // (Tq, H, D) bf16, or f32 when out_f32 (the FINAL output)
-  const float* lse;      // (Tq, H) the FINAL log-sum-exp
   void* dq;              // (Tq, H, D) += (= when write_grads); bf16, or f32 when grad_f32
   void* dk;              // (Tk, Hkv, D) += (=)
   void* dv;              // (Tk, Hkv, D) += (=)
@@ -84,22 +84,16 @@ struct BwdParams {
   float* dq_acc;
   float* lse2;
   float* delta;
-  const int32_t* q_seg;
-  const int32_t* q_pos;
-  const int32_t* k_seg;
-  const int32_t* k_pos;
-  const int4* q_stats;  // per bm-row query tile
-  const int4* k_stats;  // per bn-row key tile
-  int Tq, Tk, H, Hkv, D;
-  float scale;
-  bool causal;
-  bool out_f32;
   bool grad_f32;
   // false: dq/dk/dv += (attention.h's GradMode::kAccumulate); true: = (kWrite), every element
   // stored without reading the old value, 0 for rows and keys that see nothing (key tiles no
   // query sees are still visited, to store their zeros).
   bool write_grads;
 };
+static_assert(std::is_aggregate_v<FwdParams> && std::is_trivially_copyable_v<FwdParams> &&
+                  std::is_aggregate_v<BwdParams> && std::is_trivially_copyable_v<BwdParams>,
+              "kernel parameters are plain aggregates copied by value");
+
 // Whole backward: pre-pass (delta, lse2, dq_acc = 0), the main kernel, dq (+)= scale * dq_acc.
 // The kernel family as for launch_fwd; returns the one that ran.
 FlashKernel launch_bwd(const BwdParams& p, const BwdTile& tile, FlashKernel kernel, int cc, cudaStream_t stream);
