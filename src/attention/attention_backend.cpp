@@ -57,8 +57,8 @@ AttnImplementation attn_implementation_of(const std::string& name) {
         "head, which is what seqpar exists to avoid at long sequence lengths; use sdpa (cuDNN fused attention) or "
         "flash_attention_2 / flash_attention_3 (seqpar's flash kernel)");
   }
-  throw InputError(fmt::format(
-      "attn_implementation='{}' is not supported; use sdpa, flash_attention_2 or flash_attention_3", name));
+  throw InputError(
+      fmt::format("attn_implementation='{}' is not supported; use sdpa, flash_attention_2 or flash_attention_3", name));
 }
 
 namespace {
@@ -106,13 +106,14 @@ std::optional<PackedDocs> packed_docs(const AttnArgs& args, int64_t Tq, int64_t 
   for (int64_t t = 1; t <= T; ++t) {
     const bool boundary = t == T || qs[t] != qs[t - 1];
     if (t < T && qs[t] < qs[t - 1]) {
-      if (why) *why = fmt::format("seg decreases at token {} ({} after {}): a document is not one run", t, qs[t],
-                                  qs[t - 1]);
+      if (why)
+        *why = fmt::format("seg decreases at token {} ({} after {}): a document is not one run", t, qs[t], qs[t - 1]);
       return std::nullopt;
     }
     if (t < T && !boundary && args.causal && qp[t] <= qp[t - 1]) {
-      if (why) *why = fmt::format("pos does not increase at token {} ({} after {}) inside document {}", t, qp[t],
-                                  qp[t - 1], qs[t]);
+      if (why)
+        *why = fmt::format("pos does not increase at token {} ({} after {}) inside document {}", t, qp[t], qp[t - 1],
+                           qs[t]);
       return std::nullopt;
     }
     if (boundary) {

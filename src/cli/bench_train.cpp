@@ -1,14 +1,14 @@
 #include "cli/bench_train.h"
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -66,7 +66,8 @@ std::vector<ProfileEntry> scaled_profile(std::vector<ProfileEntry> entries, doub
 // FLOPs of one training step (see bench_train.h).
 double step_flops(const LlamaConfig& c, int64_t seq_len, int64_t sequences) {
   const double C = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
-  const double HD = static_cast<double>(c.num_heads * c.head_dim), KD = static_cast<double>(c.num_kv_heads * c.head_dim);
+  const double HD = static_cast<double>(c.num_heads * c.head_dim),
+               KD = static_cast<double>(c.num_kv_heads * c.head_dim);
   const double per_layer = C * HD * 2 + C * KD * 2 + 3 * C * F + 2 * C;
   const double params = static_cast<double>(c.num_layers) * per_layer + C + static_cast<double>(c.vocab_size) * C;
   const double tokens = static_cast<double>(seq_len) * static_cast<double>(sequences);

@@ -51,13 +51,15 @@ Device parse_device(const std::string& s) {
 void add_fwdbwd_command(CLI::App& app, int& rc) {
   auto args = std::make_shared<FwdBwdArgs>();
   CLI::App* c = app.add_subcommand(
-      "fwdbwd", "One forward + backward (+ optional AdamW step) of a batch; writes logits, loss and gradients in HF "
-                "shapes (the numerics check against Hugging Face transformers)");
+      "fwdbwd",
+      "One forward + backward (+ optional AdamW step) of a batch; writes logits, loss and gradients in HF "
+      "shapes (the numerics check against Hugging Face transformers)");
   c->add_option("--model", args->model, "HF model directory (config.json + *.safetensors)")->required();
   c->add_option("--input", args->input, "safetensors with input_ids [B,S] and labels [B,S] (int32; -100 = ignore)")
       ->required();
   c->add_option("--out", args->out, "output safetensors")->required();
-  c->add_flag("--optimizer-step", args->optimizer_step, "also clip and take one AdamW step; writes grad_norm and param.*");
+  c->add_flag("--optimizer-step", args->optimizer_step,
+              "also clip and take one AdamW step; writes grad_norm and param.*");
   args->options.sp = 1;  // one rank unless --sp says
   add_setting_options(*c, args->options, kFwdBwdCommand);
   c->callback([args, &rc] {

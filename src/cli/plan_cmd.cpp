@@ -1,9 +1,8 @@
 // seqpar plan: will it fit? The per-GPU memory of a training step, by component, before any GPU
 // work (train/memory_plan.h; docs/memory.md).
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli/commands.h"
@@ -86,8 +85,9 @@ void add_plan_command(CLI::App& app, int& rc) {
   MemoryPlanInput& in = args->in;
   in.sp = 0;
   CLI::App* c = app.add_subcommand(
-      "plan", "Will it fit? The per-GPU memory of a training step by component (weights, gradients, optimizer, "
-              "activations, the step's largest phase), predicted without a GPU");
+      "plan",
+      "Will it fit? The per-GPU memory of a training step by component (weights, gradients, optimizer, "
+      "activations, the step's largest phase), predicted without a GPU");
   c->add_option("--model", args->model_dir, "HF model directory (its config.json)");
   c->add_option("--preset", args->preset, "a known size instead: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny")
       ->capture_default_str();
@@ -106,7 +106,8 @@ void add_plan_command(CLI::App& app, int& rc) {
   c->add_flag("--checkpoint-keep-attention", in.memory.checkpoint_keep_attention,
               "with checkpointing: also keep attention's output and context");
   c->add_option("--tiled-mlp-tokens", in.memory.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();
-  c->add_option("--tiled-loss-tokens", in.memory.loss_tile_tokens, "tiled loss tile (0 = untiled)")->capture_default_str();
+  c->add_option("--tiled-loss-tokens", in.memory.loss_tile_tokens, "tiled loss tile (0 = untiled)")
+      ->capture_default_str();
   c->add_option("--zero-stage", in.memory.zero_stage, "ZeRO stage (1-3 shard the AdamW state over --gpus)")
       ->capture_default_str();
   c->add_option("--device", args->device, "cuda (bf16, f32 master weights) | cpu (f32)")->capture_default_str();

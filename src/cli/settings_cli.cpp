@@ -20,7 +20,8 @@ void add_setting_options(CLI::App& cmd, TrainConfig& values, unsigned command) {
     const SettingDecl* decl = &d;
     TrainConfig* out = &values;
     if (d.is_switch) {
-      cmd.add_flag_callback(names, [decl, out] { decl->set(*out, decl->switch_value, decl->flag()); }, help);
+      cmd.add_flag_callback(
+          names, [decl, out] { decl->set(*out, decl->switch_value, decl->flag()); }, help);
       continue;
     }
     CLI::Option* o = cmd.add_option_function<std::string>(

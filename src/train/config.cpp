@@ -216,7 +216,10 @@ SettingDecl decl(std::string name, SettingGroup group, std::vector<std::string> 
   d.deepspeed = std::move(deepspeed);
   d.accelerate = std::move(accelerate);
   d.is_switch = std::is_same_v<T, bool>;
-  d.type_name = std::is_same_v<T, bool> ? "BOOL" : std::is_integral_v<T> ? "INT" : std::is_floating_point_v<T> ? "FLOAT" : "TEXT";
+  d.type_name = std::is_same_v<T, bool>       ? "BOOL"
+                : std::is_integral_v<T>       ? "INT"
+                : std::is_floating_point_v<T> ? "FLOAT"
+                                              : "TEXT";
   d.get = [field](const TrainConfig& c) { return text_of(field(const_cast<TrainConfig&>(c))); };
   d.set = [field](TrainConfig& c, const std::string& v, const std::string& flag) { field(c) = from_text<T>(v, flag); };
   d.to_json = [field](const TrainConfig& c) { return json_of(field(const_cast<TrainConfig&>(c))); };
@@ -241,215 +244,263 @@ using G = SettingGroup;
 using R = ResumeRule;
 
 void declare_model(std::vector<SettingDecl>& s) {
-  s.push_back(with(decl("model", G::kModel, {"--model"}, +[](TrainConfig& c) -> std::string& { return c.model_dir; },
-                        "HF model directory to start from (config.json + *.safetensors); empty: the built-in tiny "
-                        "Llama, randomly initialised"),
+  s.push_back(with(decl(
+                       "model", G::kModel, {"--model"}, +[](TrainConfig& c) -> std::string& { return c.model_dir; },
+                       "HF model directory to start from (config.json + *.safetensors); empty: the built-in tiny "
+                       "Llama, randomly initialised"),
                    kTrainBench));
-  s.push_back(decl("hidden_size", G::kModel, {"--hidden-size"},
-                   +[](TrainConfig& c) -> int64_t& { return c.model.hidden_size; }, "built-in model: hidden size"));
-  s.push_back(decl("intermediate_size", G::kModel, {"--intermediate-size"},
-                   +[](TrainConfig& c) -> int64_t& { return c.model.intermediate_size; }, "built-in model: MLP width"));
-  s.push_back(decl("num_layers", G::kModel, {"--num-layers"},
-                   +[](TrainConfig& c) -> int64_t& { return c.model.num_layers; }, "built-in model: decoder layers"));
-  s.push_back(decl("num_heads", G::kModel, {"--num-heads"},
-                   +[](TrainConfig& c) -> int64_t& { return c.model.num_heads; }, "built-in model: query heads"));
-  s.push_back(decl("num_kv_heads", G::kModel, {"--num-kv-heads"},
-                   +[](TrainConfig& c) -> int64_t& { return c.model.num_kv_heads; }, "built-in model: KV heads"));
-  s.push_back(decl("head_dim", G::kModel, {"--head-dim"},
-                   +[](TrainConfig& c) -> int64_t& { return c.model.head_dim; },
-                   "built-in model: head dim (CUDA needs 64 or 128)"));
+  s.push_back(decl(
+      "hidden_size", G::kModel, {"--hidden-size"}, +[](TrainConfig& c) -> int64_t& { return c.model.hidden_size; },
+      "built-in model: hidden size"));
+  s.push_back(decl(
+      "intermediate_size", G::kModel, {"--intermediate-size"},
+      +[](TrainConfig& c) -> int64_t& { return c.model.intermediate_size; }, "built-in model: MLP width"));
+  s.push_back(decl(
+      "num_layers", G::kModel, {"--num-layers"}, +[](TrainConfig& c) -> int64_t& { return c.model.num_layers; },
+      "built-in model: decoder layers"));
+  s.push_back(decl(
+      "num_heads", G::kModel, {"--num-heads"}, +[](TrainConfig& c) -> int64_t& { return c.model.num_heads; },
+      "built-in model: query heads"));
+  s.push_back(decl(
+      "num_kv_heads", G::kModel, {"--num-kv-heads"}, +[](TrainConfig& c) -> int64_t& { return c.model.num_kv_heads; },
+      "built-in model: KV heads"));
+  s.push_back(decl(
+      "head_dim", G::kModel, {"--head-dim"}, +[](TrainConfig& c) -> int64_t& { return c.model.head_dim; },
+      "built-in model: head dim (CUDA needs 64 or 128)"));
   s.push_back(with(
-      decl("attn_implementation", G::kModel, {"--attn-implementation"},
-           +[](TrainConfig& c) -> AttnImplementation& { return c.attn_implementation; },
-           "Hugging Face's attn_implementation: flash_attention_2 or flash_attention_3 (seqpar's flash kernel), sdpa "
-           "(cuDNN fused attention on CUDA where exact, the flash kernel elsewhere); eager is rejected (it "
-           "materialises the [S, S] scores)",
-           "", "parallelism_config.sp_attn_implementation"),
+      decl(
+          "attn_implementation", G::kModel, {"--attn-implementation"},
+          +[](TrainConfig& c) -> AttnImplementation& { return c.attn_implementation; },
+          "Hugging Face's attn_implementation: flash_attention_2 or flash_attention_3 (seqpar's flash kernel), sdpa "
+          "(cuDNN fused attention on CUDA where exact, the flash kernel elsewhere); eager is rejected (it "
+          "materialises the [S, S] scores)",
+          "", "parallelism_config.sp_attn_implementation"),
       kAll));
 }
 
 void declare_data(std::vector<SettingDecl>& s) {
-  s.push_back(with(decl("data", G::kData, {"--data"}, +[](TrainConfig& c) -> std::string& { return c.data_path; },
-                        "token file (SPTOK1, from `seqpar prepare-data`) to train on; empty: the built-in recall task"),
+  s.push_back(with(decl(
+                       "data", G::kData, {"--data"}, +[](TrainConfig& c) -> std::string& { return c.data_path; },
+                       "token file (SPTOK1, from `seqpar prepare-data`) to train on; empty: the built-in recall task"),
                    kTrainCommand, R::kMustMatch));
-  s.push_back(decl("eval_data", G::kData, {"--eval-data"},
-                   +[](TrainConfig& c) -> std::string& { return c.eval_data_path; },
-                   "token file for the eval loss (with --data), at every --eval-every"));
-  s.push_back(with(decl("shuffle", G::kData, {"--no-shuffle"}, +[](TrainConfig& c) -> bool& { return c.shuffle; },
-                        "--no-shuffle reads the token file's documents and sequences in file order (default: a new "
-                        "order every epoch)"),
+  s.push_back(decl(
+      "eval_data", G::kData, {"--eval-data"}, +[](TrainConfig& c) -> std::string& { return c.eval_data_path; },
+      "token file for the eval loss (with --data), at every --eval-every"));
+  s.push_back(with(decl(
+                       "shuffle", G::kData, {"--no-shuffle"}, +[](TrainConfig& c) -> bool& { return c.shuffle; },
+                       "--no-shuffle reads the token file's documents and sequences in file order (default: a new "
+                       "order every epoch)"),
                    kTrainCommand, R::kMustMatch));
   s.back().switch_value = "false";
-  s.push_back(with(decl("seq_len", G::kData, {"--seq-len"}, +[](TrainConfig& c) -> int64_t& { return c.task.seq_len; },
-                        "tokens per sequence", "", "parallelism_config.sp_seq_length"),
+  s.push_back(with(decl(
+                       "seq_len", G::kData, {"--seq-len"}, +[](TrainConfig& c) -> int64_t& { return c.task.seq_len; },
+                       "tokens per sequence", "", "parallelism_config.sp_seq_length"),
                    kTrainCommand, R::kMustMatch));
-  s.push_back(with(decl("micro_batch", G::kData, {"--micro-batch"},
-                        +[](TrainConfig& c) -> int& { return c.micro_batch; },
-                        "sequences per micro-batch per data-parallel rank", "train_micro_batch_size_per_gpu"),
-                   kTrainBench, R::kMustMatch));
-  s.push_back(with(decl("grad_accum", G::kData, {"--grad-accum"}, +[](TrainConfig& c) -> int& { return c.grad_accum; },
-                        "micro-batches accumulated per step", "gradient_accumulation_steps",
-                        "deepspeed_config.gradient_accumulation_steps"),
+  s.push_back(
+      with(decl(
+               "micro_batch", G::kData, {"--micro-batch"}, +[](TrainConfig& c) -> int& { return c.micro_batch; },
+               "sequences per micro-batch per data-parallel rank", "train_micro_batch_size_per_gpu"),
+           kTrainBench, R::kMustMatch));
+  s.push_back(with(decl(
+                       "grad_accum", G::kData, {"--grad-accum"}, +[](TrainConfig& c) -> int& { return c.grad_accum; },
+                       "micro-batches accumulated per step", "gradient_accumulation_steps",
+                       "deepspeed_config.gradient_accumulation_steps"),
                    kTrainCommand, R::kMustMatch));
-  s.push_back(decl("eval_batches", G::kData, {"--eval-batches"}, +[](TrainConfig& c) -> int& { return c.eval_batches; },
-                   "batches per evaluation (recall task), micro-batches per data-parallel rank (--eval-data)"));
-  s.push_back(with(decl("num_pairs", G::kData, {"--num-pairs"}, +[](TrainConfig& c) -> int& { return c.task.num_pairs; },
-                        "recall task: key-value pairs per sequence"),
+  s.push_back(decl(
+      "eval_batches", G::kData, {"--eval-batches"}, +[](TrainConfig& c) -> int& { return c.eval_batches; },
+      "batches per evaluation (recall task), micro-batches per data-parallel rank (--eval-data)"));
+  s.push_back(with(decl(
+                       "num_pairs", G::kData, {"--num-pairs"}, +[](TrainConfig& c) -> int& { return c.task.num_pairs; },
+                       "recall task: key-value pairs per sequence"),
                    kTrainCommand, R::kMustMatch));
-  s.push_back(with(decl("num_queries", G::kData, {"--num-queries"},
-                        +[](TrainConfig& c) -> int& { return c.task.num_queries; }, "recall task: queries per sequence"),
+  s.push_back(with(decl(
+                       "num_queries", G::kData, {"--num-queries"},
+                       +[](TrainConfig& c) -> int& { return c.task.num_queries; }, "recall task: queries per sequence"),
                    kTrainCommand, R::kMustMatch));
 }
 
 void declare_parallel(std::vector<SettingDecl>& s) {
-  s.push_back(with(decl("sp", G::kParallel, {"--sp"}, +[](TrainConfig& c) -> int& { return c.sp; },
-                        "sequence-parallel degree (ranks sharing one sequence)", "sequence_parallel_size",
-                        "parallelism_config.sp_size"),
+  s.push_back(with(decl(
+                       "sp", G::kParallel, {"--sp"}, +[](TrainConfig& c) -> int& { return c.sp; },
+                       "sequence-parallel degree (ranks sharing one sequence)", "sequence_parallel_size",
+                       "parallelism_config.sp_size"),
                    kAll, R::kMustMatch));
-  s.push_back(with(decl("sp_mode", G::kParallel, {"--sp-mode"}, +[](TrainConfig& c) -> SpMode& { return c.sp_mode; },
-                        "ulysses (all-to-all) | ring (k/v blocks around the ring) | hybrid (Ulysses inside, ring "
-                        "across)"),
+  s.push_back(with(decl(
+                       "sp_mode", G::kParallel, {"--sp-mode"}, +[](TrainConfig& c) -> SpMode& { return c.sp_mode; },
+                       "ulysses (all-to-all) | ring (k/v blocks around the ring) | hybrid (Ulysses inside, ring "
+                       "across)"),
                    kAll, R::kMustMatch));
-  s.push_back(with(decl("ulysses_degree", G::kParallel, {"--ulysses-degree"},
-                        +[](TrainConfig& c) -> int& { return c.ulysses_degree; },
-                        "hybrid: ranks per Ulysses group (must divide sp)"),
-                   kAll, R::kMustMatch));
-  s.push_back(with(decl("sp_layout", G::kParallel, {"--sp-layout"},
-                        +[](TrainConfig& c) -> SpLayout& { return c.layout; },
-                        "ring/hybrid token layout: zigzag (causal load balance) | contiguous"),
-                   kAll, R::kMustMatch));
-  s.push_back(with(decl("dp_replicate", G::kParallel, {"--dp-replicate"},
-                        +[](TrainConfig& c) -> int& { return c.dp_replicate; }, "data-parallel replicas", "",
-                        "parallelism_config.dp_replicate_size"),
+  s.push_back(with(
+      decl(
+          "ulysses_degree", G::kParallel, {"--ulysses-degree"},
+          +[](TrainConfig& c) -> int& { return c.ulysses_degree; }, "hybrid: ranks per Ulysses group (must divide sp)"),
+      kAll, R::kMustMatch));
+  s.push_back(
+      with(decl(
+               "sp_layout", G::kParallel, {"--sp-layout"}, +[](TrainConfig& c) -> SpLayout& { return c.layout; },
+               "ring/hybrid token layout: zigzag (causal load balance) | contiguous"),
+           kAll, R::kMustMatch));
+  s.push_back(
+      with(decl(
+               "dp_replicate", G::kParallel, {"--dp-replicate"}, +[](TrainConfig& c) -> int& { return c.dp_replicate; },
+               "data-parallel replicas", "", "parallelism_config.dp_replicate_size"),
+           kTrainCommand, R::kMustMatch));
+  s.push_back(with(decl(
+                       "dp_shard", G::kParallel, {"--dp-shard"}, +[](TrainConfig& c) -> int& { return c.dp_shard; },
+                       "data-parallel shard degree", "", "parallelism_config.dp_shard_size"),
                    kTrainCommand, R::kMustMatch));
-  s.push_back(with(decl("dp_shard", G::kParallel, {"--dp-shard"}, +[](TrainConfig& c) -> int& { return c.dp_shard; },
-                        "data-parallel shard degree", "", "parallelism_config.dp_shard_size"),
-                   kTrainCommand, R::kMustMatch));
-  s.push_back(with(decl("device", G::kParallel, {"--device"}, +[](TrainConfig& c) -> Device& { return c.device; },
-                        "cpu | cuda | cuda:N (CUDA: bf16 compute, f32 gradients and master weights; every rank of "
-                        "this process on that GPU)"),
+  s.push_back(with(decl(
+                       "device", G::kParallel, {"--device"}, +[](TrainConfig& c) -> Device& { return c.device; },
+                       "cpu | cuda | cuda:N (CUDA: bf16 compute, f32 gradients and master weights; every rank of "
+                       "this process on that GPU)"),
                    kAll));
-  s.push_back(with(decl("transport", G::kParallel, {"--transport"},
-                        +[](TrainConfig& c) -> Transport& { return c.transport; },
-                        "auto | local | nccl: ranks as threads of this process (local), or one process per rank and "
-                        "GPU over NCCL when started by seqpar launch / torchrun / Slurm / mpirun (auto: nccl when "
-                        "launched with --device cuda)"),
-                   kAll));
+  s.push_back(
+      with(decl(
+               "transport", G::kParallel, {"--transport"}, +[](TrainConfig& c) -> Transport& { return c.transport; },
+               "auto | local | nccl: ranks as threads of this process (local), or one process per rank and "
+               "GPU over NCCL when started by seqpar launch / torchrun / Slurm / mpirun (auto: nccl when "
+               "launched with --device cuda)"),
+           kAll));
 }
 
 void declare_memory(std::vector<SettingDecl>& s) {
-  s.push_back(with(decl("activation_checkpointing", G::kMemory, {"--activation-checkpointing", "--gradient-checkpointing"},
-                        +[](TrainConfig& c) -> bool& { return c.memory.activation_checkpointing; },
-                        "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
-                        "gradient_checkpointing: the same gradients, far less activation memory, about one more "
-                        "forward)"),
+  s.push_back(
+      with(decl(
+               "activation_checkpointing", G::kMemory, {"--activation-checkpointing", "--gradient-checkpointing"},
+               +[](TrainConfig& c) -> bool& { return c.memory.activation_checkpointing; },
+               "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
+               "gradient_checkpointing: the same gradients, far less activation memory, about one more "
+               "forward)"),
+           kAll));
+  s.push_back(with(decl(
+                       "checkpoint_keep_attention", G::kMemory, {"--checkpoint-keep-attention"},
+                       +[](TrainConfig& c) -> bool& { return c.memory.checkpoint_keep_attention; },
+                       "with --activation-checkpointing: also keep each layer's attention output and context (q, k, "
+                       "v, LSE: O(tokens)), so backward recomputes the norms and the MLP but not attention or its "
+                       "communication"),
                    kAll));
-  s.push_back(with(decl("checkpoint_keep_attention", G::kMemory, {"--checkpoint-keep-attention"},
-                        +[](TrainConfig& c) -> bool& { return c.memory.checkpoint_keep_attention; },
-                        "with --activation-checkpointing: also keep each layer's attention output and context (q, k, "
-                        "v, LSE: O(tokens)), so backward recomputes the norms and the MLP but not attention or its "
-                        "communication"),
+  s.push_back(with(decl(
+                       "checkpoint_offload", G::kMemory, {"--checkpoint-offload"},
+                       +[](TrainConfig& c) -> bool& { return c.memory.checkpoint_offload; },
+                       "with --activation-checkpointing: each layer's kept input waits in host memory (pinned; the "
+                       "copies overlap with compute) between its forward and its backward (ALST's checkpoint "
+                       "offload)"),
                    kAll));
-  s.push_back(with(decl("checkpoint_offload", G::kMemory, {"--checkpoint-offload"},
-                        +[](TrainConfig& c) -> bool& { return c.memory.checkpoint_offload; },
-                        "with --activation-checkpointing: each layer's kept input waits in host memory (pinned; the "
-                        "copies overlap with compute) between its forward and its backward (ALST's checkpoint "
-                        "offload)"),
+  s.push_back(with(decl(
+                       "tiled_mlp_tokens", G::kMemory, {"--tiled-mlp-tokens"},
+                       +[](TrainConfig& c) -> int64_t& { return c.memory.mlp_tile_tokens; },
+                       "tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's "
+                       "shard, recomputed in backward (0 = untiled; >= 0)"),
                    kAll));
-  s.push_back(with(decl("tiled_mlp_tokens", G::kMemory, {"--tiled-mlp-tokens"},
-                        +[](TrainConfig& c) -> int64_t& { return c.memory.mlp_tile_tokens; },
-                        "tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's "
-                        "shard, recomputed in backward (0 = untiled; >= 0)"),
+  s.push_back(with(decl(
+                       "tiled_loss_tokens", G::kMemory, {"--tiled-loss-tokens"},
+                       +[](TrainConfig& c) -> int64_t& { return c.memory.loss_tile_tokens; },
+                       "tiled loss: the LM head and cross-entropy over tiles of this many tokens, never a [tokens, "
+                       "vocab] logits tensor (0 = untiled; >= 0)"),
                    kAll));
-  s.push_back(with(decl("tiled_loss_tokens", G::kMemory, {"--tiled-loss-tokens"},
-                        +[](TrainConfig& c) -> int64_t& { return c.memory.loss_tile_tokens; },
-                        "tiled loss: the LM head and cross-entropy over tiles of this many tokens, never a [tokens, "
-                        "vocab] logits tensor (0 = untiled; >= 0)"),
-                   kAll));
-  s.push_back(with(decl("zero_stage", G::kMemory, {"--zero-stage"}, +[](TrainConfig& c) -> int& { return c.memory.zero_stage; },
-                        "ZeRO: 1 shards the AdamW state (moments, f32 master weights) over the ranks; 2 also "
-                        "partitions the gradients; 3 runs as 2 (weights stay whole); 0 = replicated",
-                        "zero_optimization.stage", "deepspeed_config.memory.zero_stage"),
-                   kTrainBench));
+  s.push_back(
+      with(decl(
+               "zero_stage", G::kMemory, {"--zero-stage"}, +[](TrainConfig& c) -> int& { return c.memory.zero_stage; },
+               "ZeRO: 1 shards the AdamW state (moments, f32 master weights) over the ranks; 2 also "
+               "partitions the gradients; 3 runs as 2 (weights stay whole); 0 = replicated",
+               "zero_optimization.stage", "deepspeed_config.zero_stage"),
+           kTrainBench));
   s.back().choices = {"0", "1", "2", "3"};
 }
 
 void declare_optimizer(std::vector<SettingDecl>& s) {
-  s.push_back(with(decl("lr", G::kOptimizer, {"--lr"}, +[](TrainConfig& c) -> float& { return c.optimizer.adamw.lr; },
-                        "peak learning rate (> 0)", "optimizer.params.lr"),
+  s.push_back(with(decl(
+                       "lr", G::kOptimizer, {"--lr"}, +[](TrainConfig& c) -> float& { return c.optimizer.adamw.lr; },
+                       "peak learning rate (> 0)", "optimizer.params.lr"),
                    kAll, R::kWarn));
-  s.push_back(with(decl("beta1", G::kOptimizer, {"--beta1"},
-                        +[](TrainConfig& c) -> float& { return c.optimizer.adamw.beta1; }, "AdamW beta1",
-                        "optimizer.params.betas[0]"),
+  s.push_back(
+      with(decl(
+               "beta1", G::kOptimizer, {"--beta1"}, +[](TrainConfig& c) -> float& { return c.optimizer.adamw.beta1; },
+               "AdamW beta1", "optimizer.params.betas[0]"),
+           kAll, R::kWarn));
+  s.push_back(
+      with(decl(
+               "beta2", G::kOptimizer, {"--beta2"}, +[](TrainConfig& c) -> float& { return c.optimizer.adamw.beta2; },
+               "AdamW beta2", "optimizer.params.betas[1]"),
+           kAll, R::kWarn));
+  s.push_back(with(decl(
+                       "eps", G::kOptimizer, {"--eps"}, +[](TrainConfig& c) -> float& { return c.optimizer.adamw.eps; },
+                       "AdamW eps", "optimizer.params.eps"),
                    kAll, R::kWarn));
-  s.push_back(with(decl("beta2", G::kOptimizer, {"--beta2"},
-                        +[](TrainConfig& c) -> float& { return c.optimizer.adamw.beta2; }, "AdamW beta2",
-                        "optimizer.params.betas[1]"),
+  s.push_back(with(decl(
+                       "weight_decay", G::kOptimizer, {"--weight-decay"},
+                       +[](TrainConfig& c) -> float& { return c.optimizer.adamw.weight_decay; },
+                       "AdamW decoupled weight decay", "optimizer.params.weight_decay"),
                    kAll, R::kWarn));
-  s.push_back(with(decl("eps", G::kOptimizer, {"--eps"}, +[](TrainConfig& c) -> float& { return c.optimizer.adamw.eps; },
-                        "AdamW eps", "optimizer.params.eps"),
-                   kAll, R::kWarn));
-  s.push_back(with(decl("weight_decay", G::kOptimizer, {"--weight-decay"},
-                        +[](TrainConfig& c) -> float& { return c.optimizer.adamw.weight_decay; },
-                        "AdamW decoupled weight decay", "optimizer.params.weight_decay"),
-                   kAll, R::kWarn));
-  s.push_back(with(decl("clip", G::kOptimizer, {"--clip"}, +[](TrainConfig& c) -> double& { return c.optimizer.clip; },
-                        "max global gradient norm (0 = no clipping)", "gradient_clipping",
-                        "deepspeed_config.gradient_clipping"),
-                   kAll, R::kWarn));
+  s.push_back(
+      with(decl(
+               "clip", G::kOptimizer, {"--clip"}, +[](TrainConfig& c) -> double& { return c.optimizer.clip; },
+               "max global gradient norm (0 = no clipping)", "gradient_clipping", "deepspeed_config.gradient_clipping"),
+           kAll, R::kWarn));
 }
 
 void declare_schedule(std::vector<SettingDecl>& s) {
-  s.push_back(with(decl("steps", G::kSchedule, {"--steps"}, +[](TrainConfig& c) -> int64_t& { return c.steps; },
-                        "optimizer steps (>= 1)"),
+  s.push_back(with(decl(
+                       "steps", G::kSchedule, {"--steps"}, +[](TrainConfig& c) -> int64_t& { return c.steps; },
+                       "optimizer steps (>= 1)"),
                    kTrainBench, R::kWarn));
-  s.push_back(with(decl("warmup_steps", G::kSchedule, {"--warmup-steps"},
-                        +[](TrainConfig& c) -> int64_t& { return c.warmup_steps; },
-                        "linear warmup steps (also DeepSpeed's warmup_num_steps)", "scheduler.params.warmup_num_steps"),
-                   kTrainCommand, R::kWarn));
-  s.push_back(with(decl("min_lr_ratio", G::kSchedule, {"--min-lr-ratio"},
-                        +[](TrainConfig& c) -> float& { return c.min_lr_ratio; },
-                        "cosine decay floor as a fraction of lr (also WarmupCosineLR's cos_min_ratio)",
-                        "scheduler.params.cos_min_ratio"),
-                   kTrainCommand, R::kWarn));
-  s.push_back(with(decl("seed", G::kSchedule, {"--seed"}, +[](TrainConfig& c) -> uint64_t& { return c.seed; },
-                        "seed for init and data"),
+  s.push_back(with(
+      decl(
+          "warmup_steps", G::kSchedule, {"--warmup-steps"}, +[](TrainConfig& c) -> int64_t& { return c.warmup_steps; },
+          "linear warmup steps (also DeepSpeed's warmup_num_steps)", "scheduler.params.warmup_num_steps"),
+      kTrainCommand, R::kWarn));
+  s.push_back(with(
+      decl(
+          "min_lr_ratio", G::kSchedule, {"--min-lr-ratio"}, +[](TrainConfig& c) -> float& { return c.min_lr_ratio; },
+          "cosine decay floor as a fraction of lr (also WarmupCosineLR's cos_min_ratio)",
+          "scheduler.params.cos_min_ratio"),
+      kTrainCommand, R::kWarn));
+  s.push_back(with(decl(
+                       "seed", G::kSchedule, {"--seed"}, +[](TrainConfig& c) -> uint64_t& { return c.seed; },
+                       "seed for init and data"),
                    kTrainCommand, R::kMustMatch));
 }
 
 void declare_checkpoint(std::vector<SettingDecl>& s) {
-  s.push_back(decl("save_dir", G::kCheckpoint, {"--save-dir"}, +[](TrainConfig& c) -> std::string& { return c.save_dir; },
-                   "checkpoint directory (step_NNNNNN/ subdirectories and `latest`)"));
-  s.push_back(decl("save_every", G::kCheckpoint, {"--save-every"},
-                   +[](TrainConfig& c) -> int64_t& { return c.save_every; },
-                   "save a checkpoint every N steps (0 = only at the end of the run, when --save-dir is given)"));
-  s.push_back(decl("keep_last", G::kCheckpoint, {"--keep-last"}, +[](TrainConfig& c) -> int& { return c.keep_last; },
-                   "keep only the newest K checkpoints (0 = keep all)"));
-  s.push_back(decl("resume", G::kCheckpoint, {"--resume"}, +[](TrainConfig& c) -> ResumeFrom& { return c.resume; },
-                   "resume from a checkpoint: `latest` (also --resume alone: the newest in --save-dir), `auto` (the "
-                   "newest if there is one, else start fresh), or a checkpoint or save directory"));
-  s.push_back(decl("stop_at_step", G::kCheckpoint, {"--stop-at-step"},
-                   +[](TrainConfig& c) -> int64_t& { return c.stop_at_step; },
-                   "stop after this step (saving a checkpoint with --save-dir), the schedule still that of --steps; "
-                   "0 = run to --steps"));
+  s.push_back(decl(
+      "save_dir", G::kCheckpoint, {"--save-dir"}, +[](TrainConfig& c) -> std::string& { return c.save_dir; },
+      "checkpoint directory (step_NNNNNN/ subdirectories and `latest`)"));
+  s.push_back(decl(
+      "save_every", G::kCheckpoint, {"--save-every"}, +[](TrainConfig& c) -> int64_t& { return c.save_every; },
+      "save a checkpoint every N steps (0 = only at the end of the run, when --save-dir is given)"));
+  s.push_back(decl(
+      "keep_last", G::kCheckpoint, {"--keep-last"}, +[](TrainConfig& c) -> int& { return c.keep_last; },
+      "keep only the newest K checkpoints (0 = keep all)"));
+  s.push_back(decl(
+      "resume", G::kCheckpoint, {"--resume"}, +[](TrainConfig& c) -> ResumeFrom& { return c.resume; },
+      "resume from a checkpoint: `latest` (also --resume alone: the newest in --save-dir), `auto` (the "
+      "newest if there is one, else start fresh), or a checkpoint or save directory"));
+  s.push_back(decl(
+      "stop_at_step", G::kCheckpoint, {"--stop-at-step"}, +[](TrainConfig& c) -> int64_t& { return c.stop_at_step; },
+      "stop after this step (saving a checkpoint with --save-dir), the schedule still that of --steps; "
+      "0 = run to --steps"));
 }
 
 void declare_logging(std::vector<SettingDecl>& s) {
-  s.push_back(decl("log_every", G::kLogging, {"--log-every"}, +[](TrainConfig& c) -> int& { return c.log_every; },
-                   "print a progress line every N steps (>= 1)", "steps_per_print"));
-  s.push_back(decl("eval_every", G::kLogging, {"--eval-every"}, +[](TrainConfig& c) -> int& { return c.eval_every; },
-                   "evaluate (recall accuracy, or the --eval-data loss) every N steps and at the end (0 = only at "
-                   "the end)"));
-  s.push_back(decl("stop_at_accuracy", G::kLogging, {"--stop-at-accuracy"},
-                   +[](TrainConfig& c) -> double& { return c.stop_at_accuracy; },
-                   "stop once eval accuracy reaches this (0 = never)"));
-  s.push_back(decl("metrics_out", G::kLogging, {"--metrics-out"},
-                   +[](TrainConfig& c) -> std::string& { return c.metrics_out; },
-                   "JSONL metrics file (loss, tokens/s per log step; eval accuracy or loss); the plot goes next to "
-                   "it with the extension .svg"));
-  s.push_back(with(decl("profile", G::kLogging, {"--profile"}, +[](TrainConfig& c) -> bool& { return c.profile; },
-                        "time every op (GEMM by shape, attention, norms, loss, optimizer) of rank 0's steps after the "
-                        "first on the device, and print the table at the end (synchronises after each step)"),
+  s.push_back(decl(
+      "log_every", G::kLogging, {"--log-every"}, +[](TrainConfig& c) -> int& { return c.log_every; },
+      "print a progress line every N steps (>= 1)", "steps_per_print"));
+  s.push_back(decl(
+      "eval_every", G::kLogging, {"--eval-every"}, +[](TrainConfig& c) -> int& { return c.eval_every; },
+      "evaluate (recall accuracy, or the --eval-data loss) every N steps and at the end (0 = only at "
+      "the end)"));
+  s.push_back(decl(
+      "stop_at_accuracy", G::kLogging, {"--stop-at-accuracy"},
+      +[](TrainConfig& c) -> double& { return c.stop_at_accuracy; },
+      "stop once eval accuracy reaches this (0 = never)"));
+  s.push_back(decl(
+      "metrics_out", G::kLogging, {"--metrics-out"}, +[](TrainConfig& c) -> std::string& { return c.metrics_out; },
+      "JSONL metrics file (loss, tokens/s per log step; eval accuracy or loss); the plot goes next to "
+      "it with the extension .svg"));
+  s.push_back(with(decl(
+                       "profile", G::kLogging, {"--profile"}, +[](TrainConfig& c) -> bool& { return c.profile; },
+                       "time every op (GEMM by shape, attention, norms, loss, optimizer) of rank 0's steps after the "
+                       "first on the device, and print the table at the end (synchronises after each step)"),
                    kTrainBench));
 }
 

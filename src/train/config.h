@@ -13,15 +13,15 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
 #include "arch/llama_config.h"
 #include "attention/attention_backend.h"
+#include "core/device.h"
+#include "data/recall_task.h"
 #include "parallel/kernel_policy.h"
 #include "parallel/sp_attention.h"
-#include "train/memory_settings.h"
 #include "train/job.h"
+#include "train/memory_settings.h"
 #include "train/optimizer.h"
-#include "data/recall_task.h"
 
 namespace seqpar {
 
@@ -172,10 +172,10 @@ enum SettingCommand : unsigned { kTrainCommand = 1u, kFwdBwdCommand = 2u, kBench
 struct SettingDecl {
   std::string name;  // as --print-config prints it and the checkpoint's config.json records it
   SettingGroup group;
-  std::vector<std::string> flags;  // long flags, the first is the setting's flag ("" : none)
-  std::string deepspeed;           // the DeepSpeed JSON key(s) that set it ("" : none)
-  std::string accelerate;          // the Accelerate YAML key(s) that set it ("" : none)
-  std::string help;                // what it does, and its rule
+  std::vector<std::string> flags;    // long flags, the first is the setting's flag ("" : none)
+  std::string deepspeed;             // the DeepSpeed JSON key(s) that set it ("" : none)
+  std::string accelerate;            // the Accelerate YAML key(s) that set it ("" : none)
+  std::string help;                  // what it does, and its rule
   std::vector<std::string> choices;  // a closed set of values ({} : any value of its type)
   std::string type_name;             // INT, FLOAT, TEXT, BOOL: what --help says the value is
   bool is_switch = false;            // a flag without a value (it sets `switch_value`)

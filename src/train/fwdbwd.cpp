@@ -30,11 +30,10 @@ std::vector<Sequence> batch_rows(const Tensor& input_ids, const Tensor& labels, 
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t s = 0; s < S; ++s) {
       int64_t id = ids[b * S + s], l = lab[b * S + s];
-      SEQPAR_INPUT_CHECK(id >= 0 && id < vocab_size, "input_ids[{}, {}] = {} is outside the vocabulary [0, {})", b,
-                         s, id, vocab_size);
+      SEQPAR_INPUT_CHECK(id >= 0 && id < vocab_size, "input_ids[{}, {}] = {} is outside the vocabulary [0, {})", b, s,
+                         id, vocab_size);
       SEQPAR_INPUT_CHECK(l == kIgnoreIndex || (l >= 0 && l < vocab_size),
-                         "labels[{}, {}] = {} is outside the vocabulary [0, {}) and is not -100", b, s, l,
-                         vocab_size);
+                         "labels[{}, {}] = {} is outside the vocabulary [0, {}) and is not -100", b, s, l, vocab_size);
       rows[b].input_ids.push_back(static_cast<int32_t>(id));
       rows[b].labels.push_back(static_cast<int32_t>(l));
     }

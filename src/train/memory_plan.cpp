@@ -88,7 +88,7 @@ SpForward sp_forward_bytes(const std::vector<SpGroup>& groups, int64_t u, int64_
   int64_t back = 0;  // the output gathers' receive buffers, held until forward returns
   for (size_t g = 0; g < groups.size(); ++g) {
     const SpGroup& s = groups[g];
-    if (g + 1 < groups.size()) post_inputs(groups[g + 1]);  // the next group travels meanwhile
+    if (g + 1 < groups.size()) post_inputs(groups[g + 1]);     // the next group travels meanwhile
     if (u > 1) m.free(a * D * (all(s) + (all(s) - mine(s))));  // finish: send and copies
     const int64_t out = a * D * u * s.q, lse = 4 * u * s.q, kv = a * D * u * s.kv;
     m.alloc(out + lse);  // the context's out, lse
@@ -134,12 +134,12 @@ int64_t sp_backward_bytes(const std::vector<SpGroup>& groups, int64_t u, int64_t
     for (int64_t step = 0; step < r && r > 1; ++step) {
       if (step + 1 < r) m.alloc(4 * kv);
       m.alloc(2 * kv);
-      m.alloc(ws), m.free(ws);                // attn_backward
-      if (step > 0) m.free(2 * kv);          // the accumulators' hop: its copies (dk_in, dv_in replaced)
-      if (step == 0) m.alloc(2 * kv);        // dk_in, dv_in
-      m.alloc(2 * kv);                       // the copies of dk, dv
+      m.alloc(ws), m.free(ws);         // attn_backward
+      if (step > 0) m.free(2 * kv);    // the accumulators' hop: its copies (dk_in, dv_in replaced)
+      if (step == 0) m.alloc(2 * kv);  // dk_in, dv_in
+      m.alloc(2 * kv);                 // the copies of dk, dv
       if (step + 1 < r) m.free(2 * kv + (step > 0 ? 2 * kv : 0));
-      m.free(2 * kv);                        // this step's dk, dv
+      m.free(2 * kv);  // this step's dk, dv
     }
     if (r > 1) m.free(6 * kv);  // the last hop's copies, dk_in, dv_in, the last block
     // post_tokens_to_heads of dq_g, dk_g, dv_g: receive buffers and copies (the sends are views of
@@ -211,9 +211,8 @@ int64_t add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   p.resident.emplace_back(zero ? fmt::format("AdamW moments (f32, 1/{} ZeRO shard)", in.world) : "AdamW moments (f32)",
                           2 * 4 * opt_elems);
   if (in.cuda)
-    p.resident.emplace_back(zero ? fmt::format("master weights (f32, 1/{} ZeRO shard)", in.world)
-                                 : "master weights (f32)",
-                            4 * opt_elems);
+    p.resident.emplace_back(
+        zero ? fmt::format("master weights (f32, 1/{} ZeRO shard)", in.world) : "master weights (f32)", 4 * opt_elems);
   // ids, positions, targets (i32) and the attention's segment / position metadata (i32).
   p.resident.emplace_back("batch and attention metadata", 20 * T);
   if (in.cuda) p.resident.emplace_back("cuBLASLt workspace", kGemmWorkspace);
@@ -260,8 +259,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // Local attention keeps q, k, v and the f32 LSE (out is the layer's attn_out); the sequence-
   // parallel context keeps its own out and LSE, and with Ulysses its gathered q, k, v (a KV head
   // read by two head groups twice) instead of the layer's.
-  const int64_t ctx = in.sp == 1 ? a * H * D + 2 * a * Hkv * D + 4 * H
-                                 : (U == 1 ? a * H * D + 2 * a * Hkv * D : 0) + sp_fwd.ctx;
+  const int64_t ctx =
+      in.sp == 1 ? a * H * D + 2 * a * Hkv * D + 4 * H : (U == 1 ? a * H * D + 2 * a * Hkv * D : 0) + sp_fwd.ctx;
   const bool tiled_mlp = in.memory.mlp_tile_tokens > 0 && in.memory.mlp_tile_tokens < T;
   const int64_t mlp_kept = tiled_mlp ? 0 : 3 * a * F;  // gate, up, h
   // x_in, rstd1, xn1, ctx, attn_out, x_mid, rstd2, xn2, MLP.
@@ -341,12 +340,12 @@ int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int6
 
 std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, int64_t capacity_bytes) {
   std::string s = fmt::format(
-      "Memory plan per GPU: {} tokens per rank ({} × {} tokens over sp={}), {} layers, {}{}{}{}{}\n",
-      p.tokens_per_rank, in.micro_batch, in.seq_len, in.sp, in.model.num_layers, in.cuda ? "bf16 on CUDA" : "f32 on CPU",
+      "Memory plan per GPU: {} tokens per rank ({} × {} tokens over sp={}), {} layers, {}{}{}{}{}\n", p.tokens_per_rank,
+      in.micro_batch, in.seq_len, in.sp, in.model.num_layers, in.cuda ? "bf16 on CUDA" : "f32 on CPU",
       in.memory.activation_checkpointing ? (in.memory.checkpoint_keep_attention ? ", checkpointing (keeping attention)"
-                                                                  : ", activation checkpointing") +
-                                        std::string(in.memory.checkpoint_offload ? " with offload" : "")
-                                  : std::string(),
+                                                                                : ", activation checkpointing") +
+                                               std::string(in.memory.checkpoint_offload ? " with offload" : "")
+                                         : std::string(),
       in.memory.mlp_tile_tokens > 0 ? fmt::format(", tiled MLP {}", in.memory.mlp_tile_tokens) : "",
       in.memory.loss_tile_tokens > 0 ? fmt::format(", tiled loss {}", in.memory.loss_tile_tokens) : "",
       in.memory.zero_stage > 0 ? fmt::format(", ZeRO-{} over {}", std::min(in.memory.zero_stage, 2), in.world) : "");

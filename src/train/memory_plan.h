@@ -32,14 +32,14 @@ namespace seqpar {
 
 struct MemoryPlanInput {
   LlamaConfig model;
-  int64_t seq_len = 0;     // tokens per sequence
-  int micro_batch = 1;     // sequences per step per data-parallel rank
-  int sp = 1;              // sequence-parallel degree (the sequence's tokens split over sp ranks)
-  int ulysses_degree = 1;  // ranks of a Ulysses group (sp for ulysses, 1 for ring, U for hybrid)
-  int world = 1;           // all ranks (sp × data parallel): the ZeRO shard count
+  int64_t seq_len = 0;          // tokens per sequence
+  int micro_batch = 1;          // sequences per step per data-parallel rank
+  int sp = 1;                   // sequence-parallel degree (the sequence's tokens split over sp ranks)
+  int ulysses_degree = 1;       // ranks of a Ulysses group (sp for ulysses, 1 for ring, U for hybrid)
+  int world = 1;                // all ranks (sp × data parallel): the ZeRO shard count
   int ulysses_head_groups = 0;  // Ulysses head groups (parallel/sp_attention.h); 0: kDefaultUlyssesHeadGroups
-  bool cuda = true;        // bf16 weights and activations, f32 master weights (CPU: all f32)
-  MemorySettings memory;  // the run's memory levers, as the trainer applies them
+  bool cuda = true;             // bf16 weights and activations, f32 master weights (CPU: all f32)
+  MemorySettings memory;        // the run's memory levers, as the trainer applies them
 };
 
 struct MemoryPlan {

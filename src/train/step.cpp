@@ -17,7 +17,8 @@ Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_vector<int32_t>(
 // The model's memory levers from the config, and its weights from `initial`; returns its weights
 // (what the optimizer starts from).
 const LlamaParams& prepare_model(LlamaModel& model, const TrainConfig& cfg, const LlamaParams& initial) {
-  model.set_activation_policy(LlamaModel::policy_for(cfg.memory.activation_checkpointing, cfg.memory.checkpoint_keep_attention));
+  model.set_activation_policy(
+      LlamaModel::policy_for(cfg.memory.activation_checkpointing, cfg.memory.checkpoint_keep_attention));
   model.set_checkpoint_offload(cfg.memory.checkpoint_offload);
   model.set_mlp_tile_tokens(cfg.memory.mlp_tile_tokens);
   model.set_loss_tile_tokens(cfg.memory.loss_tile_tokens);
@@ -71,8 +72,8 @@ void TrainStep::partition_gradients() {
       return;
     }
     LlamaParams& g = model_.grads();
-    for (auto [t, offset] : {std::pair<Tensor*, int64_t>{&g.embed_tokens, 0}, {&g.final_norm, at.final_norm},
-                             {&g.lm_head, at.lm_head}}) {
+    for (auto [t, offset] :
+         {std::pair<Tensor*, int64_t>{&g.embed_tokens, 0}, {&g.final_norm, at.final_norm}, {&g.lm_head, at.lm_head}}) {
       if (!t->defined()) continue;
       world_.all_reduce(*t, ReduceOp::kSum);
       take(*t, offset);
@@ -92,9 +93,8 @@ LossStats TrainStep::forward(const SpBatch& b, Tensor* logits) {
     attention_ = make_sp_attention(mesh_, meta, mc.num_heads, mc.num_kv_heads, attention_policy_,
                                    config_.kernels.ulysses_head_groups);
   }
-  return model_.forward(
-      {i32(sh.input_ids).to(device_), i32(sh.position_ids).to(device_), i32(sh.targets).to(device_)}, *attention_,
-      logits);
+  return model_.forward({i32(sh.input_ids).to(device_), i32(sh.position_ids).to(device_), i32(sh.targets).to(device_)},
+                        *attention_, logits);
 }
 
 StepLoss TrainStep::forward_backward(const std::vector<SpBatch>& micro, Tensor* logits) {

@@ -19,9 +19,9 @@
 
 #include "attention/attention_policy.h"
 #include "comm/mesh.h"
+#include "data/sp_batch.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
-#include "data/sp_batch.h"
 
 namespace seqpar {
 

@@ -199,15 +199,15 @@ struct Trainer::State {
   int dp = 1;
   int64_t seqs_per_step = 0, seq_len = 0, tokens_per_step = 0;
   bool token_data = false;
-  bool leads = false, talk = false;  // this process hosts the leader; and prints
+  bool leads = false, talk = false;            // this process hosts the leader; and prints
   std::optional<std::vector<Sequence>> batch;  // run_batch's rows
 
   std::optional<Checkpoint> ckpt;
   std::unique_ptr<TokenDataset> data, eval_data;
   json data_id = nullptr, eval_id = nullptr;
   int eval_batches = 0;
-  json config;       // recorded in checkpoints, compared on resume
-  std::string hash;  // config_hash(config)
+  json config;                          // recorded in checkpoints, compared on resume
+  std::string hash;                     // config_hash(config)
   std::unique_ptr<LlamaModel> initial;  // the weights every rank starts from
   int64_t first_step = 1, last_step = 0;
   MemoryPlan plan;
@@ -291,8 +291,8 @@ Trainer::~Trainer() = default;
 void Trainer::setup_data() {
   State& s = *s_;
   const int64_t V = model_config_.vocab_size;
-  s.data = std::make_unique<TokenDataset>(open_token_file(cfg_.data_path, "data", V), s.seq_len, cfg_.seed,
-                                          cfg_.shuffle, V);
+  s.data =
+      std::make_unique<TokenDataset>(open_token_file(cfg_.data_path, "data", V), s.seq_len, cfg_.seed, cfg_.shuffle, V);
   s.data_id = token_file_identity(s.data->file(), s.seq_len);
   TrainResult& r = s.result;
   r.num_sequences = s.data->num_sequences();
@@ -371,9 +371,9 @@ void Trainer::log_setup() const {
   log_info(
       "train: {} layers, C={}, H={}, Hkv={}, V={} | world {} = dp {} x sp {} ({} ulysses x {} ring, {} layout) | {} "
       "sequences x {} tokens per step, steps {}..{} of {}",
-      mc.num_layers, mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.vocab_size, s.mesh_shape.world(), s.dp,
-      cfg_.sp, s.sp_shape.ulysses, s.sp_shape.ring, sp_layout_name(s.layout), s.seqs_per_step, s.seq_len,
-      s.first_step, s.last_step, cfg_.steps);
+      mc.num_layers, mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.vocab_size, s.mesh_shape.world(), s.dp, cfg_.sp,
+      s.sp_shape.ulysses, s.sp_shape.ring, sp_layout_name(s.layout), s.seqs_per_step, s.seq_len, s.first_step,
+      s.last_step, cfg_.steps);
   log_info("memory plan: {:.3f} GiB per rank at the step's peak ({}); `seqpar plan` gives the breakdown",
            static_cast<double>(s.plan.peak_bytes) / (1ll << 30), s.plan.peak_phase);
 }
@@ -434,11 +434,12 @@ void Trainer::warn_if_over_capacity(Device device) const {
   const int64_t total = device_total_bytes(device);
   const double plan_gib = static_cast<double>(s.plan.peak_bytes) / (1ll << 30);
   if (total > 0 && s.plan.peak_bytes * s.ranks_per_device > total)
-    log_warn("the memory plan needs {:.2f} GiB on {} ({} rank(s) of {:.2f} GiB) but it has {:.2f} GiB: expect out of "
-             "memory; more GPUs (--sp), --activation-checkpointing, --tiled-mlp-tokens / --tiled-loss-tokens or "
-             "--zero-stage 1 lower it (seqpar plan, docs/memory.md)",
-             plan_gib * s.ranks_per_device, device.str(), s.ranks_per_device, plan_gib,
-             static_cast<double>(total) / (1ll << 30));
+    log_warn(
+        "the memory plan needs {:.2f} GiB on {} ({} rank(s) of {:.2f} GiB) but it has {:.2f} GiB: expect out of "
+        "memory; more GPUs (--sp), --activation-checkpointing, --tiled-mlp-tokens / --tiled-loss-tokens or "
+        "--zero-stage 1 lower it (seqpar plan, docs/memory.md)",
+        plan_gib * s.ranks_per_device, device.str(), s.ranks_per_device, plan_gib,
+        static_cast<double>(total) / (1ll << 30));
 }
 
 // resume, the rank's half: the checkpoint's weights and optimizer state; then the host copies
@@ -487,8 +488,7 @@ void Trainer::step(TrainStep& rank, bool leader, int64_t step, bool profiled) {
 // record at the steps that do not depend on where a run was stopped or resumed (so a resumed
 // run's records are the uninterrupted run's), a progress line also at the first and last step of
 // this call.
-void Trainer::record_step(Device device, int64_t step, double secs, const StepLoss& loss, double norm,
-                          bool profiled) {
+void Trainer::record_step(Device device, int64_t step, double secs, const StepLoss& loss, double norm, bool profiled) {
   State& s = *s_;
   // This step's peak; the allocator then counts the next step's from here.
   Allocator& mem = allocator_for(device);
@@ -524,10 +524,11 @@ void Trainer::log_progress(int64_t step, double loss, double norm) {
   s.last_logged = step;
   const float lr = lr_at(cfg_, step);
   if (!cfg_.quiet)
-    log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}", step,
-             cfg_.steps, loss, lr, norm, tps,
+    log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}", step, cfg_.steps,
+             loss, lr, norm, tps,
              peak_gib >= 1 ? fmt::format("{:.2f} GiB", peak_gib) : fmt::format("{:.1f} MiB", peak_gib * 1024));
-  json r = {{"step", step}, {"loss", loss}, {"tokens_per_s", tps}, {"lr", lr}, {"grad_norm", norm}, {"peak_mem_gib", peak_gib}};
+  json r = {{"step", step}, {"loss", loss},      {"tokens_per_s", tps},
+            {"lr", lr},     {"grad_norm", norm}, {"peak_mem_gib", peak_gib}};
   if (s.token_data) r["epoch"] = (step - 1) / s.result.steps_per_epoch;
   if (record) s.metrics->write(r);
 }
@@ -673,7 +674,8 @@ std::vector<std::pair<std::string, Tensor>> Trainer::run_batch(bool optimizer_st
     if (optimizer_step) norm = rank.optimizer_step(cfg_.optimizer.adamw.lr);
     if (!job.leader) return;
     std::vector<std::pair<std::string, Tensor>> out;
-    const int64_t B = static_cast<int64_t>(s.batch->size()), S = static_cast<int64_t>(s.batch->front().input_ids.size());
+    const int64_t B = static_cast<int64_t>(s.batch->size()),
+                  S = static_cast<int64_t>(s.batch->front().input_ids.size());
     const int64_t V = model_config_.vocab_size;
     out.emplace_back("logits", stream.rows(0, B * S).clone().view({B, S, V}));
     out.emplace_back("loss", Tensor::from_vector<float>({1}, {static_cast<float>(loss.loss)}));

@@ -47,7 +47,7 @@ struct TrainResult {
   std::vector<ProfileEntry> profile;
   int64_t profile_steps = 0;
   double profile_seconds = 0;
-  std::string resumed_from;              // the checkpoint directory, when resumed
+  std::string resumed_from;  // the checkpoint directory, when resumed
 };
 
 // HF-style random init: normal(0, std) for embeddings and projections, ones for norms.

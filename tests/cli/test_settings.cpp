@@ -122,9 +122,14 @@ TEST(Settings, JsonRoundTripOfEverySetting) {
 
 TEST(Settings, BadCommandLineValuesNameTheFlag) {
   TrainConfig c;
-  for (auto [name, value] : {std::pair{"micro_batch", "x"}, {"lr", "fast"}, {"sp_mode", "spiral"},
-                             {"sp_layout", "random"}, {"transport", "carrier-pigeon"}, {"device", "tpu"},
-                             {"steps", "1e3"}, {"activation_checkpointing", "maybe"}}) {
+  for (auto [name, value] : {std::pair{"micro_batch", "x"},
+                             {"lr", "fast"},
+                             {"sp_mode", "spiral"},
+                             {"sp_layout", "random"},
+                             {"transport", "carrier-pigeon"},
+                             {"device", "tpu"},
+                             {"steps", "1e3"},
+                             {"activation_checkpointing", "maybe"}}) {
     const SettingDecl* d = find_setting(name);
     ASSERT_NE(d, nullptr) << name;
     try {

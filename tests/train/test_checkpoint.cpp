@@ -18,6 +18,7 @@
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#include "train/train_test_util.h"
 
 namespace seqpar {
 namespace {
@@ -25,12 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 TrainConfig tiny_run() {
-  TrainConfig c;
-  c.model = demo_model_config();
-  c.task.seq_len = 32;
-  c.task.num_pairs = 4;  // 4 pair tokens + 4 queries of 3 tokens + filler fit in 32
-  c.task.num_queries = 4;
-  c.micro_batch = 2;
+  TrainConfig c = testing::tiny_recall_config();
   c.steps = 6;
   c.warmup_steps = 2;
   c.optimizer.adamw.lr = 1e-3f;

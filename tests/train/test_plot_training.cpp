@@ -11,6 +11,7 @@
 #include "report/svg_check.h"
 #include "test_util.h"
 #include "train/trainer.h"
+#include "train/train_test_util.h"
 
 namespace seqpar {
 namespace {
@@ -24,12 +25,7 @@ TEST(Plot, TrainingWritesThePlotNextToTheMetrics) {
   EXPECT_EQ(metrics_plot_path("metrics"), "metrics.svg");
   EXPECT_EQ(metrics_plot_path("m.svg"), "m.svg.svg");
 
-  TrainConfig c;
-  c.model = demo_model_config();
-  c.task.seq_len = 32;
-  c.task.num_pairs = 4;  // 4 pair tokens + 4 queries of 3 tokens + filler fit in 32
-  c.task.num_queries = 4;
-  c.micro_batch = 2;
+  TrainConfig c = testing::tiny_recall_config();
   c.steps = 6;
   c.sp = 1;
   c.eval_every = 3;

@@ -12,6 +12,7 @@
 #include "test_util.h"
 #include "parallel/sp_attention.h"
 #include "train/trainer.h"
+#include "train/train_test_util.h"
 
 namespace seqpar {
 namespace {
@@ -20,12 +21,7 @@ constexpr double kTol = 1e-5;
 
 // The tiny demo model on a short recall task: a few steps take milliseconds.
 TrainConfig tiny_run() {
-  TrainConfig c;
-  c.model = demo_model_config();
-  c.task.seq_len = 32;
-  c.task.num_pairs = 4;  // 4 pair tokens + 4 queries of 3 tokens + filler fit in 32
-  c.task.num_queries = 4;
-  c.micro_batch = 2;
+  TrainConfig c = testing::tiny_recall_config();
   c.grad_accum = 1;
   c.steps = 4;
   c.warmup_steps = 2;
