@@ -46,6 +46,8 @@ void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& o) {
   cmd.add_option("--seq-lens", o.seq_lens, "sequence lengths, comma-separated")->capture_default_str();
   cmd.add_option("--out", o.out, "also append the JSON lines here");
   add_setting_options(cmd, o.train, kBenchTrainCommand);
+  // Here an empty --model means the preset, not train's built-in tiny Llama.
+  cmd.get_option("--model")->description("HF model directory instead of a preset (its config.json and weights)");
 }
 
 namespace {
