@@ -9,10 +9,6 @@
 
 namespace seqpar {
 
-// "cpu" | "cuda" | "cuda:N" -> Device; an InputError naming --device otherwise (or when this
-// build has no CUDA).
-Device parse_device(const std::string& s);
-
 // Registers on `cmd` every declared setting (train/config.h) that `command` takes (a
 // SettingCommand bit): its flags, help, choices and default (the current value in `values`), each
 // writing into `values` through the declaration as it is parsed.

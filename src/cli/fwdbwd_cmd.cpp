@@ -36,18 +36,6 @@ void run(FwdBwdArgs& a) {
 
 }  // namespace
 
-Device parse_device(const std::string& s) {
-  if (s == "cpu") return Device::cpu();
-  if (s == "cuda" || s.rfind("cuda:", 0) == 0) {
-    SEQPAR_INPUT_CHECK(cuda_built(), "--device={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)", s);
-    const std::string index = s == "cuda" ? "0" : s.substr(5);
-    SEQPAR_INPUT_CHECK(!index.empty() && index.find_first_not_of("0123456789") == std::string::npos,
-                       "--device={}: expected cpu, cuda or cuda:N", s);
-    return Device::cuda(std::stoi(index));
-  }
-  throw InputError("--device=" + s + ": expected cpu, cuda or cuda:N");
-}
-
 void add_fwdbwd_command(CLI::App& app, int& rc) {
   auto args = std::make_shared<FwdBwdArgs>();
   CLI::App* c = app.add_subcommand(

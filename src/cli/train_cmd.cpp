@@ -51,10 +51,9 @@ void run(TrainArgs& a, const CLI::App& command) {
   ResolvedConfig resolved = resolve_train_config(cli, a.deepspeed_config, a.accelerate_config);
   TrainConfig& c = resolved.train;
   c.kernels = process_kernel_policy();
-  for (const char* flag :
-       {"--hidden-size", "--intermediate-size", "--num-layers", "--num-heads", "--num-kv-heads", "--head-dim"})
-    SEQPAR_INPUT_CHECK(c.model_dir.empty() || !cli.given.count(flag),
-                       "{} sizes the built-in model; with --model={} the sizes come from its config.json", flag,
+  for (const SettingDecl& d : train_settings())
+    SEQPAR_INPUT_CHECK(!d.builtin_model_only || c.model_dir.empty() || !cli.given.count(d.flag()),
+                       "{} sizes the built-in model; with --model={} the sizes come from its config.json", d.flag(),
                        c.model_dir);
   c.validate();
   c.config_text = format_resolved_config(resolved);

@@ -66,4 +66,15 @@ int64_t device_total_bytes(Device device) {
 
 std::string Device::str() const { return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index); }
 
+Device parse_device(const std::string& s, const std::string& setting) {
+  if (s == "cpu") return Device::cpu();
+  const bool cuda = s == "cuda" || s.rfind("cuda:", 0) == 0;
+  SEQPAR_INPUT_CHECK(cuda, "{}={}: expected cpu, cuda or cuda:N", setting, s);
+  SEQPAR_INPUT_CHECK(cuda_built(), "{}={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)", setting, s);
+  const std::string index = s == "cuda" ? "0" : s.substr(5);
+  SEQPAR_INPUT_CHECK(!index.empty() && index.size() < 6 && index.find_first_not_of("0123456789") == std::string::npos,
+                     "{}={}: expected cpu, cuda or cuda:N", setting, s);
+  return Device::cuda(std::stoi(index));
+}
+
 }  // namespace seqpar

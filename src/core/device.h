@@ -23,6 +23,10 @@ struct Device {
 // True when this binary was built with the CUDA backend.
 bool cuda_built();
 
+// "cpu" | "cuda" | "cuda:N" -> Device; an InputError naming `setting` and the value otherwise (or
+// when this build has no CUDA).
+Device parse_device(const std::string& text, const std::string& setting = "--device");
+
 // Makes `device` the calling thread's current GPU (cudaSetDevice); nothing for the CPU.
 void set_current_device(Device device);
 // Waits until every stream of `device` has finished its work (cudaDeviceSynchronize); nothing for

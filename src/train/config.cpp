@@ -128,18 +128,6 @@ std::string text_of(const T& v) {
   }
 }
 
-Device device_from_text(const std::string& s, const std::string& flag) {
-  if (s == "cpu") return Device::cpu();
-  if (s == "cuda" || s.rfind("cuda:", 0) == 0) {
-    SEQPAR_INPUT_CHECK(cuda_built(), "{}={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)", flag, s);
-    const std::string index = s == "cuda" ? "0" : s.substr(5);
-    SEQPAR_INPUT_CHECK(!index.empty() && index.size() < 6 && index.find_first_not_of("0123456789") == std::string::npos,
-                       "{}={}: expected cpu, cuda or cuda:N", flag, s);
-    return Device::cuda(std::stoi(index));
-  }
-  throw InputError(fmt::format("{}={}: expected cpu, cuda or cuda:N", flag, s));
-}
-
 template <typename T>
 T from_text(const std::string& s, const std::string& flag) {
   if constexpr (std::is_same_v<T, bool>) {
@@ -155,7 +143,7 @@ T from_text(const std::string& s, const std::string& flag) {
   } else if constexpr (std::is_same_v<T, Transport>) {
     return parse_transport(s, flag);
   } else if constexpr (std::is_same_v<T, Device>) {
-    return device_from_text(s, flag);
+    return parse_device(s, flag);
   } else if constexpr (std::is_same_v<T, ResumeFrom>) {
     (void)flag;
     return ResumeFrom::parse(s);
@@ -243,6 +231,13 @@ constexpr unsigned kTrainBench = kTrainCommand | kBenchTrainCommand;
 using G = SettingGroup;
 using R = ResumeRule;
 
+SettingDecl& find_in(std::vector<SettingDecl>& s, const std::string& name) {
+  for (SettingDecl& d : s)
+    if (d.name == name) return d;
+  SEQPAR_CHECK(false, "no setting {} declared", name);
+  return s.front();
+}
+
 void declare_model(std::vector<SettingDecl>& s) {
   s.push_back(with(decl(
                        "model", G::kModel, {"--model"}, +[](TrainConfig& c) -> std::string& { return c.model_dir; },
@@ -276,6 +271,9 @@ void declare_model(std::vector<SettingDecl>& s) {
           "materialises the [S, S] scores)",
           "", "parallelism_config.sp_attn_implementation"),
       kAll));
+  find_in(s, "model").empty_text = "built-in demo Llama";
+  for (const char* size : {"hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"})
+    find_in(s, size).builtin_model_only = true;
 }
 
 void declare_data(std::vector<SettingDecl>& s) {
@@ -317,6 +315,7 @@ void declare_data(std::vector<SettingDecl>& s) {
                        "num_queries", G::kData, {"--num-queries"},
                        +[](TrainConfig& c) -> int& { return c.task.num_queries; }, "recall task: queries per sequence"),
                    kTrainCommand, R::kMustMatch));
+  find_in(s, "data").empty_text = "built-in recall task";
 }
 
 void declare_parallel(std::vector<SettingDecl>& s) {

@@ -180,6 +180,8 @@ struct SettingDecl {
   std::string type_name;             // INT, FLOAT, TEXT, BOOL: what --help says the value is
   bool is_switch = false;            // a flag without a value (it sets `switch_value`)
   std::string switch_value = "true";
+  std::string empty_text = "(none)";  // what --print-config shows for an empty value
+  bool builtin_model_only = false;    // sizes the built-in model: not printed with --model
   unsigned commands = kTrainCommand;
   ResumeRule resume = ResumeRule::kFree;
   // Typed access through the setting's text form: the value as --print-config shows it, set from

@@ -111,16 +111,12 @@ const std::pair<const char*, const char*> kDerivedFlags[] = {
 // parameters only with that schedule; the built-in model's sizes only without --model).
 std::string display(const SettingDecl& d, R r) {
   const std::string v = d.get(r.train);
-  if (d.name == "model" && v.empty()) return "built-in demo Llama";
-  if (d.name == "data" && v.empty()) return "built-in recall task";
-  return v.empty() ? "(none)" : v;
+  return v.empty() ? d.empty_text : v;
 }
 
 bool applies(const SettingDecl& d, R r) {
   if (d.name == "warmup_steps" || d.name == "min_lr_ratio") return is_linear_cosine(r);
-  if (d.group == SettingGroup::kModel && d.name != "model" && d.name != "attn_implementation")
-    return r.train.model_dir.empty();
-  return true;
+  return !d.builtin_model_only || r.train.model_dir.empty();
 }
 
 struct Origin {

@@ -506,13 +506,13 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
     s.result.step_peak_bytes.push_back(peak);
     s.result.peak_mem_bytes = std::max(s.result.peak_mem_bytes, peak);
   }
-  if (step == 1 || step % cfg_.log_every == 0 || step == cfg_.steps || step == s.first_step || step == s.last_step)
-    log_progress(step, loss.loss, norm);
+  const bool record = step == 1 || step % cfg_.log_every == 0 || step == cfg_.steps;
+  if (record || step == s.first_step || step == s.last_step) log_progress(step, loss.loss, norm, record);
 }
 
-void Trainer::log_progress(int64_t step, double loss, double norm) {
+// A progress line; with `record`, the metrics record too.
+void Trainer::log_progress(int64_t step, double loss, double norm, bool record) {
   State& s = *s_;
-  const bool record = step == 1 || step % cfg_.log_every == 0 || step == cfg_.steps;
   const auto now = std::chrono::steady_clock::now();
   const double secs = std::chrono::duration<double>(now - s.t_log).count();
   // The device allocator's peak since the last progress line (every rank of this process on that

@@ -110,7 +110,7 @@ class Trainer {
   void evaluate_loss(TrainStep& rank, bool leader, int64_t step);
   void save(TrainStep& rank, bool leader, int64_t step);
   void record_step(Device device, int64_t step, double seconds, const StepLoss& loss, double norm, bool profiled);
-  void log_progress(int64_t step, double loss, double norm);
+  void log_progress(int64_t step, double loss, double norm, bool record);
   void finish();
 
   struct State;
