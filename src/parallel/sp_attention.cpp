@@ -364,10 +364,16 @@ class UspAttention final : public Attention {
     }
   }
 
+  // The running output stays in f32 across the hops when the activations are narrower (bf16 on
+  // the GPU): each hop's partial is rounded once by its kernel, the sum once at the end, so the
+  // error does not grow with the ring degree (merging into a bf16 output rounded the running sum
+  // at every hop).
   void ring_forward(HeadGroupState& c) {
     const int r = ring_.size(), me = ring_.rank();
     Tensor k = c.k, v = c.v;
     bool first = true;
+    const bool wide = r > 1 && c.out.dtype() != DType::kF32;
+    Tensor acc = wide ? Tensor::empty(c.out.shape(), DType::kF32, c.out.device()) : c.out;
     Tensor out_part = Tensor::empty(c.out.shape(), c.out.dtype(), c.out.device());
     Tensor lse_part = Tensor::empty(c.lse.shape(), DType::kF32, c.lse.device());
     for (int step = 0; step < r; ++step) {
@@ -382,10 +388,13 @@ class UspAttention final : public Attention {
                                     {{(me - 1 + r) % r, k_next}, {(me - 1 + r) % r, v_next}});
       }
       if (block_visible(block)) {
-        Tensor& o = first ? c.out : out_part;
-        Tensor& l = first ? c.lse : lse_part;
-        attn_forward(o, l, c.q, k, v, args_for(block, c.scale));
-        if (!first) attn_merge(c.out, c.lse, out_part, lse_part);
+        if (first) {
+          attn_forward(wide ? out_part : c.out, c.lse, c.q, k, v, args_for(block, c.scale));
+          if (wide) cast(acc, out_part);
+        } else {
+          attn_forward(out_part, lse_part, c.q, k, v, args_for(block, c.scale));
+          attn_merge(acc, c.lse, out_part, lse_part);
+        }
         first = false;
       }
       if (req) {
@@ -395,15 +404,20 @@ class UspAttention final : public Attention {
       }
     }
     SEQPAR_CHECK(!first, "ring attention: no key block is visible to rank {}'s queries (its own block always is)", me);
+    if (wide) cast(c.out, acc);
   }
 
   // Each step: this rank's contribution to the block it holds goes into fresh buffers while that
   // block's accumulators (the contributions of the ranks before) and the next block's k, v are
   // still travelling; then the accumulators are added and sent on. After the last step the hop
-  // brings each block's gradient home.
-  void ring_backward(HeadGroupState& c, const Tensor& dout, Tensor& dq, Tensor& dk_home, Tensor& dv_home) {
+  // brings each block's gradient home. With narrower activations than f32, dq and the travelling
+  // dk, dv accumulators are f32 (twice the bytes on the dk/dv hops), rounded once at the end.
+  void ring_backward(HeadGroupState& c, const Tensor& dout, Tensor& dq_out, Tensor& dk_home, Tensor& dv_home) {
     const int r = ring_.size(), me = ring_.rank();
     const int next = (me + 1) % r, prev = (me - 1 + r) % r;
+    const bool wide = r > 1 && dq_out.dtype() != DType::kF32;
+    const DType acc_dtype = wide ? DType::kF32 : dq_out.dtype();
+    Tensor dq = wide ? Tensor::empty(dq_out.shape(), DType::kF32, dq_out.device()) : dq_out;
     Tensor k = c.k, v = c.v;
     Tensor dk_in, dv_in;                    // the accumulators arriving from prev
     std::unique_ptr<CommRequest> grad_req;  // their hop
@@ -419,10 +433,10 @@ class UspAttention final : public Attention {
       // Step 0 (this rank's own block) writes dq, every element; later steps add to it. dk, dv
       // of this step are this rank's share only: written at step 0, into zeros after.
       const bool first = step == 0;
-      Tensor dk = r == 1 ? dk_home : first ? Tensor::empty(k.shape(), k.dtype(), k.device())
-                                           : Tensor::zeros(k.shape(), k.dtype(), k.device());
-      Tensor dv = r == 1 ? dv_home : first ? Tensor::empty(v.shape(), v.dtype(), v.device())
-                                           : Tensor::zeros(v.shape(), v.dtype(), v.device());
+      Tensor dk = r == 1 ? dk_home : first ? Tensor::empty(k.shape(), acc_dtype, k.device())
+                                           : Tensor::zeros(k.shape(), acc_dtype, k.device());
+      Tensor dv = r == 1 ? dv_home : first ? Tensor::empty(v.shape(), acc_dtype, v.device())
+                                           : Tensor::zeros(v.shape(), acc_dtype, v.device());
       if (block_visible(block)) {
         attn_backward(dq, dk, dv, dout, c.q, k, v, c.out, c.lse, args_for(block, c.scale),
                       first ? GradMode::kWrite : GradMode::kAccumulate);
@@ -447,8 +461,14 @@ class UspAttention final : public Attention {
       }
     }
     grad_req->wait();
-    dk_home.copy_from(dk_in);
-    dv_home.copy_from(dv_in);
+    if (wide) {
+      cast(dq_out, dq);
+      cast(dk_home, dk_in);
+      cast(dv_home, dv_in);
+    } else {
+      dk_home.copy_from(dk_in);
+      dv_home.copy_from(dv_in);
+    }
   }
 
   Communicator& uly_;

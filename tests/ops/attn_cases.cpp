@@ -355,6 +355,13 @@ AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& 
                         ints_of(k_meta.pos), H, Hkv, D, causal, scale, false, false, false, nullptr, nullptr, nullptr);
 }
 
+AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                       const std::vector<double>& dout, const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H,
+                       int64_t Hkv, int64_t D, bool causal, double scale) {
+  return reference_core(q, k, v, &dout, ints_of(q_meta.seg), ints_of(q_meta.pos), ints_of(k_meta.seg),
+                        ints_of(k_meta.pos), H, Hkv, D, causal, scale, false, false, false, nullptr, nullptr, nullptr);
+}
+
 // ---- running and checking -----------------------------------------------------------------------
 
 std::string attn_unsupported(const AttnCase& c, const Backend& b) {

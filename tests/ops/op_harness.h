@@ -179,6 +179,10 @@ AttnRef attn_reference(const AttnCase& c, const AttnInputs& in, bool lowp);
 AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H, int64_t Hkv, int64_t D, bool causal,
                        double scale);
+// The same with the gradients of loss = <out, dout> (dq, dk, dv from zero, f64 throughout).
+AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                       const std::vector<double>& dout, const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H,
+                       int64_t Hkv, int64_t D, bool causal, double scale);
 
 struct AttnResult {
   std::vector<double> out, lse, dq, dk, dv;

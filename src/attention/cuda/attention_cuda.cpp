@@ -212,8 +212,8 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
     if (args.ran) *args.ran = AttnPath::kNone;
     return;
   }
-  const bool bf16_io = out.dtype() == DType::kBF16 && dq.dtype() == DType::kBF16;
-  if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, bf16_io, args)) {
+  // cuDNN reads a bf16 out; f32 gradients (a ring's accumulators) take its bf16 result added or cast.
+  if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, out.dtype() == DType::kBF16, args)) {
     if (const AttnPath path = cudnn_attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, *docs, mode);
         path != AttnPath::kNone) {
       if (args.ran) *args.ran = path;

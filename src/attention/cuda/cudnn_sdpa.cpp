@@ -343,7 +343,7 @@ AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
   // cuDNN writes (=) every element of its gradients: each document's rows and keys (every token
   // sees at least itself), and the documents cover all T tokens. kWrite with bf16, 16-byte aligned
   // gradients (Tensors are always dense) binds them directly; otherwise (kAccumulate, or an
-  // unaligned row view) cuDNN writes scratch that is then added (or copied).
+  // unaligned row view, or f32 gradients) cuDNN writes bf16 scratch that is then added (or cast).
   const bool write = mode == GradMode::kWrite;
   const bool direct = write && dq.dtype() == DType::kBF16 && dk.dtype() == DType::kBF16 &&
                       dv.dtype() == DType::kBF16 && aligned16(dq) && aligned16(dk) && aligned16(dv);
@@ -374,10 +374,10 @@ AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
   }
   execute(*plan, ctx.handle, bound, args.scale, workspace.raw());
   if (!direct) {
-    if (write) {
-      dq.copy_from(dq_new);
-      dk.copy_from(dk_new);
-      dv.copy_from(dv_new);
+    if (write) {  // a copy, or the conversion into f32 gradients
+      cuda_ops::cast(dq, dq_new);
+      cuda_ops::cast(dk, dk_new);
+      cuda_ops::cast(dv, dv_new);
     } else {
       cuda_ops::add_inplace(dq, dq_new);
       cuda_ops::add_inplace(dk, dk_new);
