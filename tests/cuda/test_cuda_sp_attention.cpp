@@ -164,6 +164,7 @@ void ring_error_is_flat(const AttentionPolicy& policy, const std::string& name) 
   // Flash-attention's rule: within 2x the one-rank error. Rounding the running output or the
   // travelling dk/dv at every hop (what this replaced) grows about as sqrt(P) and fails at P >= 4.
   auto bound = [](double e1) { return 2 * e1; };
+  auto flat = [](double e1) { return 1.25 * e1; };
   for (bool zigzag : {false, true}) {
     for (int P : {2, 4, 8}) {
       const Errors e = errors_of(run_ring(p, P, zigzag, policy), ref);
@@ -174,6 +175,12 @@ void ring_error_is_flat(const AttentionPolicy& policy, const std::string& name) 
       EXPECT_LE(e.dq, bound(one.dq)) << what << ": dq";
       EXPECT_LE(e.dk, bound(one.dk)) << what << ": dk";
       EXPECT_LE(e.dv, bound(one.dv)) << what << ": dv";
+      // Flat: at most 25% above one rank's error at any degree (measured on the H200: <= 13% with
+      // the f32 sums; the bf16 sums they replaced reached +34% at P = 4 and +100% at P = 8).
+      EXPECT_LE(e.out, flat(one.out)) << what << ": out grows with the degree";
+      EXPECT_LE(e.dq, flat(one.dq)) << what << ": dq grows with the degree";
+      EXPECT_LE(e.dk, flat(one.dk)) << what << ": dk grows with the degree";
+      EXPECT_LE(e.dv, flat(one.dv)) << what << ": dv grows with the degree";
     }
   }
 }
