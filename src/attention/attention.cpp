@@ -128,6 +128,15 @@ TokenMeta concat_token_meta(const std::vector<TokenMeta>& parts) {
   return out;
 }
 
+void prepare_token_meta(const TokenMeta& meta, Device device) {
+  if (!device.is_cuda()) return;
+#if defined(SEQPAR_WITH_CUDA)
+  cuda_attn::prepare_token_meta(meta, device);
+#else
+  no_cuda("prepare_token_meta", meta.seg);
+#endif
+}
+
 // ---- entries --------------------------------------------------------------------------------
 
 void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs& args) {

@@ -12,7 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "attention/attention_policy.h"
@@ -21,9 +24,19 @@
 namespace seqpar {
 
 // Mask metadata for a set of tokens: seg and pos, i32 [T] each (host tensors on the CPU path).
+//
+// A TokenMeta is immutable once built: the CUDA backend keeps device copies of seg and pos and
+// their per-tile statistics in `cache` on first use (shared by every copy of this TokenMeta, so a
+// layer's calls, its recompute and its backward upload nothing again), or ahead of the first call
+// with prepare_token_meta.
+struct TokenMetaCache {
+  std::mutex mu;
+  std::map<std::string, Tensor> entries;  // e.g. "seg@cuda:0", "stats64@cuda:0"
+};
 struct TokenMeta {
   Tensor seg;
   Tensor pos;
+  std::shared_ptr<TokenMetaCache> cache = std::make_shared<TokenMetaCache>();
   int64_t size() const { return seg.numel(); }
   // Tokens [begin, end) of this set.
   TokenMeta rows(int64_t begin, int64_t end) const { return {seg.rows(begin, end), pos.rows(begin, end)}; }
@@ -34,6 +47,10 @@ struct TokenMeta {
 TokenMeta token_meta_from_cu_seqlens(const std::vector<int32_t>& cu_seqlens);
 // Concatenation of several token sets (e.g. what an all-to-all gathers).
 TokenMeta concat_token_meta(const std::vector<TokenMeta>& parts);
+// Copies `meta` to `device` ahead of the first attention call that reads it there (the upload of
+// host memory makes the host wait for the device; done before a step's forward it costs nothing).
+// Nothing on the CPU or when the metadata is on the device already.
+void prepare_token_meta(const TokenMeta& meta, Device device);
 
 struct AttnArgs {
   TokenMeta q_meta;  // [Tq]
@@ -91,6 +108,8 @@ class Attention {
                                                     float scale) = 0;
   // dq [T, H, D], dk/dv [T, Hkv, D] (=).
   virtual void backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) = 0;
+  // Moves what the calls will read on `device` there ahead of them (prepare_token_meta).
+  virtual void prepare(Device device) = 0;
 };
 
 // Attention over the tokens one device holds, with the given mask metadata (causal), running the
@@ -102,6 +121,7 @@ class LocalAttention final : public Attention {
   std::unique_ptr<AttentionContext> forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                                             float scale) override;
   void backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override;
+  void prepare(Device device) override { prepare_token_meta(meta_, device); }
 
  private:
   TokenMeta meta_;

@@ -1,10 +1,12 @@
 #include "core/offload.h"
 
+#include <chrono>
 #include <deque>
 #include <utility>
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/profile.h"
 
 #if defined(SEQPAR_WITH_CUDA)
 #include "core/cuda/stream.h"
@@ -127,6 +129,40 @@ Tensor HostOffload::take(Handle& h) {
   h.taken = true;
   h.host = Tensor();  // (on CUDA the copy's Held keeps it until the copy is done)
   return std::move(h.back);
+}
+
+// ---- HostCopy ---------------------------------------------------------------------------
+
+HostCopy::HostCopy(const Tensor& src) {
+  if (!src.device().is_cuda()) {
+    host_ = src;
+    return;
+  }
+#if defined(SEQPAR_WITH_CUDA)
+  host_ = Tensor::empty(src.shape(), src.dtype(), pinned_host_allocator());
+  if (src.nbytes() > 0)
+    SEQPAR_CUDA_CHECK(
+        cudaMemcpyAsync(host_.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, current_stream()));
+  auto event = std::make_shared<Event>();
+  event->record();
+  done_ = event;
+#endif
+}
+
+const Tensor& HostCopy::get() {
+#if defined(SEQPAR_WITH_CUDA)
+  if (done_) {
+    auto* event = static_cast<Event*>(done_.get());
+    if (!event->query()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      event->synchronize();
+      note_host_wait("result to host",
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    done_.reset();
+  }
+#endif
+  return host_;
 }
 
 }  // namespace seqpar

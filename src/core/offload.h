@@ -50,4 +50,20 @@ class HostOffload {
   std::unique_ptr<Impl> impl_;
 };
 
+// A tensor's values on their way to the host, read later: on a CUDA device the copy into pinned
+// memory is queued on the current stream and nothing waits until get(), so the device goes on
+// with the work queued after it (a step's loss is read once its backward is queued). On the CPU it
+// is the tensor itself.
+class HostCopy {
+ public:
+  HostCopy() = default;
+  explicit HostCopy(const Tensor& src);
+  // The host tensor; the first call on CUDA waits for the copy (a host wait, core/profile.h).
+  const Tensor& get();
+
+ private:
+  Tensor host_;
+  std::shared_ptr<void> done_;  // CUDA: the event recorded after the copy
+};
+
 }  // namespace seqpar

@@ -114,6 +114,13 @@ ProfileScope::~ProfileScope() {
   add(t, name_, ms);
 }
 
+void note_host_wait(const char* why, double ms) {
+  if (!profiling()) return;
+  Totals& t = totals();
+  std::lock_guard<std::mutex> lock(t.mu);
+  add(t, std::string("host wait: ") + why, ms);
+}
+
 std::string profile_bytes(size_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / 1048576.0); }
 
 std::vector<ProfileEntry> take_profile() {

@@ -52,6 +52,12 @@ class ProfileScope {
   std::chrono::steady_clock::time_point start_;
 };
 
+// A host wait on the device (a stream synchronisation: a copy to or from host memory, a value
+// the host needs) and its reason. While profiling is on for the calling thread it appears in
+// take_profile() as "host wait: <why>", its calls and the wall time the host waited (outside any
+// op's device time). `seqpar train --profile` shows with it where a step waits for the device.
+void note_host_wait(const char* why, double ms);
+
 // "12.50 MiB": a size for an op's name detail (communication).
 std::string profile_bytes(size_t bytes);
 

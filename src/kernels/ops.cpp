@@ -337,6 +337,14 @@ void scale_inplace(Tensor& y, float s) {
   cpu::scale_inplace(f32(y), s, y.numel());
 }
 
+void check_device_errors(Device device) {
+#if defined(SEQPAR_WITH_CUDA)
+  if (device.is_cuda()) cuda_ops::check_device_errors(device);
+#else
+  (void)device;
+#endif
+}
+
 double sum_squares(const Tensor& x) {
   const char* op = "sum_squares";
   const Arg a_x{"x", x};

@@ -17,7 +17,8 @@
 namespace seqpar {
 
 // ---- embedding --------------------------------------------------------------------------
-// out[t, :] = wte[ids[t], :]. ids i32 [T], wte [V, C], out [T, C]. An id outside [0, V) throws.
+// out[t, :] = wte[ids[t], :]. ids i32 [T], wte [V, C], out [T, C]. An id outside [0, V) throws
+// (the CPU at once; CUDA at the next check_device_errors, see below).
 void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte);
 // dwte[ids[t], :] += dout[t, :]   (parameter gradient: +=)
 void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& ids);
@@ -56,7 +57,8 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
 // ---- cross-entropy ----------------------------------------------------------------------
 // Per-token loss on pre-shifted targets: losses[t] = logsumexp(logits[t]) - logits[t, targets[t]],
 // and 0 where targets[t] == kIgnoreIndex. logits [T, V], targets i32 [T], losses f32 [T].
-// A target outside [0, V) (and not -100) throws, naming the token and the value.
+// A target outside [0, V) (and not -100) throws, naming the token and the value (CUDA: at
+// check_device_errors).
 inline constexpr int32_t kIgnoreIndex = -100;
 void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets);
 // dlogits[t] = (softmax(logits[t]) - onehot(targets[t])) * dloss, 0 for ignored rows (=).
@@ -71,6 +73,13 @@ void scale_inplace(Tensor& y, float s);        // y *= s
 void cast(Tensor& out, const Tensor& in);
 // Sum of squares of all elements, accumulated in double (for the global grad norm).
 double sum_squares(const Tensor& x);
+
+// ---- bad input met on the device --------------------------------------------------------
+// The embedding and cross-entropy kernels check ids and targets on the device without making
+// the host wait: what they met is reported here, as the InputError the CPU path throws at once
+// (the op, the token, the value, the rule). One host wait; nothing on the CPU. A training step
+// calls it once, after its backward (train/step.cpp).
+void check_device_errors(Device device);
 
 // ---- AdamW ------------------------------------------------------------------------------
 // torch.optim.AdamW semantics (decoupled weight decay, bias correction, eps outside the sqrt):

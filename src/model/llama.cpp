@@ -315,7 +315,25 @@ void LlamaModel::mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor
   linear_backward(dxn, G.up_proj, dup, xn, P.up_proj, 1.f);
 }
 
+LossStats PendingLoss::get() {
+  const Tensor& losses = losses_.get();
+  const Tensor& targets = targets_.get();
+  const float* lv = losses.data<float>();
+  const int32_t* tv = targets.data<int32_t>();
+  LossStats stats;
+  for (int64_t t = 0; t < losses.numel(); ++t) {
+    if (tv[t] == kIgnoreIndex) continue;
+    stats.loss_sum += lv[t];
+    stats.good_tokens += 1;
+  }
+  return stats;
+}
+
 LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Tensor* logits_out) {
+  return forward_pending(batch, attention, logits_out).get();
+}
+
+PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& attention, Tensor* logits_out) {
   const LlamaConfig& c = config_;
   const int64_t T = batch.input_ids.numel(), C = c.hidden_size, V = c.vocab_size;
   check_shape(batch.position_ids, {T}, "position_ids");
@@ -366,16 +384,8 @@ LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Ten
     linear_forward(a.logits, a.xn_f, head);
     cross_entropy_forward(losses, a.logits, batch.targets);
   }
-  LossStats stats;
-  std::vector<float> lv = losses.to_f32_vector();
-  std::vector<float> tv = batch.targets.to_f32_vector();
-  for (int64_t t = 0; t < T; ++t) {
-    if (static_cast<int32_t>(tv[t]) == kIgnoreIndex) continue;
-    stats.loss_sum += lv[t];
-    stats.good_tokens += 1;
-  }
   if (logits_out) *logits_out = a.logits;
-  return stats;
+  return PendingLoss(losses, batch.targets);
 }
 
 void LlamaModel::backward(float dloss) {

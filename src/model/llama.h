@@ -75,6 +75,18 @@ struct LossStats {
   int64_t good_tokens = 0;  // tokens with target != -100
 };
 
+// forward's per-token losses and the targets on their way to the host (core/offload.h HostCopy):
+// get() sums them, waiting for the device (on CUDA) the first time. A step reads its losses once
+// its backward is queued, so the device never waits for the host inside it.
+class PendingLoss {
+ public:
+  PendingLoss(const Tensor& losses, const Tensor& targets) : losses_(losses), targets_(targets) {}
+  LossStats get();
+
+ private:
+  HostCopy losses_, targets_;
+};
+
 class LlamaModel {
  public:
   // dtype: of the compute weights and activations (f32 on the CPU; bf16 on CUDA). Gradients are
@@ -131,6 +143,8 @@ class LlamaModel {
   // Forward over this rank's tokens; keeps what backward needs (per the activation policy). If
   // logits is given it receives [T, V] in the model's dtype.
   LossStats forward(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr);
+  // The same, with the loss left on its way to the host (read it with get()).
+  PendingLoss forward_pending(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr);
   // Backward of loss = dloss * Σ_t losses[t] (dloss = 1 / global good tokens): parameter
   // gradients accumulate (+=) into grads(). Must follow forward(); attention is the same object.
   void backward(float dloss);

@@ -192,6 +192,10 @@ class UspAttention final : public Attention {
     return ctx;
   }
 
+  void prepare(Device device) override {
+    for (const TokenMeta& m : group_meta_) prepare_token_meta(m, device);
+  }
+
   void backward(AttentionContext& base, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override {
     auto& ctx = static_cast<UspContext&>(base);
     const size_t G = groups_.size();

@@ -81,20 +81,33 @@ void TrainStep::partition_gradients() {
   });
 }
 
-LossStats TrainStep::forward(const SpBatch& b, Tensor* logits) {
+// A micro-batch ready on this rank's device: its tokens uploaded and its attention made, with the
+// mask metadata copied to the device (uploads from host memory make the host wait for the device,
+// so a step makes all of them before its first forward).
+TrainStep::Prepared TrainStep::prepare(const SpBatch& b) {
   const int sp = static_cast<int>(b.shards.size());
   const Shard& sh = b.shards[mesh_.sp_rank()];
   std::vector<TokenMeta> meta;
   for (const Shard& s : b.shards) meta.push_back(shard_token_meta(s));
   const LlamaConfig& mc = model_.config();
+  Prepared p;
   if (sp == 1) {
-    attention_ = std::make_unique<LocalAttention>(meta[0], attention_policy_);
+    p.attention = std::make_unique<LocalAttention>(meta[0], attention_policy_);
   } else {
-    attention_ = make_sp_attention(mesh_, meta, mc.num_heads, mc.num_kv_heads, attention_policy_,
-                                   config_.kernels.ulysses_head_groups);
+    p.attention = make_sp_attention(mesh_, meta, mc.num_heads, mc.num_kv_heads, attention_policy_,
+                                    config_.kernels.ulysses_head_groups);
   }
-  return model_.forward({i32(sh.input_ids).to(device_), i32(sh.position_ids).to(device_), i32(sh.targets).to(device_)},
-                        *attention_, logits);
+  p.attention->prepare(device_);
+  p.batch = {i32(sh.input_ids).to(device_), i32(sh.position_ids).to(device_), i32(sh.targets).to(device_)};
+  return p;
+}
+
+LossStats TrainStep::forward(const SpBatch& b, Tensor* logits) {
+  Prepared p = prepare(b);
+  attention_ = std::move(p.attention);
+  LossStats stats = model_.forward(p.batch, *attention_, logits);
+  check_device_errors(device_);
+  return stats;
 }
 
 StepLoss TrainStep::forward_backward(const std::vector<SpBatch>& micro, Tensor* logits) {
@@ -107,13 +120,21 @@ StepLoss TrainStep::forward_backward(const std::vector<SpBatch>& micro, Tensor* 
   const int64_t global_good = good_t.data<int64_t>()[0];
   const float dloss = global_good > 0 ? static_cast<float>(1.0 / global_good) : 0.f;
 
+  std::vector<Prepared> ready;
+  for (const SpBatch& b : micro) ready.push_back(prepare(b));
   model_.zero_grads();
   if (partition_grads_) grad_shard_.zero();
-  double loss_sum = 0;
+  std::vector<PendingLoss> losses;
   for (size_t m = 0; m < micro.size(); ++m) {
-    loss_sum += forward(micro[m], m + 1 == micro.size() ? logits : nullptr).loss_sum;
+    losses.push_back(model_.forward_pending(ready[m].batch, *ready[m].attention,
+                                            m + 1 == micro.size() ? logits : nullptr));
     model_.backward(dloss);
   }
+  // The host reads what the device computed once the whole backward is queued: the bad ids and
+  // targets the kernels met (an InputError, before any weight changes), then the losses.
+  check_device_errors(device_);
+  double loss_sum = 0;
+  for (PendingLoss& l : losses) loss_sum += l.get().loss_sum;
   // Weights are replicated over dp × sp: sum every rank's gradient contribution (partitioned
   // gradients were summed layer by layer during backward).
   if (!partition_grads_) all_reduce_grads(world_, model_.grads());

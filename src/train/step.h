@@ -66,6 +66,11 @@ class TrainStep {
   const LlamaConfig& model_config() const { return model_.config(); }
 
  private:
+  struct Prepared {
+    LlamaBatch batch;
+    std::unique_ptr<Attention> attention;
+  };
+  Prepared prepare(const SpBatch& batch);
   void partition_gradients();
   double grad_norm();
 

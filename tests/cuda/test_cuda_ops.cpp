@@ -110,14 +110,17 @@ TEST_F(CudaOps, EmbeddingBadIdThrowsAndRecovers) {
   ids[37] = V;  // one past the end
   Tensor wte = device_tensor({V, C}, random_vector(V * C, 9), DType::kBF16);
   Tensor out = poisoned({T, C}, DType::kBF16);
+  // The kernel reports without making the host wait; check_device_errors raises it (once).
+  EXPECT_NO_THROW(embedding_forward(out, device_ids(ids), wte));
   try {
-    embedding_forward(out, device_ids(ids), wte);
+    check_device_errors(kGpu);
     FAIL() << "an id equal to V was accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("token 37 has id 100"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("embedding_forward: token 37 has id 100"), std::string::npos) << e.what();
   }
   ids[37] = 3;  // the error slot was cleared: a good call passes
   EXPECT_NO_THROW(embedding_forward(out, device_ids(ids), wte));
+  EXPECT_NO_THROW(check_device_errors(kGpu));
 }
 
 // ---- RMSNorm ------------------------------------------------------------------------------
@@ -364,13 +367,18 @@ TEST_F(CudaOps, CrossEntropyBadTargetThrowsAndRecovers) {
       } else {
         cross_entropy_forward(losses, logits, device_ids(targets));
       }
+      check_device_errors(kGpu);
       FAIL() << "target -5 was accepted";
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("token 11 has target -5"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string(backward ? "cross_entropy_backward" : "cross_entropy_forward") +
+                                           ": token 11 has target -5"),
+                std::string::npos)
+          << e.what();
     }
   }
   targets[11] = kIgnoreIndex;
   EXPECT_NO_THROW(cross_entropy_forward(losses, logits, device_ids(targets)));
+  EXPECT_NO_THROW(check_device_errors(kGpu));
   EXPECT_EQ(host(losses)[11], 0.f);
 }
 

@@ -4,11 +4,15 @@
 // Tolerance: bf16 compute, 2e-2 relative on the loss (see test_cuda_model.cpp).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/profile.h"
+#include "cuda_test_util.h"
 #include "test_util.h"
+#include "train/train_test_util.h"
 
 namespace seqpar {
 namespace {
@@ -101,6 +105,45 @@ TEST(CudaTrain, MemoryLeversTrainAlike) {
   expect_same_curve(zero, plain, 2e-2, "ZeRO stage 1");
   TrainRun zero2 = train(common + " --zero-stage 2");  // gradients partitioned too, layer by layer
   expect_same_curve(zero2, plain, 2e-2, "ZeRO stage 2");
+}
+
+// A step's forward and backward never make the host wait for the device: every host wait of a
+// profiled step is one of the step's boundary reads, counted per step (core/profile.h names them):
+// the batch and its mask metadata uploaded before the forward, the device's error flags and the
+// losses once the backward is queued, the gradient norm before AdamW. One rank (ranks as threads
+// on one GPU stage their collectives through host memory: that is the local transport, not the
+// step).
+TEST(CudaTrain, NoHostWaitInsideAStep) {
+  REQUIRE_GPU();
+  TrainConfig c = testing::tiny_recall_config();
+  c.device = Device::cuda(0);
+  c.model.head_dim = 64;
+  c.sp = 1;
+  c.steps = 5;
+  c.grad_accum = 2;
+  c.profile = true;
+  c.quiet = true;
+  c.eval_every = 0;
+  const TrainResult r = run_training(c);
+  ASSERT_EQ(r.profile_steps, 4);
+  std::map<std::string, int64_t> waits;
+  for (const ProfileEntry& e : r.profile)
+    if (e.name.rfind("host wait: ", 0) == 0) waits[e.name.substr(11)] += e.calls;
+  std::string seen;
+  for (const auto& [why, n] : waits) seen += why + " x" + std::to_string(n) + "; ";
+  std::printf("host waits in %lld profiled steps: %s\n", static_cast<long long>(r.profile_steps), seen.c_str());
+  const int64_t steps = r.profile_steps, micro = c.grad_accum;
+  const std::map<std::string, int64_t> allowed = {
+      {"copy from host", 5 * micro * steps},  // per micro-batch: ids, positions, targets, seg, pos
+      {"device error flags", steps},          // once, after the backward
+      {"result to host", 2 * micro * steps},  // the losses and targets (at most)
+      {"sum of squares", steps},              // the gradient norm
+  };
+  for (const auto& [why, n] : waits) {
+    auto it = allowed.find(why);
+    ASSERT_NE(it, allowed.end()) << "a host wait nobody allowed: " << why << " (" << seen << ")";
+    EXPECT_LE(n, it->second) << why << " (" << seen << ")";
+  }
 }
 
 TEST(CudaTrain, DemoLearnsOnTheGpu) {

@@ -73,22 +73,37 @@ Tensor meta_on_device(const Tensor& t, int64_t T, Device dev, const char* name, 
   if (t.device() == dev) return t;
   SEQPAR_CHECK(t.device().is_cpu(), "flash attention: {} is on {}, expected the host or {}", name, t.device().str(),
                dev.str());
+  (void)stream;  // copy_from queues on the current stream, the one every caller passes
   Tensor d = Tensor::empty({T}, DType::kI32, dev);
-  if (T > 0) SEQPAR_CUDA_CHECK(cudaMemcpyAsync(d.raw(), t.raw(), t.nbytes(), cudaMemcpyHostToDevice, stream));
+  d.copy_from(t);  // a host wait ("copy from host"): once per token set, see TokenMeta's cache
+  return d;
+}
+
+// The device copy of one metadata tensor, from m's cache (made on first use: one upload per token
+// set and device, not one per call).
+Tensor cached_on_device(const TokenMeta& m, const Tensor& t, const char* field, int64_t T, Device dev,
+                        const std::string& name, cudaStream_t stream) {
+  if (t.defined() && t.device() == dev) return meta_on_device(t, T, dev, name.c_str(), stream);
+  std::lock_guard<std::mutex> lock(m.cache->mu);
+  Tensor& d = m.cache->entries[std::string(field) + "@" + dev.str()];
+  if (!d.defined()) d = meta_on_device(t, T, dev, name.c_str(), stream);
   return d;
 }
 
 DeviceMeta meta_on_device(const TokenMeta& m, int64_t T, Device dev, const char* name, cudaStream_t stream) {
   const std::string n(name);
-  return {meta_on_device(m.seg, T, dev, (n + ".seg").c_str(), stream),
-          meta_on_device(m.pos, T, dev, (n + ".pos").c_str(), stream)};
+  return {cached_on_device(m, m.seg, "seg", T, dev, n + ".seg", stream),
+          cached_on_device(m, m.pos, "pos", T, dev, n + ".pos", stream)};
 }
 
-// Per-tile {min seg, max seg, min pos, max pos}: int4 [ceil(T / tile)].
-Tensor tile_stats(const DeviceMeta& m, int64_t T, int tile, Device dev, cudaStream_t stream) {
+// Per-tile {min seg, max seg, min pos, max pos}: int4 [ceil(T / tile)], kept in m's cache.
+Tensor tile_stats(const TokenMeta& m, const DeviceMeta& dm, int64_t T, int tile, Device dev, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(m.cache->mu);
+  Tensor& s = m.cache->entries["stats" + std::to_string(tile) + "@" + dev.str()];
+  if (s.defined()) return s;
   const int64_t n = (T + tile - 1) / tile;
-  Tensor s = Tensor::empty({n, 4}, DType::kI32, dev);
-  launch_tile_stats(reinterpret_cast<int4*>(s.raw()), m.seg.data<int32_t>(), m.pos.data<int32_t>(), T, tile, stream);
+  s = Tensor::empty({n, 4}, DType::kI32, dev);
+  launch_tile_stats(reinterpret_cast<int4*>(s.raw()), dm.seg.data<int32_t>(), dm.pos.data<int32_t>(), T, tile, stream);
   return s;
 }
 
@@ -172,8 +187,8 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
   const DeviceMeta km = meta_on_device(args.k_meta, Tk, dev, "k_meta", stream);
   const FwdTile tile = fwd_tile(static_cast<int>(D), args.policy.fwd_tile);
-  const Tensor q_stats = tile_stats(qm, Tq, tile.bm, dev, stream);
-  const Tensor k_stats = tile_stats(km, Tk, tile.bn, dev, stream);
+  const Tensor q_stats = tile_stats(args.q_meta, qm, Tq, tile.bm, dev, stream);
+  const Tensor k_stats = tile_stats(args.k_meta, km, Tk, tile.bn, dev, stream);
 
   const FwdParams p = fwd_params(q, k, v, out, lse, qm, km, q_stats, k_stats, args);
   const FlashKernel ran = launch_fwd(p, tile, args.policy.fwd_kernel, device_compute_capability(dev.index), stream);
@@ -224,8 +239,8 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
   const DeviceMeta km = meta_on_device(args.k_meta, Tk, dev, "k_meta", stream);
   const BwdTile tile = bwd_tile(static_cast<int>(D), args.policy.bwd_tile);
-  const Tensor q_stats = tile_stats(qm, Tq, tile.bm, dev, stream);
-  const Tensor k_stats = tile_stats(km, Tk, tile.bn, dev, stream);
+  const Tensor q_stats = tile_stats(args.q_meta, qm, Tq, tile.bm, dev, stream);
+  const Tensor k_stats = tile_stats(args.k_meta, km, Tk, tile.bn, dev, stream);
   const int64_t Tq_pad = (Tq + tile.bm - 1) / tile.bm * tile.bm;
   Tensor dq_acc = Tensor::empty({Tq, H, D}, DType::kF32, dev);
   Tensor lse2 = Tensor::empty({H, Tq_pad}, DType::kF32, dev);
@@ -244,6 +259,16 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   p.write_grads = write;
   const FlashKernel ran = launch_bwd(p, tile, args.policy.bwd_kernel, device_compute_capability(dev.index), stream);
   if (args.ran) *args.ran = flash_path(ran);
+}
+
+void prepare_token_meta(const TokenMeta& meta, Device dev) {
+  const int64_t T = meta.size();
+  if (T == 0) return;
+  int prev = 0;
+  SEQPAR_CUDA_CHECK(cudaGetDevice(&prev));
+  SEQPAR_CHECK(prev == dev.index, "prepare_token_meta: the calling thread's current GPU is cuda:{}, not {}", prev,
+               dev.str());
+  meta_on_device(meta, T, dev, "meta", current_stream());
 }
 
 void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const Tensor& lse_part) {

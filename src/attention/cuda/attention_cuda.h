@@ -19,5 +19,6 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
                    const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
                    GradMode mode = GradMode::kAccumulate);
 void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const Tensor& lse_part);
+void prepare_token_meta(const TokenMeta& meta, Device device);
 
 }  // namespace seqpar::cuda_attn

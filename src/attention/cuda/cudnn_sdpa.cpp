@@ -262,21 +262,29 @@ void bind_docs(std::unordered_map<int64_t, void*>& bound, const DocArrays& a) {
   bound[kRaggedStats] = a.ragged_stats;
 }
 
-DocArrays upload_docs(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, Device dev, cudaStream_t stream) {
+// The document arrays on the device, made once per token set (kept in q's TokenMeta cache, as
+// the flash path keeps its metadata): the upload from host memory makes the host wait.
+DocArrays upload_docs(const TokenMeta& meta, const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, Device dev) {
   const int64_t B = docs.num_docs(), n64 = round_up(B + 1, 2);  // keep each array 16-byte aligned
-  std::vector<int64_t> host(static_cast<size_t>(3 * n64 + round_up(B, 4) / 2), 0);
-  int32_t* lens = reinterpret_cast<int32_t*>(host.data() + 3 * n64);
-  for (int64_t b = 0; b <= B; ++b) {
-    const int64_t c = docs.cu[static_cast<size_t>(b)];
-    host[b] = c * H * D;
-    host[n64 + b] = c * Hkv * D;
-    host[2 * n64 + b] = c * H;
-    if (b < B) lens[b] = docs.cu[static_cast<size_t>(b) + 1] - docs.cu[static_cast<size_t>(b)];
-  }
   DocArrays a;
-  a.buffer = Tensor::empty({static_cast<int64_t>(host.size())}, DType::kI64, dev);
-  SEQPAR_CUDA_CHECK(cudaMemcpyAsync(a.buffer.raw(), host.data(), host.size() * sizeof(int64_t),
-                                    cudaMemcpyHostToDevice, stream));
+  {
+    std::lock_guard<std::mutex> lock(meta.cache->mu);
+    Tensor& buffer = meta.cache->entries["cudnn_docs:" + std::to_string(H) + ":" + std::to_string(Hkv) + ":" +
+                                         std::to_string(D) + "@" + dev.str()];
+    if (!buffer.defined()) {
+      std::vector<int64_t> host(static_cast<size_t>(3 * n64 + round_up(B, 4) / 2), 0);
+      int32_t* lens = reinterpret_cast<int32_t*>(host.data() + 3 * n64);
+      for (int64_t b = 0; b <= B; ++b) {
+        const int64_t c = docs.cu[static_cast<size_t>(b)];
+        host[b] = c * H * D;
+        host[n64 + b] = c * Hkv * D;
+        host[2 * n64 + b] = c * H;
+        if (b < B) lens[b] = docs.cu[static_cast<size_t>(b) + 1] - docs.cu[static_cast<size_t>(b)];
+      }
+      buffer = Tensor::from_vector<int64_t>({static_cast<int64_t>(host.size())}, host).to(dev);
+    }
+    a.buffer = buffer;
+  }
   auto* base = static_cast<int64_t*>(a.buffer.raw());
   a.ragged_q = base;
   a.ragged_kv = base + n64;
@@ -314,7 +322,7 @@ AttnPath cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Ten
       {kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kStats, lse.raw()}};
   DocArrays a;
   if (!shape.dense) {
-    a = upload_docs(docs, H, Hkv, D, dev, stream);
+    a = upload_docs(args.q_meta, docs, H, Hkv, D, dev);
     bind_docs(bound, a);
   }
   execute(*plan, ctx.handle, bound, args.scale, workspace.raw());
@@ -362,7 +370,7 @@ AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
       {kDV, dv_new.raw()},   {kSoftmaxSum, softmax_sum.raw()}, {kDQAccum, dq_accum.raw()}};
   DocArrays a;
   if (!shape.dense) {
-    a = upload_docs(docs, H, Hkv, D, dev, stream);
+    a = upload_docs(args.q_meta, docs, H, Hkv, D, dev);
     bind_docs(bound, a);
     if (H != Hkv) {
       // Declared bf16, sized as f32 the way cudnn-frontend sizes them (cuDNN owns their use).

@@ -129,7 +129,8 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
   SEQPAR_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream));
   // A copy that touches host memory returns with the bytes in place (callers read or reuse the
   // host buffer at once); a device-to-device copy stays queued, ordered with the stream's kernels.
-  if (dst_dev.is_cpu() || src_dev.is_cpu()) SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (dst_dev.is_cpu()) host_wait(stream, "copy to host");
+  if (src_dev.is_cpu() && !dst_dev.is_cpu()) host_wait(stream, "copy from host");
 }
 
 void copy_bytes_2d(void* dst, size_t dst_pitch, Device dst_dev, const void* src, size_t src_pitch, Device src_dev,
@@ -142,7 +143,8 @@ void copy_bytes_2d(void* dst, size_t dst_pitch, Device dst_dev, const void* src,
   }
   cudaStream_t stream = current_stream();
   SEQPAR_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, stream));
-  if (dst_dev.is_cpu() || src_dev.is_cpu()) SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));  // as copy_bytes
+  if (dst_dev.is_cpu()) host_wait(stream, "copy to host");  // as copy_bytes
+  if (src_dev.is_cpu() && !dst_dev.is_cpu()) host_wait(stream, "copy from host");
 }
 
 void Tensor::zero() {

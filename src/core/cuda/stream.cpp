@@ -1,5 +1,6 @@
 #include "core/cuda/stream.h"
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -7,6 +8,7 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "core/profile.h"
 
 namespace seqpar {
 
@@ -16,6 +18,16 @@ thread_local cudaStream_t t_current_stream = nullptr;  // legacy default stream
 
 cudaStream_t current_stream() { return t_current_stream; }
 void set_current_stream(cudaStream_t stream) { t_current_stream = stream; }
+
+void host_wait(cudaStream_t stream, const char* why) {
+  if (!profiling()) {
+    SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  note_host_wait(why, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+}
 
 // ---- Stream -----------------------------------------------------------------------------
 
@@ -48,7 +60,7 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   return *this;
 }
 
-void Stream::synchronize() const { SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void Stream::synchronize() const { host_wait(stream_, "stream synchronize"); }
 
 void Stream::wait(const Event& event) const { SEQPAR_CUDA_CHECK(cudaStreamWaitEvent(stream_, event.get(), 0)); }
 

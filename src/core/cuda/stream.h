@@ -34,6 +34,10 @@ class StreamGuard {
   cudaStream_t prev_;
 };
 
+// Blocks the host until `stream` has done its queued work: the one way code here waits for the
+// device, so that the profile can count each wait with its reason (core/profile.h).
+void host_wait(cudaStream_t stream, const char* why);
+
 class Event;
 
 // An owned, non-blocking stream (it does not implicitly wait for the legacy default stream).

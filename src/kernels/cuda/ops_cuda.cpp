@@ -49,62 +49,90 @@ void check_float(const Tensor& t, const char* op, const char* name) {
   SEQPAR_CHECK(is_float(t.dtype()), "{}: {} is {}; expected f32 or bf16", op, name, t.str());
 }
 
-// The device error slot (launchers.h) of this thread and device: int[3], zero until a kernel
-// reports bad input. Reading it synchronises the stream.
-class ErrorSlot {
+// The ops that check their token ids or targets on the device (the CPU path checks them on the
+// host and throws at once).
+enum CheckedOp { kEmbeddingForward, kEmbeddingBackward, kCrossEntropyForward, kCrossEntropyBackward, kCheckedOps };
+const char* checked_op_name(int op) {
+  static const char* const names[kCheckedOps] = {"embedding_forward", "embedding_backward", "cross_entropy_forward",
+                                                 "cross_entropy_backward"};
+  return names[op];
+}
+
+// The device error slots (launchers.h) of this thread and device, one int[3] per checked op, zero
+// until a kernel reports bad input. Nothing waits for them when a kernel is queued: the device
+// keeps running and check_device_errors() reads them all with one host wait.
+class ErrorSlots {
  public:
-  ErrorSlot() {
-    SEQPAR_CUDA_CHECK(cudaMalloc(&dev_, 3 * sizeof(int)));
-    SEQPAR_CUDA_CHECK(cudaMemset(dev_, 0, 3 * sizeof(int)));
-    SEQPAR_CUDA_CHECK(cudaMallocHost(&host_, 3 * sizeof(int)));
+  ErrorSlots() {
+    SEQPAR_CUDA_CHECK(cudaMalloc(&dev_, kInts * sizeof(int)));
+    SEQPAR_CUDA_CHECK(cudaMemset(dev_, 0, kInts * sizeof(int)));
+    SEQPAR_CUDA_CHECK(cudaMallocHost(&host_, kInts * sizeof(int)));
   }
-  ~ErrorSlot() {  // no checks: may run at exit
+  ~ErrorSlots() {  // no checks: may run at exit
     cudaFree(dev_);
     cudaFreeHost(host_);
   }
-  ErrorSlot(const ErrorSlot&) = delete;
-  ErrorSlot& operator=(const ErrorSlot&) = delete;
+  ErrorSlots(const ErrorSlots&) = delete;
+  ErrorSlots& operator=(const ErrorSlots&) = delete;
 
-  int* device_ptr() const { return dev_; }
+  // The slot of `op`, remembering the vocabulary size for the message.
+  int* slot(CheckedOp op, int64_t vocab) {
+    vocab_[op] = vocab;
+    armed_ = true;
+    return dev_ + 3 * op;
+  }
 
-  // Waits for the stream; if a kernel reported, clears the slot and returns true with where/value.
-  bool fetch(cudaStream_t stream, int& where, int& value) {
-    SEQPAR_CUDA_CHECK(cudaMemcpyAsync(host_, dev_, 3 * sizeof(int), cudaMemcpyDeviceToHost, stream));
-    SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (host_[0] == 0) return false;
-    where = host_[1];
-    value = host_[2];
-    SEQPAR_CUDA_CHECK(cudaMemsetAsync(dev_, 0, 3 * sizeof(int), stream));
-    return true;
+  // Waits for the stream once; throws the first op's report (clearing every slot) if any.
+  void check(cudaStream_t stream) {
+    if (!armed_) return;
+    SEQPAR_CUDA_CHECK(cudaMemcpyAsync(host_, dev_, kInts * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    host_wait(stream, "device error flags");
+    armed_ = false;
+    for (int op = 0; op < kCheckedOps; ++op) {
+      const int* r = host_ + 3 * op;
+      if (r[0] == 0) continue;
+      const int where = r[1], value = r[2];
+      SEQPAR_CUDA_CHECK(cudaMemsetAsync(dev_, 0, kInts * sizeof(int), stream));
+      const char* name = checked_op_name(op);
+      if (op == kEmbeddingForward || op == kEmbeddingBackward)
+        throw InputError(fmt::format("{}: token {} has id {}, outside the vocabulary [0, V={}) (was the data "
+                                     "tokenized for a larger vocab_size than the model's?)",
+                                     name, where, value, vocab_[op]));
+      throw InputError(fmt::format("{}: token {} has target {}, outside the vocabulary [0, V={}) and not the ignore "
+                                   "index {}",
+                                   name, where, value, vocab_[op], kIgnoreIndex));
+    }
   }
 
  private:
+  static constexpr int kInts = 3 * kCheckedOps;
   int* dev_ = nullptr;
   int* host_ = nullptr;
+  int64_t vocab_[kCheckedOps] = {};
+  bool armed_ = false;  // a checked op ran since the last check
 };
 
-ErrorSlot& error_slot(int device) {
-  thread_local std::map<int, std::unique_ptr<ErrorSlot>> slots;
+ErrorSlots& error_slots(int device) {
+  thread_local std::map<int, std::unique_ptr<ErrorSlots>> slots;
   auto& s = slots[device];
-  if (!s) s = std::make_unique<ErrorSlot>();  // allocated on the current device (DeviceScope)
+  if (!s) s = std::make_unique<ErrorSlots>();  // allocated on the current device (DeviceScope)
   return *s;
 }
 
-// The same InputErrors as the CPU checks (kernels/cpu/embedding.cpp, cross_entropy.cpp). The
-// kernels report the first bad token they meet, which need not be the lowest index.
-[[noreturn]] void throw_bad_id(const char* op, int token, int id, int64_t V) {
-  throw InputError(fmt::format("{}: token {} has id {}, outside the vocabulary [0, V={}) (was the data tokenized "
-                               "for a larger vocab_size than the model's?)",
-                               op, token, id, V));
-}
-
-[[noreturn]] void throw_bad_target(const char* op, int token, int target, int64_t V) {
-  throw InputError(fmt::format("{}: token {} has target {}, outside the vocabulary [0, V={}) and not the ignore "
-                               "index {}",
-                               op, token, target, V, kIgnoreIndex));
-}
-
 }  // namespace
+
+void check_device_errors(Device device) {
+  int prev = 0;
+  SEQPAR_CUDA_CHECK(cudaGetDevice(&prev));
+  if (prev != device.index) SEQPAR_CUDA_CHECK(cudaSetDevice(device.index));
+  try {
+    error_slots(device.index).check(current_stream());
+  } catch (...) {
+    if (prev != device.index) cudaSetDevice(prev);
+    throw;
+  }
+  if (prev != device.index) SEQPAR_CUDA_CHECK(cudaSetDevice(prev));
+}
 
 // ---- embedding ----------------------------------------------------------------------------
 
@@ -118,11 +146,8 @@ void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte) {
   check_shape(ids, {T}, "embedding_forward ids");
   check_shape(out, {T, C}, "embedding_forward out");
   cudaStream_t stream = current_stream();
-  ErrorSlot& err = error_slot(out.device().index);
   cuda_kernels::embedding_forward(out.raw(), out.dtype(), ids.data<int32_t>(), wte.raw(), wte.dtype(), T, C, V,
-                                  err.device_ptr(), stream);
-  int where = 0, value = 0;
-  if (err.fetch(stream, where, value)) throw_bad_id("embedding_forward", where, value, V);
+                                  error_slots(out.device().index).slot(kEmbeddingForward, V), stream);
 }
 
 void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& ids) {
@@ -135,11 +160,8 @@ void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& ids) {
   check_shape(ids, {T}, "embedding_backward ids");
   check_shape(dout, {T, C}, "embedding_backward dout");
   cudaStream_t stream = current_stream();
-  ErrorSlot& err = error_slot(dwte.device().index);
   cuda_kernels::embedding_backward(dwte.raw(), dwte.dtype(), dout.raw(), dout.dtype(), ids.data<int32_t>(), T, C, V,
-                                   err.device_ptr(), stream);
-  int where = 0, value = 0;
-  if (err.fetch(stream, where, value)) throw_bad_id("embedding_backward", where, value, V);
+                                   error_slots(dwte.device().index).slot(kEmbeddingBackward, V), stream);
 }
 
 // ---- RMSNorm ------------------------------------------------------------------------------
@@ -255,11 +277,8 @@ void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& t
   check_shape(targets, {T}, "cross_entropy_forward targets");
   check_shape(losses, {T}, "cross_entropy_forward losses");
   cudaStream_t stream = current_stream();
-  ErrorSlot& err = error_slot(logits.device().index);
   cuda_kernels::cross_entropy_forward(losses.data<float>(), logits.raw(), logits.dtype(), targets.data<int32_t>(), T,
-                                      V, err.device_ptr(), stream);
-  int where = 0, value = 0;
-  if (err.fetch(stream, where, value)) throw_bad_target("cross_entropy_forward", where, value, V);
+                                      V, error_slots(logits.device().index).slot(kCrossEntropyForward, V), stream);
 }
 
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss) {
@@ -272,11 +291,8 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   check_shape(dlogits, logits.shape(), "cross_entropy_backward dlogits");
   check_shape(targets, {T}, "cross_entropy_backward targets");
   cudaStream_t stream = current_stream();
-  ErrorSlot& err = error_slot(logits.device().index);
   cuda_kernels::cross_entropy_backward(dlogits.raw(), logits.raw(), logits.dtype(), targets.data<int32_t>(), dloss,
-                                       T, V, err.device_ptr(), stream);
-  int where = 0, value = 0;
-  if (err.fetch(stream, where, value)) throw_bad_target("cross_entropy_backward", where, value, V);
+                                       T, V, error_slots(logits.device().index).slot(kCrossEntropyBackward, V), stream);
 }
 
 // ---- elementwise --------------------------------------------------------------------------
@@ -314,7 +330,7 @@ double sum_squares(const Tensor& x) {
   double result = 0.0;
   SEQPAR_CUDA_CHECK(cudaMemcpyAsync(&result, partials + cuda_kernels::kSumSquaresBlocks, sizeof(double),
                                     cudaMemcpyDeviceToHost, stream));
-  SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  host_wait(stream, "sum of squares");
   return result;
 }
 

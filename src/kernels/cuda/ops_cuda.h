@@ -26,6 +26,7 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
 void add_inplace(Tensor& y, const Tensor& x);
 void scale_inplace(Tensor& y, float s);
 double sum_squares(const Tensor& x);
+void check_device_errors(Device device);
 void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
                 float grad_scale);
 
