@@ -32,7 +32,7 @@ AttentionBackend parse_attn_implementation(const std::string& name) {
 }
 
 AttentionBackend attention_backend_for(AttnImplementation impl) {
-  return impl == AttnImplementation::kSdpa ? AttentionBackend::kCudnn : AttentionBackend::kFlash;
+  return impl == AttnImplementation::kSdpa ? AttentionBackend::kAuto : AttentionBackend::kFlash;
 }
 
 const char* attn_implementation_name(AttnImplementation impl) {

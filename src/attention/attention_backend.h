@@ -6,8 +6,10 @@
 //   flash  seqpar's own kernel (attention/cuda/attn_*.cu): every mask attention.h can express.
 //   cudnn  cuDNN's fused SDPA (graph API) for every call it computes exactly (packed_docs below),
 //          the flash kernel for the others (said at debug log level).
-//   auto   cudnn on Hopper and newer (compute capability >= 9.0, where it runs about 2x the flash
-//          kernel, bench/NOTES.md), flash elsewhere.
+//   auto   cudnn on Hopper and newer (compute capability >= 9.0) for the calls its dense graph
+//          computes (one document, or documents of one length: 1.3-2.0x the flash kernel forward
+//          +backward on the H200, bench/NOTES.md 2026-12-02), flash for every other call.
+//          What sdpa, the default attn_implementation, runs.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +27,8 @@ const char* attention_backend_name(AttentionBackend backend);
 
 // Hugging Face's `attn_implementation` (config.json, from_pretrained, Accelerate's
 // parallelism_config sp_attn_implementation) to a backend:
-//   sdpa                                   -> cudnn (PyTorch's SDPA picks cuDNN on Hopper; calls
-//                                             cuDNN cannot express fall back to flash)
+//   sdpa                                   -> auto (PyTorch's SDPA picks cuDNN on Hopper: cuDNN
+//                                             where it is exact and measured faster, flash else)
 //   flash_attention_2, flash_attention_3   -> flash
 //   eager                                  -> InputError: eager materialises the [S, S] scores
 // and anything else is an InputError listing the accepted names.
@@ -37,7 +39,7 @@ enum class AttnImplementation { kSdpa, kFlashAttention2, kFlashAttention3 };
 // The name's value; InputError for eager and any other name, as parse_attn_implementation.
 AttnImplementation attn_implementation_of(const std::string& name);
 const char* attn_implementation_name(AttnImplementation impl);
-// cudnn for sdpa, flash for flash_attention_2 / flash_attention_3.
+// auto for sdpa, flash for flash_attention_2 / flash_attention_3.
 AttentionBackend attention_backend_for(AttnImplementation impl);
 
 // Documents of one packed token stream: document d covers tokens [cu[d], cu[d+1]).

@@ -266,9 +266,9 @@ void declare_model(std::vector<SettingDecl>& s) {
       decl(
           "attn_implementation", G::kModel, {"--attn-implementation"},
           +[](TrainConfig& c) -> AttnImplementation& { return c.attn_implementation; },
-          "Hugging Face's attn_implementation: flash_attention_2 or flash_attention_3 (seqpar's flash kernel), sdpa "
-          "(cuDNN fused attention on CUDA where exact, the flash kernel elsewhere); eager is rejected (it "
-          "materialises the [S, S] scores)",
+          "Hugging Face's attn_implementation: sdpa (cuDNN fused attention on CUDA where it is exact and measured "
+          "faster, seqpar's flash kernel elsewhere), flash_attention_2 or flash_attention_3 (seqpar's flash kernel "
+          "always); eager is rejected (it materialises the [S, S] scores)",
           "", "parallelism_config.sp_attn_implementation"),
       kAll));
   find_in(s, "model").empty_text = "built-in demo Llama";

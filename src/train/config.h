@@ -110,12 +110,11 @@ struct TrainConfig {
   // The memory levers (train/memory_settings.h): the group the memory plan takes whole.
   MemorySettings memory;
   // Hugging Face's attn_implementation (Accelerate's parallelism_config_sp_attn_implementation):
-  // on CUDA, sdpa runs cuDNN's fused attention where it is exact and seqpar's flash kernel
-  // elsewhere, flash_attention_2 / flash_attention_3 always the flash kernel
-  // (attention_backend.h); eager is an error. The CPU has one attention. The default is the
-  // flash kernel: with sdpa the GPU demo (sp = 4 Ulysses, one head per rank) learns less well
-  // than with flash, not yet explained (docs/training.md).
-  AttnImplementation attn_implementation = AttnImplementation::kFlashAttention2;
+  // on CUDA, sdpa (the default, as in transformers) runs cuDNN's fused attention where it is exact
+  // and measured faster (backend auto) and seqpar's flash kernel elsewhere, flash_attention_2 /
+  // flash_attention_3 always the flash kernel (attention_backend.h); eager is an error. The CPU
+  // has one attention.
+  AttnImplementation attn_implementation = AttnImplementation::kSdpa;
   bool time_steps = false;  // benchmarks: synchronise the device at each step's end (see TrainResult)
   // Op-level profile (core/profile.h) of the leading rank's steps after the first (the first
   // tunes the GEMMs and fills the allocator's cache; a one-step run profiles that step): the

@@ -29,7 +29,7 @@ TEST(AttentionBackend, ParsesBackendNames) {
 }
 
 TEST(AttentionBackend, MapsHuggingFaceAttnImplementation) {
-  EXPECT_EQ(parse_attn_implementation("sdpa"), AttentionBackend::kCudnn);
+  EXPECT_EQ(parse_attn_implementation("sdpa"), AttentionBackend::kAuto);
   EXPECT_EQ(parse_attn_implementation("flash_attention_2"), AttentionBackend::kFlash);
   EXPECT_EQ(parse_attn_implementation("flash_attention_3"), AttentionBackend::kFlash);
   try {
