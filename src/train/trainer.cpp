@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -88,7 +89,7 @@ using json = nlohmann::json;
 // checkpoint's records, so the file reads as one run.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, std::vector<json> history) : records_(std::move(history)) {
+  MetricsLog(const std::string& path, std::vector<json> history) : path_(path), records_(std::move(history)) {
     if (path.empty()) return;
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     std::error_code ec;
@@ -96,17 +97,23 @@ class MetricsLog {
     out_.open(path, std::ios::trunc);
     SEQPAR_INPUT_CHECK(out_.good(), "metrics_out={}: cannot open for writing", path);
     for (const json& r : records_) out_ << r.dump() << "\n";
-    out_.flush();
+    flush();
   }
   void write(const json& record) {
     records_.push_back(record);
     if (!out_.is_open()) return;
     out_ << record.dump() << "\n";
-    out_.flush();
+    flush();
   }
   const std::vector<json>& records() const { return records_; }
 
  private:
+  // A failed write (disk full, file-size limit) is an error naming the file, not a silent gap.
+  void flush() {
+    out_.flush();
+    if (!out_.good()) throw Error(fmt::format("metrics_out={}: write failed: {}", path_, std::strerror(errno)));
+  }
+  std::string path_;
   std::vector<json> records_;
   std::ofstream out_;
 };

@@ -218,6 +218,27 @@ TEST(Disks, FullDiskAndReadOnlyDirectoryKeepThePreviousCheckpoint) {
   EXPECT_NO_THROW(load_checkpoint(ckpt + "/step_000002"));
 }
 
+// prepare-data killed mid-run left OUTPUT.tmp.<pid>.<n> behind forever: the next start removes
+// the temporaries whose process is gone, and keeps a live one's.
+TEST(Disks, PrepareDataRemovesStaleTemporariesOfKilledRuns) {
+  const std::string d = testing::temp_dir();
+  std::ofstream(d + "/a.jsonl") << "{\"text\": \"hello there\"}\n";
+  const std::string stale = d + "/t.bin.tmp.4194305.0";  // above Linux's largest pid: no such process
+  const std::string live = d + "/t.bin.tmp." + std::to_string(::getpid()) + ".7";
+  std::ofstream(stale) << std::string(4096, 'x');
+  std::ofstream(live) << "x";
+  const int rc = run(testing::binary_path() + " prepare-data --tokenizer " +
+                         testing::source_path("tests/fixtures/tokenizer/llama3/tokenizer.json") + " --input " + d +
+                         "/a.jsonl --output " + d + "/t.bin",
+                     d + "/prep.log");
+  EXPECT_EQ(rc, 0) << bytes_of(d + "/prep.log");
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_NE(bytes_of(d + "/prep.log").find("removed " + stale + ", left by a run that did not finish"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(d + "/t.bin"));
+}
+
 // seqpar launch SIGKILLed: its ranks die, and so do the ranks' own children.
 TEST(Launch, KilledLauncherTakesTheRanksChildrenWithIt) {
   const std::string d = testing::temp_dir();
