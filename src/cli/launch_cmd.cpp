@@ -231,7 +231,7 @@ Rank spawn(const LaunchArgs& a, int local_rank, const sigset_t& blocked, const i
   SEQPAR_CHECK(pid >= 0, "fork() failed: {}", std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
-    ::close(life[1]);  // the launcher's alone: its death is this pipe's EOF
+    ::close(life[1]);                                   // the launcher's alone: its death is this pipe's EOF
     if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the launcher died before the fork returned
     ::close(out[0]);
     ::close(err[0]);

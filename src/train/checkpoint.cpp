@@ -291,9 +291,10 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointContent
     remove_tree(tmp);
     std::string previous = "none yet";
     if (fs::is_regular_file(dir / "latest", ec)) previous = (dir / strip_line(read_text(dir / "latest"))).string();
-    throw Error(fmt::format("save_dir={}: saving the checkpoint of step {} failed, nothing of it is left and the "
-                            "previous checkpoint ({}) is intact: {}",
-                            save_dir, c.state.step, previous, e.what()));
+    throw Error(
+        fmt::format("save_dir={}: saving the checkpoint of step {} failed, nothing of it is left and the "
+                    "previous checkpoint ({}) is intact: {}",
+                    save_dir, c.state.step, previous, e.what()));
   }
 
   // Publish: the rename makes the checkpoint exist, complete. A step_N already there (a run that
@@ -341,7 +342,8 @@ SaveDirLock::SaveDirLock(const std::string& save_dir) {
     std::string holder = strip_line(read_text(path));
     ::close(fd_);
     fd_ = -1;
-    SEQPAR_INPUT_CHECK(err != EWOULDBLOCK, "save_dir={} is in use by another trainer ({}; lock file {}): two runs on "
+    SEQPAR_INPUT_CHECK(err != EWOULDBLOCK,
+                       "save_dir={} is in use by another trainer ({}; lock file {}): two runs on "
                        "one directory would overwrite each other's checkpoints; wait for it to end or give another "
                        "--save-dir",
                        save_dir, holder.empty() ? std::string("holder unknown") : holder, path);
@@ -451,10 +453,12 @@ void check_config_matches_state(const LlamaConfig& model, const json& config, co
       diff += fmt::format("{}{}={} (trainer_state.json: {})", diff.empty() ? "" : ", ", k, show(v),
                           fb.count(k) ? show(fb[k]) : "(none)");
   for (auto& [k, v] : fb)
-    if (!fa.count(k)) diff += fmt::format("{}{} missing (trainer_state.json: {})", diff.empty() ? "" : ", ", k, show(v));
-  throw InputError(fmt::format("{}: config.json disagrees with trainer_state.json's model: {}: files of different "
-                               "checkpoints, or an edited config.json",
-                               where, diff));
+    if (!fa.count(k))
+      diff += fmt::format("{}{} missing (trainer_state.json: {})", diff.empty() ? "" : ", ", k, show(v));
+  throw InputError(
+      fmt::format("{}: config.json disagrees with trainer_state.json's model: {}: files of different "
+                  "checkpoints, or an edited config.json",
+                  where, diff));
 }
 
 // optimizer.safetensors' metadata step, parsed whole (a prefix like "12abc" is no step count).
@@ -750,8 +754,8 @@ void refuse_export_over_checkpoint(const std::string& out_dir, const std::string
   const fs::path out = fs::weakly_canonical(fs::absolute(out_dir, ec), ec);
   const fs::path ck = fs::weakly_canonical(fs::absolute(checkpoint_dir, ec), ec);
   for (fs::path p = out; !p.empty(); p = p.parent_path()) {
-    const bool is_checkpoint = p == ck || fs::exists(p / "trainer_state.json", ec) ||
-                               p.filename().string().rfind(kTmpPrefix, 0) == 0;
+    const bool is_checkpoint =
+        p == ck || fs::exists(p / "trainer_state.json", ec) || p.filename().string().rfind(kTmpPrefix, 0) == 0;
     SEQPAR_INPUT_CHECK(!is_checkpoint,
                        "--out={}: {} is a training checkpoint: the export would overwrite its config.json and "
                        "model.safetensors; give a directory outside every checkpoint",

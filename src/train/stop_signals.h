@@ -10,7 +10,7 @@ namespace seqpar {
 
 class StopSignals {
  public:
-  StopSignals();  // installs the handlers (and clears a stop left by an earlier run)
+  StopSignals();   // installs the handlers (and clears a stop left by an earlier run)
   ~StopSignals();  // restores what was there before
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

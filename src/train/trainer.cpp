@@ -149,7 +149,8 @@ std::shared_ptr<const TokenFile> open_token_file(const std::string& path, const 
   SEQPAR_INPUT_CHECK(labelled > 0,
                      "{}={}: no token of its {} is a target (every loss mask value is 0, or only documents' first "
                      "tokens have one): a run on it has nothing to learn from",
-                     setting, path, file->num_docs() == 1 ? "one document" : fmt::format("{} documents", file->num_docs()));
+                     setting, path,
+                     file->num_docs() == 1 ? "one document" : fmt::format("{} documents", file->num_docs()));
   return file;
 }
 
@@ -434,10 +435,11 @@ TrainResult Trainer::run() {
   finish();
   const int64_t ran = s.result.steps_run - s.first_step + 1;
   if (s.leads && ran > 0 && s.result.empty_steps == ran)
-    throw Error(fmt::format("none of the {} step(s) {}..{} had a token with a label (every target -100: masked "
-                            "labels, or sequences too short): nothing was learned; check the data's loss mask and "
-                            "--seq-len",
-                            ran, s.first_step, s.result.steps_run));
+    throw Error(
+        fmt::format("none of the {} step(s) {}..{} had a token with a label (every target -100: masked "
+                    "labels, or sequences too short): nothing was learned; check the data's loss mask and "
+                    "--seq-len",
+                    ran, s.first_step, s.result.steps_run));
   return s.result;
 }
 
@@ -602,9 +604,10 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
   }
   const bool empty = loss.good_tokens == 0;
   if (empty && s.result.empty_steps == 1 && !cfg_.quiet)
-    log_warn("step {}: the batch holds no token with a label (every target is -100): nothing to learn from; such "
-             "steps are counted and the run is refused if every step is one",
-             step);
+    log_warn(
+        "step {}: the batch holds no token with a label (every target is -100): nothing to learn from; such "
+        "steps are counted and the run is refused if every step is one",
+        step);
   // A skipped step is always said and recorded (a property of the run, not of where it stopped).
   const bool record = step == 1 || step % cfg_.log_every == 0 || step == cfg_.steps || skipped;
   if (record || step == s.first_step || step == s.last_step)
@@ -626,7 +629,8 @@ void Trainer::log_progress(int64_t step, double loss, double norm, bool record, 
   const float lr = lr_at(cfg_, step);
   const size_t skipped_total = s.result.skipped_steps.size();  // the leader's, like this call
   std::string note;
-  if (skipped) note += fmt::format(" | SKIPPED: non-finite loss or grad_norm, no update ({} skipped so far)", skipped_total);
+  if (skipped)
+    note += fmt::format(" | SKIPPED: non-finite loss or grad_norm, no update ({} skipped so far)", skipped_total);
   if (empty) note += " | no token with a label: nothing to learn from";
   if (!cfg_.quiet)
     log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}{}", step,
@@ -779,10 +783,11 @@ void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
   // Never a checkpoint holding NaN or inf (it could not be resumed, and keep_last would then delete
   // a good one): every rank stops together.
   if (rank.agree({bad.empty() ? 0 : 1})[0] != 0)
-    throw Error(fmt::format("step {}: {} holds NaN or inf: the checkpoint is not written (the last one, {}, is "
-                            "intact); the optimizer state overflowed: lower --lr or clip the gradients (--clip)",
-                            step, bad.empty() ? std::string("the optimizer state") : bad,
-                            s.last_saved.empty() ? std::string("none yet") : s.last_saved));
+    throw Error(
+        fmt::format("step {}: {} holds NaN or inf: the checkpoint is not written (the last one, {}, is "
+                    "intact); the optimizer state overflowed: lower --lr or clip the gradients (--clip)",
+                    step, bad.empty() ? std::string("the optimizer state") : bad,
+                    s.last_saved.empty() ? std::string("none yet") : s.last_saved));
   rank.world().barrier();
 }
 

@@ -12,10 +12,10 @@
 
 #include <chrono>
 #include <cstring>
-#include <functional>
-#include <optional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>

@@ -98,8 +98,8 @@ std::string launched_train(const std::string& args) {
 TEST(CudaReliability, SigtermToTheLauncherStopsEveryRankAtOneStepWithACheckpoint) {
   if (!two_gpus()) GTEST_SKIP() << "needs 2 GPUs (one NCCL rank per GPU)";
   const std::string d = testing::temp_dir();
-  const pid_t pid = start(launched_train("--steps 1000000 --save-dir " + d + "/a --metrics-out " + d + "/a.jsonl"),
-                          d + "/a.log");
+  const pid_t pid =
+      start(launched_train("--steps 1000000 --save-dir " + d + "/a --metrics-out " + d + "/a.jsonl"), d + "/a.log");
   const auto until = Clock::now() + std::chrono::seconds(240);
   while (losses(d + "/a.jsonl").size() < 3 && Clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -117,14 +117,15 @@ TEST(CudaReliability, SigtermToTheLauncherStopsEveryRankAtOneStepWithACheckpoint
   // Resumed to k + 2 against straight to k + 2 (NCCL's sums in a fixed order: within 1e-3 as
   // NcclTransportUnderSeqparLaunchMatchesLocal).
   const std::string to = fmt::format(" --stop-at-step {}", k + 2);
-  ASSERT_EQ(wait_exit(start(launched_train("--steps 1000000 --resume --save-dir " + d + "/a --metrics-out " + d +
-                                           "/r.jsonl" + to),
-                            d + "/r.log")),
+  ASSERT_EQ(wait_exit(start(
+                launched_train("--steps 1000000 --resume --save-dir " + d + "/a --metrics-out " + d + "/r.jsonl" + to),
+                d + "/r.log")),
             0)
       << text_of(d + "/r.log");
-  ASSERT_EQ(wait_exit(start(launched_train("--steps 1000000 --save-dir " + d + "/b --metrics-out " + d + "/b.jsonl" + to),
-                            d + "/b.log")),
-            0)
+  ASSERT_EQ(
+      wait_exit(start(launched_train("--steps 1000000 --save-dir " + d + "/b --metrics-out " + d + "/b.jsonl" + to),
+                      d + "/b.log")),
+      0)
       << text_of(d + "/b.log");
   const auto resumed = losses(d + "/r.jsonl"), straight = losses(d + "/b.jsonl");
   for (int64_t s = k + 1; s <= k + 2; ++s) {
@@ -136,9 +137,8 @@ TEST(CudaReliability, SigtermToTheLauncherStopsEveryRankAtOneStepWithACheckpoint
 TEST(CudaReliability, ADivergingRunStopsEveryRankAtTheSameStep) {
   if (!two_gpus()) GTEST_SKIP() << "needs 2 GPUs (one NCCL rank per GPU)";
   const std::string d = testing::temp_dir();
-  const int rc = wait_exit(start(launched_train("--steps 20 --lr 1e30 --clip 0 --save-dir " + d + "/a --save-every 1"),
-                                 d + "/a.log"),
-                           240);
+  const int rc = wait_exit(
+      start(launched_train("--steps 20 --lr 1e30 --clip 0 --save-dir " + d + "/a --save-every 1"), d + "/a.log"), 240);
   const std::string log = text_of(d + "/a.log");
   EXPECT_EQ(rc, 1) << log;  // the ranks' error exit, not the launcher's timeout (124) or a kill
   EXPECT_NE(log.find("the loss or the gradient norm is not finite"), std::string::npos) << log;

@@ -17,8 +17,8 @@
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/checksum.h"
-#include "train/trainer.h"
 #include "train/train_test_util.h"
+#include "train/trainer.h"
 
 namespace seqpar {
 namespace {
@@ -201,8 +201,8 @@ TEST(NothingToLearn, SeqLenOneAndFullyMaskedDataAreRefusedBeforeTraining) {
   c.data_path = dir + "/masked.bin";
   c.task.seq_len = 4;
   c.micro_batch = 1;
-  expect_error([&] { Trainer t(c); }, {"data=" + dir + "/masked.bin", "no token of its 2 documents is a target",
-                                       "nothing to learn from"});
+  expect_error([&] { Trainer t(c); },
+               {"data=" + dir + "/masked.bin", "no token of its 2 documents is a target", "nothing to learn from"});
   // Only the documents' first tokens labelled: no target either (labels shift inside a document).
   std::vector<uint8_t> first(8, 0);
   first[0] = 1;
@@ -271,8 +271,7 @@ TEST(Checksums, FilesThatDisagreeAreRefused) {
   reseal(two);
   expect_error([&] { load_checkpoint(two); },
                {"config.json disagrees with trainer_state.json's model", "num_hidden_layers=100000"});
-  expect_error([&] { export_checkpoint(two, testing::temp_dir() + "/hf", DType::kF32); },
-               {"config.json disagrees"});
+  expect_error([&] { export_checkpoint(two, testing::temp_dir() + "/hf", DType::kF32); }, {"config.json disagrees"});
   TrainConfig r = c;
   r.steps = 3;
   r.resume = ResumeFrom::parse(two);
@@ -323,9 +322,8 @@ TEST(SaveDir, LockedWhileATrainerHoldsItAndLeftoversAreCleaned) {
   c.save_dir = testing::temp_dir() + "/ckpt";
   {
     Trainer first(c);
-    expect_error([&] { Trainer second(c); },
-                 {"save_dir=" + c.save_dir + " is in use by another trainer",
-                  fmt::format("pid {} on host", ::getpid()), c.save_dir + "/.lock"});
+    expect_error([&] { Trainer second(c); }, {"save_dir=" + c.save_dir + " is in use by another trainer",
+                                              fmt::format("pid {} on host", ::getpid()), c.save_dir + "/.lock"});
   }
   run_training(c);
   fs::create_directories(c.save_dir + "/.tmp_step_000009");
