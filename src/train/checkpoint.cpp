@@ -440,7 +440,9 @@ void verify_file_checksums(const json& state, const fs::path& dir, const std::st
 void check_config_matches_state(const LlamaConfig& model, const json& config, const std::string& where) {
   SEQPAR_INPUT_CHECK(config.is_object() && config.contains("model") && config["model"].is_object(),
                      "{}: trainer_state.json's config has no 'model'", where);
-  const json recorded = config["model"];
+  // Both sides through the same parser and writer, so that only a different model differs.
+  const json recorded = json::parse(hf_llama_config_json(
+      parse_hf_llama_config(config["model"].dump(), where + ": trainer_state.json's config.model"), "float32"));
   const json file = json::parse(hf_llama_config_json(model, "float32"));
   if (file == recorded) return;
   std::string diff;
