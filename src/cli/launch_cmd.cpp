@@ -3,12 +3,15 @@
 // SIGTERM / SIGHUP to them, and ends the whole job when one rank fails or --timeout passes.
 //
 // Process hygiene, so that no rank outlives the job:
-// - each rank is the leader of its own process group, and every signal goes to the group, so a
-//   rank's own children (a shell's `sleep`, a data loader) get it too;
-// - each rank has PR_SET_PDEATHSIG = SIGKILL: if the launcher dies (even by SIGKILL) the kernel
-//   kills the ranks (their own children are reached through the group while the launcher lives);
-// - when a rank exits, whatever it left in its group is killed before the rank is reaped: the
-//   exit is seen with waitid(WNOWAIT), so the group id cannot be reused while it is signalled.
+// - each rank runs in its own process group, and every signal goes to the group, so a rank's own
+//   children (a shell's `sleep`, a data loader) get it too;
+// - the group's leader is a small guard process (a fork of the launcher, no exec) whose only
+//   child is the rank: it passes the rank's exit status on as its own, and when the launcher dies
+//   (even by SIGKILL: its end of a pipe the guards read closes) it kills the whole group, so
+//   neither the rank nor the rank's children outlive the launcher; the rank has
+//   PR_SET_PDEATHSIG = SIGKILL against its guard;
+// - when a guard exits, whatever it left in its group is killed before it is reaped: the exit is
+//   seen with waitid(WNOWAIT), so the group id cannot be reused while it is signalled.
 // Signals are read through a signalfd together with the ranks' output pipes in one poll loop:
 // the launcher is one thread and never blocks elsewhere.
 #include <fcntl.h>
@@ -179,9 +182,36 @@ void validate(const LaunchArgs& a) {
   SEQPAR_INPUT_CHECK(!a.command.empty(), "no command to launch: give it after `--`");
 }
 
-// Forks rank `local_rank`. The child makes its own process group, asks to die with the launcher,
-// restores the signal state the launcher changed, wires its output to the pipes and execs.
-Rank spawn(const LaunchArgs& a, int local_rank, const sigset_t& blocked) {
+// The guard of one rank (see the header): waits for the rank, or for the launcher's death (EOF on
+// `life`, whose write end only the launcher holds), polling both. Async-signal-safe calls only
+// (it runs between fork and _exit). The launcher's signals to the group stay pending here (they
+// are blocked, the mask inherited), so only the rank acts on them.
+[[noreturn]] void guard_rank(pid_t rank, int life) {
+  for (;;) {
+    pollfd p{life, POLLIN, 0};
+    if (::poll(&p, 1, 50) > 0 && p.revents != 0) {
+      ::kill(-::getpid(), SIGKILL);  // the launcher is gone: the rank, its children and this guard
+      ::_exit(128 + SIGKILL);
+    }
+    int status = 0;
+    if (::waitpid(rank, &status, WNOHANG) != rank) continue;
+    if (WIFEXITED(status)) ::_exit(WEXITSTATUS(status));
+    // Die of the rank's signal, so the launcher reports it as the rank's.
+    const int sig = WTERMSIG(status);
+    ::signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    ::sigprocmask(SIG_UNBLOCK, &one, nullptr);
+    ::kill(::getpid(), sig);
+    ::_exit(128 + sig);
+  }
+}
+
+// Forks the guard of rank `local_rank` (its own process group), which forks the rank: the rank
+// asks to die with its guard, restores the signal state the launcher changed, wires its output to
+// the pipes and execs. `life`: the pipe whose write end only the launcher keeps.
+Rank spawn(const LaunchArgs& a, int local_rank, const sigset_t& blocked, const int life[2]) {
   Rank r;
   r.rank = a.node_rank * a.nproc_per_node + local_rank;
   int out[2], err[2];
@@ -201,8 +231,20 @@ Rank spawn(const LaunchArgs& a, int local_rank, const sigset_t& blocked) {
   SEQPAR_CHECK(pid >= 0, "fork() failed: {}", std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
+    ::close(life[1]);                                   // the launcher's alone: its death is this pipe's EOF
+    if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the launcher died before the fork returned
+    ::close(out[0]);
+    ::close(err[0]);
+    const pid_t guard = ::getpid();
+    const pid_t rank = ::fork();
+    if (rank < 0) ::_exit(127);
+    if (rank > 0) {
+      ::close(out[1]);
+      ::close(err[1]);
+      guard_rank(rank, life[0]);
+    }
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the launcher died before prctl
+    if (::getppid() != guard) ::_exit(128 + SIGKILL);  // the guard died before prctl
     ::signal(SIGPIPE, SIG_DFL);
     ::sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
     int devnull = ::open("/dev/null", O_RDONLY);
@@ -245,13 +287,16 @@ class Launcher {
 
     start_ = Clock::now();
     try {
-      for (int i = 0; i < a_.nproc_per_node; ++i) ranks_.push_back(spawn(a_, i, blocked));
+      SEQPAR_CHECK(::pipe2(life_, O_CLOEXEC) == 0, "pipe() failed: {}", std::strerror(errno));
+      for (int i = 0; i < a_.nproc_per_node; ++i) ranks_.push_back(spawn(a_, i, blocked, life_));
     } catch (...) {
       begin_shutdown(SIGKILL);
       loop();
       throw;
     }
     loop();
+    ::close(life_[0]);
+    ::close(life_[1]);
     ::close(sigfd_);
     ::sigprocmask(SIG_SETMASK, &saved_mask_, nullptr);
     return exit_code_;
@@ -384,6 +429,7 @@ class Launcher {
   const LaunchArgs& a_;
   std::vector<Rank> ranks_;
   int sigfd_ = -1;
+  int life_[2] = {-1, -1};  // the guards read [0]; [1] is the launcher's alone (spawn)
   sigset_t saved_mask_{};
   Clock::time_point start_, kill_at_;
   std::optional<Clock::time_point> drain_deadline_;

@@ -71,6 +71,10 @@ void run(TrainArgs& a, const CLI::App& command) {
   std::string evals;
   if (!r.eval_accuracy.empty()) evals += fmt::format(", recall accuracy {:.1f}%", 100 * r.eval_accuracy.back().second);
   if (!r.eval_loss.empty()) evals += fmt::format(", eval loss {:.4f}", r.eval_loss.back().second);
+  if (!r.skipped_steps.empty())
+    evals += fmt::format(", {} step(s) skipped by the non-finite guard (--on-nonfinite skip)", r.skipped_steps.size());
+  if (r.empty_steps > 0) evals += fmt::format(", {} step(s) with no token to learn from", r.empty_steps);
+  if (r.stop_signal != 0) evals += " (stopped by a signal)";
   log_info("done: {} steps, final loss {:.4f}{}, {:.0f} tokens/s", r.steps_run, r.losses.back(), evals, r.tokens_per_s);
   if (c.profile && r.profile_steps > 0)
     log_info("profile of rank 0's steps after the first ({} steps, {:.1f} s of wall), summed:\n{}", r.profile_steps,

@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -313,6 +315,34 @@ class Progress {
 
 }  // namespace
 
+namespace {
+
+// The temporaries (OUTPUT.tmp.<pid>.<n>, TokenFileWriter's) of earlier runs writing `output` that
+// were killed before they finished: removed, unless their process still runs (another
+// prepare-data writing the same file). A killed run's destructor never ran, so nobody else will.
+void remove_stale_temporaries(const std::string& output) {
+  namespace fs = std::filesystem;
+  const fs::path out(output);
+  const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  const std::string prefix = out.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string::npos || rest.find_first_not_of("0123456789.") != std::string::npos) continue;
+    pid_t pid = 0;
+    const auto [end, perr] = std::from_chars(rest.data(), rest.data() + dot, pid);
+    if (perr != std::errc() || end != rest.data() + dot) continue;  // not a pid: not ours
+    if (pid > 0 && ::kill(pid, 0) == 0) continue;                   // still being written
+    fs::remove(e.path(), ec);
+    if (!ec) std::fprintf(stderr, "prepare-data: removed %s, left by a run that did not finish\n", e.path().c_str());
+  }
+}
+
+}  // namespace
+
 PrepareDataStats prepare_data(const PrepareDataOptions& o) {
   SEQPAR_INPUT_CHECK(!o.inputs.empty(), "--input: at least one input file is needed");
   SEQPAR_INPUT_CHECK(!o.output.empty(), "--output: an output path is needed");
@@ -412,6 +442,7 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
 
   PrepareDataStats stats;
   Progress progress(o.progress);
+  remove_stale_temporaries(o.output);
   TokenFileWriter writer(o.output, o.format == DataFormat::kSft);
   int64_t submitted = 0, written = 0;
   // Writes finished chunks in order; with `wait_below`, first waits until fewer than that many

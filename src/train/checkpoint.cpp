@@ -3,20 +3,26 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "core/log.h"
 #include "io/hf_config.h"
+#include "train/checksum.h"
 #include "train/config_resolve.h"
 
 namespace seqpar {
@@ -29,6 +35,10 @@ using json = nlohmann::json;
 constexpr const char* kTmpPrefix = ".tmp_";
 constexpr const char* kOldPrefix = ".old_";
 constexpr const char* kFiles[] = {"model.safetensors", "config.json", "optimizer.safetensors", "trainer_state.json"};
+// The files trainer_state.json records the size and checksum of.
+constexpr const char* kDataFiles[] = {"model.safetensors", "config.json", "optimizer.safetensors"};
+constexpr const char* kLockFile = ".lock";
+constexpr const char* kStateChecksum = "state_checksum";
 
 // fsync a directory so the entries created or renamed in it are durable. Best effort, as
 // io/safetensors does: some file systems refuse fsync on a directory.
@@ -147,6 +157,7 @@ json trainer_state_to_json(const TrainerState& s) {
       {"eval_accuracy", eval_acc},
       {"eval_loss", eval_loss},
       {"metrics", s.metrics},
+      {"skipped_steps", s.skipped_steps},
   };
 }
 
@@ -175,13 +186,20 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
     s.config = field(j, "config");
     s.config_hash = field(j, "config_hash").get<std::string>();
     s.config_text = field(j, "config_text").get<std::string>();
-    s.losses = field(j, "losses").get<std::vector<double>>();
+    // A step the non-finite guard skipped has a NaN loss, which JSON writes as null.
+    for (const json& l : field(j, "losses"))
+      s.losses.push_back(l.is_null() ? std::numeric_limits<double>::quiet_NaN() : l.get<double>());
     SEQPAR_INPUT_CHECK(static_cast<int64_t>(s.losses.size()) == s.step,
                        "{}: holds {} losses for step={}: there must be one per step", source, s.losses.size(), s.step);
     for (const json& e : field(j, "eval_accuracy"))
       s.eval_accuracy.emplace_back(e.at(0).get<int64_t>(), e.at(1).get<double>());
     for (const json& e : field(j, "eval_loss")) s.eval_loss.emplace_back(e.at(0).get<int64_t>(), e.at(1).get<double>());
     for (const json& m : field(j, "metrics")) s.metrics.push_back(m);
+    if (j.contains("skipped_steps")) {  // absent in checkpoints of an older seqpar: none skipped
+      s.skipped_steps = j.at("skipped_steps").get<std::vector<int64_t>>();
+      for (int64_t k : s.skipped_steps)
+        SEQPAR_INPUT_CHECK(k >= 1 && k <= s.step, "{}: skipped_steps holds {}, outside steps 1..{}", source, k, s.step);
+    }
   } catch (const json::exception& e) {
     throw InputError(fmt::format("{}: {}", source, e.what()));
   }
@@ -190,35 +208,28 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
 
 // ---- save -------------------------------------------------------------------------------
 
-std::string save_checkpoint(const std::string& save_dir, const CheckpointContents& c, int keep_last,
-                            const CheckpointFaultHook& hook) {
-  SEQPAR_CHECK(c.model_config && c.weights && c.exp_avg && c.exp_avg_sq, "save_checkpoint: incomplete contents");
-  const fs::path dir(save_dir);
+namespace {
+
+// Leftovers of saves that did not finish (killed mid-write): never checkpoints, safe to drop,
+// except a moved-aside checkpoint that `latest` still names (latest_checkpoint falls back to it).
+// Also the temporaries of `latest` itself (latest.tmp.<pid>.<n>, io/safetensors' atomic writes).
+void remove_leftovers(const fs::path& dir) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  SEQPAR_INPUT_CHECK(!ec && fs::is_directory(dir), "save_dir={}: cannot create the directory: {}", save_dir,
-                     ec ? ec.message() : "not a directory");
-  auto stage = [&](const std::string& s) {
-    if (hook) hook(s);
-  };
-  // Leftovers of saves that did not finish (killed mid-write): never checkpoints, safe to drop,
-  // except a moved-aside checkpoint that `latest` still names (latest_checkpoint falls back to it).
   std::string latest_name;
   if (fs::is_regular_file(dir / "latest", ec)) latest_name = strip_line(read_text(dir / "latest"));
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string n = e.path().filename().string();
     const bool latest_aside = !latest_name.empty() && n == kOldPrefix + latest_name && !fs::exists(dir / latest_name);
-    if (n.rfind(kTmpPrefix, 0) == 0 || (n.rfind(kOldPrefix, 0) == 0 && !latest_aside)) remove_tree(e.path());
+    if (n.rfind(kTmpPrefix, 0) == 0 || n.rfind("latest.tmp.", 0) == 0 || (n.rfind(kOldPrefix, 0) == 0 && !latest_aside))
+      remove_tree(e.path());
   }
+}
 
-  const std::string name = checkpoint_name(c.state.step);
-  const fs::path tmp = dir / (kTmpPrefix + name);
-  const fs::path final_dir = dir / name;
-  fs::create_directory(tmp, ec);
-  SEQPAR_INPUT_CHECK(!ec, "save_dir={}: cannot create {}: {}", save_dir, tmp.string(), ec.message());
-
-  // Each write is itself atomic and fsynced (io/safetensors.h); trainer_state.json goes last and
-  // records the sizes of the others, so a load can tell a truncated file.
+// The four files of a checkpoint into `tmp`, each atomic and fsynced (io/safetensors.h);
+// trainer_state.json goes last and records the sizes and checksums of the others, so a load can
+// tell a truncated or altered file.
+void write_checkpoint_files(const fs::path& tmp, const CheckpointContents& c,
+                            const std::function<void(const std::string&)>& stage) {
   const std::map<std::string, std::string> pt = {{"format", "pt"}};
   write_safetensors((tmp / "model.safetensors").string(), prefixed(*c.weights, ""), pt);
   stage("model.safetensors");
@@ -232,13 +243,59 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointContent
                     {{"step", std::to_string(c.optimizer_step)}, {"has_master", c.master ? "1" : "0"}});
   stage("optimizer.safetensors");
   json state = trainer_state_to_json(c.state);
-  json sizes = json::object();
-  for (const char* f : {"model.safetensors", "config.json", "optimizer.safetensors"})
+  json sizes = json::object(), sums = json::object();
+  for (const char* f : kDataFiles) {
     sizes[f] = static_cast<uint64_t>(fs::file_size(tmp / f));
+    sums[f] = checksum_text(file_xxh64((tmp / f).string()));  // read back: what the disk holds
+  }
   state["files"] = sizes;
-  write_file_atomic((tmp / "trainer_state.json").string(), state.dump(1) + "\n");
+  state["checksums"] = sums;
+  write_file_atomic((tmp / "trainer_state.json").string(), sealed_state_text(std::move(state)));
   stage("trainer_state.json");
   fsync_dir(tmp);
+}
+
+}  // namespace
+
+std::string sealed_state_text(json state) {
+  state.erase(kStateChecksum);
+  const std::string body = state.dump(1) + "\n";
+  state[kStateChecksum] = checksum_text(xxh64(body.data(), body.size()));
+  return state.dump(1) + "\n";
+}
+
+std::string save_checkpoint(const std::string& save_dir, const CheckpointContents& c, int keep_last,
+                            const CheckpointFaultHook& hook) {
+  SEQPAR_CHECK(c.model_config && c.weights && c.exp_avg && c.exp_avg_sq, "save_checkpoint: incomplete contents");
+  const fs::path dir(save_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  SEQPAR_INPUT_CHECK(!ec && fs::is_directory(dir), "save_dir={}: cannot create the directory: {}", save_dir,
+                     ec ? ec.message() : "not a directory");
+  auto stage = [&](const std::string& s) {
+    if (hook) hook(s);
+  };
+  remove_leftovers(dir);
+
+  const std::string name = checkpoint_name(c.state.step);
+  const fs::path tmp = dir / (kTmpPrefix + name);
+  const fs::path final_dir = dir / name;
+  fs::create_directory(tmp, ec);
+  SEQPAR_INPUT_CHECK(!ec, "save_dir={}: cannot create {}: {}", save_dir, tmp.string(), ec.message());
+  try {
+    write_checkpoint_files(tmp, c, stage);
+  } catch (const Error& e) {
+    // A write that failed (disk full, file-size limit, I/O error): its space is given back now,
+    // and `latest` still names the previous checkpoint. (A simulated kill, any other exception,
+    // leaves the directory as a real kill would: the next save or start removes it.)
+    remove_tree(tmp);
+    std::string previous = "none yet";
+    if (fs::is_regular_file(dir / "latest", ec)) previous = (dir / strip_line(read_text(dir / "latest"))).string();
+    throw Error(
+        fmt::format("save_dir={}: saving the checkpoint of step {} failed, nothing of it is left and the "
+                    "previous checkpoint ({}) is intact: {}",
+                    save_dir, c.state.step, previous, e.what()));
+  }
 
   // Publish: the rename makes the checkpoint exist, complete. A step_N already there (a run that
   // resumed from an earlier checkpoint and reached N again) is moved aside first.
@@ -257,6 +314,53 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointContent
   if (fs::exists(old)) remove_tree(old);
   if (keep_last > 0) rotate(dir, c.state.step, keep_last);
   return final_dir.string();
+}
+
+// ---- the save directory's lock ------------------------------------------------------------
+
+namespace {
+
+std::string host_name() {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0) return "?";
+  return host;
+}
+
+}  // namespace
+
+SaveDirLock::SaveDirLock(const std::string& save_dir) {
+  std::error_code ec;
+  fs::create_directories(save_dir, ec);
+  SEQPAR_INPUT_CHECK(!ec && fs::is_directory(save_dir), "save_dir={}: cannot create the directory: {}", save_dir,
+                     ec ? ec.message() : "not a directory");
+  const std::string path = (fs::path(save_dir) / kLockFile).string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  SEQPAR_INPUT_CHECK(fd_ >= 0, "save_dir={}: cannot open its lock file {}: {} (is the directory writable?)", save_dir,
+                     path, std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder = strip_line(read_text(path));
+    ::close(fd_);
+    fd_ = -1;
+    SEQPAR_INPUT_CHECK(err != EWOULDBLOCK,
+                       "save_dir={} is in use by another trainer ({}; lock file {}): two runs on "
+                       "one directory would overwrite each other's checkpoints; wait for it to end or give another "
+                       "--save-dir",
+                       save_dir, holder.empty() ? std::string("holder unknown") : holder, path);
+    throw InputError(fmt::format("save_dir={}: cannot lock {}: {}", save_dir, path, std::strerror(err)));
+  }
+  // Ours: say who holds it (read by a refused second trainer), then drop what killed saves left.
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char when[64];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const std::string text = fmt::format("pid {} on host {}, since {}\n", ::getpid(), host_name(), when);
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+    log_warn("save_dir={}: cannot write the holder into {}: {}", save_dir, path, std::strerror(errno));
+  remove_leftovers(save_dir);
+}
+
+SaveDirLock::~SaveDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
 }
 
 // ---- load -------------------------------------------------------------------------------
@@ -300,6 +404,77 @@ std::string resolve_checkpoint_dir(const std::string& path_in) {
       path));
 }
 
+namespace {
+
+// trainer_state.json's own checksum (sealed_state_text) against the parsed file; false when it
+// has none (a checkpoint of an older seqpar). Removes the key from `state`.
+bool verify_state_checksum(json& state, const std::string& where) {
+  if (!state.is_object() || !state.contains(kStateChecksum)) return false;
+  const json recorded = state[kStateChecksum];
+  state.erase(kStateChecksum);
+  const std::string body = state.dump(1) + "\n";
+  const std::string actual = checksum_text(xxh64(body.data(), body.size()));
+  SEQPAR_INPUT_CHECK(recorded.is_string() && recorded.get<std::string>() == actual,
+                     "{}: trainer_state.json: checksum mismatch (recorded {}, its contents give {}): the file was "
+                     "altered or corrupted after it was written",
+                     where, recorded.dump(), actual);
+  return true;
+}
+
+// Every data file's bytes against the checksum recorded when it was written.
+void verify_file_checksums(const json& state, const fs::path& dir, const std::string& where) {
+  SEQPAR_INPUT_CHECK(state.contains("checksums") && state["checksums"].is_object(),
+                     "{}: trainer_state.json has no 'checksums'", where);
+  for (const char* f : kDataFiles) {
+    const json& want = state["checksums"].contains(f) ? state["checksums"][f] : json(nullptr);
+    SEQPAR_INPUT_CHECK(want.is_string(), "{}: trainer_state.json has no checksum for {}", where, f);
+    const std::string got = checksum_text(file_xxh64((dir / f).string()));
+    SEQPAR_INPUT_CHECK(got == want.get<std::string>(),
+                       "{}: {}: checksum mismatch (recorded {}, the file gives {}): its bytes changed after it was "
+                       "written (a corrupt checkpoint)",
+                       where, f, want.get<std::string>(), got);
+  }
+}
+
+// config.json against the model recorded in trainer_state.json's configuration, key by key.
+void check_config_matches_state(const LlamaConfig& model, const json& config, const std::string& where) {
+  SEQPAR_INPUT_CHECK(config.is_object() && config.contains("model") && config["model"].is_object(),
+                     "{}: trainer_state.json's config has no 'model'", where);
+  // Both sides through the same parser and writer, so that only a different model differs.
+  const json recorded = json::parse(hf_llama_config_json(
+      parse_hf_llama_config(config["model"].dump(), where + ": trainer_state.json's config.model"), "float32"));
+  const json file = json::parse(hf_llama_config_json(model, "float32"));
+  if (file == recorded) return;
+  std::string diff;
+  std::vector<std::pair<std::string, json>> a, b;
+  flatten(file, "", a);
+  flatten(recorded, "", b);
+  std::map<std::string, json> fa(a.begin(), a.end()), fb(b.begin(), b.end());
+  for (auto& [k, v] : fa)
+    if (!fb.count(k) || fb[k] != v)
+      diff += fmt::format("{}{}={} (trainer_state.json: {})", diff.empty() ? "" : ", ", k, show(v),
+                          fb.count(k) ? show(fb[k]) : "(none)");
+  for (auto& [k, v] : fb)
+    if (!fa.count(k))
+      diff += fmt::format("{}{} missing (trainer_state.json: {})", diff.empty() ? "" : ", ", k, show(v));
+  throw InputError(
+      fmt::format("{}: config.json disagrees with trainer_state.json's model: {}: files of different "
+                  "checkpoints, or an edited config.json",
+                  where, diff));
+}
+
+// optimizer.safetensors' metadata step, parsed whole (a prefix like "12abc" is no step count).
+int64_t parse_step_count(const std::string& text, const std::string& where) {
+  int64_t v = -1;
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, v);
+  SEQPAR_INPUT_CHECK(!text.empty() && ec == std::errc() && p == end && v >= 0,
+                     "{}: optimizer.safetensors: metadata step='{}' is not a whole non-negative integer", where, text);
+  return v;
+}
+
+}  // namespace
+
 Checkpoint load_checkpoint(const std::string& dir_arg) {
   const std::string dir_in = strip_slashes(dir_arg);
   const fs::path dir(dir_in);
@@ -322,15 +497,21 @@ Checkpoint load_checkpoint(const std::string& dir_arg) {
     throw InputError(
         fmt::format("{}: trainer_state.json is not valid JSON ({}): a corrupt checkpoint", where, e.what()));
   }
+  const bool checksummed = verify_state_checksum(state, where);
   ck.state = trainer_state_from_json(state, where + ": trainer_state.json");
   SEQPAR_INPUT_CHECK(state.contains("files") && state["files"].is_object(),
                      "{}: trainer_state.json has no 'files' (sizes of the checkpoint's files)", where);
-  for (const char* f : {"model.safetensors", "config.json", "optimizer.safetensors"}) {
+  for (const char* f : kDataFiles) {
     SEQPAR_INPUT_CHECK(state["files"].contains(f) && state["files"][f].is_number_unsigned(),
                        "{}: trainer_state.json has no size for {}", where, f);
     const uint64_t want = state["files"][f].get<uint64_t>(), got = fs::file_size(dir / f);
     SEQPAR_INPUT_CHECK(got == want, "{}: {} is {} bytes but was written with {} ({}: a corrupt checkpoint)", where, f,
                        got, want, got < want ? "truncated" : "changed since");
+  }
+  if (checksummed) {
+    verify_file_checksums(state, dir, where);
+  } else {
+    log_warn("{}: written by an older seqpar without checksums: its files are not verified", where);
   }
   const std::string name = dir.filename().string();
   if (step_of_name(name) >= 0)
@@ -339,6 +520,13 @@ Checkpoint load_checkpoint(const std::string& dir_arg) {
 
   try {
     ck.model_config = load_hf_llama_config((dir / "config.json").string());
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {} (a corrupt checkpoint)", where, e.what()));
+  }
+  // config.json sizes every tensor read below: it must be the model trainer_state.json was saved
+  // with, before anything is allocated from it.
+  check_config_matches_state(ck.model_config, ck.state.config, where);
+  try {
     ck.model = read_safetensors((dir / "model.safetensors").string());
     ck.optimizer = read_safetensors((dir / "optimizer.safetensors").string());
   } catch (const InputError& e) {
@@ -357,13 +545,17 @@ Checkpoint load_checkpoint(const std::string& dir_arg) {
     SEQPAR_INPUT_CHECK(it != ck.optimizer.metadata.end(), "{}: optimizer.safetensors has no metadata '{}'", where, key);
     return it->second;
   };
-  try {
-    ck.optimizer_step = std::stoll(meta("step"));
-  } catch (const std::logic_error&) {
-    throw InputError(
-        fmt::format("{}: optimizer.safetensors: metadata step='{}' is not an integer", where, meta("step")));
-  }
-  ck.has_master = meta("has_master") == "1";
+  ck.optimizer_step = parse_step_count(meta("step"), where);
+  // AdamW counts the updates: every step but those the non-finite guard skipped.
+  const int64_t updates = ck.state.step - static_cast<int64_t>(ck.state.skipped_steps.size());
+  SEQPAR_INPUT_CHECK(ck.optimizer_step == updates,
+                     "{}: optimizer.safetensors: metadata step={} (AdamW's step count) disagrees with "
+                     "trainer_state.json (step {}, {} skipped: {} updates): files of different checkpoints",
+                     where, ck.optimizer_step, ck.state.step, ck.state.skipped_steps.size(), updates);
+  const std::string has_master = meta("has_master");
+  SEQPAR_INPUT_CHECK(has_master == "0" || has_master == "1",
+                     "{}: optimizer.safetensors: metadata has_master='{}', expected 0 or 1", where, has_master);
+  ck.has_master = has_master == "1";
   for (auto& [pname, shape] : LlamaParams::shapes(ck.model_config)) {
     expect(ck.model, "model.safetensors", pname, shape);
     expect(ck.optimizer, "optimizer.safetensors", "exp_avg." + pname, shape);
@@ -371,6 +563,34 @@ Checkpoint load_checkpoint(const std::string& dir_arg) {
     if (ck.has_master) expect(ck.optimizer, "optimizer.safetensors", "master." + pname, shape);
   }
   return ck;
+}
+
+Checkpoint load_newest_good_checkpoint(const std::string& save_dir) {
+  const std::optional<std::string> latest = latest_checkpoint(save_dir);
+  SEQPAR_CHECK(latest.has_value(), "load_newest_good_checkpoint: {} has no `latest`", save_dir);
+  try {
+    return load_checkpoint(*latest);
+  } catch (const InputError& newest) {
+    // The older complete checkpoints, newest first (`latest` names the newest).
+    const int64_t refused_step = step_of_name(fs::path(*latest).filename().string());
+    std::vector<std::pair<int64_t, fs::path>> older;
+    for (const auto& e : fs::directory_iterator(save_dir)) {
+      const int64_t st = step_of_name(e.path().filename().string());
+      if (st >= 0 && (refused_step < 0 || st < refused_step) && e.is_directory()) older.emplace_back(st, e.path());
+    }
+    std::sort(older.rbegin(), older.rend());
+    for (const auto& [st, path] : older) {
+      try {
+        Checkpoint ck = load_checkpoint(path.string());
+        log_warn("resume: refusing {}: {}; falling back to the previous checkpoint {} (step {})", *latest,
+                 newest.what(), path.string(), st);
+        return ck;
+      } catch (const InputError& e) {
+        log_warn("resume: {} does not load either: {}", path.string(), e.what());
+      }
+    }
+    throw InputError(fmt::format("{} (and no older checkpoint in save_dir={} loads)", newest.what(), save_dir));
+  }
 }
 
 void restore_from_checkpoint(const Checkpoint& ck, LlamaParams& params, AdamW& optimizer) {
@@ -527,11 +747,37 @@ std::vector<std::string> check_resume_config(const json& saved, const json& now,
 
 // ---- export -----------------------------------------------------------------------------
 
+namespace {
+
+// An export's --out must not be a checkpoint or inside one, nor a save directory: its files
+// (config.json, model.safetensors) would overwrite a checkpoint's and leave it unloadable.
+void refuse_export_over_checkpoint(const std::string& out_dir, const std::string& checkpoint_dir) {
+  std::error_code ec;
+  const fs::path out = fs::weakly_canonical(fs::absolute(out_dir, ec), ec);
+  const fs::path ck = fs::weakly_canonical(fs::absolute(checkpoint_dir, ec), ec);
+  for (fs::path p = out; !p.empty(); p = p.parent_path()) {
+    const bool is_checkpoint =
+        p == ck || fs::exists(p / "trainer_state.json", ec) || p.filename().string().rfind(kTmpPrefix, 0) == 0;
+    SEQPAR_INPUT_CHECK(!is_checkpoint,
+                       "--out={}: {} is a training checkpoint: the export would overwrite its config.json and "
+                       "model.safetensors; give a directory outside every checkpoint",
+                       out_dir, p.string());
+    if (p == out)
+      SEQPAR_INPUT_CHECK(!fs::exists(p / "latest", ec) && !fs::exists(p / kLockFile, ec),
+                         "--out={}: a training save directory (it holds `latest` or {}): give a directory outside it",
+                         out_dir, kLockFile);
+    if (p == p.root_path()) break;
+  }
+}
+
+}  // namespace
+
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out_dir, DType dtype,
                                const std::string& tokenizer_dir) {
   SEQPAR_INPUT_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "--dtype={}: expected f32 or bf16",
                      dtype_name(dtype));
   const std::string dir = resolve_checkpoint_dir(checkpoint);
+  refuse_export_over_checkpoint(out_dir, dir);
   Checkpoint ck = load_checkpoint(dir);
   std::error_code ec;
   fs::create_directories(out_dir, ec);

@@ -7,14 +7,22 @@
 //   optimizer.safetensors  exp_avg.<name>, exp_avg_sq.<name> (AdamW moments, f32), master.<name> when the
 //                          optimizer keeps f32 master weights; metadata step = AdamW's step count
 //   trainer_state.json     format, step, data position, seed, the run's configuration (JSON, its hash,
-//                          and the resolved text), loss/eval history and metrics records, file sizes
+//                          and the resolved text), loss/eval history and metrics records, the steps the
+//                          non-finite guard skipped, the other files' sizes and XXH64 checksums, and its
+//                          own checksum (`state_checksum`: of the file as written without that key)
 // and SAVE_DIR/latest, a one-line text file naming the newest complete checkpoint ("step_000123").
 //
 // Crash safety. save_checkpoint writes everything into SAVE_DIR/.tmp_step_000123/ (each file
 // fsynced), fsyncs that directory, renames it to step_000123 and fsyncs SAVE_DIR; only then does
 // it replace `latest` (atomic rename, fsynced) and delete checkpoints beyond keep_last. A process
 // killed at any point leaves `latest` naming a complete checkpoint; the leftover .tmp_ directory
-// is not a checkpoint (load_checkpoint rejects it) and the next save removes it.
+// is not a checkpoint (load_checkpoint rejects it) and the next save removes it (as does the next
+// trainer taking the save directory's lock). A save that fails with an error (disk full, a
+// file-size limit, an unwritable directory) removes its temporary directory before the error
+// reaches the caller; the previous checkpoint and `latest` are untouched.
+//
+// SAVE_DIR/.lock is held (flock) by the one trainer writing the directory (SaveDirLock); it holds
+// that trainer's pid, host and start time, which a second trainer's refusal names.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +63,7 @@ struct TrainerState {
   std::vector<std::pair<int64_t, double>> eval_accuracy;  // (step, accuracy)
   std::vector<std::pair<int64_t, double>> eval_loss;      // (step, loss)
   std::vector<nlohmann::json> metrics;                    // every metrics record written so far
+  std::vector<int64_t> skipped_steps;  // steps whose update the non-finite guard skipped (their loss: NaN)
 };
 
 nlohmann::json trainer_state_to_json(const TrainerState& state);
@@ -96,6 +105,22 @@ struct Checkpoint {
   bool has_master = false;
 };
 
+// The exclusive lock of a save directory (flock on SAVE_DIR/.lock, created with the directory),
+// held for the object's life: a second trainer on the same directory (another process, or another
+// Trainer in this one) gets an InputError naming the holder's pid, host and start. Taking it also
+// removes what killed saves left (.tmp_* directories, temporaries of `latest`): with the lock held
+// nobody else is writing them.
+class SaveDirLock {
+ public:
+  explicit SaveDirLock(const std::string& save_dir);
+  ~SaveDirLock();
+  SaveDirLock(const SaveDirLock&) = delete;
+  SaveDirLock& operator=(const SaveDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // The newest complete checkpoint of a save directory (from SAVE_DIR/latest), or nullopt when the
 // directory has no `latest`. InputError when `latest` names something that is not there.
 std::optional<std::string> latest_checkpoint(const std::string& save_dir);
@@ -108,6 +133,16 @@ std::string resolve_checkpoint_dir(const std::string& path);
 // every parameter and moment with its HF shape in f32. Every problem is an InputError
 // "checkpoint '<dir>': <problem>" (an unfinished .tmp_ directory, a missing or truncated file, ...).
 Checkpoint load_checkpoint(const std::string& dir);
+
+// The checkpoint to resume from in a save directory: the one `latest` names (latest_checkpoint)
+// when it loads; when it does not (a checksum mismatch, a corrupt file), the next older step_*
+// directory that does, with a warning naming the one refused and why. The InputError of the
+// newest when none loads.
+Checkpoint load_newest_good_checkpoint(const std::string& save_dir);
+
+// trainer_state.json's text for a state object: `state_checksum` set to the XXH64 of the text
+// written without it (load_checkpoint verifies it the same way).
+std::string sealed_state_text(nlohmann::json state);
 
 // Copies a checkpoint's weights into params (f32, or rounded to params' dtype), and its moments,
 // master weights and step count into the optimizer. The checkpoint's model config must be the
@@ -136,7 +171,8 @@ std::vector<std::string> check_resume_config(const nlohmann::json& saved, const 
 // to nearest even), metadata format=pt as transformers wants; plus the tokenizer and generation
 // files (kExportCopiedFiles) found in tokenizer_dir: "" = the model directory the run started from
 // (the checkpoint's model_dir) when it still exists, "none" = copy nothing. out_dir is created;
-// every file is replaced atomically.
+// every file is replaced atomically. Refused (InputError, before anything is written) when out_dir
+// is a checkpoint or inside one, or a save directory: an export must never overwrite a run's files.
 inline constexpr const char* kExportCopiedFiles[] = {
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "generation_config.json"};
 struct ExportResult {

@@ -480,6 +480,34 @@ void declare_checkpoint(std::vector<SettingDecl>& s) {
       "0 = run to --steps"));
 }
 
+// The run's reliability settings (docs/RELIABILITY.md): what a diverging step does.
+constexpr const char* kNonFiniteChoices[] = {"abort", "skip"};
+
+void declare_reliability(std::vector<SettingDecl>& s) {
+  s.push_back(with(decl(
+                       "on_nonfinite", G::kCheckpoint, {"--on-nonfinite"},
+                       +[](TrainConfig& c) -> std::string& { return c.on_nonfinite; },
+                       "a step whose loss or gradient norm is NaN or inf never updates the weights (no AdamW step, "
+                       "moments unchanged, never saved): abort = stop the run (nonzero exit, naming the step) at the "
+                       "--max-nonfinite-steps-th such step in a row, the earlier ones skipped; skip = skip every "
+                       "such step and go on (DeepSpeed's skipped steps), counted in the log and the metrics"),
+                   kTrainBench));
+  s.back().choices = {kNonFiniteChoices[0], kNonFiniteChoices[1]};
+  // A value outside the choices is refused where it is given (flag or JSON), naming the setting.
+  auto set = s.back().set;
+  s.back().set = [set](TrainConfig& c, const std::string& v, const std::string& flag) {
+    set(c, v, flag);
+    SEQPAR_INPUT_CHECK(v == kNonFiniteChoices[0] || v == kNonFiniteChoices[1], "{}={}: expected abort or skip", flag,
+                       v);
+  };
+  s.push_back(with(decl(
+                       "max_nonfinite_steps", G::kCheckpoint, {"--max-nonfinite-steps"},
+                       +[](TrainConfig& c) -> int& { return c.max_nonfinite_steps; },
+                       "with --on-nonfinite abort: how many non-finite steps in a row stop the run (>= 1; 1 = the "
+                       "first)"),
+                   kTrainBench));
+}
+
 void declare_logging(std::vector<SettingDecl>& s) {
   s.push_back(decl(
       "log_every", G::kLogging, {"--log-every"}, +[](TrainConfig& c) -> int& { return c.log_every; },
@@ -512,11 +540,19 @@ std::vector<SettingDecl> declare() {
   declare_optimizer(s);
   declare_schedule(s);
   declare_checkpoint(s);
+  declare_reliability(s);
   declare_logging(s);
   return s;
 }
 
 }  // namespace
+
+void validate_nonfinite_settings(const TrainConfig& c) {
+  SEQPAR_INPUT_CHECK(c.on_nonfinite == kNonFiniteChoices[0] || c.on_nonfinite == kNonFiniteChoices[1],
+                     "on_nonfinite={}: expected abort or skip", c.on_nonfinite);
+  SEQPAR_INPUT_CHECK(c.max_nonfinite_steps >= 1, "max_nonfinite_steps={} must be >= 1 (1 = abort at the first)",
+                     c.max_nonfinite_steps);
+}
 
 const std::vector<SettingDecl>& train_settings() {
   static const std::vector<SettingDecl> settings = declare();

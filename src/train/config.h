@@ -140,6 +140,11 @@ struct TrainConfig {
   int keep_last = 0;  // > 0: keep only the newest keep_last checkpoints
   ResumeFrom resume;
   int64_t stop_at_step = 0;  // > 0: stop after this step, leaving the schedule as for `steps`
+  // The non-finite guard (train/trainer.h): a step whose loss or gradient norm is NaN or inf never
+  // updates the weights; "abort" stops the run at the max_nonfinite_steps-th such step in a row (the
+  // earlier ones skipped), "skip" skips them all (counted in the log and the metrics).
+  std::string on_nonfinite = "abort";
+  int max_nonfinite_steps = 1;
   std::string config_text;   // the resolved configuration text, recorded in checkpoints
   // The kernel choices (parallel/kernel_policy.h), not user settings: the process's (the
   // SEQPAR_* overrides, read once by cli/) by default; the attention's backend comes from
@@ -196,6 +201,9 @@ struct SettingDecl {
 
 // Every user setting of a training run, in print order.
 const std::vector<SettingDecl>& train_settings();
+// The non-finite guard's settings (on_nonfinite, max_nonfinite_steps): InputError naming the
+// setting, the value and the rule.
+void validate_nonfinite_settings(const TrainConfig& config);
 // The declaration of a setting by name; nullptr when there is none.
 const SettingDecl* find_setting(const std::string& name);
 // Every setting's value as JSON ({name: value}), and back (unknown names are an InputError).

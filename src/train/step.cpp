@@ -155,6 +155,18 @@ double TrainStep::grad_norm() {
 
 double TrainStep::optimizer_step(float lr) {
   const double norm = grad_norm();
+  apply_update(lr, norm);
+  return norm;
+}
+
+std::vector<int32_t> TrainStep::agree(const std::vector<int32_t>& flags) {
+  Tensor t = Tensor::from_vector<int32_t>({static_cast<int64_t>(flags.size())}, flags);
+  world_.all_reduce(t, ReduceOp::kMax);
+  const int32_t* p = t.data<int32_t>();
+  return std::vector<int32_t>(p, p + t.numel());
+}
+
+void TrainStep::apply_update(float lr, double norm) {
   adamw_.set_lr(lr);
   if (partition_grads_) {
     adamw_.step_shard(model_.params(), grad_shard_, norm);
@@ -162,7 +174,6 @@ double TrainStep::optimizer_step(float lr) {
     adamw_.step(model_.params(), model_.grads(), norm);
   }
   adamw_.gather_params(world_, model_.params());
-  return norm;
 }
 
 Tensor TrainStep::gather_logits(const SpBatch& b, const Tensor& logits) {

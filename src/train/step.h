@@ -51,8 +51,17 @@ class TrainStep {
   // last micro-batch's logits of this rank's shard.
   StepLoss forward_backward(const std::vector<SpBatch>& micro, Tensor* logits = nullptr);
   // Clip and AdamW at `lr` over the gradients of forward_backward; returns the global gradient
-  // norm before clipping.
+  // norm before clipping (grad_norm then apply_update).
   double optimizer_step(float lr);
+  // The global gradient norm of forward_backward's gradients before clipping: the same value on
+  // every rank (computed from gradients already summed over the world; a collective under ZeRO-2).
+  double grad_norm();
+  // Clip with `norm` (grad_norm's) and AdamW at `lr`, then, under ZeRO, the all-gather of the
+  // updated weights. The trainer calls it only when every rank agreed the step is finite.
+  void apply_update(float lr, double norm);
+  // Every rank's flags combined by max over the world (one all-reduce): a decision every rank then
+  // takes the same way (the non-finite guard, a stop requested by a signal).
+  std::vector<int32_t> agree(const std::vector<int32_t>& flags);
 
   // This rank's shard of a batch's logits [T, V] gathered over the SP group, in stream order
   // [padded_len, V] on the host (f32).
@@ -72,7 +81,6 @@ class TrainStep {
   };
   Prepared prepare(const SpBatch& batch);
   void partition_gradients();
-  double grad_norm();
 
   Communicator& world_;
   DeviceMesh mesh_;

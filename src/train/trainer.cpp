@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -21,6 +23,7 @@
 #include "train/config_resolve.h"
 #include "train/hf_model.h"
 #include "train/memory_plan.h"
+#include "train/stop_signals.h"
 
 namespace seqpar {
 
@@ -86,7 +89,7 @@ using json = nlohmann::json;
 // checkpoint's records, so the file reads as one run.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, std::vector<json> history) : records_(std::move(history)) {
+  MetricsLog(const std::string& path, std::vector<json> history) : path_(path), records_(std::move(history)) {
     if (path.empty()) return;
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     std::error_code ec;
@@ -94,17 +97,23 @@ class MetricsLog {
     out_.open(path, std::ios::trunc);
     SEQPAR_INPUT_CHECK(out_.good(), "metrics_out={}: cannot open for writing", path);
     for (const json& r : records_) out_ << r.dump() << "\n";
-    out_.flush();
+    flush();
   }
   void write(const json& record) {
     records_.push_back(record);
     if (!out_.is_open()) return;
     out_ << record.dump() << "\n";
-    out_.flush();
+    flush();
   }
   const std::vector<json>& records() const { return records_; }
 
  private:
+  // A failed write (disk full, file-size limit) is an error naming the file, not a silent gap.
+  void flush() {
+    out_.flush();
+    if (!out_.good()) throw Error(fmt::format("metrics_out={}: write failed: {}", path_, std::strerror(errno)));
+  }
+  std::string path_;
   std::vector<json> records_;
   std::ofstream out_;
 };
@@ -118,16 +127,30 @@ std::shared_ptr<const TokenFile> open_token_file(const std::string& path, const 
   constexpr int64_t kChunk = int64_t{1} << 20;
   std::vector<int32_t> tokens(static_cast<size_t>(kChunk));
   std::vector<uint8_t> mask(static_cast<size_t>(kChunk));
+  int64_t labelled = 0;  // tokens with a label (mask 1)
   try {
     for (int64_t begin = 0; begin < file->num_tokens(); begin += kChunk) {
       const int64_t end = std::min(file->num_tokens(), begin + kChunk);
       file->read_tokens(begin, end, tokens.data(), vocab_size);
       file->read_loss_mask(begin, end, mask.data());
+      for (int64_t i = 0; i < end - begin; ++i) labelled += mask[static_cast<size_t>(i)];
     }
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}={}: {} (the model's vocab_size is {}; was the file tokenized for another model?)",
                                  setting, path, e.what(), vocab_size));
   }
+  // A document's first token is never a target (labels shift by one inside a document), so a
+  // file whose only labelled tokens are first tokens has nothing to learn from either.
+  for (int64_t d = 0; d < file->num_docs() && labelled > 0; ++d) {
+    uint8_t first = 0;
+    file->read_loss_mask(file->doc_begin(d), file->doc_begin(d) + 1, &first);
+    labelled -= first;
+  }
+  SEQPAR_INPUT_CHECK(labelled > 0,
+                     "{}={}: no token of its {} is a target (every loss mask value is 0, or only documents' first "
+                     "tokens have one): a run on it has nothing to learn from",
+                     setting, path,
+                     file->num_docs() == 1 ? "one document" : fmt::format("{} documents", file->num_docs()));
   return file;
 }
 
@@ -169,10 +192,10 @@ std::optional<Checkpoint> checkpoint_to_resume(const TrainConfig& cfg, bool talk
       if (talk) log_info("resume=auto: no checkpoint in {} yet: starting from step 1", cfg.save_dir);
       return std::nullopt;
     }
-    dir = *latest;
-  } else {
-    dir = resolve_checkpoint_dir(cfg.resume.path);
+    // The newest that verifies; a corrupt newest falls back to the one before, said in the log.
+    return load_newest_good_checkpoint(cfg.save_dir);
   }
+  dir = resolve_checkpoint_dir(cfg.resume.path);
   return load_checkpoint(dir);
 }
 
@@ -214,7 +237,10 @@ struct Trainer::State {
   int ranks_per_device = 1;  // ranks that share one GPU
 
   std::unique_ptr<MetricsLog> metrics;
-  std::mutex mu;  // guards result, initial and ckpt between ranks
+  std::unique_ptr<SaveDirLock> lock;  // the save directory's, for the trainer's life
+  int64_t nonfinite_in_a_row = 0;     // at the start of run(): the checkpoint's trailing skipped steps
+  std::mutex mu;                      // guards result, initial, ckpt and last_saved between ranks
+  std::string last_saved;             // the newest checkpoint written or resumed from
   TrainResult result;
   std::vector<std::pair<std::string, Tensor>> batch_out;  // run_batch's outputs
 
@@ -234,6 +260,7 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   } else {
     cfg_.validate();
   }
+  validate_nonfinite_settings(cfg_);
   s.sp_shape = sp_mesh_shape(cfg_.sp_mode, cfg_.sp, cfg_.ulysses_degree);
   s.mesh_shape = s.sp_shape;
   s.mesh_shape.dp_replicate = cfg_.dp_replicate;
@@ -249,6 +276,13 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   check_job(s.mesh_shape.world(), cfg_.device, cfg_.transport);
   s.leads = hosts_leader(cfg_.device, cfg_.transport);
   s.talk = !cfg_.quiet && s.leads;
+  // Labels shift by one inside a sequence: a 1-token sequence has no token to predict.
+  SEQPAR_INPUT_CHECK(s.batch || s.seq_len >= 2,
+                     "seq_len={}: a sequence of one token has no next token to predict (labels shift by one), so "
+                     "every step would have nothing to learn from; seq_len must be >= 2",
+                     s.seq_len);
+  // One trainer per save directory, locked before anything in it is read (the checkpoint to resume).
+  if (!s.batch && s.leads && !cfg_.save_dir.empty()) s.lock = std::make_unique<SaveDirLock>(cfg_.save_dir);
 
   // Everything is read and checked before any rank starts: the checkpoint, the model, the data.
   s.ckpt = checkpoint_to_resume(cfg_, s.talk);
@@ -348,6 +382,11 @@ void Trainer::setup_resume() {
   r.eval_loss = ckpt.state.eval_loss;
   r.resumed_from = ckpt.dir;
   r.first_step = ckpt.state.step + 1;
+  r.skipped_steps = ckpt.state.skipped_steps;
+  s.last_saved = ckpt.dir;
+  // The guard's count of non-finite steps in a row goes on across the resume.
+  for (int64_t k = ckpt.state.step; std::count(r.skipped_steps.begin(), r.skipped_steps.end(), k) > 0; --k)
+    ++s.nonfinite_in_a_row;
   if (s.talk) log_info("resuming from {} (step {})", ckpt.dir, ckpt.state.step);
 }
 
@@ -391,8 +430,16 @@ TrainResult Trainer::run() {
   if (s.mesh_shape.world() > 1) set_cpu_gemm_threads(1);
   s.t_start = s.t_log = std::chrono::steady_clock::now();
   s.last_logged = s.first_step - 1;
+  const StopSignals signals;  // SIGTERM / SIGINT: stop after the current step, with a checkpoint
   run_job(s.mesh_shape.world(), cfg_.device, cfg_.transport, s.config.dump(), [this](JobRank& job) { run_rank(job); });
   finish();
+  const int64_t ran = s.result.steps_run - s.first_step + 1;
+  if (s.leads && ran > 0 && s.result.empty_steps == ran)
+    throw Error(
+        fmt::format("none of the {} step(s) {}..{} had a token with a label (every target -100: masked "
+                    "labels, or sequences too short): nothing was learned; check the data's loss mask and "
+                    "--seq-len",
+                    ran, s.first_step, s.result.steps_run));
   return s.result;
 }
 
@@ -406,13 +453,25 @@ void Trainer::run_rank(JobRank& job) {
   const int64_t profile_from = s.last_step > s.first_step ? s.first_step + 1 : s.first_step;
   const bool profile_rank = cfg_.profile && leader;
   int64_t step = s.first_step;
+  int64_t nonfinite_in_a_row = s.nonfinite_in_a_row;  // every rank counts alike (agreed flags)
   for (; step <= s.last_step; ++step) {
-    this->step(rank, leader, step, profile_rank && step >= profile_from);
-    bool stop = step == s.last_step;
-    if ((cfg_.eval_every > 0 && step % cfg_.eval_every == 0) || step == cfg_.steps)
+    const StepOutcome o = this->step(rank, leader, step, profile_rank && step >= profile_from);
+    nonfinite_in_a_row = o.nonfinite ? nonfinite_in_a_row + 1 : 0;
+    if (o.nonfinite && cfg_.on_nonfinite == "abort" && nonfinite_in_a_row >= cfg_.max_nonfinite_steps)
+      abort_nonfinite(leader, step, nonfinite_in_a_row);
+    bool stop = step == s.last_step || o.stop;
+    if (!o.stop && ((cfg_.eval_every > 0 && step % cfg_.eval_every == 0) || step == cfg_.steps))
       stop = evaluate(rank, leader, step) || stop;
     if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && step % cfg_.save_every == 0) || stop))
       save(rank, leader, step);
+    if (o.stop && leader) {
+      const int sig = stop_signal_pending();
+      if (!cfg_.quiet)
+        log_info("stopped by {} after step {}{}", sig == SIGINT ? "SIGINT" : "SIGTERM", step,
+                 cfg_.save_dir.empty() ? " (no --save-dir: nothing saved)" : "; resume with --resume");
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.result.stop_signal = sig == 0 ? SIGTERM : sig;
+    }
     if (stop) break;
   }
   if (profile_rank) {
@@ -473,22 +532,57 @@ std::vector<SpBatch> Trainer::step_batches(int64_t step, int dp_rank) const {
   return micro;
 }
 
-void Trainer::step(TrainStep& rank, bool leader, int64_t step, bool profiled) {
+// One step. Whether to update, and whether to stop after it, are decided by every rank together
+// (one all-reduce of two flags): the loss and the norm are already the same on every rank, but a
+// signal reaches ranks (threads or processes) at different moments.
+Trainer::StepOutcome Trainer::step(TrainStep& rank, bool leader, int64_t step, bool profiled) {
   if (profiled) set_thread_profiling(true);
   const auto t_step = std::chrono::steady_clock::now();
   const StepLoss loss = rank.forward_backward(step_batches(step, rank.mesh().dp_rank()));
-  const double norm = rank.optimizer_step(lr_at(cfg_, step));
+  const double norm = rank.grad_norm();
+  const bool finite = std::isfinite(loss.loss) && std::isfinite(norm);
+  const std::vector<int32_t> agreed = rank.agree({finite ? 0 : 1, stop_signal_pending() != 0 ? 1 : 0});
+  const StepOutcome o{agreed[0] != 0, agreed[1] != 0};
+  if (!o.nonfinite) rank.apply_update(lr_at(cfg_, step), norm);  // never an update from NaN or inf
   if (cfg_.time_steps || cfg_.profile) synchronize_device(rank.device());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
   if (profiled) set_thread_profiling(false);  // evaluation and checkpoints are not the step
-  if (leader) record_step(rank.device(), step, secs, loss, norm, profiled);
+  if (leader) record_step(rank.device(), step, secs, loss, norm, profiled, o.nonfinite);
+  return o;
+}
+
+// on_nonfinite=abort at its limit: every rank throws at the same step (the flag was agreed), so no
+// rank waits on another; nothing of this step was applied or saved.
+void Trainer::abort_nonfinite(bool leader, int64_t step, int64_t in_a_row) {
+  State& s = *s_;
+  std::string saved;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    saved = s.last_saved;
+  }
+  std::string where;
+  if (cfg_.save_dir.empty() && saved.empty()) {
+    where = "no --save-dir: nothing was saved";
+  } else if (!saved.empty()) {
+    where = fmt::format("the last checkpoint, {}, is intact (resume from it with a lower --lr)", saved);
+  } else {
+    where = s.leads ? std::string("no checkpoint was saved yet") : std::string("rank 0 names the last checkpoint");
+  }
+  (void)leader;
+  throw Error(fmt::format(
+      "step {}: the loss or the gradient norm is not finite (NaN or inf){}: the run stops (on_nonfinite=abort, "
+      "max_nonfinite_steps={}); this step's update was not applied, {}. Lower --lr, clip the gradients (--clip), or "
+      "give --on-nonfinite skip to skip such steps",
+      step, in_a_row > 1 ? fmt::format(", the {}th such step in a row", in_a_row) : std::string(),
+      cfg_.max_nonfinite_steps, where));
 }
 
 // The leader's record of a step: its loss, time and memory peak; a progress line and a metrics
 // record at the steps that do not depend on where a run was stopped or resumed (so a resumed
 // run's records are the uninterrupted run's), a progress line also at the first and last step of
 // this call.
-void Trainer::record_step(Device device, int64_t step, double secs, const StepLoss& loss, double norm, bool profiled) {
+void Trainer::record_step(Device device, int64_t step, double secs, const StepLoss& loss, double norm, bool profiled,
+                          bool skipped) {
   State& s = *s_;
   // This step's peak; the allocator then counts the next step's from here.
   Allocator& mem = allocator_for(device);
@@ -505,13 +599,23 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
     s.result.step_seconds.push_back(secs);
     s.result.step_peak_bytes.push_back(peak);
     s.result.peak_mem_bytes = std::max(s.result.peak_mem_bytes, peak);
+    if (skipped) s.result.skipped_steps.push_back(step);
+    if (loss.good_tokens == 0) s.result.empty_steps += 1;
   }
-  const bool record = step == 1 || step % cfg_.log_every == 0 || step == cfg_.steps;
-  if (record || step == s.first_step || step == s.last_step) log_progress(step, loss.loss, norm, record);
+  const bool empty = loss.good_tokens == 0;
+  if (empty && s.result.empty_steps == 1 && !cfg_.quiet)
+    log_warn(
+        "step {}: the batch holds no token with a label (every target is -100): nothing to learn from; such "
+        "steps are counted and the run is refused if every step is one",
+        step);
+  // A skipped step is always said and recorded (a property of the run, not of where it stopped).
+  const bool record = step == 1 || step % cfg_.log_every == 0 || step == cfg_.steps || skipped;
+  if (record || step == s.first_step || step == s.last_step)
+    log_progress(step, loss.loss, norm, record, skipped, empty);
 }
 
 // A progress line; with `record`, the metrics record too.
-void Trainer::log_progress(int64_t step, double loss, double norm, bool record) {
+void Trainer::log_progress(int64_t step, double loss, double norm, bool record, bool skipped, bool empty) {
   State& s = *s_;
   const auto now = std::chrono::steady_clock::now();
   const double secs = std::chrono::duration<double>(now - s.t_log).count();
@@ -523,12 +627,23 @@ void Trainer::log_progress(int64_t step, double loss, double norm, bool record) 
   s.t_log = now;
   s.last_logged = step;
   const float lr = lr_at(cfg_, step);
+  const size_t skipped_total = s.result.skipped_steps.size();  // the leader's, like this call
+  std::string note;
+  if (skipped)
+    note += fmt::format(" | SKIPPED: non-finite loss or grad_norm, no update ({} skipped so far)", skipped_total);
+  if (empty) note += " | no token with a label: nothing to learn from";
   if (!cfg_.quiet)
-    log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}", step, cfg_.steps,
-             loss, lr, norm, tps,
-             peak_gib >= 1 ? fmt::format("{:.2f} GiB", peak_gib) : fmt::format("{:.1f} MiB", peak_gib * 1024));
+    log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}{}", step,
+             cfg_.steps, loss, lr, norm, tps,
+             peak_gib >= 1 ? fmt::format("{:.2f} GiB", peak_gib) : fmt::format("{:.1f} MiB", peak_gib * 1024), note);
+  // NaN and inf are written as null (JSON has neither).
   json r = {{"step", step}, {"loss", loss},      {"tokens_per_s", tps},
             {"lr", lr},     {"grad_norm", norm}, {"peak_mem_gib", peak_gib}};
+  if (skipped) {
+    r["skipped"] = true;
+    r["skipped_steps"] = skipped_total;
+  }
+  if (empty) r["no_trainable_tokens"] = true;
   if (s.token_data) r["epoch"] = (step - 1) / s.result.steps_per_epoch;
   if (record) s.metrics->write(r);
 }
@@ -599,6 +714,20 @@ void Trainer::evaluate_loss(TrainStep& rank, bool leader, int64_t step) {
   s.result.eval_loss.emplace_back(step, loss);
 }
 
+namespace {
+
+// "<what>.<name>" of the first tensor of a checkpoint's contents holding NaN or inf, or "".
+std::string first_nonfinite_tensor(const CheckpointContents& c) {
+  for (auto [what, p] : {std::pair<const char*, const LlamaParams*>{"weights", c.weights},
+                         {"exp_avg", c.exp_avg},
+                         {"exp_avg_sq", c.exp_avg_sq}})
+    for (auto& [name, t] : p->named())
+      if (!std::isfinite(sum_squares(*t))) return fmt::format("{} {}", what, name);
+  return "";
+}
+
+}  // namespace
+
 // A checkpoint after `step` (a collective: a sharded optimizer's whole state is assembled from
 // every rank's shard); every rank waits for the save, so a run that stops here is resumable once
 // it returns.
@@ -607,6 +736,7 @@ void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
   AdamW& adamw = rank.optimizer();
   std::optional<AdamW::FullState> full;
   if (adamw.sharded()) full = adamw.full_state(rank.world(), model_config_);
+  std::string bad;  // the leader's: a tensor of the state that is not finite
   if (leader) {
     TrainerState st;
     st.step = step;
@@ -627,6 +757,10 @@ void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
       st.eval_loss = s.result.eval_loss;
     }
     st.metrics = s.metrics->records();
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      st.skipped_steps = s.result.skipped_steps;
+    }
     const bool has_master = adamw.has_master();
     LlamaParams& params = rank.model().params();
     LlamaParams& weights = full ? (has_master ? full->master : params) : adamw.weights(params);
@@ -637,11 +771,23 @@ void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
                          has_master ? &weights : nullptr,
                          adamw.step_count(),
                          std::move(st)};
-    const std::string path = save_checkpoint(cfg_.save_dir, c, cfg_.keep_last);
-    if (!cfg_.quiet) log_info("saved checkpoint {}", path);
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.result.checkpoints.push_back(path);
+    bad = first_nonfinite_tensor(c);
+    if (bad.empty()) {
+      const std::string path = save_checkpoint(cfg_.save_dir, c, cfg_.keep_last);
+      if (!cfg_.quiet) log_info("saved checkpoint {}", path);
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.result.checkpoints.push_back(path);
+      s.last_saved = path;
+    }
   }
+  // Never a checkpoint holding NaN or inf (it could not be resumed, and keep_last would then delete
+  // a good one): every rank stops together.
+  if (rank.agree({bad.empty() ? 0 : 1})[0] != 0)
+    throw Error(
+        fmt::format("step {}: {} holds NaN or inf: the checkpoint is not written (the last one, {}, is "
+                    "intact); the optimizer state overflowed: lower --lr or clip the gradients (--clip)",
+                    step, bad.empty() ? std::string("the optimizer state") : bad,
+                    s.last_saved.empty() ? std::string("none yet") : s.last_saved));
   rank.world().barrier();
 }
 

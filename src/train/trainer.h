@@ -48,6 +48,11 @@ struct TrainResult {
   int64_t profile_steps = 0;
   double profile_seconds = 0;
   std::string resumed_from;  // the checkpoint directory, when resumed
+  // The non-finite guard: every step (of the whole run, a resumed one's included) whose loss or
+  // gradient norm was NaN or inf, so its update was skipped.
+  std::vector<int64_t> skipped_steps;
+  int64_t empty_steps = 0;  // steps of this call whose batch held no token with a label
+  int stop_signal = 0;      // SIGTERM / SIGINT that stopped this call early (after a save), or 0
 };
 
 // HF-style random init: normal(0, std) for embeddings and projections, ones for norms.
@@ -72,6 +77,12 @@ class TokenDataset;
 //   evaluate  the recall task's accuracy, or the --eval-data loss;
 //   save      a checkpoint (the whole optimizer state assembled under ZeRO);
 //   finish    the result, the profile, the metrics plot.
+// and the run's guards (docs/RELIABILITY.md): the save directory locked for the trainer's life
+// (SaveDirLock); a step with a non-finite loss or gradient norm never updating the weights
+// (on_nonfinite: skip it, or abort at the max_nonfinite_steps-th in a row), decided by every rank
+// alike; a step with no token to learn from counted, and a run where every step has none
+// refused; SIGTERM / SIGINT ending the run after the current step with a checkpoint
+// (train/stop_signals.h).
 class Trainer {
  public:
   explicit Trainer(const TrainConfig& config);
@@ -104,13 +115,19 @@ class Trainer {
   void restore(TrainStep& rank, JobRank& job);
   std::vector<SpBatch> step_batches(int64_t step, int dp_rank) const;
   void warn_if_over_capacity(Device device) const;
-  void step(TrainStep& rank, bool leader, int64_t step, bool profiled);
+  struct StepOutcome {
+    bool nonfinite = false;  // the loss or the gradient norm was NaN or inf: no update
+    bool stop = false;       // a signal asked the run to stop after this step
+  };
+  StepOutcome step(TrainStep& rank, bool leader, int64_t step, bool profiled);
+  [[noreturn]] void abort_nonfinite(bool leader, int64_t step, int64_t in_a_row);
   bool evaluate(TrainStep& rank, bool leader, int64_t step);  // true: stop_at_accuracy reached
   double evaluate_recall(TrainStep& rank, bool leader, int64_t step);
   void evaluate_loss(TrainStep& rank, bool leader, int64_t step);
   void save(TrainStep& rank, bool leader, int64_t step);
-  void record_step(Device device, int64_t step, double seconds, const StepLoss& loss, double norm, bool profiled);
-  void log_progress(int64_t step, double loss, double norm, bool record);
+  void record_step(Device device, int64_t step, double seconds, const StepLoss& loss, double norm, bool profiled,
+                   bool skipped);
+  void log_progress(int64_t step, double loss, double norm, bool record, bool skipped, bool empty);
   void finish();
 
   struct State;

@@ -144,7 +144,7 @@ TEST(Checkpoint, DirectoryLayoutRotationAndState) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(c.save_dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_000004", "step_000005"}));
+  EXPECT_EQ(names, (std::vector<std::string>{".lock", "latest", "step_000004", "step_000005"}));
   EXPECT_EQ(bytes_of(c.save_dir + "/latest"), "step_000005\n");
   EXPECT_EQ(latest_checkpoint(c.save_dir), c.save_dir + "/step_000005");
   EXPECT_EQ(resolve_checkpoint_dir(c.save_dir), c.save_dir + "/step_000005");
