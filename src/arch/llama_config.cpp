@@ -161,12 +161,12 @@ LlamaConfig llama_preset(const std::string& name) {
     c.family = ModelFamily::kQwen2, c.qkv_bias = true;
     c.vocab_size = 151936, c.hidden_size = 1536, c.intermediate_size = 8960, c.num_layers = 28, c.num_heads = 12;
     c.num_kv_heads = 2, c.head_dim = 128, c.tie_word_embeddings = true, c.rms_norm_eps = 1e-6;
-    c.rope.theta = 1000000.0, c.max_window_layers = 28;
+    c.rope.theta = 1000000.0, c.max_window_layers = 21;
   } else if (name == "qwen3-1.7b" || name == "qwen3-8b") {  // Qwen/Qwen3-1.7B, Qwen/Qwen3-8B config.json
     const bool small = name == "qwen3-1.7b";
     c.family = ModelFamily::kQwen3, c.qk_norm = true;
     c.vocab_size = 151936, c.hidden_size = small ? 2048 : 4096, c.intermediate_size = small ? 6144 : 12288;
-    c.num_layers = small ? 28 : 36, c.num_heads = 32, c.num_kv_heads = 8, c.head_dim = 128;
+    c.num_layers = small ? 28 : 36, c.num_heads = small ? 16 : 32, c.num_kv_heads = 8, c.head_dim = 128;
     c.tie_word_embeddings = small, c.rms_norm_eps = 1e-6, c.rope.theta = 1000000.0;
     c.max_window_layers = small ? 28 : 36;
   } else if (name == "mistral-7b") {  // mistralai/Mistral-7B-v0.1 config.json (sliding_window 4096)

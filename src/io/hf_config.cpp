@@ -216,7 +216,8 @@ void parse_family_options(const Fields& f, const json& root, const std::string& 
   c.use_sliding_window = f.boolean("use_sliding_window", false);
   c.max_window_layers = f.integer("max_window_layers", 28);
   if (!c.use_sliding_window) window = 0;  // transformers: sliding_window = None
-  if (!f.has("sliding_window") && c.use_sliding_window) window = 4096;  // the config class's default
+  // Absent (not null): the config class's default window.
+  if (!root.contains("sliding_window") && c.use_sliding_window) window = 4096;
   c.sliding_window = window;
   std::vector<bool> sliding(static_cast<size_t>(std::max<int64_t>(L, 0)), false);
   if (f.has("layer_types")) {
