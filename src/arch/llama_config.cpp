@@ -58,20 +58,28 @@ void validate_rope(const RopeConfig& rope, int64_t head_dim) {
 
 const char* model_family_name(ModelFamily family) {
   switch (family) {
-    case ModelFamily::kLlama: return "llama";
-    case ModelFamily::kQwen2: return "qwen2";
-    case ModelFamily::kQwen3: return "qwen3";
-    case ModelFamily::kMistral: return "mistral";
+    case ModelFamily::kLlama:
+      return "llama";
+    case ModelFamily::kQwen2:
+      return "qwen2";
+    case ModelFamily::kQwen3:
+      return "qwen3";
+    case ModelFamily::kMistral:
+      return "mistral";
   }
   return "?";
 }
 
 const char* model_family_architecture(ModelFamily family) {
   switch (family) {
-    case ModelFamily::kLlama: return "LlamaForCausalLM";
-    case ModelFamily::kQwen2: return "Qwen2ForCausalLM";
-    case ModelFamily::kQwen3: return "Qwen3ForCausalLM";
-    case ModelFamily::kMistral: return "MistralForCausalLM";
+    case ModelFamily::kLlama:
+      return "LlamaForCausalLM";
+    case ModelFamily::kQwen2:
+      return "Qwen2ForCausalLM";
+    case ModelFamily::kQwen3:
+      return "Qwen3ForCausalLM";
+    case ModelFamily::kMistral:
+      return "MistralForCausalLM";
   }
   return "?";
 }

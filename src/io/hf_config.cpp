@@ -19,7 +19,6 @@
 //     wins over the dict's, and max_position_embeddings is the last fallback.
 // Unknown extra fields are ignored (configs carry token ids, initializer_range, use_cache, ...).
 #include "io/hf_config.h"
-#include "io/json_describe.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -29,6 +28,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/json_describe.h"
 
 namespace seqpar {
 
@@ -144,7 +144,6 @@ RopeConfig parse_rope(const Fields& top, const std::string& source, int64_t max_
   return rope;
 }
 
-
 // The family from model_type (or, without it, architectures); both must agree when both are given.
 ModelFamily parse_family(const Fields& f, const json& root, const std::string& src) {
   const ModelFamily families[] = {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3, ModelFamily::kMistral};
@@ -199,7 +198,8 @@ void parse_family_options(const Fields& f, const json& root, const std::string& 
   if (family == ModelFamily::kLlama) {
     SEQPAR_INPUT_CHECK(!f.has("sliding_window") && !f.has("layer_types"),
                        "{}: sliding_window / layer_types are not llama keys (use model_type mistral or qwen2 for a "
-                       "sliding window)", src);
+                       "sliding window)",
+                       src);
     return;
   }
   int64_t window = f.integer("sliding_window", 0);
@@ -275,7 +275,7 @@ LlamaConfig parse_hf_llama_config(const std::string& json_text, const std::strin
   if (f.has("head_dim")) {
     c.head_dim = f.integer("head_dim");
   } else if (family == ModelFamily::kQwen3) {
-    c.head_dim = 128;  // Qwen3Config's default, not hidden_size / num_attention_heads
+    c.head_dim = 128;            // Qwen3Config's default, not hidden_size / num_attention_heads
   } else if (c.num_heads > 0) {  // (num_attention_heads <= 0 is reported by validate() below)
     SEQPAR_INPUT_CHECK(c.hidden_size % c.num_heads == 0,
                        "{}: hidden_size={} must be a multiple of num_attention_heads={} when head_dim is not given",
@@ -367,8 +367,8 @@ std::string hf_llama_config_json(const LlamaConfig& config, const std::string& t
   } else if (family == ModelFamily::kQwen3) {
     out["attention_bias"] = config.o_bias;
   }
-  const bool windowed = std::find(config.sliding_layers.begin(), config.sliding_layers.end(), true) !=
-                        config.sliding_layers.end();
+  const bool windowed =
+      std::find(config.sliding_layers.begin(), config.sliding_layers.end(), true) != config.sliding_layers.end();
   if (family == ModelFamily::kMistral) {
     out["sliding_window"] = windowed ? json(config.sliding_window) : json(nullptr);
   } else if (family != ModelFamily::kLlama) {
