@@ -2,8 +2,10 @@
 # Rerun: python3 tools/make_hf_fixtures.py [--out tests/fixtures/hf] [--verify]   (CPU torch + transformers)
 """Hugging Face reference fixtures for `seqpar fwdbwd` (checked by tests/cli/test_fwdbwd_hf.cpp).
 
-For each case below this builds a small random Llama checkpoint with transformers'
-LlamaForCausalLM and writes tests/fixtures/hf/<case>/:
+For each case below this builds a small random checkpoint of its family with transformers
+(LlamaForCausalLM; Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM for the cases with a
+`family`: q/k/v biases, q/k norms, explicit head_dim, sliding windows) and writes
+tests/fixtures/hf/<case>/:
 
   config.json, model.safetensors   model.save_pretrained (f32 weights; bf16 for `bf16_weights`)
   input.safetensors                input_ids [B, S] i32, labels [B, S] i32 (HF convention:
@@ -43,7 +45,16 @@ import safetensors
 import safetensors.torch
 import torch
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+
+# family -> (config class, model class)
+FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+            "qwen3": (Qwen3Config, Qwen3ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}
+
+
+def classes(case):
+    return FAMILIES[case.get("family", "llama")]
 
 # Tolerances of tests/cli/test_fwdbwd_hf.cpp: relative error ||a - b|| / ||b||.
 TOL_LOOSE = 1e-4  # logits, grad.*
@@ -107,6 +118,55 @@ CASES = [
          optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
          description="GQA (H=2, Hkv=1) with head_dim=64, a head size the CUDA attention kernels (flash, cuDNN) "
                      "support, so the GPU tests (tests/cuda/test_cuda_model.cpp) check this case end to end"),
+    # --- the families (issue 17) ---
+    dict(name="qwen2_untied", family="qwen2", seed=1101, B=2, S=16,
+         config=dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                     rope_parameters=dict(rope_type="default", rope_theta=1000000.0), use_sliding_window=False,
+                     sliding_window=4, max_window_layers=1),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="Qwen2: q/k/v biases (no o bias), GQA, untied, rope_theta 1e6; use_sliding_window=false, so "
+                     "sliding_window=4 and max_window_layers=1 are ignored (full causal everywhere)"),
+    dict(name="qwen2_tied_window", family="qwen2", seed=1102, B=2, S=16,
+         config=dict(num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                     rope_parameters=dict(rope_type="default", rope_theta=10000.0), use_sliding_window=True,
+                     sliding_window=5, max_window_layers=1),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="Qwen2 with use_sliding_window=true, sliding_window=5 < S, max_window_layers=1: layer 0 full, "
+                     "layer 1 windowed (transformers' layer_types); MQA, tied embeddings"),
+    dict(name="qwen3_head_dim", family="qwen3", seed=1103, B=2, S=16,
+         config=dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+                     rms_norm_eps=1e-6, rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+                     attention_bias=False),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="Qwen3: q_norm/k_norm over head_dim before RoPE, head_dim=16 != hidden/heads=8, no biases, "
+                     "untied"),
+    dict(name="qwen3_bias_window", family="qwen3", seed=1104, B=2, S=14,
+         config=dict(num_attention_heads=4, num_key_value_heads=4, head_dim=8, tie_word_embeddings=False,
+                     rms_norm_eps=1e-6, rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+                     attention_bias=True, use_sliding_window=True, sliding_window=4, max_window_layers=0),
+         optim=dict(lr=2e-2, beta1=0.8, beta2=0.99, eps=2e-3, weight_decay=0.05, clip=0.5),
+         description="Qwen3 with attention_bias=true (q/k/v/o biases), sliding_window=4 on every layer "
+                     "(max_window_layers=0), MHA, untied (tied embeddings are the qwen2 and mistral cases': with the "
+                     "larger embedding std they use, a wrong rms_norm_eps would stay within tolerance here)"),
+    dict(name="mistral_window", family="mistral", seed=1105, B=2, S=16,
+         config=dict(num_attention_heads=4, num_key_value_heads=1, head_dim=16, tie_word_embeddings=False,
+                     rms_norm_eps=1e-5, rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+                     sliding_window=5),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="Mistral: sliding_window=5 < S=16 on every layer, MQA (H=4, Hkv=1), head_dim=16 from the "
+                     "config, untied"),
+    dict(name="mistral_full_tied", family="mistral", seed=1106, B=2, S=12,
+         config=dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True, rms_norm_eps=1e-5,
+                     rope_parameters=dict(rope_type="default", rope_theta=1000000.0), sliding_window=None),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="Mistral with sliding_window=null (full causal), GQA, head_dim null (hidden/heads), tied"),
+    dict(name="mistral_d64_window", family="mistral", seed=1107, B=2, S=24,
+         config=dict(num_attention_heads=2, num_key_value_heads=1, head_dim=64, tie_word_embeddings=False,
+                     rms_norm_eps=1e-5, rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+                     sliding_window=7),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="Mistral, head_dim=64 (a CUDA kernel head size) and sliding_window=7 < S=24: the GPU run of a "
+                     "windowed model"),
 ]
 
 # Initialization: N(0, std) matrices, RMSNorm weights 1 + N(0, 0.1). A small embedding std keeps
@@ -173,15 +233,20 @@ def _rope_f64(self, x, position_ids):  # LlamaRotaryEmbedding.forward without it
     return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
 
 
+def model_class_of(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return FAMILIES[json.load(f)["model_type"]][1]
+
+
 def load_model(model_dir, dtype, config=None, f64_exact=True):
     kwargs = dict(dtype=dtype, attn_implementation="sdpa")
     if config is not None:
         kwargs["config"] = config
-    model = LlamaForCausalLM.from_pretrained(model_dir, **kwargs)
+    model = model_class_of(model_dir).from_pretrained(model_dir, **kwargs)
     model.train()  # dropout is 0 in these configs; train() only matters for the optimizer step
     if dtype == torch.float64 and f64_exact:
         for m in model.modules():
-            if type(m).__name__ == "LlamaRMSNorm":
+            if type(m).__name__.endswith("RMSNorm"):  # Llama, Qwen2, Qwen3, Mistral: the same norm
                 m.forward = types.MethodType(_rmsnorm_f64, m)
         rot = model.model.rotary_emb
         rot.forward = types.MethodType(_rope_f64, rot)
@@ -222,8 +287,9 @@ def make_case(case, root):
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     wdtype = case.get("weights_dtype", "float32")
-    cfg = LlamaConfig(**COMMON, **case["config"], initializer_range=STD)
-    model = LlamaForCausalLM(cfg).to(torch.float64)
+    config_class, model_class = classes(case)
+    cfg = config_class(**COMMON, **case["config"], initializer_range=STD)
+    model = model_class(cfg).to(torch.float64)
     init_weights(model, case["seed"])
     model = model.to(getattr(torch, wdtype))
     model.save_pretrained(d)
@@ -266,7 +332,11 @@ def check_loaded(model, d, case):
     want = case["config"]["rope_parameters"]
     for k, v in want.items():
         assert rp[k] == v, (k, rp[k], v)
-    assert model.config.head_dim == case["config"].get("head_dim", COMMON["hidden_size"] // 4)
+    head_dim = getattr(model.config, "head_dim", None) or COMMON["hidden_size"] // 4
+    assert head_dim == case["config"].get("head_dim", COMMON["hidden_size"] // 4)
+    for key in ("sliding_window", "use_sliding_window", "max_window_layers", "attention_bias"):
+        if key in case["config"] and not (key == "sliding_window" and not case["config"].get("use_sliding_window", 1)):
+            assert getattr(model.config, key) == case["config"][key], (key, getattr(model.config, key))
 
 
 def dir_size(d):
@@ -326,7 +396,8 @@ def verify_case(case, root):
     msg = f"{case['name']}: float32 transformers within tolerance (worst {loose:.1e} loose, {tight:.1e} tight)"
 
     # ...and a wrong reading of the config does not.
-    cfg = LlamaConfig.from_pretrained(d)
+    config_class = model_class_of(d).config_class
+    cfg = config_class.from_pretrained(d)
     mutants = {
         "rope_theta x2": dict(rope_parameters=dict(cfg.rope_parameters,
                                                    rope_theta=cfg.rope_parameters["rope_theta"] * 2)),
@@ -340,7 +411,12 @@ def verify_case(case, root):
                   "lr x1.01": dict(optim, lr=optim["lr"] * 1.01)}
     if expected["grad_norm"].item() > optim["clip"]:
         bad_optims["no clipping"] = dict(optim, clip=math.inf)
-    runs = [(what, LlamaConfig.from_pretrained(d, **change), optim) for what, change in mutants.items()]
+    if getattr(cfg, "sliding_window", None):  # the window matters: full causal attention is wrong
+        full = dict(sliding_window=None)
+        if hasattr(cfg, "layer_types"):
+            full["layer_types"] = ["full_attention"] * cfg.num_hidden_layers
+        mutants["no sliding window"] = full
+    runs = [(what, config_class.from_pretrained(d, **change), optim) for what, change in mutants.items()]
     runs += [(what, cfg, bad) for what, bad in bad_optims.items()]
     for what, bad_cfg, bad_optim in runs:
         got, _ = reference(load_model(d, torch.float64, config=bad_cfg), input_ids, labels, bad_optim)

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-# Run: python3 tools/verify_export.py [--seqpar build/seqpar] [--checkpoint DIR] [--model HF_DIR] [--work DIR]
+# Run: python3 tools/verify_export.py [--seqpar build/seqpar] [--checkpoint DIR] [--model HF_DIR ...] [--work DIR]
 """Checks `seqpar export` against Hugging Face transformers (needs torch, transformers, safetensors).
 
 1. A checkpoint: --checkpoint DIR (a checkpoint or a save directory), or one made here by
    `seqpar train` (the built-in tiny Llama on the recall task, sp=2; with --model HF_DIR, that
-   model trained on a random token file written here in seqpar's SPTOK1 format).
+   model trained on a random token file written here in seqpar's SPTOK1 format). Several --model
+   directories (e.g. the Qwen2, Qwen3 and Mistral fixtures of tests/fixtures/hf) are checked one
+   after the other, each in its own subdirectory of the work directory.
 2. `seqpar export --dtype f32` and `--dtype bf16` of it.
-3. For each export: transformers' LlamaForCausalLM.from_pretrained(export, dtype=float32) runs a
+3. For each export: transformers' AutoModelForCausalLM.from_pretrained(export, dtype=float32) (the
+   family's class from the exported config.json's model_type, sliding windows included) runs a
    fixed batch; `seqpar fwdbwd` runs the same batch on the export and on the checkpoint directory
    itself (a checkpoint is an HF directory too). Pass: logits within ||a - b|| / ||b|| <= 1e-4
    and loss within 1e-5 (the tolerances of tests/cli/test_fwdbwd_hf.cpp); the f32 export gives
@@ -85,17 +88,26 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seqpar", default="build/seqpar")
     ap.add_argument("--checkpoint", help="checkpoint or save directory (default: train one here)")
-    ap.add_argument("--model", help="HF model directory to train from when making the checkpoint")
+    ap.add_argument("--model", nargs="*", default=[None],
+                    help="HF model directories to train from when making the checkpoint (one check each)")
     ap.add_argument("--work", help="working directory (default: a temporary one)")
     args = ap.parse_args()
     torch.manual_seed(0)
-    work = args.work or tempfile.mkdtemp(prefix="seqpar_verify_export_")
-    os.makedirs(work, exist_ok=True)
-    ckpt = args.checkpoint or make_checkpoint(args.seqpar, work, args.model)
-
+    root = args.work or tempfile.mkdtemp(prefix="seqpar_verify_export_")
     failures, summary = [], {"torch": torch.__version__, "transformers": transformers.__version__, "checks": []}
+    for i, model in enumerate(args.model):
+        work = root if len(args.model) == 1 else os.path.join(root, f"{i}_{os.path.basename(os.path.normpath(model))}")
+        os.makedirs(work, exist_ok=True)
+        ckpt = args.checkpoint or make_checkpoint(args.seqpar, work, model)
+        verify(args, ckpt, work, model or "built-in", failures, summary)
+    summary["passed"] = not failures
+    print(json.dumps(summary, indent=1))
+    sys.exit(1 if failures else 0)
 
+
+def verify(args, ckpt, work, label, failures, summary):
     def check(name, value, tol):
+        name = f"[{label}] {name}"
         ok = value <= tol
         summary["checks"].append({"check": name, "value": value, "tol": tol, "ok": ok})
         print(f"{'ok  ' if ok else 'FAIL'} {name}: {value:.3e} (tolerance {tol:.0e})")
@@ -137,10 +149,7 @@ def main():
             check("f32 export: transformers vs fwdbwd on the checkpoint", rel(ck_logits, hf_logits), TOL_LOGITS)
         else:
             check("bf16 export vs f32 checkpoint: fwdbwd logits (bf16 rounding)", rel(sp_logits, ck_logits), TOL_BF16)
-    summary["checkpoint"] = ckpt_dir
-    summary["passed"] = not failures
-    print(json.dumps(summary, indent=1))
-    sys.exit(1 if failures else 0)
+    summary.setdefault("checkpoints", []).append(ckpt_dir)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@
 //   a threshold a frequency falls changes the result by rounding error only.
 #include "arch/llama_config.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <numbers>
 
@@ -54,6 +56,34 @@ void validate_rope(const RopeConfig& rope, int64_t head_dim) {
 
 }  // namespace
 
+const char* model_family_name(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::kLlama:
+      return "llama";
+    case ModelFamily::kQwen2:
+      return "qwen2";
+    case ModelFamily::kQwen3:
+      return "qwen3";
+    case ModelFamily::kMistral:
+      return "mistral";
+  }
+  return "?";
+}
+
+const char* model_family_architecture(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::kLlama:
+      return "LlamaForCausalLM";
+    case ModelFamily::kQwen2:
+      return "Qwen2ForCausalLM";
+    case ModelFamily::kQwen3:
+      return "Qwen3ForCausalLM";
+    case ModelFamily::kMistral:
+      return "MistralForCausalLM";
+  }
+  return "?";
+}
+
 void LlamaConfig::validate() const {
   check_positive(vocab_size, "vocab_size");
   check_positive(hidden_size, "hidden_size");
@@ -67,6 +97,10 @@ void LlamaConfig::validate() const {
   SEQPAR_INPUT_CHECK(std::isfinite(rms_norm_eps) && rms_norm_eps > 0,
                      "rms_norm_eps={} must be a positive finite number", rms_norm_eps);
   validate_rope(rope, head_dim);
+  SEQPAR_INPUT_CHECK(sliding_window >= 0 && sliding_window <= INT32_MAX,
+                     "sliding_window={} must be null or a whole number of tokens in [1, 2^31)", sliding_window);
+  SEQPAR_INPUT_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_layers,
+                     "layer_types has {} entries but num_hidden_layers={}", sliding_layers.size(), num_layers);
 }
 
 std::vector<float> rope_inv_freq(const LlamaConfig& config) {
@@ -102,9 +136,22 @@ std::vector<float> rope_inv_freq(const LlamaConfig& config) {
 }
 
 // The architecture of a known model size (random weights are for benchmarks and plans).
+const std::vector<std::string>& llama_preset_names() {
+  static const std::vector<std::string> names = {"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-1.5b",
+                                                 "qwen3-1.7b",   "qwen3-8b",     "mistral-7b",   "tiny"};
+  return names;
+}
+
+std::string preset_choices() {
+  std::string list;
+  for (const std::string& n : llama_preset_names()) list += (list.empty() ? "" : " | ") + n;
+  return list;
+}
+
 LlamaConfig llama_preset(const std::string& name) {
-  SEQPAR_INPUT_CHECK(name == "llama-3.2-1b" || name == "llama-3.2-3b" || name == "llama-3.1-8b" || name == "tiny",
-                     "preset={} is not a known model size: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny", name);
+  const auto& names = llama_preset_names();
+  SEQPAR_INPUT_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
+                     "preset={} is not a known model size: {}", name, preset_choices());
   LlamaConfig c;
   c.rms_norm_eps = 1e-5;
   c.rope.theta = 500000.0;
@@ -118,6 +165,24 @@ LlamaConfig llama_preset(const std::string& name) {
   } else if (name == "llama-3.1-8b") {
     c.hidden_size = 4096, c.intermediate_size = 14336, c.num_layers = 32, c.num_heads = 32, c.num_kv_heads = 8;
     c.head_dim = 128, c.tie_word_embeddings = false;
+  } else if (name == "qwen2.5-1.5b") {  // Qwen/Qwen2.5-1.5B config.json (use_sliding_window false)
+    c.family = ModelFamily::kQwen2, c.qkv_bias = true;
+    c.vocab_size = 151936, c.hidden_size = 1536, c.intermediate_size = 8960, c.num_layers = 28, c.num_heads = 12;
+    c.num_kv_heads = 2, c.head_dim = 128, c.tie_word_embeddings = true, c.rms_norm_eps = 1e-6;
+    c.rope.theta = 1000000.0, c.max_window_layers = 21;
+  } else if (name == "qwen3-1.7b" || name == "qwen3-8b") {  // Qwen/Qwen3-1.7B, Qwen/Qwen3-8B config.json
+    const bool small = name == "qwen3-1.7b";
+    c.family = ModelFamily::kQwen3, c.qk_norm = true;
+    c.vocab_size = 151936, c.hidden_size = small ? 2048 : 4096, c.intermediate_size = small ? 6144 : 12288;
+    c.num_layers = small ? 28 : 36, c.num_heads = small ? 16 : 32, c.num_kv_heads = 8, c.head_dim = 128;
+    c.tie_word_embeddings = small, c.rms_norm_eps = 1e-6, c.rope.theta = 1000000.0;
+    c.max_window_layers = small ? 28 : 36;
+  } else if (name == "mistral-7b") {  // mistralai/Mistral-7B-v0.1 config.json (sliding_window 4096)
+    c.family = ModelFamily::kMistral;
+    c.vocab_size = 32000, c.hidden_size = 4096, c.intermediate_size = 14336, c.num_layers = 32, c.num_heads = 32;
+    c.num_kv_heads = 8, c.head_dim = 128, c.tie_word_embeddings = false, c.rms_norm_eps = 1e-5;
+    c.rope.theta = 10000.0, c.sliding_window = 4096;
+    c.sliding_layers.assign(static_cast<size_t>(c.num_layers), true);
   } else {  // tiny: a functional check
     c.vocab_size = 1024, c.hidden_size = 256, c.intermediate_size = 512, c.num_layers = 2, c.num_heads = 4;
     c.num_kv_heads = 2, c.head_dim = 64, c.tie_word_embeddings = false;
@@ -125,6 +190,5 @@ LlamaConfig llama_preset(const std::string& name) {
   c.max_position_embeddings = 1 << 22;
   return c;
 }
-
 
 }  // namespace seqpar

@@ -1,4 +1,11 @@
-// The Llama-family architecture as seqpar uses it (parsed from HF config.json by io/).
+// The Llama-family architectures as seqpar uses them (parsed from HF config.json by io/): Llama
+// itself and the families that are Llama plus options, one model implementation for all:
+//   qwen2   (Qwen2/Qwen2.5): biases on q/k/v (not o); sliding window on layers >= max_window_layers
+//           when use_sliding_window (or as layer_types says)
+//   qwen3   : RMSNorm over head_dim on every q and k head before RoPE (q_norm, k_norm), explicit
+//           head_dim, attention_bias (q/k/v/o biases), the same sliding-window keys as qwen2
+//   mistral : a sliding window on every layer (sliding_window; null = full causal), head_dim
+// llama's own attention_bias (q/k/v/o biases) is accepted too.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +25,11 @@ struct RopeConfig {
   int64_t original_max_position_embeddings = 8192;
 };
 
+enum class ModelFamily { kLlama, kQwen2, kQwen3, kMistral };
+// HF model_type: "llama" | "qwen2" | "qwen3" | "mistral"; the *ForCausalLM class name.
+const char* model_family_name(ModelFamily family);
+const char* model_family_architecture(ModelFamily family);
+
 struct LlamaConfig {
   int64_t vocab_size = 0;         // V
   int64_t hidden_size = 0;        // C
@@ -31,14 +43,36 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   RopeConfig rope;
 
+  ModelFamily family = ModelFamily::kLlama;
+  bool qkv_bias = false;  // biases on q_proj, k_proj, v_proj ([H*D], [Hkv*D], [Hkv*D])
+  bool o_bias = false;    // bias on o_proj ([C])
+  bool qk_norm = false;   // q_norm, k_norm: RMSNorm weights [D] over each head (Qwen3)
+  // Sliding window W (0 = none) and which layers use it ([L], all false = none; empty = none).
+  // Qwen2/3 keep their config keys for export: use_sliding_window and max_window_layers.
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;
+  bool use_sliding_window = false;  // qwen2 / qwen3 key, as read
+  int64_t max_window_layers = 0;    // qwen2 / qwen3 key, as read
+  // The attention window of layer l (AttnArgs::window): W on a sliding layer, else 0.
+  int32_t layer_window(int64_t l) const {
+    return l >= 0 && l < static_cast<int64_t>(sliding_layers.size()) && sliding_layers[static_cast<size_t>(l)]
+               ? static_cast<int32_t>(sliding_window)
+               : 0;
+  }
+
   // Throws InputError naming the field, its value and the rule (e.g. "num_attention_heads=6
   // must be a multiple of num_key_value_heads=4").
   void validate() const;
 };
 
-// The architecture of a known size without its files: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b
-// (their HF config.json values) | tiny (a functional check); InputError for another name.
+// The architecture of a known size without its files (their HF config.json values):
+// llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | qwen2.5-1.5b | qwen3-1.7b | qwen3-8b | mistral-7b |
+// tiny (a functional check); InputError for another name.
 LlamaConfig llama_preset(const std::string& name);
+// The preset names, in the order above.
+const std::vector<std::string>& llama_preset_names();
+// "a | b | ..." of those names (help texts).
+std::string preset_choices();
 
 // inv_freq[i] = 1 / theta^(2i / D), i < D/2, then the rope_type's scaling. HF computes this in
 // float32 torch ops; we round the exponent 2i/D to f32 as torch does and do the rest in double

@@ -44,6 +44,9 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const AttnArgs
   SEQPAR_CHECK(std::isfinite(args.scale) && args.scale > 0.f,
                "AttnArgs.scale={} must be finite and > 0 (normally 1/sqrt(D) = {})", args.scale,
                1.0 / std::sqrt(static_cast<double>(q.dim(2))));
+  SEQPAR_CHECK(args.window >= 0 && (args.window == 0 || args.causal),
+               "AttnArgs.window={} must be >= 0, and a window needs causal attention (causal={})", args.window,
+               args.causal);
   SEQPAR_CHECK(k.device() == q.device() && v.device() == q.device(), "q on {}, k on {}, v on {}: one device please",
                q.device().str(), k.device().str(), v.device().str());
 }
@@ -65,14 +68,15 @@ void check_cpu_meta(const TokenMeta& meta, const char* name) {
 
 // The profile's name detail of a call: its shape and mask.
 std::string profile_detail(int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const AttnArgs& args) {
-  return fmt::format("Tq={} Tk={} H={}/{} D={}{}", Tq, Tk, H, Hkv, D, args.causal ? " causal" : "");
+  return fmt::format("Tq={} Tk={} H={}/{} D={}{}{}", Tq, Tk, H, Hkv, D, args.causal ? " causal" : "",
+                     args.window > 0 ? fmt::format(" window={}", args.window) : "");
 }
 
 cpu_attn::AttnMask cpu_mask(const AttnArgs& args) {
   check_cpu_meta(args.q_meta, "q_meta");
   check_cpu_meta(args.k_meta, "k_meta");
   return {args.q_meta.seg.data<int32_t>(), args.q_meta.pos.data<int32_t>(), args.k_meta.seg.data<int32_t>(),
-          args.k_meta.pos.data<int32_t>(), args.causal};
+          args.k_meta.pos.data<int32_t>(), args.causal, args.window};
 }
 
 #if !defined(SEQPAR_WITH_CUDA)
@@ -246,21 +250,23 @@ class LocalAttentionContext final : public AttentionContext {
  public:
   Tensor q, k, v, out, lse;
   float scale = 0.f;
+  int32_t window = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<AttentionContext> LocalAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                          Tensor& out, float scale) {
+                                                          Tensor& out, float scale, int32_t window) {
   SEQPAR_CHECK(q.ndim() == 3, "q must be [T, H, D], got {}", q.str());
   auto ctx = std::make_unique<LocalAttentionContext>();
   ctx->lse = Tensor::empty({q.dim(0), q.dim(1)}, DType::kF32, q.device());
-  attn_forward(out, ctx->lse, q, k, v, AttnArgs{meta_, meta_, causal_, scale, policy_});
+  attn_forward(out, ctx->lse, q, k, v, AttnArgs{meta_, meta_, causal_, scale, policy_, nullptr, window});
   ctx->q = q;
   ctx->k = k;
   ctx->v = v;
   ctx->out = out;
   ctx->scale = scale;
+  ctx->window = window;
   return ctx;
 }
 
@@ -268,7 +274,7 @@ void LocalAttention::backward(AttentionContext& ctx, const Tensor& dout, Tensor&
   auto* c = dynamic_cast<LocalAttentionContext*>(&ctx);
   SEQPAR_CHECK(c != nullptr, "LocalAttention::backward got a context made by another Attention implementation");
   // The Attention interface writes (=); one key block, so attn_backward writes directly.
-  attn_backward(dq, dk, dv, dout, c->q, c->k, c->v, c->out, c->lse, AttnArgs{meta_, meta_, causal_, c->scale, policy_},
+  attn_backward(dq, dk, dv, dout, c->q, c->k, c->v, c->out, c->lse, AttnArgs{meta_, meta_, causal_, c->scale, policy_, nullptr, c->window},
                 GradMode::kWrite);
 }
 

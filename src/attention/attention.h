@@ -1,7 +1,9 @@
 // Local attention (one device, no communication) and the interface the model calls.
 //
 // Masking: every token carries a segment (document) id and a position in the packed sequence.
-// Query i sees key j iff seg_q[i] == seg_k[j] and (not causal or pos_k[j] <= pos_q[i]).
+// Query i sees key j iff seg_q[i] == seg_k[j] and (not causal or pos_k[j] <= pos_q[i]), and, with
+// a sliding window W > 0 (causal only), pos_q[i] - pos_k[j] < W: a query sees itself and the
+// W - 1 positions before it (transformers' sliding_window_overlay: kv_idx > q_idx - W).
 // This one rule covers a single causal sequence, varlen/packed batches (cu_seqlens), and every
 // sequence-parallel layout (contiguous, zigzag, a ring step between two ranks' blocks), because
 // the metadata travels with the tokens. Padding tokens get a segment of their own.
@@ -61,6 +63,9 @@ struct AttnArgs {
   AttentionPolicy policy = {};
   // When set, the call stores which implementation computed it (a fallback included).
   AttnPath* ran = nullptr;
+  // Sliding window W: > 0 also masks keys with pos_q - pos_k >= W (needs causal); 0 = none. A
+  // per-call value: a model's layers may differ (Qwen2's max_window_layers).
+  int32_t window = 0;
 };
 
 // out [Tq, H, D] (=), lse f32 [Tq, H] (=). q [Tq, H, D], k/v [Tk, Hkv, D], H % Hkv == 0 (GQA:
@@ -103,9 +108,10 @@ class AttentionContext {
 class Attention {
  public:
   virtual ~Attention() = default;
-  // q [T, H, D], k/v [T, Hkv, D]; out [T, H, D] (=). Returns what backward needs.
+  // q [T, H, D], k/v [T, Hkv, D]; out [T, H, D] (=). `window`: the layer's sliding window
+  // (AttnArgs::window; 0 = full causal). Returns what backward needs (the window included).
   virtual std::unique_ptr<AttentionContext> forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                                                    float scale) = 0;
+                                                    float scale, int32_t window = 0) = 0;
   // dq [T, H, D], dk/dv [T, Hkv, D] (=).
   virtual void backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) = 0;
   // Moves what the calls will read on `device` there ahead of them (prepare_token_meta).
@@ -119,7 +125,7 @@ class LocalAttention final : public Attention {
   explicit LocalAttention(TokenMeta meta, AttentionPolicy policy = {}, bool causal = true)
       : meta_(std::move(meta)), policy_(policy), causal_(causal) {}
   std::unique_ptr<AttentionContext> forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                                            float scale) override;
+                                            float scale, int32_t window = 0) override;
   void backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override;
   void prepare(Device device) override { prepare_token_meta(meta_, device); }
 

@@ -79,6 +79,12 @@ const int32_t* host_i32(const Tensor& t, int64_t n, const char* name, std::strin
 }  // namespace
 
 std::optional<PackedDocs> packed_docs(const AttnArgs& args, int64_t Tq, int64_t Tk, std::string* why) {
+  if (args.window > 0) {
+    // cuDNN's sliding-window / band masks count token indices within a document, seqpar's window
+    // counts positions; and no GPU run has shown them exact here. The flash kernel takes the call.
+    if (why) *why = fmt::format("a sliding window (window={}) is set; cuDNN's band mask is not used", args.window);
+    return std::nullopt;
+  }
   if (Tq != Tk) {
     if (why) *why = fmt::format("Tq={} != Tk={}: queries and keys are different token sets", Tq, Tk);
     return std::nullopt;

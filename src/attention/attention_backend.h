@@ -52,6 +52,7 @@ struct PackedDocs {
 // The packed-document layout for which cuDNN's SDPA (padding mask over ragged offsets, optionally
 // its top-left causal mask, i.e. key index <= query index inside each document) is EXACTLY the
 // attention.h rule "seg_q == seg_k and (not causal or pos_k <= pos_q)". That holds when:
+//   - no sliding window (AttnArgs::window == 0): windowed calls run on the flash kernel;
 //   - queries and keys are the same token set: Tq == Tk and identical seg/pos (what
 //     LocalAttention sees, and Ulysses after its all-to-all);
 //   - seg is non-decreasing, so each document is one contiguous run of tokens;

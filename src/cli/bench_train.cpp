@@ -40,8 +40,8 @@ TrainConfig BenchTrainOptions::defaults() {
 }
 
 void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& o) {
-  cmd.add_option("--preset", o.preset, "model size: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny")
-      ->check(CLI::IsMember({"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "tiny"}))
+  cmd.add_option("--preset", o.preset, "model size: " + preset_choices())
+      ->check(CLI::IsMember(llama_preset_names()))
       ->capture_default_str();
   cmd.add_option("--seq-lens", o.seq_lens, "sequence lengths, comma-separated")->capture_default_str();
   cmd.add_option("--out", o.out, "also append the JSON lines here");

@@ -89,7 +89,7 @@ void add_plan_command(CLI::App& app, int& rc) {
       "Will it fit? The per-GPU memory of a training step by component (weights, gradients, optimizer, "
       "activations, the step's largest phase), predicted without a GPU");
   c->add_option("--model", args->model_dir, "HF model directory (its config.json)");
-  c->add_option("--preset", args->preset, "a known size instead: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny")
+  c->add_option("--preset", args->preset, "a known size instead: " + preset_choices())
       ->capture_default_str();
   c->add_option("--seq-len", in.seq_len, "tokens per sequence (or --longest)");
   c->add_flag("--longest", args->longest,

@@ -1,11 +1,15 @@
 // HF config.json <-> LlamaConfig.
 //
-// What is read (LlamaForCausalLM, model_type "llama"):
+// Families (model_type / architectures): llama (LlamaForCausalLM), qwen2 (Qwen2ForCausalLM),
+// qwen3 (Qwen3ForCausalLM), mistral (MistralForCausalLM); their options in parse_family_options.
+// What is read (every family):
 //   required: vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads
 //   optional, with transformers' defaults: num_key_value_heads (= num_attention_heads),
 //     head_dim (= hidden_size / num_attention_heads; null means absent), rms_norm_eps (1e-6),
 //     max_position_embeddings (2048), tie_word_embeddings (false), hidden_act ("silu", the only
-//     one accepted), attention_bias / mlp_bias (false, the only value accepted).
+//     one accepted), mlp_bias (false, the only value accepted), attention_dropout (0 only);
+//     head_dim defaults to 128 for qwen3 (Qwen3Config's default).
+//   refused by name: use_mrope, rope_deltas, vision_config (multimodal Qwen), use_qk_norm.
 //   RoPE, both spellings, with transformers 5's precedence (RotaryEmbeddingConfigMixin):
 //     4.x: top-level rope_theta + optional rope_scaling {rope_type | type, factor, low_freq_factor,
 //          high_freq_factor, original_max_position_embeddings}
@@ -15,8 +19,8 @@
 //     wins over the dict's, and max_position_embeddings is the last fallback.
 // Unknown extra fields are ignored (configs carry token ids, initializer_range, use_cache, ...).
 #include "io/hf_config.h"
-#include "io/json_describe.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,6 +28,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/json_describe.h"
 
 namespace seqpar {
 
@@ -139,6 +144,100 @@ RopeConfig parse_rope(const Fields& top, const std::string& source, int64_t max_
   return rope;
 }
 
+// The family from model_type (or, without it, architectures); both must agree when both are given.
+ModelFamily parse_family(const Fields& f, const json& root, const std::string& src) {
+  const ModelFamily families[] = {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3, ModelFamily::kMistral};
+  std::optional<ModelFamily> family;
+  if (auto model_type = f.string("model_type")) {
+    for (ModelFamily m : families)
+      if (*model_type == model_family_name(m)) family = m;
+    SEQPAR_INPUT_CHECK(family.has_value(),
+                       "{}: model_type='{}' is not supported (supported: llama, qwen2, qwen3, mistral)", src,
+                       *model_type);
+  }
+  if (f.has("architectures")) {
+    const json& arch = root["architectures"];
+    SEQPAR_INPUT_CHECK(arch.is_array(), "{}: field 'architectures' must be a list of strings, got {}", src,
+                       describe(arch));
+    std::optional<ModelFamily> named;
+    for (const json& a : arch)
+      for (ModelFamily m : families)
+        if (a.is_string() && a.get<std::string>() == model_family_architecture(m)) named = m;
+    SEQPAR_INPUT_CHECK(named.has_value(),
+                       "{}: architectures={} names none of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                       "MistralForCausalLM (the families seqpar supports)",
+                       src, arch.dump());
+    SEQPAR_INPUT_CHECK(!family || *family == *named, "{}: architectures={} does not match model_type='{}'", src,
+                       arch.dump(), model_family_name(*family));
+    family = named;
+  }
+  return family.value_or(ModelFamily::kLlama);
+}
+
+// The family's options: projection biases, q/k norms and the sliding window with the layers it
+// applies to, as transformers (5.x, also 4.x's spelling) applies them:
+//   llama:   attention_bias -> q/k/v/o biases; no window (a sliding_window key is refused).
+//   qwen2:   q/k/v biases always; sliding_window counts only when use_sliding_window; its layers
+//            are layer_types' "sliding_attention" entries, or else layers >= max_window_layers.
+//   qwen3:   q_norm, k_norm; attention_bias -> q/k/v/o biases; windows as qwen2.
+//   mistral: sliding_window (null = full causal) on every layer.
+void parse_family_options(const Fields& f, const json& root, const std::string& src, LlamaConfig& c) {
+  const ModelFamily family = c.family;
+  const bool attention_bias = f.boolean("attention_bias", false);
+  if (family == ModelFamily::kQwen2) {
+    SEQPAR_INPUT_CHECK(!attention_bias, "{}: attention_bias is not a qwen2 key (Qwen2 always has q/k/v biases)", src);
+    c.qkv_bias = true;
+  } else if (family == ModelFamily::kMistral) {
+    SEQPAR_INPUT_CHECK(!attention_bias, "{}: attention_bias=true is not supported for mistral (no projection biases)",
+                       src);
+  } else {
+    c.qkv_bias = c.o_bias = attention_bias;
+  }
+  c.qk_norm = family == ModelFamily::kQwen3;
+  const int64_t L = c.num_layers;
+  if (family == ModelFamily::kLlama) {
+    SEQPAR_INPUT_CHECK(!f.has("sliding_window") && !f.has("layer_types"),
+                       "{}: sliding_window / layer_types are not llama keys (use model_type mistral or qwen2 for a "
+                       "sliding window)",
+                       src);
+    return;
+  }
+  int64_t window = f.integer("sliding_window", 0);
+  SEQPAR_INPUT_CHECK(!f.has("sliding_window") || window >= 1, "{}: sliding_window={} must be null or >= 1", src,
+                     window);
+  if (family == ModelFamily::kMistral) {
+    SEQPAR_INPUT_CHECK(!f.has("layer_types"), "{}: layer_types is not a mistral key (its window is on every layer)",
+                       src);
+    c.sliding_window = window;
+    if (window > 0) c.sliding_layers.assign(static_cast<size_t>(std::max<int64_t>(L, 0)), true);
+    return;
+  }
+  // qwen2 / qwen3
+  c.use_sliding_window = f.boolean("use_sliding_window", false);
+  c.max_window_layers = f.integer("max_window_layers", 28);
+  if (!c.use_sliding_window) window = 0;  // transformers: sliding_window = None
+  // Absent (not null): the config class's default window.
+  if (!root.contains("sliding_window") && c.use_sliding_window) window = 4096;
+  c.sliding_window = window;
+  std::vector<bool> sliding(static_cast<size_t>(std::max<int64_t>(L, 0)), false);
+  if (f.has("layer_types")) {
+    const json& types = root["layer_types"];
+    SEQPAR_INPUT_CHECK(types.is_array() && static_cast<int64_t>(types.size()) == L,
+                       "{}: layer_types must be a list of num_hidden_layers={} strings, got {}", src, L,
+                       describe(types));
+    for (size_t l = 0; l < types.size(); ++l) {
+      const std::string t = types[l].is_string() ? types[l].get<std::string>() : types[l].dump();
+      SEQPAR_INPUT_CHECK(t == "full_attention" || t == "sliding_attention",
+                         "{}: layer_types[{}]='{}' is not supported (full_attention or sliding_attention)", src, l, t);
+      sliding[l] = t == "sliding_attention";
+    }
+  } else {
+    for (int64_t l = c.max_window_layers; l < L; ++l) sliding[static_cast<size_t>(l)] = true;
+  }
+  // A sliding layer without a window (sliding_window None) attends fully, as in transformers.
+  if (window > 0 && std::find(sliding.begin(), sliding.end(), true) != sliding.end()) c.sliding_layers = sliding;
+}
+
 }  // namespace
 
 LlamaConfig parse_hf_llama_config(const std::string& json_text, const std::string& source_name) {
@@ -152,27 +251,19 @@ LlamaConfig parse_hf_llama_config(const std::string& json_text, const std::strin
   SEQPAR_INPUT_CHECK(root.is_object(), "{}: config.json must be a JSON object, got {}", src, describe(root));
   Fields f(root, src);
 
-  // Is it a Llama at all?
-  if (f.has("architectures")) {
-    const json& arch = root["architectures"];
-    SEQPAR_INPUT_CHECK(arch.is_array(), "{}: field 'architectures' must be a list of strings, got {}", src,
-                       describe(arch));
-    bool llama = false;
-    for (const json& a : arch) llama = llama || (a.is_string() && a.get<std::string>() == "LlamaForCausalLM");
-    SEQPAR_INPUT_CHECK(llama, "{}: architectures={} does not contain LlamaForCausalLM (seqpar supports Llama only)",
-                       src, arch.dump());
-  }
-  if (auto model_type = f.string("model_type"))
-    SEQPAR_INPUT_CHECK(*model_type == "llama", "{}: model_type='{}' is not supported (supported: llama)", src,
-                       *model_type);
+  const ModelFamily family = parse_family(f, root, src);
   if (auto act = f.string("hidden_act"))
     SEQPAR_INPUT_CHECK(*act == "silu", "{}: hidden_act='{}' is not supported (seqpar's Llama MLP is SwiGLU: silu)", src,
                        *act);
-  SEQPAR_INPUT_CHECK(!f.boolean("attention_bias", false),
-                     "{}: attention_bias=true is not supported: seqpar's Llama has no projection biases", src);
   SEQPAR_INPUT_CHECK(!f.boolean("mlp_bias", false),
-                     "{}: mlp_bias=true is not supported: seqpar's Llama has no projection biases", src);
-
+                     "{}: mlp_bias=true is not supported: seqpar's MLP projections have no biases", src);
+  SEQPAR_INPUT_CHECK(f.number("attention_dropout", 0.0) == 0.0,
+                     "{}: attention_dropout={} is not supported: seqpar's attention has no dropout (0 only)", src,
+                     f.number("attention_dropout", 0.0));
+  for (const char* key : {"use_mrope", "rope_deltas", "vision_config", "use_qk_norm"}) {
+    SEQPAR_INPUT_CHECK(!f.has(key), "{}: field '{}' is not supported by seqpar's {} (remove it or use another model)",
+                       src, key, model_family_name(family));
+  }
   LlamaConfig c;
   c.vocab_size = f.integer("vocab_size");
   c.hidden_size = f.integer("hidden_size");
@@ -180,14 +271,18 @@ LlamaConfig parse_hf_llama_config(const std::string& json_text, const std::strin
   c.num_layers = f.integer("num_hidden_layers");
   c.num_heads = f.integer("num_attention_heads");
   c.num_kv_heads = f.integer("num_key_value_heads", c.num_heads);
+  c.family = family;
   if (f.has("head_dim")) {
     c.head_dim = f.integer("head_dim");
+  } else if (family == ModelFamily::kQwen3) {
+    c.head_dim = 128;            // Qwen3Config's default, not hidden_size / num_attention_heads
   } else if (c.num_heads > 0) {  // (num_attention_heads <= 0 is reported by validate() below)
     SEQPAR_INPUT_CHECK(c.hidden_size % c.num_heads == 0,
                        "{}: hidden_size={} must be a multiple of num_attention_heads={} when head_dim is not given",
                        src, c.hidden_size, c.num_heads);
     c.head_dim = c.hidden_size / c.num_heads;
   }
+  parse_family_options(f, root, src, c);
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
   c.max_position_embeddings = f.integer("max_position_embeddings", 2048);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
@@ -236,9 +331,10 @@ std::string hf_llama_config_json(const LlamaConfig& config, const std::string& t
     params.update(scaling);
   }
 
+  const ModelFamily family = config.family;
   json out = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {model_family_architecture(family)}},
+      {"model_type", model_family_name(family)},
       {"vocab_size", config.vocab_size},
       {"hidden_size", config.hidden_size},
       {"intermediate_size", config.intermediate_size},
@@ -250,10 +346,7 @@ std::string hf_llama_config_json(const LlamaConfig& config, const std::string& t
       {"max_position_embeddings", config.max_position_embeddings},
       {"rms_norm_eps", config.rms_norm_eps},
       {"tie_word_embeddings", config.tie_word_embeddings},
-      {"attention_bias", false},
       {"attention_dropout", 0.0},
-      {"mlp_bias", false},
-      {"pretraining_tp", 1},
       {"initializer_range", 0.02},
       {"use_cache", true},
       {"rope_theta", rope.theta},
@@ -262,6 +355,33 @@ std::string hf_llama_config_json(const LlamaConfig& config, const std::string& t
       {"torch_dtype", torch_dtype},  // transformers 4.x
       {"dtype", torch_dtype},        // transformers 5.x
   };
+  SEQPAR_INPUT_CHECK(family != ModelFamily::kQwen2 || (config.qkv_bias && !config.o_bias),
+                     "a qwen2 model has q/k/v biases and no o_proj bias");
+  SEQPAR_INPUT_CHECK(family == ModelFamily::kQwen2 || config.qkv_bias == config.o_bias,
+                     "a {} model has biases on all of q/k/v/o or none (attention_bias)", model_family_name(family));
+  SEQPAR_INPUT_CHECK(config.qk_norm == (family == ModelFamily::kQwen3), "q/k norms are exactly what qwen3 has");
+  if (family == ModelFamily::kLlama) {
+    out["attention_bias"] = config.o_bias;
+    out["mlp_bias"] = false;
+    out["pretraining_tp"] = 1;
+  } else if (family == ModelFamily::kQwen3) {
+    out["attention_bias"] = config.o_bias;
+  }
+  const bool windowed =
+      std::find(config.sliding_layers.begin(), config.sliding_layers.end(), true) != config.sliding_layers.end();
+  if (family == ModelFamily::kMistral) {
+    out["sliding_window"] = windowed ? json(config.sliding_window) : json(nullptr);
+  } else if (family != ModelFamily::kLlama) {
+    // layer_types says exactly which layers slide; use_sliding_window and max_window_layers are
+    // kept as read (transformers 4.x without layer_types reads them).
+    out["use_sliding_window"] = windowed;
+    out["sliding_window"] = windowed ? json(config.sliding_window) : json(nullptr);
+    out["max_window_layers"] = config.max_window_layers;
+    json types = json::array();
+    for (int64_t l = 0; l < config.num_layers; ++l)
+      types.push_back(config.layer_window(l) > 0 ? "sliding_attention" : "full_attention");
+    out["layer_types"] = types;
+  }
   return out.dump(2) + "\n";
 }
 

@@ -1,4 +1,5 @@
-// HF config.json for LlamaForCausalLM, transformers 4.x and 5.x spellings.
+// HF config.json for the Llama family (llama, qwen2, qwen3, mistral: arch/llama_config.h),
+// transformers 4.x and 5.x spellings.
 #pragma once
 
 #include <string>

@@ -304,6 +304,31 @@ void add_inplace(Tensor& y, const Tensor& x) {
   cpu::add_inplace(f32(y), f32(x), y.numel());
 }
 
+void bias_forward(Tensor& y, const Tensor& b) {
+  const char* op = "bias_forward";
+  const Arg a_y{"y", y}, a_b{"b", b};
+  const Device dev = op_device(op, {a_y, a_b});
+  SEQPAR_CHECK(y.ndim() == 2, "{}: y must be [T, N], got {}", op, y.str());
+  expect_shape(op, a_b, {y.dim(1)}, "[N] of y [T, N]");
+  expect_float(op, dev, {a_y, a_b});
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, bias_forward(y, b));
+  cpu::bias_forward(f32(y), f32(b), y.dim(0), y.dim(1));
+}
+
+void bias_backward(Tensor& db, const Tensor& dy) {
+  const char* op = "bias_backward";
+  const Arg a_db{"db", db}, a_dy{"dy", dy};
+  const Device dev = op_device(op, {a_db, a_dy});
+  SEQPAR_CHECK(dy.ndim() == 2, "{}: dy must be [T, N], got {}", op, dy.str());
+  expect_shape(op, a_db, {dy.dim(1)}, "[N] of dy [T, N]");
+  SEQPAR_CHECK(db.dtype() == DType::kF32, "{}: db must be f32 (gradients are), got {}", op, db.str());
+  expect_float(op, dev, {a_db, a_dy});
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, bias_backward(db, dy));
+  cpu::bias_backward(f32(db), f32(dy), dy.dim(0), dy.dim(1));
+}
+
 void cast(Tensor& out, const Tensor& in) {
   const char* op = "cast";
   const Arg a_out{"out", out}, a_in{"in", in};

@@ -71,6 +71,10 @@ void scale_inplace(Tensor& y, float s);        // y *= s
 // out = in converted between f32 and bf16 (round to nearest even), or copied when the dtypes
 // match; same shape and device (e.g. f32 master weights -> bf16 compute weights).
 void cast(Tensor& out, const Tensor& in);
+// Bias of a linear layer: y [T, N] += b [N] on every row (forward); db [N] += sum_t dy[t] (its
+// gradient, a column sum, accumulated in f32 in a fixed order: deterministic). db is f32.
+void bias_forward(Tensor& y, const Tensor& b);
+void bias_backward(Tensor& db, const Tensor& dy);
 // Sum of squares of all elements, accumulated in double (for the global grad norm).
 double sum_squares(const Tensor& x);
 

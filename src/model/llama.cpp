@@ -30,9 +30,17 @@ std::vector<std::pair<std::string, Shape>> LlamaParams::shapes(const LlamaConfig
   for (int64_t l = 0; l < c.num_layers; ++l) {
     std::string p = fmt::format("model.layers.{}.", l);
     out.emplace_back(p + "self_attn.q_proj.weight", Shape{HD, C});
+    if (c.qkv_bias) out.emplace_back(p + "self_attn.q_proj.bias", Shape{HD});
     out.emplace_back(p + "self_attn.k_proj.weight", Shape{KD, C});
+    if (c.qkv_bias) out.emplace_back(p + "self_attn.k_proj.bias", Shape{KD});
     out.emplace_back(p + "self_attn.v_proj.weight", Shape{KD, C});
+    if (c.qkv_bias) out.emplace_back(p + "self_attn.v_proj.bias", Shape{KD});
     out.emplace_back(p + "self_attn.o_proj.weight", Shape{C, HD});
+    if (c.o_bias) out.emplace_back(p + "self_attn.o_proj.bias", Shape{C});
+    if (c.qk_norm) {
+      out.emplace_back(p + "self_attn.q_norm.weight", Shape{c.head_dim});
+      out.emplace_back(p + "self_attn.k_norm.weight", Shape{c.head_dim});
+    }
     out.emplace_back(p + "mlp.gate_proj.weight", Shape{F, C});
     out.emplace_back(p + "mlp.up_proj.weight", Shape{F, C});
     out.emplace_back(p + "mlp.down_proj.weight", Shape{C, F});
@@ -50,10 +58,20 @@ std::vector<std::pair<std::string, Tensor*>> LlamaParams::named() {
   for (size_t l = 0; l < layers.size(); ++l) {
     std::string p = fmt::format("model.layers.{}.", l);
     LlamaLayerParams& L = layers[l];
+    // The optional tensors are named when defined: zeros() defines exactly those shapes() lists.
+    auto optional = [&](const char* name, Tensor& t) {
+      if (t.defined()) out.emplace_back(p + name, &t);
+    };
     out.emplace_back(p + "self_attn.q_proj.weight", &L.q_proj);
+    optional("self_attn.q_proj.bias", L.q_bias);
     out.emplace_back(p + "self_attn.k_proj.weight", &L.k_proj);
+    optional("self_attn.k_proj.bias", L.k_bias);
     out.emplace_back(p + "self_attn.v_proj.weight", &L.v_proj);
+    optional("self_attn.v_proj.bias", L.v_bias);
     out.emplace_back(p + "self_attn.o_proj.weight", &L.o_proj);
+    optional("self_attn.o_proj.bias", L.o_bias);
+    optional("self_attn.q_norm.weight", L.q_norm);
+    optional("self_attn.k_norm.weight", L.k_norm);
     out.emplace_back(p + "mlp.gate_proj.weight", &L.gate_proj);
     out.emplace_back(p + "mlp.up_proj.weight", &L.up_proj);
     out.emplace_back(p + "mlp.down_proj.weight", &L.down_proj);
@@ -74,7 +92,8 @@ std::vector<std::pair<std::string, const Tensor*>> LlamaParams::named() const {
 LlamaParams::FlatLayout LlamaParams::flat_layout(const LlamaConfig& c) {
   FlatLayout f;
   const auto shapes = LlamaParams::shapes(c);
-  for (size_t i = 1; i <= 9; ++i) f.layer_elems += padded(shape_numel(shapes[i].second));  // model.layers.0.*
+  for (const auto& [name, shape] : shapes)  // model.layers.0.*
+    if (name.rfind("model.layers.0.", 0) == 0) f.layer_elems += padded(shape_numel(shape));
   f.layers = padded(c.vocab_size * c.hidden_size);
   f.final_norm = f.layers + c.num_layers * f.layer_elems;
   f.lm_head = f.final_norm + padded(c.hidden_size);
@@ -82,9 +101,21 @@ LlamaParams::FlatLayout LlamaParams::flat_layout(const LlamaConfig& c) {
   return f;
 }
 
+// Defines (as placeholders, replaced below) the optional per-layer tensors `c` has, so named()
+// lists them; the zeros() and set_grad_sink() loops then give each its storage.
+static void mark_optional_tensors(LlamaParams& p, const LlamaConfig& c, DType dtype, Device device) {
+  const Tensor mark = Tensor::empty({1}, dtype, device);
+  for (LlamaLayerParams& L : p.layers) {
+    if (c.qkv_bias) L.q_bias = L.k_bias = L.v_bias = mark;
+    if (c.o_bias) L.o_bias = mark;
+    if (c.qk_norm) L.q_norm = L.k_norm = mark;
+  }
+}
+
 LlamaParams LlamaParams::zeros(const LlamaConfig& c, DType dtype, Device device, bool one_buffer) {
   LlamaParams p;
   p.layers.resize(c.num_layers);
+  mark_optional_tensors(p, c, dtype, device);
   auto shapes = LlamaParams::shapes(c);
   if (!c.tie_word_embeddings) p.lm_head = Tensor::zeros({c.vocab_size, c.hidden_size}, dtype, device);
   if (one_buffer) p.flat = Tensor::zeros({flat_layout(c).total}, dtype, device);
@@ -121,6 +152,8 @@ struct LlamaModel::LayerActs {
   std::shared_ptr<HostOffload::Handle> x_in_host;  // x_in while it waits in host memory (offload)
   Tensor rstd1;     // [T]     f32
   Tensor xn1;       // [T, C]  input_layernorm output
+  Tensor q_raw, k_raw;    // [T, H, D], [T, Hkv, D]  q/k before their norms (qk_norm)
+  Tensor rstd_q, rstd_k;  // [T*H], [T*Hkv] f32      the q/k norms' rstd (qk_norm)
   Tensor attn_out;  // [T, H, D]
   std::unique_ptr<AttentionContext> attn_ctx;
   Tensor x_mid;  // [T, C]  residual after attention
@@ -177,6 +210,7 @@ void LlamaModel::set_grad_sink(GradSink sink) {
   // the whole buffer's layout.
   LlamaParams g;
   g.layers.resize(config_.num_layers);
+  mark_optional_tensors(g, config_, DType::kF32, device_);
   if (!config_.tie_word_embeddings) g.lm_head = Tensor::zeros({config_.vocab_size, config_.hidden_size}, DType::kF32, device_);
   grad_block_ = Tensor::zeros({LlamaParams::flat_layout(config_).layer_elems}, DType::kF32, device_);
   const auto shapes = LlamaParams::shapes(config_);
@@ -188,7 +222,7 @@ void LlamaModel::set_grad_sink(GradSink sink) {
       if (!t->defined()) *t = Tensor::zeros(shape, DType::kF32, device_);
       continue;
     }
-    if (name.find(".self_attn.q_proj.") != std::string::npos) at = 0;  // a layer's first tensor
+    if (name.find(".self_attn.q_proj.weight") != std::string::npos) at = 0;  // a layer's first tensor
     *t = grad_block_.rows(at, at + shape_numel(shape)).view(shape);
     at += LlamaParams::padded(shape_numel(shape));
   }
@@ -231,13 +265,24 @@ void LlamaModel::attention_half(int64_t l, LayerActs& s, bool norm_only) {
   linear_forward(q, s.xn1, P.q_proj);
   linear_forward(k, s.xn1, P.k_proj);
   linear_forward(v, s.xn1, P.v_proj);
+  if (c.qkv_bias) {
+    bias_forward(q, P.q_bias);
+    bias_forward(k, P.k_bias);
+    bias_forward(v, P.v_bias);
+  }
   q = q.view({T, H, D});
   k = k.view({T, Hkv, D});
   v = v.view({T, Hkv, D});
+  if (c.qk_norm) {  // Qwen3: RMSNorm over each head's D before RoPE, rows [T*H, D]
+    s.q_raw = q;
+    s.k_raw = k;
+    q = head_norm_forward(s.q_raw, P.q_norm, s.rstd_q);
+    k = head_norm_forward(s.k_raw, P.k_norm, s.rstd_k);
+  }
   rope_forward(q, acts_->batch.position_ids, inv_freq_);
   rope_forward(k, acts_->batch.position_ids, inv_freq_);
   s.attn_out = Tensor::empty({T, H, D}, act, device_);
-  s.attn_ctx = acts_->attention->forward(q, k, v, s.attn_out, scale);
+  s.attn_ctx = acts_->attention->forward(q, k, v, s.attn_out, scale, config_.layer_window(l));
 }
 
 // From attn_out: x_mid = x_in + attn_out @ Wo^T, rstd2, xn2 = post_attention_layernorm(x_mid), and
@@ -252,6 +297,7 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
   const LlamaLayerParams& P = params_.layers[l];
   s.x_mid = s.x_in.clone();
   matmul(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, false, true, 1.f, 1.f);
+  if (c.o_bias) bias_forward(s.x_mid, P.o_bias);
   s.rstd2 = Tensor::empty({T}, DType::kF32, device_);
   s.xn2 = Tensor::empty({T, C}, act, device_);
   rmsnorm_forward(s.xn2, s.rstd2, s.x_mid, P.post_norm, static_cast<float>(c.rms_norm_eps));
@@ -285,6 +331,28 @@ void LlamaModel::recompute_layer(int64_t l, LayerActs& s) {
   const bool kept_attention = s.attn_ctx != nullptr;
   attention_half(l, s, /*norm_only=*/kept_attention);
   mlp_half(l, s, /*want_output=*/false);
+}
+
+// RMSNorm of every head of x [T, Hx, D] over its D (weight [D]); returns the normed heads and sets
+// rstd f32 [T*Hx] for the backward.
+Tensor LlamaModel::head_norm_forward(const Tensor& x, const Tensor& weight, Tensor& rstd) {
+  const int64_t rows = x.dim(0) * x.dim(1), D = x.dim(2);
+  Tensor out = Tensor::empty(x.shape(), dtype_, device_);
+  rstd = Tensor::empty({rows}, DType::kF32, device_);
+  Tensor out2 = out.view({rows, D});
+  rmsnorm_forward(out2, rstd, x.view({rows, D}), weight, static_cast<float>(config_.rms_norm_eps));
+  return out;
+}
+
+// The backward of head_norm_forward: returns dx [T, Hx, D] (=) from dout (the normed heads'
+// gradient); dweight [D] +=.
+Tensor LlamaModel::head_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dweight,
+                                      const Tensor& rstd) {
+  const int64_t rows = x.dim(0) * x.dim(1), D = x.dim(2);
+  Tensor dx = Tensor::empty(x.shape(), dtype_, device_);
+  Tensor dx2 = dx.view({rows, D});
+  rmsnorm_backward(dx2, dweight, dout.view({rows, D}), x.view({rows, D}), weight, rstd);
+  return dx;
 }
 
 // gate, up, h [n, F] of n tokens' post-attention-norm outputs xn [n, C].
@@ -359,6 +427,11 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
       if (policy_ == ActivationPolicy::kCheckpointKeepAttention) {
         kept.attn_out = std::move(s.attn_out);
         kept.attn_ctx = std::move(s.attn_ctx);
+        // The q/k norms' inputs too (O(tokens)): backward does not recompute the projections.
+        kept.q_raw = std::move(s.q_raw);
+        kept.k_raw = std::move(s.k_raw);
+        kept.rstd_q = std::move(s.rstd_q);
+        kept.rstd_k = std::move(s.rstd_k);
       }
       s = std::move(kept);
       if (offload_) s.x_in_host = offload_->put(std::exchange(s.x_in, Tensor()));
@@ -451,6 +524,7 @@ void LlamaModel::backward(float dloss) {
     }
     rmsnorm_backward(dtmp, G.post_norm, dxn, s.x_mid, P.post_norm, s.rstd2);
     add_inplace(dx, dtmp);  // dx is now d(x_mid)
+    if (c.o_bias) bias_backward(G.o_bias, dx);
     // Attention: x_mid = x_in + attn_out @ Wo^T.
     Tensor dattn = Tensor::empty({T, H * D}, act, device_);
     linear_backward(dattn, G.o_proj, dx, s.attn_out.view({T, H * D}), P.o_proj, 0.f);
@@ -461,6 +535,15 @@ void LlamaModel::backward(float dloss) {
     s.attn_ctx.reset();
     rope_backward(dq, a.batch.position_ids, inv_freq_);
     rope_backward(dk, a.batch.position_ids, inv_freq_);
+    if (c.qk_norm) {  // dq, dk become the gradients of the projections' outputs
+      dq = head_norm_backward(dq, s.q_raw, P.q_norm, G.q_norm, s.rstd_q);
+      dk = head_norm_backward(dk, s.k_raw, P.k_norm, G.k_norm, s.rstd_k);
+    }
+    if (c.qkv_bias) {
+      bias_backward(G.q_bias, dq.view({T, H * D}));
+      bias_backward(G.k_bias, dk.view({T, Hkv * D}));
+      bias_backward(G.v_bias, dv.view({T, Hkv * D}));
+    }
     linear_backward(dxn, G.q_proj, dq.view({T, H * D}), s.xn1, P.q_proj, 0.f);
     linear_backward(dxn, G.k_proj, dk.view({T, Hkv * D}), s.xn1, P.k_proj, 1.f);
     linear_backward(dxn, G.v_proj, dv.view({T, Hkv * D}), s.xn1, P.v_proj, 1.f);

@@ -26,6 +26,13 @@ struct LlamaLayerParams {
   Tensor gate_proj;   // [F, C]      mlp.gate_proj.weight
   Tensor up_proj;     // [F, C]      mlp.up_proj.weight
   Tensor down_proj;   // [C, F]      mlp.down_proj.weight
+  // The families' options (arch/llama_config.h), undefined when the config has none:
+  Tensor q_bias;  // [H*D]    self_attn.q_proj.bias   (qkv_bias)
+  Tensor k_bias;  // [Hkv*D]  self_attn.k_proj.bias
+  Tensor v_bias;  // [Hkv*D]  self_attn.v_proj.bias
+  Tensor o_bias;  // [C]      self_attn.o_proj.bias   (o_bias)
+  Tensor q_norm;  // [D]      self_attn.q_norm.weight (qk_norm: RMSNorm over each q head)
+  Tensor k_norm;  // [D]      self_attn.k_norm.weight
 };
 
 // Parameters (or their gradients) under Hugging Face's names. With tied embeddings lm_head is
@@ -50,7 +57,8 @@ struct LlamaParams {
   // n rounded up to a multiple of kFlatAlign: a tensor's extent in the one buffer.
   static int64_t padded(int64_t n) { return (n + kFlatAlign - 1) / kFlatAlign * kFlatAlign; }
   // Where the parts sit in the one buffer (element offsets): the embedding at 0, decoder layer l at
-  // layers + l × layer_elems (its nine tensors, padded, in named() order), the final norm, then
+  // layers + l × layer_elems (its tensors, nine plus the family's biases and q/k norms, padded, in
+  // named() order), the final norm, then
   // the LM head (untied models); total elements.
   struct FlatLayout {
     int64_t layers = 0, layer_elems = 0, final_norm = 0, lm_head = 0, total = 0;
@@ -156,6 +164,9 @@ class LlamaModel {
   void attention_half(int64_t l, LayerActs& s, bool norm_only = false);
   Tensor mlp_half(int64_t l, LayerActs& s, bool want_output);
   void recompute_layer(int64_t l, LayerActs& s);
+  Tensor head_norm_forward(const Tensor& x, const Tensor& weight, Tensor& rstd);
+  Tensor head_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dweight,
+                            const Tensor& rstd);
   void mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h);
   void mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor& xn, const Tensor& gate, const Tensor& up,
                          const Tensor& h, Tensor& dxn);

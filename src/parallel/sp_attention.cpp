@@ -5,12 +5,19 @@
 // hk = its KV heads):
 //   forward : a2a q, k, v  [T, H|Hkv, D] -> [u*T, h|hk, D]           (Ulysses, skipped if u = 1)
 //             r ring steps: attention of the local queries on one KV block, merged by LSE,
-//             while the next block travels (r - 1 hops of k and v)    (ring, skipped if r = 1)
+//             while the next block travels                            (ring, skipped if r = 1)
 //             a2a out [u*T, h, D] -> [T, H, D]
-//   backward: a2a dout; r ring steps: the next k, v travel while the current block is computed
-//             (r - 1 hops), its dk, dv follow once they hold this rank's share (r hops, the last
-//             brings each block's gradient home); a2a dq, dk, dv back, summing the gradients of
-//             a KV head that was replicated to several ranks.
+//   backward: a2a dout; r ring steps: the next k, v travel while the current block is computed,
+//             and each block's dk, dv contribution goes straight back to the block's owner, which
+//             sums them; a2a dq, dk, dv back, summing the gradients of a KV head that was
+//             replicated to several ranks.
+// Ring step s: rank m computes on block (m - s) mod r, which its owner sends to m directly (not
+// passed along the ring), so a hop is one (owner, reader) pair and is skipped when no query of the
+// reader can see a key of the block under the mask (causal future, other documents, the sliding
+// window). Both ends decide that from the token metadata every rank holds (BlockVisibility), so
+// the sends and receives pair up without any message about it. At window W and shard length L, a
+// contiguous rank reads about ceil(W / L) blocks besides its own instead of all r - 1 (zigzag
+// ranks, whose two chunks neighbour chunks of two other ranks, about twice that).
 // hk is the KV heads h's query heads read, or h (one KV copy per query head) when an uneven
 // split leaves those KV heads serving unequal numbers of h's query heads (see kv_heads).
 #include "parallel/sp_attention.h"
@@ -19,6 +26,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
+#include <utility>
 
 #include "kernels/ops.h"
 
@@ -115,6 +124,7 @@ size_t head_bytes(const Tensor& t, int64_t heads) { return static_cast<size_t>(h
 struct HeadGroupState {
   Tensor q, k, v, out, lse;
   float scale = 0;
+  int32_t window = 0;
 };
 
 class UspContext final : public AttentionContext {
@@ -133,6 +143,62 @@ struct PendingA2a {
   std::unique_ptr<CommRequest> req;
 };
 
+// Which ring block's keys the queries of which block can see, per sliding window: exact on runs of
+// tokens with one segment and consecutive positions (the layouts make_sp_batch builds: a zigzag
+// block is two runs per document piece), where some pair of query run [a, b] and key run [c, d] is
+// visible iff c <= b (causal) and a - d < W. Computed once per window a layer uses.
+class BlockVisibility {
+ public:
+  BlockVisibility(const std::vector<TokenMeta>& blocks, bool causal) : causal_(causal) {
+    for (const TokenMeta& m : blocks) runs_.push_back(runs_of(m));
+  }
+  bool visible(int q_block, int k_block, int32_t window) {
+    auto it = matrix_.find(window);
+    if (it == matrix_.end()) it = matrix_.emplace(window, compute(window)).first;
+    const size_t n = runs_.size();
+    return it->second[static_cast<size_t>(q_block) * n + static_cast<size_t>(k_block)] != 0;
+  }
+
+ private:
+  struct Run {
+    int32_t seg, first, last;  // positions first..last, consecutive
+  };
+  static std::vector<Run> runs_of(const TokenMeta& m) {
+    const int32_t* seg = m.seg.data<int32_t>();
+    const int32_t* pos = m.pos.data<int32_t>();
+    std::vector<Run> runs;
+    for (int64_t t = 0; t < m.size(); ++t) {
+      if (!runs.empty() && runs.back().seg == seg[t] && pos[t] == runs.back().last + 1) {
+        runs.back().last = pos[t];
+      } else {
+        runs.push_back({seg[t], pos[t], pos[t]});
+      }
+    }
+    return runs;
+  }
+  bool runs_visible(const std::vector<Run>& q, const std::vector<Run>& k, int32_t window) const {
+    for (const Run& a : q)
+      for (const Run& b : k) {
+        if (a.seg != b.seg) continue;
+        if (causal_ && b.first > a.last) continue;
+        if (window > 0 && static_cast<int64_t>(a.first) - b.last >= window) continue;
+        return true;
+      }
+    return false;
+  }
+  std::vector<char> compute(int32_t window) const {
+    const size_t n = runs_.size();
+    std::vector<char> m(n * n);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j) m[i * n + j] = runs_visible(runs_[i], runs_[j], window) ? 1 : 0;
+    return m;
+  }
+
+  bool causal_;
+  std::vector<std::vector<Run>> runs_;        // [r]: the runs of each ring block
+  std::map<int32_t, std::vector<char>> matrix_;  // window -> [r * r] visible(q block, k block)
+};
+
 class UspAttention final : public Attention {
  public:
   UspAttention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta, int64_t H, int64_t Hkv,
@@ -146,6 +212,7 @@ class UspAttention final : public Attention {
       for (int i = 0; i < u; ++i) parts.push_back(sp_meta[b * u + i]);
       group_meta_.push_back(concat_token_meta(parts));
     }
+    visibility_ = std::make_unique<BlockVisibility>(group_meta_, causal_);
     // Head groups: every rank's query heads cut into G consecutive parts (G <= its head count), each
     // with the KV heads it reads. G = 1 without Ulysses (nothing to overlap).
     const int64_t fewest = H / u;  // the smallest per-rank head count (query_heads)
@@ -164,7 +231,9 @@ class UspAttention final : public Attention {
   // Head group g's q, k, v travel while group g-1 is computed, and its output travels back while
   // group g+1 is; with one group this is the plain a2a -> ring -> a2a.
   std::unique_ptr<AttentionContext> forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                                            float scale) override {
+                                            float scale, int32_t window) override {
+    SEQPAR_CHECK(window >= 0 && (window == 0 || causal_), "sp attention: window={} needs causal attention",
+                 window);
     auto ctx = std::make_unique<UspContext>();
     const size_t G = groups_.size();
     ctx->groups.resize(G);
@@ -179,6 +248,7 @@ class UspAttention final : public Attention {
       if (g + 1 < G) post_inputs(g + 1);
       HeadGroupState& st = ctx->groups[g];
       st.scale = scale;
+      st.window = window;
       st.q = finish(in[3 * g]);
       st.k = finish(in[3 * g + 1]);
       st.v = finish(in[3 * g + 2]);
@@ -225,27 +295,42 @@ class UspAttention final : public Attention {
   }
 
  private:
-  AttnArgs args_for(int block, float scale) const {
+  AttnArgs args_for(int block, const HeadGroupState& c) const {
     AttnArgs a;
     a.q_meta = group_meta_[ring_.rank()];
     a.k_meta = group_meta_[block];
     a.causal = causal_;
-    a.scale = scale;
+    a.scale = c.scale;
+    a.window = c.window;
     a.policy = policy_;
     return a;
   }
 
-  // Whether any query of this rank's group can see a key of `block` (a causal block entirely in
-  // the future is skipped; that is the work zigzag balances).
-  bool block_visible(int block) const {
-    if (!causal_) return true;
-    const TokenMeta& qm = group_meta_[ring_.rank()];
-    const TokenMeta& km = group_meta_[block];
-    const int32_t* qp = qm.pos.data<int32_t>();
-    const int32_t* kp = km.pos.data<int32_t>();
-    int32_t max_q = *std::max_element(qp, qp + qm.size());
-    int32_t min_k = *std::min_element(kp, kp + km.size());
-    return min_k <= max_q;
+  // Whether any query of ring block q_block can see a key of block k_block (a causal block
+  // entirely in the future, or entirely before the window, is skipped: compute and hop).
+  bool block_visible(int q_block, int k_block, int32_t window) const {
+    return visibility_->visible(q_block, k_block, window);
+  }
+
+  // Ring step `step`'s k/v hops, posted: this rank's block to the rank that reads it at that step,
+  // the block it reads from that block's owner; either skipped when the reader sees nothing of it.
+  // `k_in`, `v_in` are left undefined when nothing is received.
+  std::unique_ptr<CommRequest> post_kv_hop(int step, const HeadGroupState& c, Tensor& k_in, Tensor& v_in) {
+    const int r = ring_.size(), me = ring_.rank();
+    const int reader = (me + step) % r, owner = ((me - step) % r + r) % r;
+    std::vector<P2POp> sends, recvs;
+    if (block_visible(reader, me, c.window)) {
+      sends = {{reader, c.k}, {reader, c.v}};
+      counters_.kv_blocks_sent += 1;
+    }
+    if (block_visible(me, owner, c.window)) {
+      k_in = Tensor::empty(c.k.shape(), c.k.dtype(), c.k.device());
+      v_in = Tensor::empty(c.v.shape(), c.v.dtype(), c.v.device());
+      recvs = {{owner, k_in}, {owner, v_in}};
+      counters_.kv_blocks_received += 1;
+    }
+    if (sends.empty() && recvs.empty()) return nullptr;
+    return ring_.send_recv_async(sends, recvs);
   }
 
   // Ulysses scatter, posted: [T, Hx, D] (all heads, my tokens) -> [u*T, hx, D] (my heads, the
@@ -374,113 +459,132 @@ class UspAttention final : public Attention {
   // at every hop).
   void ring_forward(HeadGroupState& c) {
     const int r = ring_.size(), me = ring_.rank();
-    Tensor k = c.k, v = c.v;
     bool first = true;
     const bool wide = r > 1 && c.out.dtype() != DType::kF32;
     Tensor acc = wide ? Tensor::empty(c.out.shape(), DType::kF32, c.out.device()) : c.out;
     Tensor out_part = Tensor::empty(c.out.shape(), c.out.dtype(), c.out.device());
     Tensor lse_part = Tensor::empty(c.lse.shape(), DType::kF32, c.lse.device());
+    Tensor k = c.k, v = c.v, k_next, v_next;
+    std::unique_ptr<CommRequest> req;
     for (int step = 0; step < r; ++step) {
       const int block = ((me - step) % r + r) % r;
+      if (step > 0) {  // this step's block, posted during the step before
+        if (req) req->wait();
+        k = std::exchange(k_next, Tensor());
+        v = std::exchange(v_next, Tensor());
+      }
       // Post the next hop before computing on this block.
-      Tensor k_next, v_next;
-      std::unique_ptr<CommRequest> req;
-      if (step + 1 < r) {
-        k_next = Tensor::empty(k.shape(), k.dtype(), k.device());
-        v_next = Tensor::empty(v.shape(), v.dtype(), v.device());
-        req = ring_.send_recv_async({{(me + 1) % r, k}, {(me + 1) % r, v}},
-                                    {{(me - 1 + r) % r, k_next}, {(me - 1 + r) % r, v_next}});
+      req = step + 1 < r ? post_kv_hop(step + 1, c, k_next, v_next) : nullptr;
+      if (!block_visible(me, block, c.window)) continue;
+      if (first) {
+        attn_forward(wide ? out_part : c.out, c.lse, c.q, k, v, args_for(block, c));
+        if (wide) cast(acc, out_part);
+      } else {
+        attn_forward(out_part, lse_part, c.q, k, v, args_for(block, c));
+        attn_merge(acc, c.lse, out_part, lse_part);
       }
-      if (block_visible(block)) {
-        if (first) {
-          attn_forward(wide ? out_part : c.out, c.lse, c.q, k, v, args_for(block, c.scale));
-          if (wide) cast(acc, out_part);
-        } else {
-          attn_forward(out_part, lse_part, c.q, k, v, args_for(block, c.scale));
-          attn_merge(acc, c.lse, out_part, lse_part);
-        }
-        first = false;
-      }
-      if (req) {
-        req->wait();
-        k = k_next;
-        v = v_next;
-      }
+      counters_.blocks_computed += 1;
+      first = false;
     }
     SEQPAR_CHECK(!first, "ring attention: no key block is visible to rank {}'s queries (its own block always is)", me);
     if (wide) cast(c.out, acc);
   }
 
-  // Each step: this rank's contribution to the block it holds goes into fresh buffers while that
-  // block's accumulators (the contributions of the ranks before) and the next block's k, v are
-  // still travelling; then the accumulators are added and sent on. After the last step the hop
-  // brings each block's gradient home. With narrower activations than f32, dq and the travelling
-  // dk, dv accumulators are f32 (twice the bytes on the dk/dv hops), rounded once at the end.
-  void ring_backward(HeadGroupState& c, const Tensor& dout, Tensor& dq_out, Tensor& dk_home, Tensor& dv_home) {
+  // Step s: the k, v of step s + 1 travel while this rank computes its contribution to block
+  // (me - s)'s gradients; the contribution goes straight back to the block's owner, and this rank
+  // adds the contributions its own block receives (from rank me + s) into its dk, dv. Step 0
+  // (the own block) writes dq, dk, dv, every element; a receive is waited for one step later, so
+  // one exchange is in flight while the next block is computed. With activations narrower than
+  // f32 (bf16 on the GPU) dq and the home dk, dv are summed in f32 and rounded once at the end;
+  // each contribution travels in the activation dtype, rounded once by its kernel (so the error
+  // does not grow with the ring degree, and the hops carry no more bytes).
+  void ring_backward(HeadGroupState& c, const Tensor& dout, Tensor& dq_out, Tensor& dk_out, Tensor& dv_out) {
     const int r = ring_.size(), me = ring_.rank();
-    const int next = (me + 1) % r, prev = (me - 1 + r) % r;
     const bool wide = r > 1 && dq_out.dtype() != DType::kF32;
-    const DType acc_dtype = wide ? DType::kF32 : dq_out.dtype();
-    Tensor dq = wide ? Tensor::empty(dq_out.shape(), DType::kF32, dq_out.device()) : dq_out;
-    Tensor k = c.k, v = c.v;
-    Tensor dk_in, dv_in;                    // the accumulators arriving from prev
-    std::unique_ptr<CommRequest> grad_req;  // their hop
+    auto sum_of = [&](const Tensor& t) { return wide ? Tensor::empty(t.shape(), DType::kF32, t.device()) : t; };
+    Tensor dq = sum_of(dq_out), dk_home = sum_of(dk_out), dv_home = sum_of(dv_out);
+    Tensor k = c.k, v = c.v, k_next, v_next;
+    std::unique_ptr<CommRequest> kv_req;
+    struct GradHop {
+      std::unique_ptr<CommRequest> req;
+      Tensor dk_sent, dv_sent, dk_in, dv_in;  // the sent buffers live until the hop is done
+    };
+    GradHop pending;
+    auto land = [&](GradHop& hop) {
+      if (!hop.req) return;
+      hop.req->wait();
+      if (hop.dk_in.defined()) {
+        add_inplace(dk_home, hop.dk_in);
+        add_inplace(dv_home, hop.dv_in);
+      }
+      hop = GradHop();
+    };
     for (int step = 0; step < r; ++step) {
       const int block = ((me - step) % r + r) % r;
-      Tensor k_in, v_in;
-      std::unique_ptr<CommRequest> kv_req;
-      if (step + 1 < r) {
-        k_in = Tensor::empty(k.shape(), k.dtype(), k.device());
-        v_in = Tensor::empty(v.shape(), v.dtype(), v.device());
-        kv_req = ring_.send_recv_async({{next, k}, {next, v}}, {{prev, k_in}, {prev, v_in}});
+      if (step > 0) {
+        if (kv_req) kv_req->wait();
+        k = std::exchange(k_next, Tensor());
+        v = std::exchange(v_next, Tensor());
       }
-      // Step 0 (this rank's own block) writes dq, every element; later steps add to it. dk, dv
-      // of this step are this rank's share only: written at step 0, into zeros after.
-      const bool first = step == 0;
-      Tensor dk = r == 1 ? dk_home : first ? Tensor::empty(k.shape(), acc_dtype, k.device())
-                                           : Tensor::zeros(k.shape(), acc_dtype, k.device());
-      Tensor dv = r == 1 ? dv_home : first ? Tensor::empty(v.shape(), acc_dtype, v.device())
-                                           : Tensor::zeros(v.shape(), acc_dtype, v.device());
-      if (block_visible(block)) {
-        attn_backward(dq, dk, dv, dout, c.q, k, v, c.out, c.lse, args_for(block, c.scale),
-                      first ? GradMode::kWrite : GradMode::kAccumulate);
-      } else if (first) {
-        dq.zero();
-        dk.zero();
-        dv.zero();
+      kv_req = step + 1 < r ? post_kv_hop(step + 1, c, k_next, v_next) : nullptr;
+      if (step == 0) {
+        if (block_visible(me, me, c.window)) {
+          attn_backward(dq, dk_home, dv_home, dout, c.q, k, v, c.out, c.lse, args_for(me, c), GradMode::kWrite);
+          counters_.blocks_computed += 1;
+        } else {
+          dq.zero();
+          dk_home.zero();
+          dv_home.zero();
+        }
+        continue;
       }
-      if (r == 1) return;
-      if (grad_req) {
-        grad_req->wait();
-        add_inplace(dk, dk_in);
-        add_inplace(dv, dv_in);
+      GradHop hop;
+      if (block_visible(me, block, c.window)) {
+        hop.dk_sent = Tensor::zeros(k.shape(), k.dtype(), k.device());
+        hop.dv_sent = Tensor::zeros(v.shape(), v.dtype(), v.device());
+        // dq accumulates over the steps; this block's dk, dv start from the zeros above.
+        attn_backward(dq, hop.dk_sent, hop.dv_sent, dout, c.q, k, v, c.out, c.lse, args_for(block, c),
+                      GradMode::kAccumulate);
+        counters_.blocks_computed += 1;
       }
-      dk_in = Tensor::empty(dk.shape(), dk.dtype(), dk.device());
-      dv_in = Tensor::empty(dv.shape(), dv.dtype(), dv.device());
-      grad_req = ring_.send_recv_async({{next, dk}, {next, dv}}, {{prev, dk_in}, {prev, dv_in}});
-      if (kv_req) {
-        kv_req->wait();
-        k = k_in;
-        v = v_in;
+      // This step's gradient hop: to the owner of the block just computed, from the rank that
+      // computed on this rank's block (the pairs of post_kv_hop, reversed).
+      const int reader = (me + step) % r;
+      std::vector<P2POp> sends, recvs;
+      if (hop.dk_sent.defined()) {
+        sends = {{block, hop.dk_sent}, {block, hop.dv_sent}};
+        counters_.grad_blocks_sent += 1;
       }
+      if (block_visible(reader, me, c.window)) {
+        hop.dk_in = Tensor::empty(dk_out.shape(), dk_out.dtype(), dk_out.device());
+        hop.dv_in = Tensor::empty(dv_out.shape(), dv_out.dtype(), dv_out.device());
+        recvs = {{reader, hop.dk_in}, {reader, hop.dv_in}};
+        counters_.grad_blocks_received += 1;
+      }
+      if (!sends.empty() || !recvs.empty()) hop.req = ring_.send_recv_async(sends, recvs);
+      land(pending);
+      pending = std::move(hop);
     }
-    grad_req->wait();
+    land(pending);
     if (wide) {
       cast(dq_out, dq);
-      cast(dk_home, dk_in);
-      cast(dv_home, dv_in);
-    } else {
-      dk_home.copy_from(dk_in);
-      dv_home.copy_from(dv_in);
+      cast(dk_out, dk_home);
+      cast(dv_out, dv_home);
     }
   }
 
+ public:
+  const SpRingCounters& counters() const { return counters_; }
+
+ private:
   Communicator& uly_;
   Communicator& ring_;
   AttentionPolicy policy_;
   bool causal_;
   std::vector<TokenMeta> group_meta_;  // [r]: the tokens of ring block b (its ulysses group)
   std::vector<HeadGroup> groups_;      // [G]: the heads each Ulysses rank receives, per group
+  std::unique_ptr<BlockVisibility> visibility_;
+  SpRingCounters counters_;
 };
 
 }  // namespace
@@ -491,6 +595,11 @@ int parse_ulysses_head_groups(const std::string& value, const std::string& setti
   SEQPAR_INPUT_CHECK(ec == std::errc() && end == value.data() + value.size() && !value.empty() && v >= 1 && v <= 1024,
                      "{}={}: expected a whole number of head groups >= 1", setting, value);
   return v;
+}
+
+const SpRingCounters* sp_ring_counters(const Attention& attention) {
+  const auto* usp = dynamic_cast<const UspAttention*>(&attention);
+  return usp ? &usp->counters() : nullptr;
 }
 
 std::unique_ptr<Attention> make_sp_attention(DeviceMesh& mesh, const std::vector<TokenMeta>& sp_meta,

@@ -54,6 +54,19 @@ std::unique_ptr<Attention> make_sp_attention(DeviceMesh& mesh, const std::vector
                                              const AttentionPolicy& policy = {},
                                              int head_groups = kDefaultUlyssesHeadGroups, bool causal = true);
 
+// What this rank's ring did since the attention was made, counted per head group and layer call
+// (forward and backward): ring blocks computed on (its own included), k/v blocks sent and received,
+// dk/dv contributions sent to and received from a block's owner. A hop the sliding window (or the
+// causal mask, or the documents) makes useless is neither sent nor received, so these count what
+// crossed the wire. Tests and benchmarks read them.
+struct SpRingCounters {
+  int64_t blocks_computed = 0;
+  int64_t kv_blocks_sent = 0, kv_blocks_received = 0;
+  int64_t grad_blocks_sent = 0, grad_blocks_received = 0;
+};
+// The counters of an attention make_sp_attention made; nullptr for any other Attention.
+const SpRingCounters* sp_ring_counters(const Attention& attention);
+
 // A head-group count as SEQPAR_ULYSSES_HEAD_GROUPS spells it: a whole number in [1, 1024];
 // otherwise an InputError naming `setting` and the value.
 int parse_ulysses_head_groups(const std::string& value, const std::string& setting);

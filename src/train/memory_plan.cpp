@@ -263,10 +263,13 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       in.sp == 1 ? a * H * D + 2 * a * Hkv * D + 4 * H : (U == 1 ? a * H * D + 2 * a * Hkv * D : 0) + sp_fwd.ctx;
   const bool tiled_mlp = in.memory.mlp_tile_tokens > 0 && in.memory.mlp_tile_tokens < T;
   const int64_t mlp_kept = tiled_mlp ? 0 : 3 * a * F;  // gate, up, h
+  // Qwen3's q/k norms: their inputs and f32 rstd (kept with checkpoint_keep_attention too).
+  const int64_t qk_norm = m.qk_norm ? a * (H + Hkv) * D + 4 * (H + Hkv) : 0;
   // x_in, rstd1, xn1, ctx, attn_out, x_mid, rstd2, xn2, MLP.
-  const int64_t full = a * C + 4 + a * C + ctx + a * H * D + a * C + 4 + a * C + mlp_kept;
+  const int64_t full = a * C + 4 + a * C + ctx + a * H * D + a * C + 4 + a * C + mlp_kept + qk_norm;
   int64_t kept = full;
-  if (in.memory.activation_checkpointing) kept = in.memory.checkpoint_keep_attention ? a * C + ctx + a * H * D : a * C;
+  if (in.memory.activation_checkpointing)
+    kept = in.memory.checkpoint_keep_attention ? a * C + ctx + a * H * D + qk_norm : a * C;
   p.kept_per_token_layer = kept;
   p.sp_buffers = std::max(sp_fwd.peak - sp_fwd.ctx, sp_bwd) * T;
   // Offloaded inputs live in host memory; two layers' stay on the device (see the header).

@@ -47,7 +47,7 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std) {
   std::normal_distribution<float> normal(0.f, std);
   for (auto& [name, t] : params.named()) {
     float* p = t->data<float>();
-    const bool is_norm = t->ndim() == 1;
+    const bool is_norm = name.find("norm.weight") != std::string::npos;  // biases draw like weights
     for (int64_t i = 0; i < t->numel(); ++i) p[i] = is_norm ? 1.f : normal(rng);
   }
 }

@@ -165,3 +165,35 @@ TEST(RopeInvFreq, Llama31MatchesTransformers) {
 
 }  // namespace
 }  // namespace seqpar
+
+namespace seqpar {
+namespace {
+
+// The families' presets carry their published config.json shapes and options.
+TEST(LlamaPreset, FamiliesHaveTheirPublishedShapes) {
+  const LlamaConfig q25 = llama_preset("qwen2.5-1.5b");
+  EXPECT_EQ(q25.family, ModelFamily::kQwen2);
+  EXPECT_TRUE(q25.qkv_bias && !q25.o_bias && !q25.qk_norm);
+  EXPECT_EQ(q25.hidden_size, 1536);
+  EXPECT_EQ(q25.num_heads, 12);
+  EXPECT_EQ(q25.num_kv_heads, 2);
+  EXPECT_EQ(q25.head_dim, 128);
+  EXPECT_EQ(q25.layer_window(27), 0);
+  const LlamaConfig q3 = llama_preset("qwen3-8b");
+  EXPECT_EQ(q3.family, ModelFamily::kQwen3);
+  EXPECT_TRUE(q3.qk_norm && !q3.qkv_bias);
+  EXPECT_EQ(q3.num_layers, 36);
+  EXPECT_EQ(q3.intermediate_size, 12288);
+  const LlamaConfig q3s = llama_preset("qwen3-1.7b");
+  EXPECT_EQ(q3s.num_heads, 16);
+  EXPECT_TRUE(q3s.tie_word_embeddings);
+  const LlamaConfig m = llama_preset("mistral-7b");
+  EXPECT_EQ(m.family, ModelFamily::kMistral);
+  EXPECT_EQ(m.vocab_size, 32000);
+  for (int64_t l = 0; l < m.num_layers; ++l) EXPECT_EQ(m.layer_window(l), 4096);
+  for (const std::string& name : llama_preset_names()) EXPECT_NO_THROW(llama_preset(name).validate()) << name;
+  EXPECT_THROW(llama_preset("qwen9"), InputError);
+}
+
+}  // namespace
+}  // namespace seqpar

@@ -84,6 +84,17 @@ TEST(AttentionBackend, PackedDocsAcceptsEqualCopiesAndGappedPositions) {
   EXPECT_EQ(docs->max_len, 3);
 }
 
+// A sliding window never reaches cuDNN: the dispatcher runs windowed calls on the flash kernel.
+TEST(AttentionBackend, PackedDocsRefusesWindowedCalls) {
+  const TokenMeta m = token_meta_from_cu_seqlens({0, 5, 16});
+  AttnArgs args = same_set(m, true);
+  ASSERT_TRUE(packed_docs(args, 16, 16).has_value());
+  args.window = 4;
+  std::string why;
+  EXPECT_FALSE(packed_docs(args, 16, 16, &why).has_value());
+  EXPECT_NE(why.find("sliding window (window=4)"), std::string::npos) << why;
+}
+
 TEST(AttentionBackend, PackedDocsRefusesWhatCudnnCannotExpress) {
   std::string why;
   // Different token sets: a ring step (queries against another rank's keys).

@@ -28,7 +28,10 @@ using seqpar::Tensor;
 
 // Every case the generator writes; FixtureSet.MatchesTheGenerator keeps this list honest.
 const std::vector<std::string> kCases = {"gqa_untied",   "mha_tied",    "gqa_llama3_rope",   "bf16_weights",
-                                         "v4_spelling", "llama3_v4_spelling", "gqa_d64"};
+                                         "v4_spelling", "llama3_v4_spelling", "gqa_d64",
+                                         // the families (issue 17)
+                                         "qwen2_untied", "qwen2_tied_window", "qwen3_head_dim", "qwen3_bias_window",
+                                         "mistral_window", "mistral_full_tied", "mistral_d64_window"};
 
 constexpr double kTolLoose = 1e-4;  // logits, grad.*: f32 sums of many terms
 constexpr double kTolTight = 1e-5;  // loss, grad_norm, param.*
@@ -165,6 +168,7 @@ const std::vector<SpMode> kSpModes = {
     {"ulysses2", " --sp 2 --sp-mode ulysses"},
     {"ulysses4", " --sp 4 --sp-mode ulysses"},  // Hkv < 4 in most cases: KV heads replicated
     {"ring2", " --sp 2 --sp-mode ring"},        // zigzag layout
+    {"ring4_contiguous", " --sp 4 --sp-mode ring --sp-layout contiguous"},  // windows skip hops here
     {"hybrid4", " --sp 4 --sp-mode hybrid --ulysses-degree 2"},
 };
 

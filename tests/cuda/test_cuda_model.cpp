@@ -93,6 +93,20 @@ TEST(CudaModel, CudnnAttentionMatchesHuggingFace) {
   expect_close(run_fwdbwd(dir, "--device cuda --attn-implementation sdpa"), ref, "gqa_d64 cuda sdpa");
 }
 
+// A sliding-window model (Mistral, W = 7 < S = 24, head_dim 64) on the GPU: the flash kernel takes
+// the window (also when sdpa asks for cuDNN, which never sees windowed calls), and every SP mode
+// (in-process ranks on the one GPU; the contiguous ring skips the hops the window never sees)
+// matches transformers within the bf16 rule.
+TEST(CudaModel, SlidingWindowModelMatchesHuggingFaceOnEverySpMode) {
+  const std::string dir = testing::source_path("tests/fixtures/hf/mistral_d64_window");
+  SafetensorsData ref = read_safetensors(dir + "/expected.safetensors");
+  for (const char* mode : {"", "--attn-implementation sdpa", "--sp 2 --sp-mode ulysses", "--sp 2 --sp-mode ring",
+                           "--sp 2 --sp-mode ring --sp-layout contiguous", "--sp 4 --sp-mode ring --sp-layout contiguous",
+                           "--sp 2 --sp-mode ring --activation-checkpointing --checkpoint-keep-attention"}) {
+    expect_close(run_fwdbwd(dir, std::string("--device cuda ") + mode), ref, std::string("mistral_d64_window ") + mode);
+  }
+}
+
 // One process per rank over NCCL, started by `seqpar launch` (world 1 on this one-GPU machine:
 // the NCCL communicator, the TCP store rendezvous and the config check all run).
 TEST(CudaModel, NcclTransportUnderSeqparLaunchMatchesLocal) {

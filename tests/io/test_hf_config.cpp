@@ -193,93 +193,141 @@ TEST(HfConfig, UnsupportedRopeTypes) {
 
 TEST(HfConfig, RefusesWhatSeqparsLlamaIsNot) {
   json j = minimal();
-  j["attention_bias"] = true;
-  EXPECT_INPUT_ERROR(parse(j),
-                     "cfg.json: attention_bias=true is not supported: seqpar's Llama has no projection biases");
-  j = minimal();
   j["mlp_bias"] = true;
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: mlp_bias=true is not supported: seqpar's Llama has no projection biases");
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: mlp_bias=true is not supported: seqpar's MLP projections have no biases");
   j = minimal();
   j["hidden_act"] = "gelu";
   EXPECT_INPUT_ERROR(parse(j), "cfg.json: hidden_act='gelu' is not supported");
   j = minimal();
-  j["architectures"] = {"MistralForCausalLM"};
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: architectures=[\"MistralForCausalLM\"] does not contain LlamaForCausalLM");
+  j["attention_dropout"] = 0.1;
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: attention_dropout=0.1 is not supported");
+  j = minimal();
+  j["architectures"] = {"GPT2LMHeadModel"};
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: architectures=[\"GPT2LMHeadModel\"] names none of LlamaForCausalLM");
   j["architectures"] = "LlamaForCausalLM";
   EXPECT_INPUT_ERROR(parse(j), "field 'architectures' must be a list of strings, got string");
   j = minimal();
+  j["model_type"] = "gemma";
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: model_type='gemma' is not supported (supported: llama, qwen2, qwen3, mistral)");
   j["model_type"] = "mistral";
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: model_type='mistral' is not supported (supported: llama)");
-  j["architectures"] = {"LlamaForCausalLM", "Other"};  // contains Llama, but model_type still wrong
-  EXPECT_INPUT_ERROR(parse(j), "model_type='mistral'");
+  j["architectures"] = {"LlamaForCausalLM", "Other"};  // a known class, but not model_type's
+  EXPECT_INPUT_ERROR(parse(j), "does not match model_type='mistral'");
+  j = minimal();
+  j["sliding_window"] = 16;  // not a llama key: transformers' Llama would ignore it silently
+  EXPECT_INPUT_ERROR(parse(j), "sliding_window / layer_types are not llama keys");
+  j = minimal();
+  j["model_type"] = "qwen2";
+  j["use_mrope"] = true;
+  EXPECT_INPUT_ERROR(parse(j), "field 'use_mrope' is not supported by seqpar's qwen2");
 }
 
-TEST(HfConfig, MissingFieldsAndWrongTypes) {
-  for (const char* field :
-       {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}) {
-    json j = minimal();
-    j.erase(field);
-    EXPECT_INPUT_ERROR(parse(j), fmt::format("cfg.json: field '{}' is missing", field));
-    j[field] = "16";
-    EXPECT_INPUT_ERROR(parse(j), fmt::format("cfg.json: field '{}' must be an integer, got string \"16\"", field));
+// Llama's own attention_bias: biases on q, k, v and o.
+TEST(HfConfig, LlamaAttentionBias) {
+  json j = minimal();
+  j["attention_bias"] = true;
+  const LlamaConfig c = parse(j);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_TRUE(c.o_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.layer_window(0), 0);
+}
+
+TEST(HfConfig, Qwen2BiasesAndTheLayersItsWindowCovers) {
+  json j = minimal();
+  j["model_type"] = "qwen2";
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["num_hidden_layers"] = 4;
+  LlamaConfig c = parse(j);
+  EXPECT_EQ(c.family, ModelFamily::kQwen2);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  for (int l = 0; l < 4; ++l) EXPECT_EQ(c.layer_window(l), 0) << "use_sliding_window defaults to false";
+  j["sliding_window"] = 32;
+  j["max_window_layers"] = 2;
+  EXPECT_EQ(parse(j).layer_window(3), 0) << "a window without use_sliding_window is ignored, as transformers does";
+  j["use_sliding_window"] = true;
+  c = parse(j);
+  EXPECT_EQ(c.layer_window(0), 0);
+  EXPECT_EQ(c.layer_window(1), 0);
+  EXPECT_EQ(c.layer_window(2), 32) << "layers >= max_window_layers slide";
+  EXPECT_EQ(c.layer_window(3), 32);
+  j["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  c = parse(j);  // layer_types wins over max_window_layers
+  EXPECT_EQ(c.layer_window(0), 32);
+  EXPECT_EQ(c.layer_window(1), 0);
+  EXPECT_EQ(c.layer_window(2), 32);
+  j["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention", "full_attention"};
+  EXPECT_INPUT_ERROR(parse(j), "layer_types[1]='chunked_attention' is not supported");
+  j["layer_types"] = {"full_attention"};
+  EXPECT_INPUT_ERROR(parse(j), "layer_types must be a list of num_hidden_layers=4 strings");
+  j.erase("layer_types");
+  j["sliding_window"] = 0;
+  EXPECT_INPUT_ERROR(parse(j), "sliding_window=0 must be null or >= 1");
+  j["sliding_window"] = nullptr;  // use_sliding_window with no window: full attention
+  EXPECT_EQ(parse(j).layer_window(3), 0);
+  j = minimal();
+  j["model_type"] = "qwen2";
+  j["attention_bias"] = true;
+  EXPECT_INPUT_ERROR(parse(j), "attention_bias is not a qwen2 key");
+}
+
+TEST(HfConfig, Qwen3NormsHeadDimAndBias) {
+  json j = minimal();
+  j["model_type"] = "qwen3";
+  LlamaConfig c = parse(j);
+  EXPECT_EQ(c.family, ModelFamily::kQwen3);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.head_dim, 128) << "Qwen3Config's default head_dim, not hidden / heads = 4";
+  j["head_dim"] = 8;
+  j["attention_bias"] = true;
+  c = parse(j);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_TRUE(c.o_bias);
+}
+
+TEST(HfConfig, MistralWindowOnEveryLayer) {
+  json j = minimal();
+  j["model_type"] = "mistral";
+  j["head_dim"] = 8;
+  j["sliding_window"] = 4096;
+  LlamaConfig c = parse(j);
+  EXPECT_EQ(c.family, ModelFamily::kMistral);
+  EXPECT_FALSE(c.qkv_bias || c.o_bias || c.qk_norm);
+  EXPECT_EQ(c.layer_window(0), 4096);
+  EXPECT_EQ(c.layer_window(1), 4096);
+  EXPECT_EQ(c.head_dim, 8);
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(parse(j).layer_window(0), 0) << "null: full causal";
+  j["attention_bias"] = true;
+  EXPECT_INPUT_ERROR(parse(j), "attention_bias=true is not supported for mistral");
+}
+
+// Every family's config.json as seqpar writes it reads back the same, windows included, and
+// names the family's class.
+TEST(HfConfig, FamiliesRoundTrip) {
+  for (const char* preset : {"qwen2.5-1.5b", "qwen3-1.7b", "qwen3-8b", "mistral-7b", "llama-3.2-1b"}) {
+    LlamaConfig c = llama_preset(preset);
+    if (c.family == ModelFamily::kQwen2) {  // a windowed variant: layers >= 20 slide
+      c.use_sliding_window = true;
+      c.sliding_window = 1024;
+      c.max_window_layers = 20;
+      c.sliding_layers.assign(static_cast<size_t>(c.num_layers), false);
+      for (int64_t l = 20; l < c.num_layers; ++l) c.sliding_layers[static_cast<size_t>(l)] = true;
+    }
+    const std::string text = hf_llama_config_json(c);
+    const json j = json::parse(text);
+    EXPECT_EQ(j["model_type"], model_family_name(c.family)) << preset;
+    EXPECT_EQ(j["architectures"][0], model_family_architecture(c.family)) << preset;
+    const LlamaConfig back = parse_hf_llama_config(text, preset);
+    EXPECT_EQ(back.family, c.family) << preset;
+    EXPECT_EQ(back.qkv_bias, c.qkv_bias) << preset;
+    EXPECT_EQ(back.o_bias, c.o_bias) << preset;
+    EXPECT_EQ(back.qk_norm, c.qk_norm) << preset;
+    EXPECT_EQ(back.head_dim, c.head_dim) << preset;
+    for (int64_t l = 0; l < c.num_layers; ++l) EXPECT_EQ(back.layer_window(l), c.layer_window(l)) << preset << l;
   }
-  json j = minimal();
-  j["hidden_size"] = 16.5;
-  EXPECT_INPUT_ERROR(parse(j), "field 'hidden_size' must be an integer, got float 16.5");
-  j = minimal();
-  j["hidden_size"] = nullptr;
-  EXPECT_INPUT_ERROR(parse(j), "field 'hidden_size' must be an integer, got null");
-  j = minimal();
-  j["rms_norm_eps"] = "1e-5";
-  EXPECT_INPUT_ERROR(parse(j), "field 'rms_norm_eps' must be a number, got string");
-  j = minimal();
-  j["tie_word_embeddings"] = 1;
-  EXPECT_INPUT_ERROR(parse(j), "field 'tie_word_embeddings' must be true or false, got integer 1");
-  j = minimal();
-  j["rope_scaling"] = "llama3";
-  EXPECT_INPUT_ERROR(parse(j), "field 'rope_scaling' must be an object, got string");
-  j = minimal();
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}};
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: field 'rope_scaling.factor' is missing");
-  j["rope_scaling"]["factor"] = true;
-  EXPECT_INPUT_ERROR(parse(j), "field 'rope_scaling.factor' must be a number, got boolean true");
-  EXPECT_INPUT_ERROR(parse_hf_llama_config("{\"vocab_size\": ", "cfg.json"), "cfg.json: not valid JSON");
-  EXPECT_INPUT_ERROR(parse_hf_llama_config("[1]", "cfg.json"), "cfg.json: config.json must be a JSON object, got list");
-}
-
-TEST(HfConfig, ValidationErrorsNameTheFile) {
-  json j = minimal();
-  j["num_key_value_heads"] = 3;
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: num_attention_heads=4 must be a multiple of num_key_value_heads=3");
-  j = minimal();
-  j["hidden_size"] = 18;
-  EXPECT_INPUT_ERROR(parse(j),
-                     "cfg.json: hidden_size=18 must be a multiple of num_attention_heads=4 when head_dim is not given");
-  j = minimal();
-  j["head_dim"] = 5;
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: head_dim=5 must be even");
-  j = minimal();
-  j["num_attention_heads"] = 0;
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: num_attention_heads=0 must be positive");
-  j = minimal();
-  j["num_hidden_layers"] = 0;
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: num_hidden_layers=0 must be positive");
-  j = minimal();
-  j["rope_parameters"] = {
-      {"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0}};
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: rope low_freq_factor=4 must be less than high_freq_factor=1");
-}
-
-TEST(HfConfig, LoadsFromFileOrDirectory) {
-  const std::string dir = testing::temp_dir();
-  testing::write_bytes(dir + "/config.json", kSmallConfig5x);
-  EXPECT_EQ(load_hf_llama_config(dir).vocab_size, 100);
-  EXPECT_EQ(load_hf_llama_config(dir + "/config.json").hidden_size, 64);
-  testing::write_bytes(dir + "/config.json", R"({"hidden_size": 64})");
-  EXPECT_INPUT_ERROR(load_hf_llama_config(dir), dir + "/config.json: field 'vocab_size' is missing");
-  const std::string empty = testing::temp_dir();
-  EXPECT_INPUT_ERROR(load_hf_llama_config(empty), empty + ": no config.json in this directory");
-  EXPECT_INPUT_ERROR(load_hf_llama_config(empty + "/nope.json"), empty + "/nope.json: no such file");
 }
 
 void expect_same(const LlamaConfig& a, const LlamaConfig& b) {

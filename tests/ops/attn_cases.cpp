@@ -31,8 +31,8 @@ std::vector<int32_t> iota_pos(int64_t n, int32_t from = 0) {
 AttnRef reference_core(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const std::vector<double>* dout, const std::vector<int32_t>& qseg,
                        const std::vector<int32_t>& qpos, const std::vector<int32_t>& kseg,
-                       const std::vector<int32_t>& kpos, int64_t H, int64_t Hkv, int64_t D, bool causal, double scale,
-                       bool lowp, bool round_out, bool round_grads, const std::vector<float>* dq0,
+                       const std::vector<int32_t>& kpos, int64_t H, int64_t Hkv, int64_t D, bool causal,
+                       int32_t window, double scale, bool lowp, bool round_out, bool round_grads, const std::vector<float>* dq0,
                        const std::vector<float>* dk0, const std::vector<float>* dv0) {
   const int64_t Tq = static_cast<int64_t>(qseg.size()), Tk = static_cast<int64_t>(kseg.size()), G = H / Hkv;
   AttnRef r;
@@ -48,6 +48,7 @@ AttnRef reference_core(const std::vector<double>& q, const std::vector<double>& 
       for (int64_t j = 0; j < Tk; ++j) {
         s[j] = -kInf;
         if (qseg[i] != kseg[j] || (causal && kpos[j] > qpos[i])) continue;
+        if (window > 0 && static_cast<int64_t>(qpos[i]) - kpos[j] >= window) continue;  // before the window
         const double* kj = &k[(j * Hkv + hk) * D];
         double acc = 0;
         for (int64_t d = 0; d < D; ++d) acc += qi[d] * kj[d];
@@ -148,7 +149,10 @@ AttnPath expected_path(const AttnCase& c, const Backend& b) {
 
 float AttnCase::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))); }
 
-bool AttnCase::visible(int64_t i, int64_t j) const { return qseg[i] == kseg[j] && (!causal || kpos[j] <= qpos[i]); }
+bool AttnCase::visible(int64_t i, int64_t j) const {
+  return qseg[i] == kseg[j] && (!causal || kpos[j] <= qpos[i]) &&
+         (window <= 0 || static_cast<int64_t>(qpos[i]) - kpos[j] < window);
+}
 
 AttnCase attn_one_doc(const std::string& name, int64_t T, int64_t H, int64_t Hkv, int64_t D, bool causal) {
   AttnCase c;
@@ -309,6 +313,47 @@ std::vector<AttnCase> attn_cases() {
     add(c, 204);
   }
   add(write(attn_one_doc("non-causal MHA D64 T=2500, 20 key tiles per query tile", 2500, 1, 1, 64, false)), 104);
+  // Sliding windows (a query sees itself and the W - 1 positions before it): windows below, at and
+  // above a key tile (64 / 128 keys), so the kernels skip whole tiles, run full tiles and mask
+  // partial ones; packed documents; ring blocks whose keys lie partly or wholly before the window.
+  auto windowed = [](AttnCase c, int32_t W) {
+    c.window = W;
+    c.name += ", window " + std::to_string(W);
+    return c;
+  };
+  add(windowed(attn_packed("tiny packed 2 docs GQA D8 causal", {0, 5, 9}, 2, 1, 8, true), 3), 5);
+  add(windowed(attn_one_doc("tiny causal D4", 7, 2, 2, 4, true), 1), 6);
+  add(windowed(attn_one_doc("causal GQA D64 T=1000", 1000, 4, 2, 64, true), 100), 301);
+  add(write(windowed(attn_one_doc("causal MHA D128 T=700", 700, 2, 2, 128, true), 64)), 302);
+  add(windowed(attn_one_doc("causal MQA D128 T=333", 333, 4, 1, 128, true), 200), 303);
+  add(write(windowed(attn_one_doc("causal GQA D64 T=2000", 2000, 2, 1, 64, true), 513)), 304);
+  add(windowed(attn_one_doc("causal GQA D64 T=300, window above T", 300, 4, 2, 64, true), 4096), 305);
+  add(write(windowed(attn_packed("packed 3 docs causal GQA D64", {0, 150, 400, 777}, 4, 2, 64, true), 90)), 306);
+  {
+    AttnCase c = windowed(attn_one_doc("causal MHA D128 T=500, f32 out and grads", 500, 2, 2, 128, true), 77);
+    c.out_f32 = c.grad_f32 = true;
+    c.meta_on_device = true;
+    add(c, 307);
+  }
+  for (int32_t W : {50, 300, 700}) {
+    // A ring step: this rank's 300 queries (positions 600..899) against the previous rank's 300 keys
+    // (300..599); at W = 50 most query rows see none of them.
+    AttnCase c = attn_one_doc("ring block Tq=Tk=300 GQA D64", 300, 4, 2, 64, true);
+    c.qpos = iota_pos(300, 600);
+    c.kpos = iota_pos(300, 300);
+    c = windowed(c, W);
+    if (W == 50) c.expect_empty_rows = (300 - 49) * 4;
+    add(W == 300 ? write(c) : c, 310 + W);
+  }
+  for (GradMode mode : {GradMode::kWrite, GradMode::kAccumulate}) {
+    // A ring step whose keys all lie before every query's window: nothing is visible.
+    AttnCase c = windowed(attn_one_doc("block wholly before the window T=256 MHA D64", 256, 2, 2, 64, true), 100);
+    c.kpos = iota_pos(256, -1000);
+    c.expect_empty_rows = 256 * 2;
+    c.mode = mode;
+    if (mode == GradMode::kWrite) c.name += ", write";
+    add(c, 320);
+  }
   for (GradMode mode : {GradMode::kWrite, GradMode::kAccumulate}) {
     // A ring step whose keys all come after every query: nothing is visible.
     AttnCase c = attn_one_doc("fully masked block T=300 MHA D128", 300, 2, 2, 128, true);
@@ -345,21 +390,22 @@ AttnInputs attn_inputs(const AttnCase& c) {
 AttnRef attn_reference(const AttnCase& c, const AttnInputs& in, bool lowp) {
   const std::vector<double> dout = to_double(in.dout);
   return reference_core(to_double(in.q), to_double(in.k), to_double(in.v), &dout, c.qseg, c.qpos, c.kseg, c.kpos, c.H,
-                        c.Hkv, c.D, c.causal, c.scale(), lowp, !c.out_f32, !c.grad_f32, &in.dq0, &in.dk0, &in.dv0);
+                        c.Hkv, c.D, c.causal, c.window, c.scale(), lowp, !c.out_f32, !c.grad_f32, &in.dq0, &in.dk0, &in.dv0);
 }
 
 AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H, int64_t Hkv, int64_t D, bool causal,
-                       double scale) {
+                       double scale, int32_t window) {
   return reference_core(q, k, v, nullptr, ints_of(q_meta.seg), ints_of(q_meta.pos), ints_of(k_meta.seg),
-                        ints_of(k_meta.pos), H, Hkv, D, causal, scale, false, false, false, nullptr, nullptr, nullptr);
+                        ints_of(k_meta.pos), H, Hkv, D, causal, window, scale, false, false, false, nullptr, nullptr, nullptr);
 }
 
 AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const std::vector<double>& dout, const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H,
                        int64_t Hkv, int64_t D, bool causal, double scale) {
   return reference_core(q, k, v, &dout, ints_of(q_meta.seg), ints_of(q_meta.pos), ints_of(k_meta.seg),
-                        ints_of(k_meta.pos), H, Hkv, D, causal, scale, false, false, false, nullptr, nullptr, nullptr);
+                        ints_of(k_meta.pos), H, Hkv, D, causal, /*window=*/0, scale, false, false, false, nullptr,
+                        nullptr, nullptr);
 }
 
 // ---- running and checking -----------------------------------------------------------------------
@@ -376,7 +422,8 @@ std::string attn_unsupported(const AttnCase& c, const Backend& b) {
     if (c.out_f32 || c.grad_f32) return "cuDNN writes bf16 outputs and gradients (f32 asked)";
     if (c.meta_on_device) return "cuDNN reads the document layout from host metadata (device metadata given)";
     std::string why;
-    const AttnArgs args{meta_of(c.qseg, c.qpos), meta_of(c.kseg, c.kpos), c.causal, c.scale()};
+    AttnArgs args{meta_of(c.qseg, c.qpos), meta_of(c.kseg, c.kpos), c.causal, c.scale()};
+    args.window = c.window;
     if (!packed_docs(args, c.Tq, c.Tk, &why)) return "cuDNN is not exact here: " + why;
     if (b.attention.cudnn_dense == CudnnDense::kOff && num_docs(c) != 1)
       return "several documents: the ragged graph runs without the dense one too (the cudnn path covers it)";
@@ -400,6 +447,7 @@ AttnResult run_attention(const AttnCase& c, const AttnInputs& in, const Backend&
   }
   AttnResult r;
   AttnArgs fwd{qm, km, c.causal, c.scale(), b.attention};
+  fwd.window = c.window;
   AttnArgs bwd = fwd;
   fwd.ran = &r.fwd_path;
   bwd.ran = &r.bwd_path;
@@ -513,7 +561,7 @@ void check_attention_finite_differences(const AttnCase& c) {
   std::vector<double> q = to_double(in.q), k = to_double(in.k), v = to_double(in.v);
   auto loss = [&] {  // sum(out * dout)
     const AttnRef r = reference_core(q, k, v, nullptr, c.qseg, c.qpos, c.kseg, c.kpos, c.H, c.Hkv, c.D, c.causal,
-                                     c.scale(), false, false, false, nullptr, nullptr, nullptr);
+                                     c.window, c.scale(), false, false, false, nullptr, nullptr, nullptr);
     double s = 0;
     for (size_t i = 0; i < r.out.size(); ++i) s += r.out[i] * dout[i];
     return s;

@@ -342,6 +342,28 @@ void elementwise_cases(std::vector<OpCase>& cases) {
     c.checked = {"y"};
     cases.push_back(c);
   }
+  // Linear-layer biases: rows of 77 (a column count that is no multiple of a warp) over 600 tokens
+  // (several row blocks of the CUDA column sum).
+  for (Store y : {Store::kCompute, Store::kF32}) {
+    OpCase c;
+    const int64_t T = 600, N = 77;
+    c.name = std::string("bias_forward T=600 N=77 y ") + store_name(y);
+    c.operands = {inout("y", {T, N}, 53, -1.f, 1.f, y), in("b", {N}, 54, -1.f, 1.f)};
+    c.run = [](Tensors& t, auto&, const Backend&) { bias_forward(t.at("y"), t.at("b")); };
+    c.reference = [T, N](Values& v) { cpu::bias_forward<double>(v["y"].data(), v["b"].data(), T, N); };
+    c.checked = {"y"};
+    cases.push_back(c);
+  }
+  for (int64_t T : {int64_t{600}, int64_t{5}}) {
+    OpCase c;
+    const int64_t N = 77;
+    c.name = "bias_backward T=" + std::to_string(T) + " N=77 (db f32 +=)";
+    c.operands = {inout("db", {N}, 55, -1.f, 1.f, Store::kF32), in("dy", {T, N}, 56, -1.f, 1.f)};
+    c.run = [](Tensors& t, auto&, const Backend&) { bias_backward(t.at("db"), t.at("dy")); };
+    c.reference = [T, N](Values& v) { cpu::bias_backward<double>(v["db"].data(), v["dy"].data(), T, N); };
+    c.checked = {"db"};
+    cases.push_back(c);
+  }
   {
     OpCase c;
     const int64_t m = 1000003;

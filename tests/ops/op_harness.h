@@ -141,6 +141,7 @@ struct AttnCase {
   int64_t Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0;
   std::vector<int32_t> qseg, qpos, kseg, kpos;
   bool causal = true;
+  int32_t window = 0;                     // sliding window (AttnArgs::window); 0 = none
   GradMode mode = GradMode::kAccumulate;  // kAccumulate: gradients start random; kWrite: NaN
   bool out_f32 = false;                   // out dtype on a bf16 path (the CPU is f32 throughout)
   bool grad_f32 = false;                  // dq/dk/dv dtype on a bf16 path
@@ -178,7 +179,7 @@ AttnRef attn_reference(const AttnCase& c, const AttnInputs& in, bool lowp);
 // The reference on raw double operands and metadata (the CPU attention tests' naive reference).
 AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H, int64_t Hkv, int64_t D, bool causal,
-                       double scale);
+                       double scale, int32_t window = 0);
 // The same with the gradients of loss = <out, dout> (dq, dk, dv from zero, f64 throughout).
 AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const std::vector<double>& dout, const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H,

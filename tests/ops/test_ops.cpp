@@ -62,5 +62,24 @@ TEST(OpHarness, AttentionReferenceRoundsOnlyWhenAsked) {
   for (size_t x = static_cast<size_t>(5 * c.H * c.D); x < exact.out.size(); ++x) EXPECT_EQ(other.out[x], exact.out[x]);
 }
 
+// The window of the reference: a key W or more positions before a query does not reach it, the
+// key W - 1 before it does (transformers' kv_idx > q_idx - W).
+TEST(OpHarness, AttentionReferenceWindowReachesExactlyWMinusOneBack) {
+  AttnCase c = attn_one_doc("one doc", 12, 2, 1, 8, true);
+  c.window = 4;
+  const AttnInputs in = attn_inputs(c);
+  const AttnRef base = attn_reference(c, in, false);
+  const int64_t q = 9;  // sees keys 6..9
+  for (int64_t key = 0; key < 12; ++key) {
+    AttnInputs moved = in;
+    for (int64_t x = 0; x < c.Hkv * c.D; ++x) moved.k[static_cast<size_t>(key * c.Hkv * c.D + x)] += 0.5f;
+    const AttnRef r = attn_reference(c, moved, false);
+    const bool changed = r.out[static_cast<size_t>(q * c.H * c.D)] != base.out[static_cast<size_t>(q * c.H * c.D)];
+    EXPECT_EQ(changed, key >= q - 3 && key <= q) << "key " << key;
+  }
+  EXPECT_TRUE(c.visible(9, 6));
+  EXPECT_FALSE(c.visible(9, 5));
+}
+
 }  // namespace
 }  // namespace seqpar::optest

@@ -131,18 +131,20 @@ struct Result {
 
 Tensor garbage(const Shape& shape) { return random_tensor(shape, 777, 100.f, 200.f); }
 
-Result run_local(const Stream& st, const Problem& p) {
+Result run_local(const Stream& st, const Problem& p, int32_t window = 0) {
   LocalAttention attn(meta_of(st, iota_index(st.S)));
   Result res{garbage(p.q.shape()), garbage(p.q.shape()), garbage(p.k.shape()), garbage(p.v.shape())};
-  auto ctx = attn.forward(p.q, p.k, p.v, res.out, p.scale());
+  auto ctx = attn.forward(p.q, p.k, p.v, res.out, p.scale(), window);
   attn.backward(*ctx, p.dout, res.dq, res.dk, res.dv);
   return res;
 }
 
 // make_sp_attention on P = shape.sp() ranks, each with its rows of the problem; results gathered
 // back to stream order. Outputs start as garbage: they must be written (=), not accumulated.
-Result run_sp(const MeshShape& shape, const Stream& st, const Problem& p, int head_groups = kDefaultUlyssesHeadGroups) {
+Result run_sp(const MeshShape& shape, const Stream& st, const Problem& p, int head_groups = kDefaultUlyssesHeadGroups,
+              int32_t window = 0, std::vector<SpRingCounters>* counters = nullptr) {
   const int P = shape.sp();
+  if (counters) counters->assign(static_cast<size_t>(P), SpRingCounters{});
   std::vector<TokenMeta> sp_meta;
   for (int r = 0; r < P; ++r) sp_meta.push_back(meta_of(st, st.index[r]));
   std::vector<Tensor> out(P), dq(P), dk(P), dv(P);
@@ -153,8 +155,9 @@ Result run_sp(const MeshShape& shape, const Stream& st, const Problem& p, int he
     Tensor q = take_rows(p.q, idx), k = take_rows(p.k, idx), v = take_rows(p.v, idx), dout = take_rows(p.dout, idx);
     Tensor o = garbage(q.shape()), gq = garbage(q.shape()), gk = garbage(k.shape()), gv = garbage(v.shape());
     auto attn = make_sp_attention(mesh, sp_meta, p.H, p.Hkv, AttentionPolicy{}, head_groups);
-    auto ctx = attn->forward(q, k, v, o, p.scale());
+    auto ctx = attn->forward(q, k, v, o, p.scale(), window);
     attn->backward(*ctx, dout, gq, gk, gv);
+    if (counters) (*counters)[static_cast<size_t>(r)] = *sp_ring_counters(*attn);
     out[r] = o;
     dq[r] = gq;
     dk[r] = gk;
@@ -332,6 +335,85 @@ TEST(SpAttention, ZigzagBalancesRingWork) {
     const int64_t T = S / P;
     for (int r = 0; r < P; ++r) EXPECT_EQ(wc[r], r * T * T + T * (T + 1) / 2) << "contiguous P=" << P;
     EXPECT_GT(static_cast<double>(wc[P - 1]) / static_cast<double>(wc[0]), static_cast<double>(P));
+  }
+}
+
+// ---- sliding windows ------------------------------------------------------------------------
+
+// Windows shorter than a shard, about one shard and longer than several shards, on every mode and
+// both layouts, one sequence and packed documents: SP equals one device with the same window.
+TEST(SpAttention, SlidingWindowsMatchOneDeviceOnEveryMode) {
+  const std::vector<std::pair<SpMode, int>> modes = {{SpMode::kUlysses, 4}, {SpMode::kRing, 4}, {SpMode::kHybrid, 4}};
+  const std::vector<std::vector<int32_t>> doc_sets = {{64}, {23, 9, 30}};
+  int cases = 0;
+  for (auto [mode, P] : modes) {
+    const MeshShape shape = sp_mesh_shape(mode, P, 2);
+    for (Layout layout : {Layout::kContiguous, Layout::kZigzag}) {
+      for (size_t d = 0; d < doc_sets.size(); ++d) {
+        const Stream st = make_stream(doc_sets[d], P, layout);
+        const int64_t L = st.S / P;  // shard length
+        for (int32_t W : {1, 5, static_cast<int32_t>(L), static_cast<int32_t>(L + 1), static_cast<int32_t>(3 * L)}) {
+          const Problem p = make_problem(st.S, 4, 2, 4, 900 + W + 10 * d);
+          const std::string what = sp_mode_name(mode) + " " + layout_name(layout) + " docs#" + std::to_string(d) +
+                                   " W=" + std::to_string(W) + " L=" + std::to_string(L);
+          const Result want = run_local(st, p, W);
+          expect_close(run_sp(shape, st, p, kDefaultUlyssesHeadGroups, W), want, kTol, what);
+          ++cases;
+        }
+        // The window really masks: full causal differs from it.
+        const Problem p = make_problem(st.S, 4, 2, 4, 77);
+        EXPECT_GT(rel_error(run_local(st, p, 5).out, run_local(st, p).out), 1e-3);
+      }
+    }
+  }
+  EXPECT_EQ(cases, 3 * 2 * 2 * 5);
+}
+
+// The ring computes and sends only the blocks a window lets some query see. One sequence of
+// P = 8 contiguous shards of L = 16 tokens: a rank's first query reaches W - 1 positions back, so it
+// reads ceil((W - 1) / L) blocks before its own (1 for 1 < W <= L + 1, 2 for W = 2L + 1) instead of
+// every earlier block (up to P - 1 = 7). Counted per layer call, forward and backward.
+TEST(SpAttention, RingSkipsTheHopsAWindowNeverSees) {
+  const int P = 8;
+  const Stream st = make_stream({128}, P, Layout::kContiguous);
+  const int64_t L = 16;
+  const MeshShape shape = sp_mesh_shape(SpMode::kRing, P, 0);
+  auto expected_blocks_back = [&](int r, int32_t W) {  // blocks before rank r's own that it sees
+    if (W == 0) return r;
+    return std::min<int>(r, static_cast<int>((W - 1 + L - 1) / L));
+  };
+  for (int32_t W : {0, 1, 3, 16, 17, 33}) {
+    const Problem p = make_problem(st.S, 2, 1, 4, 300 + W);
+    std::vector<SpRingCounters> counters;
+    const Result got = run_sp(shape, st, p, 1, W, &counters);
+    expect_close(got, run_local(st, p, W), kTol, "W=" + std::to_string(W));
+    int64_t sent = 0, received = 0, grads_sent = 0, grads_received = 0;
+    for (int r = 0; r < P; ++r) {
+      const SpRingCounters& c = counters[static_cast<size_t>(r)];
+      const int back = expected_blocks_back(r, W);
+      EXPECT_EQ(c.blocks_computed, 2 * (1 + back)) << "W=" << W << " rank " << r << " (forward + backward)";
+      EXPECT_EQ(c.kv_blocks_received, 2 * back) << "W=" << W << " rank " << r;
+      EXPECT_EQ(c.grad_blocks_sent, back) << "W=" << W << " rank " << r;
+      sent += c.kv_blocks_sent;
+      received += c.kv_blocks_received;
+      grads_sent += c.grad_blocks_sent;
+      grads_received += c.grad_blocks_received;
+    }
+    EXPECT_EQ(sent, received) << "every send has its receive";
+    EXPECT_EQ(grads_sent, grads_received);
+  }
+  // Zigzag at a window inside one chunk: a rank's two chunks read the chunk before each, held by
+  // the rank before (chunk r - 1) and the rank after (chunk 2P - 2 - r): 2 blocks besides its own;
+  // rank 0's first chunk has none before it, and rank P - 1's second chunk follows its own first.
+  {
+    const Stream zig = make_stream({128}, P, Layout::kZigzag);
+    const Problem p = make_problem(zig.S, 2, 1, 4, 400);
+    std::vector<SpRingCounters> counters;
+    expect_close(run_sp(shape, zig, p, 1, 4, &counters), run_local(zig, p, 4), kTol, "zigzag W=4");
+    for (int r = 0; r < P; ++r) {
+      const int64_t reads = r == 0 || r == P - 1 ? 1 : 2;
+      EXPECT_EQ(counters[static_cast<size_t>(r)].kv_blocks_received, 2 * reads) << "zigzag rank " << r;
+    }
   }
 }
 

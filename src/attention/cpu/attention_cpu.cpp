@@ -18,22 +18,24 @@ double dot(const Real* a, const Real* b, int64_t D) {
   return s;
 }
 
-// Keys grouped into runs of consecutive tokens of one segment, with the run's smallest position,
-// so a query skips whole runs it cannot see (another document, or entirely in its future)
-// instead of testing every key: a packed batch of B documents then costs ~B times less.
+// Keys grouped into runs of consecutive tokens of one segment, with the run's smallest and largest
+// position, so a query skips whole runs it cannot see (another document, entirely in its future,
+// or entirely before its window) instead of testing every key: a packed batch of B documents then
+// costs ~B times less.
 struct KeyRun {
   int64_t begin, end;
-  int32_t seg, min_pos;
+  int32_t seg, min_pos, max_pos;
 };
 
 std::vector<KeyRun> key_runs(const AttnMask& mask, int64_t Tk) {
   std::vector<KeyRun> runs;
   for (int64_t j = 0; j < Tk; ++j) {
     if (runs.empty() || runs.back().seg != mask.seg_k[j] || runs.back().end != j) {
-      runs.push_back({j, j + 1, mask.seg_k[j], mask.pos_k[j]});
+      runs.push_back({j, j + 1, mask.seg_k[j], mask.pos_k[j], mask.pos_k[j]});
     } else {
       runs.back().end = j + 1;
       runs.back().min_pos = std::min(runs.back().min_pos, mask.pos_k[j]);
+      runs.back().max_pos = std::max(runs.back().max_pos, mask.pos_k[j]);
     }
   }
   return runs;
@@ -44,6 +46,7 @@ void visible_keys(std::vector<int64_t>& keys, const std::vector<KeyRun>& runs, c
   keys.clear();
   for (const KeyRun& run : runs) {
     if (run.seg != mask.seg_q[i] || (mask.causal && run.min_pos > mask.pos_q[i])) continue;
+    if (mask.window > 0 && static_cast<int64_t>(mask.pos_q[i]) - run.max_pos >= mask.window) continue;
     for (int64_t j = run.begin; j < run.end; ++j)
       if (mask.visible(i, j)) keys.push_back(j);
   }

@@ -7,7 +7,7 @@
 // head h reads KV head h / (H / Hkv)), D head dim. Layouts are token-major and dense.
 //
 // Mask (attention/attention.h): query i sees key j iff seg_q[i] == seg_k[j] and
-// (not causal or pos_k[j] <= pos_q[i]).
+// (not causal or pos_k[j] <= pos_q[i]) and (window == 0 or pos_q[i] - pos_k[j] < window).
 //
 // Scores are accumulated in double whatever Real is, so the f32 path differs from the f64 path
 // only by the rounding of inputs and outputs.
@@ -24,9 +24,11 @@ struct AttnMask {
   const int32_t* seg_k;  // (Tk)
   const int32_t* pos_k;  // (Tk)
   bool causal;
+  int32_t window = 0;  // sliding window (causal only); 0 = none
 
   bool visible(int64_t i, int64_t j) const {
-    return seg_q[i] == seg_k[j] && (!causal || pos_k[j] <= pos_q[i]);
+    return seg_q[i] == seg_k[j] && (!causal || pos_k[j] <= pos_q[i]) &&
+           (window <= 0 || static_cast<int64_t>(pos_q[i]) - pos_k[j] < window);
   }
 };
 

@@ -143,7 +143,7 @@ std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq,
 
 // The forward's parameters of one call, also the shared part of the backward's (BwdParams extends
 // FwdParams): q, k, v and their shape, out and lse (the forward writes them, the backward reads the
-// FINAL ones), the device mask metadata and its per-tile statistics, args' scale and causal flag.
+// FINAL ones), the device mask metadata and its per-tile statistics, args' scale, causal flag and window.
 FwdParams fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                      const DeviceMeta& qm, const DeviceMeta& km, const Tensor& q_stats, const Tensor& k_stats,
                      const AttnArgs& args) {
@@ -167,6 +167,7 @@ FwdParams fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   p.D = static_cast<int>(q.dim(2));
   p.scale = args.scale;
   p.causal = args.causal;
+  p.window = args.window;
   return p;
 }
 

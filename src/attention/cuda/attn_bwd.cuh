@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
       dv[dt][e] = 0.f;
     }
 
-  int i = next_visible<false>(ks, p.q_stats, nqt, 0, p.causal, lane);
+  int i = next_visible<false>(ks, p.q_stats, nqt, 0, p.causal, p.window, lane);
   const bool any = i < nqt;
   int gi = 0, buf = 0;
   if (any) {
@@ -136,9 +136,9 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
     int ni = i, ngi = gi + 1;
     if (ngi == G) {
       ngi = 0;
-      ni = next_visible<false>(ks, p.q_stats, nqt, i + 1, p.causal, lane);
+      ni = next_visible<false>(ks, p.q_stats, nqt, i + 1, p.causal, p.window, lane);
     }
-    const int cls = tile_class(p.q_stats[i], ks, p.causal, k_ragged || (i + 1) * BM > p.Tq);
+    const int cls = tile_class(p.q_stats[i], ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
     cp_async_wait_all();
     __syncthreads();  // this step's Q, dO, lse2, delta are in; every warp is done with the last step
     if (ni < nqt) {
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
           const int qpos = qok ? p.q_pos[qr] : 0;
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
-            const bool vis = qok && kok[hr] && kseg[hr] == qseg && (!p.causal || kpos[hr] <= qpos);
+            const bool vis = qok && kok[hr] && elem_visible(qseg, qpos, kseg[hr], kpos[hr], p.causal, p.window);
             if (!vis) st[nt][2 * hr + e] = 0.f;
           }
         }

@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
 
   // Producer and consumers walk the same sequence of (visible query tile, head of the group).
-  int i = next_visible<false>(ks, q_stats, nqt, 0, p.causal, lane);
+  int i = next_visible<false>(ks, q_stats, nqt, 0, p.causal, p.window, lane);
   const bool any = i < nqt;
 
   if (warp >= NCW) {  // ---- producer warpgroup: its first warp issues the copies
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       __syncwarp();
       if (++gi == G) {
         gi = 0;
-        i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, lane);
+        i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, p.window, lane);
       }
     }
     return;
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   for (int it = 0; i < nqt; ++it) {
     const int s = it % STAGES, buf = it & 1;
     const int h = hk * G + gi;
-    const int cls = tile_class(q_stats[i], ks, p.causal, k_ragged || (i + 1) * BM > p.Tq);
+    const int cls = tile_class(q_stats[i], ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
     mbar_wait(full(s), (it / STAGES) & 1);
 
     // S^T = K Q_i^T and dP^T = V dO_i^T: D / 16 steps of k16; within a 128-byte half a step moves
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
           const int qpos = qok ? p.q_pos[qr] : 0;
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
-            const bool vis = qok && kok[hr] && kseg[hr] == qseg && (!p.causal || kpos[hr] <= qpos);
+            const bool vis = qok && kok[hr] && elem_visible(qseg, qpos, kseg[hr], kpos[hr], p.causal, p.window);
             if (!vis) st[4 * n + 2 * hr + e] = 0.f;
           }
         }
@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
     if (++gi == G) {
       gi = 0;
-      i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, lane);
+      i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, p.window, lane);
     }
   }
   // No query sees these keys: nothing to add; when writing, their dk/dv (0) are stored all the same.

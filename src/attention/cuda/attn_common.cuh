@@ -147,18 +147,27 @@ __device__ __forceinline__ void load_tile(uint32_t s_tile, const uint16_t* g, in
 // Tile classes by metadata ranges {seg_min, seg_max, pos_min, pos_max}.
 enum TileClass : int { kSkip = 0, kFull = 1, kPartial = 2 };
 
-__device__ __forceinline__ bool tile_visible(const int4 qs, const int4 ks, bool causal) {
+__device__ __forceinline__ bool tile_visible(const int4 qs, const int4 ks, bool causal, int window) {
   if (qs.y < ks.x || ks.y < qs.x) return false;  // segment ranges disjoint
   if (causal && ks.z > qs.w) return false;       // every key after every query
+  // Every key before every query's window: even the latest key and the earliest query are W apart.
+  if (window > 0 && static_cast<long long>(qs.z) - ks.w >= window) return false;
   return true;
 }
 
-// Assumes tile_visible. `ragged`: a tile that runs past the end of its tokens.
-__device__ __forceinline__ int tile_class(const int4 qs, const int4 ks, bool causal, bool ragged) {
+// Assumes tile_visible. `ragged`: a tile that runs past the end of its tokens. With a window, a
+// tile is full only when even the earliest key is inside the latest query's window.
+__device__ __forceinline__ int tile_class(const int4 qs, const int4 ks, bool causal, int window, bool ragged) {
   if (ragged) return kPartial;
   const bool one_seg = qs.x == qs.y && ks.x == ks.y && qs.x == ks.x;
-  if (one_seg && (!causal || ks.w <= qs.z)) return kFull;
+  const bool in_window = window <= 0 || static_cast<long long>(qs.w) - ks.z < window;
+  if (one_seg && (!causal || ks.w <= qs.z) && in_window) return kFull;
   return kPartial;
+}
+
+// The element rule of attention.h for one (query, key) pair whose metadata is at hand.
+__device__ __forceinline__ bool elem_visible(int qseg, int qpos, int kseg, int kpos, bool causal, int window) {
+  return qseg == kseg && (!causal || kpos <= qpos) && (window <= 0 || qpos - kpos < window);
 }
 
 // First tile j in [from, n) with tile_visible(fixed, stats[j]) (or, when stats are the query
@@ -166,13 +175,13 @@ __device__ __forceinline__ int tile_class(const int4 qs, const int4 ks, bool cau
 // of a block computes the same answer.
 template <bool STATS_ARE_KEYS>
 __device__ __forceinline__ int next_visible(const int4 fixed, const int4* __restrict__ stats, int n, int from,
-                                            bool causal, int lane) {
+                                            bool causal, int window, int lane) {
   for (int base = from; base < n; base += 32) {
     const int j = base + lane;
     bool vis = false;
     if (j < n) {
       const int4 s = stats[j];
-      vis = STATS_ARE_KEYS ? tile_visible(fixed, s, causal) : tile_visible(s, fixed, causal);
+      vis = STATS_ARE_KEYS ? tile_visible(fixed, s, causal, window) : tile_visible(s, fixed, causal, window);
     }
     const unsigned b = __ballot_sync(0xffffffffu, vis);
     if (b) return base + __ffs(b) - 1;

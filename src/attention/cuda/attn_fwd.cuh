@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
     }
   }
 
-  int j = next_visible<true>(qs, p.k_stats, nkt, 0, p.causal, lane);
+  int j = next_visible<true>(qs, p.k_stats, nkt, 0, p.causal, p.window, lane);
   if (j < nkt) {
     load_tile<BM, D, NT>(sQ, qg, q_rs, q0, p.Tq, tid);
     load_tile<BN, D, NT>(sK, kg, kv_rs, j * BN, p.Tk, tid);
@@ -80,8 +80,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
   bool q_in_regs = false;
 
   while (j < nkt) {
-    const int jn = next_visible<true>(qs, p.k_stats, nkt, j + 1, p.causal, lane);
-    const int cls = tile_class(qs, p.k_stats[j], p.causal, (j + 1) * BN > p.Tk);
+    const int jn = next_visible<true>(qs, p.k_stats, nkt, j + 1, p.causal, p.window, lane);
+    const int cls = tile_class(qs, p.k_stats[j], p.causal, p.window, (j + 1) * BN > p.Tk);
     cp_async_wait_all();
     __syncthreads();  // K_j (and Q) are in shared memory; every warp is done with V_{j-1}
     load_tile<BN, D, NT>(sV, vg, kv_rs, j * BN, p.Tk, tid);
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
           for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
-              const bool vis = cok && qok[mt][hr] && qseg[mt][hr] == kseg && (!p.causal || kpos <= qpos[mt][hr]);
+              const bool vis = cok && qok[mt][hr] && elem_visible(qseg[mt][hr], qpos[mt][hr], kseg, kpos, p.causal, p.window);
               if (!vis) s[mt][nt][2 * hr + e] = -INFINITY;
             }
         }

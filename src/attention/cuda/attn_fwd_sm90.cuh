@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
 
   // Producer and consumers walk the same sequence of visible key tiles.
-  int j = next_visible<true>(qs, k_stats, nkt, 0, p.causal, lane);
+  int j = next_visible<true>(qs, k_stats, nkt, 0, p.causal, p.window, lane);
 
   if (warp >= NCW) {  // ---- producer warp (the first of the producer warpgroup)
     if constexpr (S::kRegSplit) {
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
         }
       }
       __syncwarp();
-      j = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, lane);
+      j = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
     }
     return;
   }
@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
 
   if (j < nkt) mbar_wait(qbar, 0);
   for (int it = 0; j < nkt; ++it) {
-    const int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, lane);
-    const int cls = tile_class(qs, k_stats[j], p.causal, (j + 1) * BN > p.Tk);
+    const int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
+    const int cls = tile_class(qs, k_stats[j], p.causal, p.window, (j + 1) * BN > p.Tk);
     const int s = it % STAGES;
     mbar_wait(full(s), (it / STAGES) & 1);
 
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
           const int kpos = cok ? p.k_pos[c] : 0;
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
-            const bool vis = cok && qok[hr] && qseg[hr] == kseg && (!p.causal || kpos <= qpos[hr]);
+            const bool vis = cok && qok[hr] && elem_visible(qseg[hr], qpos[hr], kseg, kpos, p.causal, p.window);
             if (!vis) sc[4 * n + 2 * hr + e] = -INFINITY;
           }
         }

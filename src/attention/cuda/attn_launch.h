@@ -5,7 +5,7 @@
 // Layouts are token-major and dense: q/out [Tq, H, D], k/v [Tk, Hkv, D], lse f32 [Tq, H]. bf16
 // tensors are passed as uint16_t bit patterns. Mask metadata (seg, pos: i32 [T], device memory)
 // follows attention/attention.h: query i sees key j iff seg_q[i] == seg_k[j] and (not causal or
-// pos_k[j] <= pos_q[i]). Per-tile min/max of seg and pos (tile_stats) let the kernels skip fully
+// pos_k[j] <= pos_q[i]) and (window == 0 or pos_q[i] - pos_k[j] < window). Per-tile min/max of seg and pos (tile_stats) let the kernels skip fully
 // masked tiles, run fully visible tiles without per-element checks, and check only the boundary
 // tiles element by element; so causal, varlen and any sequence-parallel layout share one kernel.
 #pragma once
@@ -62,6 +62,7 @@ struct FwdParams {
   int Tq, Tk, H, Hkv, D;
   float scale;
   bool causal;
+  int window;  // sliding window (causal only), 0 = none: key tiles wholly before it are skipped
   bool out_f32;
 };
 // Compute capability of a CUDA device as major * 10 + minor (90 for Hopper), queried once per

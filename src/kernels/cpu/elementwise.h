@@ -12,6 +12,18 @@ void add_inplace(Real* y,        // (n)
                  const Real* x,  // (n)
                  int64_t n);
 
+// y[t, n] += b[n] (a linear layer's bias)
+template <typename Real>
+void bias_forward(Real* y,        // (T, N)
+                  const Real* b,  // (N)
+                  int64_t T, int64_t N);
+
+// db[n] += sum_t dy[t, n], summed in double over t in order
+template <typename Real>
+void bias_backward(Real* db,        // (N)
+                   const Real* dy,  // (T, N)
+                   int64_t T, int64_t N);
+
 // y *= s
 template <typename Real>
 void scale_inplace(Real* y,  // (n)

@@ -76,6 +76,37 @@ __global__ void cast_kernel(TO* __restrict__ out, const TI* __restrict__ in, int
   SEQPAR_ELEMENTWISE_BODY(N, n, (cast_elems<N>(out + o, in + o)), (cast_elems<1>(out + o, in + o)))
 }
 
+// y[t, n] += b[n]: one thread per element.
+template <typename TY, typename TB>
+__global__ void bias_forward_kernel(TY* __restrict__ y, const TB* __restrict__ b, int64_t T, int64_t N) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * N) return;
+  y[i] = from_f32<TY>(to_f32(y[i]) + to_f32(b[i % N]));
+}
+
+// partials[blockIdx.y, n] = sum of dy[t, n] over the rows of row block blockIdx.y, in row order;
+// consecutive threads take consecutive columns (coalesced reads).
+template <typename T>
+__global__ void bias_partials_kernel(float* __restrict__ partials, const T* __restrict__ dy, int64_t T_, int64_t N) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kBiasRows;
+  const int64_t t1 = t0 + kBiasRows < T_ ? t0 + kBiasRows : T_;
+  float acc = 0.f;
+  for (int64_t t = t0; t < t1; ++t) acc += to_f32(dy[t * N + n]);
+  partials[blockIdx.y * N + n] = acc;
+}
+
+// db[n] += sum of the partials of column n, in block order.
+__global__ void bias_finish_kernel(float* __restrict__ db, const float* __restrict__ partials, int64_t blocks,
+                                   int64_t N) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  float acc = 0.f;
+  for (int64_t r = 0; r < blocks; ++r) acc += partials[r * N + n];
+  db[n] += acc;
+}
+
 // splitmix64 finaliser: a counter-based generator, so values depend on (seed, index) only.
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -143,6 +174,32 @@ void add_inplace(void* y, DType y_dt, const void* x, DType x_dt, int64_t n, cuda
       SEQPAR_LAUNCH_CHECK();
     });
   });
+}
+
+void bias_forward(void* y, DType y_dt, const void* b, DType b_dt, int64_t T, int64_t N, cudaStream_t stream) {
+  if (T * N == 0) return;
+  dispatch_float(y_dt, [&](auto ty) {
+    dispatch_float(b_dt, [&](auto tb) {
+      using TY = decltype(ty);
+      using TB = decltype(tb);
+      bias_forward_kernel<<<ceil_div(T * N, kThreads), kThreads, 0, stream>>>(static_cast<TY*>(y),
+                                                                             static_cast<const TB*>(b), T, N);
+      SEQPAR_LAUNCH_CHECK();
+    });
+  });
+}
+
+void bias_backward(float* db, const void* dy, DType dt, float* partials, int64_t T, int64_t N, cudaStream_t stream) {
+  if (N == 0 || T == 0) return;
+  const int64_t blocks = bias_row_blocks(T);
+  dispatch_float(dt, [&](auto tag) {
+    using TD = decltype(tag);
+    const dim3 grid(static_cast<unsigned>(ceil_div(N, kThreads)), static_cast<unsigned>(blocks));
+    bias_partials_kernel<<<grid, kThreads, 0, stream>>>(partials, static_cast<const TD*>(dy), T, N);
+    SEQPAR_LAUNCH_CHECK();
+  });
+  bias_finish_kernel<<<ceil_div(N, kThreads), kThreads, 0, stream>>>(db, partials, blocks, N);
+  SEQPAR_LAUNCH_CHECK();
 }
 
 void scale_inplace(void* y, DType dt, float s, int64_t n, cudaStream_t stream) {

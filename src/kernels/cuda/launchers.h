@@ -53,6 +53,13 @@ void cross_entropy_backward(void* dlogits, const void* logits, DType dt, const i
 // Elementwise over n elements.
 void add_inplace(void* y, DType y_dt, const void* x, DType x_dt, int64_t n, cudaStream_t stream);
 void scale_inplace(void* y, DType dt, float s, int64_t n, cudaStream_t stream);
+// y [T, N] += b [N] per row.
+void bias_forward(void* y, DType y_dt, const void* b, DType b_dt, int64_t T, int64_t N, cudaStream_t stream);
+// db f32 [N] += column sums of dy [T, N]: partial sums of row blocks of kBiasRows rows into
+// partials f32 [bias_row_blocks(T), N], then each column's partials added in block order.
+inline constexpr int kBiasRows = 256;
+inline int64_t bias_row_blocks(int64_t T) { return T == 0 ? 1 : (T + kBiasRows - 1) / kBiasRows; }
+void bias_backward(float* db, const void* dy, DType dt, float* partials, int64_t T, int64_t N, cudaStream_t stream);
 void cast(void* out, DType out_dt, const void* in, DType in_dt, int64_t n, cudaStream_t stream);
 // Uniform in [lo, hi) from a counter-based hash of (seed, index): same values on any launch shape.
 void fill_uniform(void* out, DType dt, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);

@@ -305,6 +305,22 @@ void add_inplace(Tensor& y, const Tensor& x) {
   cuda_kernels::add_inplace(y.raw(), y.dtype(), x.raw(), x.dtype(), y.numel(), current_stream());
 }
 
+void bias_forward(Tensor& y, const Tensor& b) {
+  DeviceScope scope("bias_forward", {{"y", &y}, {"b", &b}});
+  check_float(y, "bias_forward", "y");
+  check_float(b, "bias_forward", "b");
+  cuda_kernels::bias_forward(y.raw(), y.dtype(), b.raw(), b.dtype(), y.dim(0), y.dim(1), current_stream());
+}
+
+void bias_backward(Tensor& db, const Tensor& dy) {
+  DeviceScope scope("bias_backward", {{"db", &db}, {"dy", &dy}});
+  check_float(dy, "bias_backward", "dy");
+  const int64_t T = dy.dim(0), N = dy.dim(1);
+  // One f32 partial column sum per block of kBiasRows rows, then an ordered sum: deterministic.
+  Tensor partials = Tensor::empty({cuda_kernels::bias_row_blocks(T), N}, DType::kF32, dy.device());
+  cuda_kernels::bias_backward(db.data<float>(), dy.raw(), dy.dtype(), partials.data<float>(), T, N, current_stream());
+}
+
 void scale_inplace(Tensor& y, float s) {
   DeviceScope scope("scale_inplace", {{"y", &y}});
   check_float(y, "scale_inplace", "y");

@@ -24,6 +24,8 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
 void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets);
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss);
 void add_inplace(Tensor& y, const Tensor& x);
+void bias_forward(Tensor& y, const Tensor& b);
+void bias_backward(Tensor& db, const Tensor& dy);
 void scale_inplace(Tensor& y, float s);
 double sum_squares(const Tensor& x);
 void check_device_errors(Device device);
