@@ -15,6 +15,7 @@
 //     wins over the dict's, and max_position_embeddings is the last fallback.
 // Unknown extra fields are ignored (configs carry token ids, initializer_range, use_cache, ...).
 #include "io/hf_config.h"
+#include "io/input_file.h"
 #include "io/json_describe.h"
 
 #include <filesystem>
@@ -47,6 +48,9 @@ class Fields {
     const json& v = required(name);
     SEQPAR_INPUT_CHECK(v.is_number_integer(), "{}: field '{}{}' must be an integer, got {}", source_, prefix_, name,
                        describe(v));
+    // nlohmann stores 2^63 and above as unsigned; get<int64_t> would wrap them negative.
+    SEQPAR_INPUT_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{INT64_MAX},
+                       "{}: field '{}{}'={} does not fit a 64-bit integer", source_, prefix_, name, describe(v));
     return v.get<int64_t>();
   }
   int64_t integer(const char* name, int64_t fallback) const { return has(name) ? integer(name) : fallback; }
@@ -143,12 +147,7 @@ RopeConfig parse_rope(const Fields& top, const std::string& source, int64_t max_
 
 LlamaConfig parse_hf_llama_config(const std::string& json_text, const std::string& source_name) {
   const std::string& src = source_name;
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", src, e.what()));
-  }
+  const json root = parse_json_input(json_text, src);
   SEQPAR_INPUT_CHECK(root.is_object(), "{}: config.json must be a JSON object, got {}", src, describe(root));
   Fields f(root, src);
 
@@ -160,7 +159,7 @@ LlamaConfig parse_hf_llama_config(const std::string& json_text, const std::strin
     bool llama = false;
     for (const json& a : arch) llama = llama || (a.is_string() && a.get<std::string>() == "LlamaForCausalLM");
     SEQPAR_INPUT_CHECK(llama, "{}: architectures={} does not contain LlamaForCausalLM (seqpar supports Llama only)",
-                       src, arch.dump());
+                       src, short_json(arch));
   }
   if (auto model_type = f.string("model_type"))
     SEQPAR_INPUT_CHECK(*model_type == "llama", "{}: model_type='{}' is not supported (supported: llama)", src,
@@ -208,12 +207,7 @@ LlamaConfig load_hf_llama_config(const std::string& path) {
     file = (fs::path(path) / "config.json").string();
     SEQPAR_INPUT_CHECK(fs::exists(file, ec), "{}: no config.json in this directory", path);
   }
-  SEQPAR_INPUT_CHECK(fs::is_regular_file(file, ec), "{}: no such file", file);
-  std::ifstream in(file);
-  SEQPAR_INPUT_CHECK(in.is_open(), "{}: cannot open", file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_hf_llama_config(text.str(), file);
+  return parse_hf_llama_config(read_input_file(file, kConfigInput), file);
 }
 
 std::string hf_llama_config_json(const LlamaConfig& config, const std::string& torch_dtype) {

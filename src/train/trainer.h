@@ -103,7 +103,7 @@ class Trainer {
   void run_rank(JobRank& job);
   void restore(TrainStep& rank, JobRank& job);
   std::vector<SpBatch> step_batches(int64_t step, int dp_rank) const;
-  void warn_if_over_capacity(Device device) const;
+  void refuse_if_over_capacity(Device device) const;
   void step(TrainStep& rank, bool leader, int64_t step, bool profiled);
   bool evaluate(TrainStep& rank, bool leader, int64_t step);  // true: stop_at_accuracy reached
   double evaluate_recall(TrainStep& rank, bool leader, int64_t step);
