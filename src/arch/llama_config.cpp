@@ -53,9 +53,12 @@ void validate_rope(const RopeConfig& rope, int64_t head_dim) {
   SEQPAR_INPUT_CHECK(std::isfinite(rope.high_freq_factor) && rope.high_freq_factor > rope.low_freq_factor,
                      "rope low_freq_factor={} must be less than high_freq_factor={} (rope_type=llama3)",
                      rope.low_freq_factor, rope.high_freq_factor);
-  SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings > 0 &&
-                         rope.original_max_position_embeddings <= kMaxPositionEmbeddings,
-                     "rope original_max_position_embeddings={} must be in [1, {}] (rope_type=llama3)",
+  SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings > 0,
+                     "rope original_max_position_embeddings={} must be positive (rope_type=llama3)",
+                     rope.original_max_position_embeddings);
+  SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings <= kMaxPositionEmbeddings,
+                     "rope original_max_position_embeddings={} is larger than {}, the most seqpar accepts (a corrupt "
+                     "config?)",
                      rope.original_max_position_embeddings, kMaxPositionEmbeddings);
 }
 

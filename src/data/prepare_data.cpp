@@ -381,27 +381,27 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
   bool closing = false;
   std::vector<std::thread> workers;
   auto worker = [&] {
-      for (;;) {
-        Chunk c;
-        {
-          std::unique_lock lock(mu);
-          work_cv.wait(lock, [&] { return closing || !todo.empty(); });
-          if (todo.empty()) return;
-          c = std::move(todo.front());
-          todo.pop_front();
-        }
-        ChunkResult r;
-        try {
-          r = pipeline.process(c);
-        } catch (const std::exception& e) {  // not an input problem: keep its text, stop the run
-          r.error = fmt::format("{}: {}", o.inputs[c.file], e.what());
-        }
-        {
-          std::lock_guard lock(mu);
-          done.emplace(c.seq, std::move(r));
-        }
-        done_cv.notify_all();
+    for (;;) {
+      Chunk c;
+      {
+        std::unique_lock lock(mu);
+        work_cv.wait(lock, [&] { return closing || !todo.empty(); });
+        if (todo.empty()) return;
+        c = std::move(todo.front());
+        todo.pop_front();
       }
+      ChunkResult r;
+      try {
+        r = pipeline.process(c);
+      } catch (const std::exception& e) {  // not an input problem: keep its text, stop the run
+        r.error = fmt::format("{}: {}", o.inputs[c.file], e.what());
+      }
+      {
+        std::lock_guard lock(mu);
+        done.emplace(c.seq, std::move(r));
+      }
+      done_cv.notify_all();
+    }
   };
   auto stop_workers = [&] {
     {
@@ -415,6 +415,7 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
   };
   // A thread that cannot start (the process's or the machine's thread limit) stops the ones that
   // did, joined, before the error: never std::terminate on a joinable thread.
+  workers.reserve(static_cast<size_t>(threads));
   for (int w = 0; w < threads; ++w) {
     try {
       workers.emplace_back(worker);

@@ -299,7 +299,7 @@ AccelerateConfig parse_accelerate_config(const std::string& yaml_text, const std
 }
 
 AccelerateConfig load_accelerate_config(const std::string& path) {
-  const std::string text = read_input_file(path, kConfigInput);
+  const std::string text = read_input_file(path, kAccelerateConfigInput);
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   return parse_accelerate_config(text, path, dir);

@@ -371,7 +371,7 @@ DsConfig parse_ds_config(const std::string& json_text, const std::string& source
 }
 
 DsConfig load_ds_config(const std::string& path) {
-  return parse_ds_config(read_input_file(path, kConfigInput), path);
+  return parse_ds_config(read_input_file(path, kDeepSpeedConfigInput), path);
 }
 
 }  // namespace seqpar

@@ -207,6 +207,7 @@ LlamaConfig load_hf_llama_config(const std::string& path) {
     file = (fs::path(path) / "config.json").string();
     SEQPAR_INPUT_CHECK(fs::exists(file, ec), "{}: no config.json in this directory", path);
   }
+  SEQPAR_INPUT_CHECK(fs::exists(file, ec), "{}: no such file", file);
   return parse_hf_llama_config(read_input_file(file, kConfigInput), file);
 }
 

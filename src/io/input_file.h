@@ -9,10 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace seqpar {
 
@@ -25,6 +24,8 @@ struct InputKind {
 // Configs (HF config.json, DeepSpeed JSON, Accelerate YAML, tokenizer_config.json, a checkpoint's
 // trainer_state.json and small text files): real ones are kilobytes.
 inline constexpr InputKind kConfigInput{"config file", uint64_t{16} << 20};
+inline constexpr InputKind kDeepSpeedConfigInput{"DeepSpeed config", kConfigInput.max_bytes};
+inline constexpr InputKind kAccelerateConfigInput{"Accelerate config", kConfigInput.max_bytes};
 // Tokenizers (tokenizer.json of the largest vocabularies is ~35 MB; SentencePiece models ~5 MB).
 inline constexpr InputKind kTokenizerInput{"tokenizer file", uint64_t{1} << 30};
 // A sharded checkpoint's model.safetensors.index.json (a few MB for the largest models).

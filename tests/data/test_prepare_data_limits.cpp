@@ -16,9 +16,7 @@ namespace seqpar {
 namespace {
 
 PrepareDataOptions small_job(const std::string& dir, int threads) {
-  {
-    std::ofstream(dir + "/a.txt") << "one paragraph\n\nanother paragraph\n";
-  }
+  { std::ofstream(dir + "/a.txt") << "one paragraph\n\nanother paragraph\n"; }
   PrepareDataOptions o;
   o.tokenizer = testing::source_path("tests/fixtures/tokenizer/gpt2/tokenizer.json");
   o.inputs = {dir + "/a.txt"};
@@ -40,7 +38,8 @@ std::string error_of(const PrepareDataOptions& o) {
 
 TEST(PrepareDataLimits, ThreadsAreBoundedByName) {
   const std::string dir = testing::temp_dir();
-  EXPECT_EQ(error_of(small_job(dir, 100000)), "--threads=100000 must be in [0, 256] (0 = all hardware threads, at most 16)");
+  EXPECT_EQ(error_of(small_job(dir, 100000)),
+            "--threads=100000 must be in [0, 256] (0 = all hardware threads, at most 16)");
   EXPECT_EQ(error_of(small_job(dir, -1)), "--threads=-1 must be in [0, 256] (0 = all hardware threads, at most 16)");
   EXPECT_NO_THROW(prepare_data(small_job(dir, kMaxPrepareThreads)));
 }

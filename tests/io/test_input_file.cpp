@@ -87,8 +87,8 @@ TEST(JsonDepth, DeepJsonIsRefusedByNameInEveryParser) {
 
 TEST(JsonDepth, DeepSafetensorsHeaderIsRefused) {
   // The shape printing of the header check used dump() too.
-  const std::string header = "{\"w\":{\"dtype\":\"F32\",\"shape\":" + nested(50000, "[", "]") +
-                             ",\"data_offsets\":[0,4]}}";
+  const std::string header =
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":" + nested(50000, "[", "]") + ",\"data_offsets\":[0,4]}}";
   std::string bytes(8, '\0');
   uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(n >> (8 * i));

@@ -12,11 +12,11 @@
 #include "arch/llama_config.h"
 #include "core/allocator.h"
 #include "core/error.h"
+#include "test_util.h"
 #include "train/hf_model.h"
 #include "train/memory_plan.h"
 #include "train/trainer.h"
 #include "train_test_util.h"
-#include "test_util.h"
 
 namespace seqpar {
 namespace {
@@ -52,7 +52,8 @@ TEST(PlanBounds, HugeSeqLenIsRefusedNotWrapped) {
              "beyond 2^60 (1 EiB): it cannot fit any machine");
   MemoryPlanInput in = plan_input(int64_t{1} << 30);
   in.micro_batch = 1 << 20;  // 2^50 tokens: the product is bounded too
-  EXPECT_HAS(input_error_of([&] { (void)plan_memory(in); }), "tokens per step and data-parallel rank is more than 2^40");
+  EXPECT_HAS(input_error_of([&] { (void)plan_memory(in); }),
+             "tokens per step and data-parallel rank is more than 2^40");
 }
 
 TEST(PlanBounds, EveryPlanThatComputesIsPositiveAndOrdered) {
@@ -78,8 +79,7 @@ TEST(PlanBounds, CheckPlanFitsRefusesWhatDoesNotFit) {
   const MemoryPlan p = plan_memory(plan_input(8192));
   EXPECT_NO_THROW(check_plan_fits(p, 1, p.peak_bytes, "cuda:0"));
   EXPECT_NO_THROW(check_plan_fits(p, 1, 0, "cuda:0"));  // unknown capacity
-  EXPECT_HAS(input_error_of([&] { check_plan_fits(p, 2, p.peak_bytes, "cuda:0"); }),
-             "on cuda:0 (2 rank(s) of");
+  EXPECT_HAS(input_error_of([&] { check_plan_fits(p, 2, p.peak_bytes, "cuda:0"); }), "on cuda:0 (2 rank(s) of");
   EXPECT_HAS(input_error_of([&] { check_plan_fits(p, 1, p.peak_bytes - 1, "cuda:0"); }), "the run cannot fit");
 }
 
