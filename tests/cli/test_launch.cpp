@@ -264,7 +264,7 @@ TEST(Launch, RefusesBadArguments) {
     EXPECT_NE(rc, 0) << flags;
     EXPECT_HAS(out, needle);
   };
-  refuse("--nproc-per-node 0 -- true", "--nproc-per-node=0 must be >= 1");
+  refuse("--nproc-per-node 0 -- true", "--nproc-per-node=0 must be in [1, 1024]");
   refuse("--nproc-per-node 2 --nnodes 2 --node-rank 2 --master-addr h -- true", "--node-rank=2 must be in [0, "
                                                                                 "--nnodes=2)");
   refuse("--nproc-per-node 2 --nnodes 2 -- true", "--master-addr=127.0.0.1 with --nnodes=2");
