@@ -33,9 +33,15 @@ void check_positive(int64_t value, const char* field) {
   SEQPAR_INPUT_CHECK(value > 0, "{}={} must be positive", field, value);
 }
 
+void check_size(int64_t value, const char* field, int64_t max) {
+  check_positive(value, field);
+  SEQPAR_INPUT_CHECK(value <= max, "{}={} is larger than {}, the most seqpar accepts (a corrupt config?)", field, value,
+                     max);
+}
+
 // The RoPE part of validate(), also the precondition of rope_inv_freq.
 void validate_rope(const RopeConfig& rope, int64_t head_dim) {
-  check_positive(head_dim, "head_dim");
+  check_size(head_dim, "head_dim", kMaxHeadDim);
   SEQPAR_INPUT_CHECK(head_dim % 2 == 0, "head_dim={} must be even (RoPE rotates pairs of dimensions)", head_dim);
   SEQPAR_INPUT_CHECK(std::isfinite(rope.theta) && rope.theta > 0, "rope_theta={} must be a positive finite number",
                      rope.theta);
@@ -52,6 +58,10 @@ void validate_rope(const RopeConfig& rope, int64_t head_dim) {
   SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings > 0,
                      "rope original_max_position_embeddings={} must be positive (rope_type=llama3)",
                      rope.original_max_position_embeddings);
+  SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings <= kMaxPositionEmbeddings,
+                     "rope original_max_position_embeddings={} is larger than {}, the most seqpar accepts (a corrupt "
+                     "config?)",
+                     rope.original_max_position_embeddings, kMaxPositionEmbeddings);
 }
 
 }  // namespace
@@ -85,13 +95,13 @@ const char* model_family_architecture(ModelFamily family) {
 }
 
 void LlamaConfig::validate() const {
-  check_positive(vocab_size, "vocab_size");
-  check_positive(hidden_size, "hidden_size");
-  check_positive(intermediate_size, "intermediate_size");
-  check_positive(num_layers, "num_hidden_layers");
-  check_positive(num_heads, "num_attention_heads");
-  check_positive(num_kv_heads, "num_key_value_heads");
-  check_positive(max_position_embeddings, "max_position_embeddings");
+  check_size(vocab_size, "vocab_size", kMaxVocabSize);
+  check_size(hidden_size, "hidden_size", kMaxHiddenSize);
+  check_size(intermediate_size, "intermediate_size", kMaxIntermediateSize);
+  check_size(num_layers, "num_hidden_layers", kMaxLayers);
+  check_size(num_heads, "num_attention_heads", kMaxHeads);
+  check_size(num_kv_heads, "num_key_value_heads", kMaxHeads);
+  check_size(max_position_embeddings, "max_position_embeddings", kMaxPositionEmbeddings);
   SEQPAR_INPUT_CHECK(num_heads % num_kv_heads == 0,
                      "num_attention_heads={} must be a multiple of num_key_value_heads={}", num_heads, num_kv_heads);
   SEQPAR_INPUT_CHECK(std::isfinite(rms_norm_eps) && rms_norm_eps > 0,

@@ -61,9 +61,21 @@ struct LlamaConfig {
   }
 
   // Throws InputError naming the field, its value and the rule (e.g. "num_attention_heads=6
-  // must be a multiple of num_key_value_heads=4").
+  // must be a multiple of num_key_value_heads=4"). Every size is also bounded (the limits below),
+  // so no product of sizes overflows int64 anywhere (parameter counts, bytes, the memory plan).
   void validate() const;
 };
+
+// The largest sizes a config may give: far beyond every published Llama (405B: C=16384,
+// F=53248, L=126, H=128, V=128256), and small enough that the parameter count (< 2^54) and its
+// bytes stay within int64. A larger value is a corrupt or hostile config.
+inline constexpr int64_t kMaxVocabSize = (int64_t{1} << 31) - 1;  // token ids are int32
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 17;
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
+inline constexpr int64_t kMaxLayers = int64_t{1} << 12;
+inline constexpr int64_t kMaxHeads = int64_t{1} << 12;
+inline constexpr int64_t kMaxHeadDim = int64_t{1} << 12;
+inline constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 40;
 
 // The architecture of a known size without its files (their HF config.json values):
 // llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | qwen2.5-1.5b | qwen3-1.7b | qwen3-8b | mistral-7b |

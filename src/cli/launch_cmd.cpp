@@ -20,6 +20,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -164,9 +165,36 @@ void check_port_free(int port) {
                      port);
 }
 
+// The most ranks one launcher starts (8 GPUs a node is the norm; CPU jobs may take more) and the
+// most nodes: beyond them a mistyped count would fork until the machine's process or descriptor
+// table runs out, taking other jobs with it.
+constexpr int kMaxNprocPerNode = 1024;
+constexpr int kMaxNnodes = 65536;
+
+// The launcher holds two pipes per rank (four descriptors while one is being spawned): the
+// process's descriptor limit must leave room for all of them, and its process limit for the ranks.
+void check_machine_limits(const LaunchArgs& a) {
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    const rlim_t needed = 2 * static_cast<rlim_t>(a.nproc_per_node) + 64;
+    SEQPAR_INPUT_CHECK(needed <= files.rlim_cur,
+                       "--nproc-per-node={} needs about {} open files (two pipes per rank), but this process may "
+                       "open {} (ulimit -n): raise the limit or start fewer ranks",
+                       a.nproc_per_node, needed, files.rlim_cur);
+  }
+  rlimit procs{};
+  if (::getrlimit(RLIMIT_NPROC, &procs) == 0 && procs.rlim_cur != RLIM_INFINITY)
+    SEQPAR_INPUT_CHECK(static_cast<rlim_t>(a.nproc_per_node) < procs.rlim_cur,
+                       "--nproc-per-node={} is more processes than this user may run ({}, ulimit -u)",
+                       a.nproc_per_node, procs.rlim_cur);
+}
+
 void validate(const LaunchArgs& a) {
-  SEQPAR_INPUT_CHECK(a.nproc_per_node >= 1, "--nproc-per-node={} must be >= 1", a.nproc_per_node);
-  SEQPAR_INPUT_CHECK(a.nnodes >= 1, "--nnodes={} must be >= 1", a.nnodes);
+  SEQPAR_INPUT_CHECK(a.nproc_per_node >= 1 && a.nproc_per_node <= kMaxNprocPerNode,
+                     "--nproc-per-node={} must be in [1, {}]", a.nproc_per_node, kMaxNprocPerNode);
+  SEQPAR_INPUT_CHECK(a.nnodes >= 1 && a.nnodes <= kMaxNnodes, "--nnodes={} must be in [1, {}]", a.nnodes,
+                     kMaxNnodes);
+  check_machine_limits(a);
   SEQPAR_INPUT_CHECK(a.node_rank >= 0 && a.node_rank < a.nnodes, "--node-rank={} must be in [0, --nnodes={})",
                      a.node_rank, a.nnodes);
   SEQPAR_INPUT_CHECK(a.master_port >= 1 && a.master_port <= 65535, "--master-port={} must be in [1, 65535]",
@@ -215,7 +243,17 @@ Rank spawn(const LaunchArgs& a, int local_rank, const sigset_t& blocked, const i
   Rank r;
   r.rank = a.node_rank * a.nproc_per_node + local_rank;
   int out[2], err[2];
-  SEQPAR_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0, "pipe() failed: {}", std::strerror(errno));
+  // Failures here are the machine's limits (the ranks already started are stopped by the caller).
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    throw InputError(fmt::format("seqpar launch: cannot start rank {}: pipe() failed: {} (--nproc-per-node={})",
+                                 r.rank, std::strerror(errno), a.nproc_per_node));
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(out[0]);
+    ::close(out[1]);
+    throw InputError(fmt::format("seqpar launch: cannot start rank {}: pipe() failed: {} (--nproc-per-node={})",
+                                 r.rank, std::strerror(e), a.nproc_per_node));
+  }
   // Everything the child needs is built before fork: after it, only async-signal-safe calls.
   std::vector<std::string> env = rank_env(a, local_rank);
   std::vector<char*> envp, argv;
@@ -228,7 +266,12 @@ Rank spawn(const LaunchArgs& a, int local_rank, const sigset_t& blocked, const i
   const pid_t parent = ::getpid();
 
   const pid_t pid = ::fork();
-  SEQPAR_CHECK(pid >= 0, "fork() failed: {}", std::strerror(errno));
+  if (pid < 0) {
+    const int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    throw InputError(fmt::format("seqpar launch: cannot start rank {}: fork() failed: {} (--nproc-per-node={})",
+                                 r.rank, std::strerror(e), a.nproc_per_node));
+  }
   if (pid == 0) {
     ::setpgid(0, 0);
     ::close(life[1]);                                   // the launcher's alone: its death is this pipe's EOF

@@ -15,10 +15,12 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "core/error.h"
 #include "data/token_file.h"
+#include "io/input_file.h"
 #include "io/tokenizer.h"
 
 namespace seqpar {
@@ -177,6 +179,7 @@ class Pipeline {
 
   void process_unit(const Unit& u, ChunkResult& r) const {
     if (o_.format == DataFormat::kText) return add(r, u.text);
+    check_json_depth(u.text, "this record");
     json j;
     try {
       j = json::parse(u.text);
@@ -347,7 +350,9 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
   SEQPAR_INPUT_CHECK(!o.inputs.empty(), "--input: at least one input file is needed");
   SEQPAR_INPUT_CHECK(!o.output.empty(), "--output: an output path is needed");
   SEQPAR_INPUT_CHECK(o.chunk_bytes > 0, "chunk_bytes={} must be positive", o.chunk_bytes);
-  SEQPAR_INPUT_CHECK(o.threads >= 0, "--threads={} must be >= 0 (0 = all hardware threads)", o.threads);
+  SEQPAR_INPUT_CHECK(o.threads >= 0 && o.threads <= kMaxPrepareThreads,
+                     "--threads={} must be in [0, {}] (0 = all hardware threads, at most 16)", o.threads,
+                     kMaxPrepareThreads);
   SEQPAR_INPUT_CHECK(!o.text_field.empty(), "--text-field must not be empty");
   namespace fs = std::filesystem;
   for (const std::string& in : o.inputs) {
@@ -405,30 +410,29 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
   std::map<int64_t, ChunkResult> done;
   bool closing = false;
   std::vector<std::thread> workers;
-  for (int w = 0; w < threads; ++w)
-    workers.emplace_back([&] {
-      for (;;) {
-        Chunk c;
-        {
-          std::unique_lock lock(mu);
-          work_cv.wait(lock, [&] { return closing || !todo.empty(); });
-          if (todo.empty()) return;
-          c = std::move(todo.front());
-          todo.pop_front();
-        }
-        ChunkResult r;
-        try {
-          r = pipeline.process(c);
-        } catch (const std::exception& e) {  // not an input problem: keep its text, stop the run
-          r.error = fmt::format("{}: {}", o.inputs[c.file], e.what());
-        }
-        {
-          std::lock_guard lock(mu);
-          done.emplace(c.seq, std::move(r));
-        }
-        done_cv.notify_all();
+  auto worker = [&] {
+    for (;;) {
+      Chunk c;
+      {
+        std::unique_lock lock(mu);
+        work_cv.wait(lock, [&] { return closing || !todo.empty(); });
+        if (todo.empty()) return;
+        c = std::move(todo.front());
+        todo.pop_front();
       }
-    });
+      ChunkResult r;
+      try {
+        r = pipeline.process(c);
+      } catch (const std::exception& e) {  // not an input problem: keep its text, stop the run
+        r.error = fmt::format("{}: {}", o.inputs[c.file], e.what());
+      }
+      {
+        std::lock_guard lock(mu);
+        done.emplace(c.seq, std::move(r));
+      }
+      done_cv.notify_all();
+    }
+  };
   auto stop_workers = [&] {
     {
       std::lock_guard lock(mu);
@@ -439,6 +443,18 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
     for (auto& t : workers) t.join();
     workers.clear();
   };
+  // A thread that cannot start (the process's or the machine's thread limit) stops the ones that
+  // did, joined, before the error: never std::terminate on a joinable thread.
+  workers.reserve(static_cast<size_t>(threads));
+  for (int w = 0; w < threads; ++w) {
+    try {
+      workers.emplace_back(worker);
+    } catch (const std::system_error& e) {
+      stop_workers();
+      throw InputError(fmt::format("--threads={}: could not start tokenizer thread {} of {}: {}; use fewer threads",
+                                   o.threads, w + 1, threads, e.what()));
+    }
+  }
 
   PrepareDataStats stats;
   Progress progress(o.progress);

@@ -35,6 +35,9 @@ enum class TextUnit {
 };
 TextUnit parse_text_unit(const std::string& s, const std::string& setting);
 
+// The most tokenizer threads --threads may ask for (each holds a chunk of text in flight).
+inline constexpr int kMaxPrepareThreads = 256;
+
 struct PrepareDataOptions {
   std::string tokenizer;            // tokenizer.json / tokenizer.model
   std::vector<std::string> inputs;  // files, read in order
@@ -42,7 +45,7 @@ struct PrepareDataOptions {
   DataFormat format = DataFormat::kText;
   TextUnit text_unit = TextUnit::kParagraph;
   std::string text_field = "text";
-  int threads = 0;                          // 0: all hardware threads (at most 16)
+  int threads = 0;                          // 0: all hardware threads (at most 16); at most kMaxPrepareThreads
   bool add_special_tokens = true;           // the tokenizer's template tokens (BOS) on each document
   bool append_eos = false;                  // an EOS token after each document (trained in SFT)
   std::optional<std::string> eos_token;     // default: eos_token of tokenizer_config.json

@@ -13,11 +13,16 @@
 #include <filesystem>
 #include <limits>
 
+#include "io/input_file.h"
+
 namespace seqpar {
 
 static_assert(std::endian::native == std::endian::little, "token files are little-endian; this reader assumes a little-endian host");
 
 namespace {
+
+// Token files are as large as their corpus; the cap only says what a sane one can be (16 TiB).
+constexpr InputKind kTokenFileInput{"token file", uint64_t{1} << 44};
 
 constexpr int64_t round_up8(int64_t n) { return (n + 7) / 8 * 8; }
 
@@ -177,15 +182,10 @@ void write_token_file(const std::string& path, const std::vector<std::vector<int
 // ---- reader ----------------------------------------------------------------------------
 
 TokenFile::TokenFile(std::string path) : path_(std::move(path)) {
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  SEQPAR_INPUT_CHECK(fd >= 0, "token file '{}': cannot open: {}", path_, errno_text());
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string err = errno_text();
-    ::close(fd);
-    throw InputError(fmt::format("token file '{}': cannot stat: {}", path_, err));
-  }
-  const auto file_bytes = static_cast<int64_t>(st.st_size);
+  // A regular file only (a FIFO or a device would block or map nothing), through io's reader.
+  uint64_t size = 0;
+  const int fd = open_input_file(path_, kTokenFileInput, &size);
+  const auto file_bytes = static_cast<int64_t>(size);
   if (file_bytes < kTokenFileHeaderBytes) {
     ::close(fd);
     throw InputError(fmt::format("token file '{}': is {} bytes, shorter than the {}-byte header (truncated?)", path_,

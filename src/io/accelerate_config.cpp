@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/input_file.h"
 
 namespace seqpar {
 
@@ -242,6 +243,7 @@ void parse_parallelism_section(Reader& top, AccelerateConfig& c, std::vector<std
 AccelerateConfig parse_accelerate_config(const std::string& yaml_text, const std::string& source,
                                          const std::string& base_dir) {
   YAML::Node root;
+  check_yaml_depth(yaml_text, source);
   try {
     root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
@@ -297,13 +299,10 @@ AccelerateConfig parse_accelerate_config(const std::string& yaml_text, const std
 }
 
 AccelerateConfig load_accelerate_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SEQPAR_INPUT_CHECK(in.good(), "{}: cannot open the Accelerate config", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_input_file(path, kAccelerateConfigInput);
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  return parse_accelerate_config(ss.str(), path, dir);
+  return parse_accelerate_config(text, path, dir);
 }
 
 }  // namespace seqpar

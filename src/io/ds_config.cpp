@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/input_file.h"
 
 namespace seqpar {
 
@@ -332,7 +333,7 @@ void parse_scheduler(Reader& top, DsConfig& c, std::vector<std::string>& unread)
 DsConfig parse_ds_config(const std::string& json_text, const std::string& source) {
   json root;
   try {
-    root = json::parse(json_text);
+    root = parse_json_input(json_text, source);
   } catch (const json::exception& e) {
     throw InputError(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
@@ -370,11 +371,7 @@ DsConfig parse_ds_config(const std::string& json_text, const std::string& source
 }
 
 DsConfig load_ds_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SEQPAR_INPUT_CHECK(in.good(), "{}: cannot open the DeepSpeed config", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_ds_config(ss.str(), path);
+  return parse_ds_config(read_input_file(path, kDeepSpeedConfigInput), path);
 }
 
 }  // namespace seqpar

@@ -19,6 +19,8 @@
 //     wins over the dict's, and max_position_embeddings is the last fallback.
 // Unknown extra fields are ignored (configs carry token ids, initializer_range, use_cache, ...).
 #include "io/hf_config.h"
+#include "io/input_file.h"
+#include "io/json_describe.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -52,6 +54,9 @@ class Fields {
     const json& v = required(name);
     SEQPAR_INPUT_CHECK(v.is_number_integer(), "{}: field '{}{}' must be an integer, got {}", source_, prefix_, name,
                        describe(v));
+    // nlohmann stores 2^63 and above as unsigned; get<int64_t> would wrap them negative.
+    SEQPAR_INPUT_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{INT64_MAX},
+                       "{}: field '{}{}'={} does not fit a 64-bit integer", source_, prefix_, name, describe(v));
     return v.get<int64_t>();
   }
   int64_t integer(const char* name, int64_t fallback) const { return has(name) ? integer(name) : fallback; }
@@ -242,12 +247,7 @@ void parse_family_options(const Fields& f, const json& root, const std::string& 
 
 LlamaConfig parse_hf_llama_config(const std::string& json_text, const std::string& source_name) {
   const std::string& src = source_name;
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", src, e.what()));
-  }
+  const json root = parse_json_input(json_text, src);
   SEQPAR_INPUT_CHECK(root.is_object(), "{}: config.json must be a JSON object, got {}", src, describe(root));
   Fields f(root, src);
 
@@ -303,12 +303,8 @@ LlamaConfig load_hf_llama_config(const std::string& path) {
     file = (fs::path(path) / "config.json").string();
     SEQPAR_INPUT_CHECK(fs::exists(file, ec), "{}: no config.json in this directory", path);
   }
-  SEQPAR_INPUT_CHECK(fs::is_regular_file(file, ec), "{}: no such file", file);
-  std::ifstream in(file);
-  SEQPAR_INPUT_CHECK(in.is_open(), "{}: cannot open", file);
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_hf_llama_config(text.str(), file);
+  SEQPAR_INPUT_CHECK(fs::exists(file, ec), "{}: no such file", file);
+  return parse_hf_llama_config(read_input_file(file, kConfigInput), file);
 }
 
 std::string hf_llama_config_json(const LlamaConfig& config, const std::string& torch_dtype) {

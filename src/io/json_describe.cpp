@@ -2,10 +2,45 @@
 
 namespace seqpar {
 
+namespace {
+
+constexpr size_t kMaxChars = 60;
+constexpr int kMaxLevels = 4;
+
+// Appends a rendering of j to out, stopping once out holds more than kMaxChars characters and
+// writing nested values below kMaxLevels as "[...]" / "{...}". Unlike json::dump() it never recurses
+// deeper than kMaxLevels, whatever the value, and never renders a large value whole.
+void render(const nlohmann::json& j, int level, std::string& out) {
+  if (out.size() > kMaxChars) return;
+  if (j.is_array() || j.is_object()) {
+    const bool array = j.is_array();
+    if (level >= kMaxLevels && !j.empty()) {
+      out += array ? "[...]" : "{...}";
+      return;
+    }
+    out += array ? '[' : '{';
+    bool first = true;
+    for (auto it = j.begin(); it != j.end() && out.size() <= kMaxChars; ++it) {
+      if (!first) out += ',';
+      first = false;
+      if (!array) out += nlohmann::json(it.key()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ":";
+      render(*it, level + 1, out);
+    }
+    out += array ? ']' : '}';
+    return;
+  }
+  std::string scalar = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (scalar.size() > kMaxChars + 1) scalar.resize(kMaxChars + 1);  // truncated below
+  out += scalar;
+}
+
+}  // namespace
+
 std::string describe_json(const nlohmann::json& j) {
   using nlohmann::json;
-  std::string value = j.dump();
-  if (value.size() > 60) value = value.substr(0, 57) + "...";
+  std::string value;
+  render(j, 0, value);
+  if (value.size() > kMaxChars) value = value.substr(0, kMaxChars - 3) + "...";
   switch (j.type()) {
     case json::value_t::null:
       return "null";
@@ -25,6 +60,13 @@ std::string describe_json(const nlohmann::json& j) {
     default:
       return value;
   }
+}
+
+std::string short_json(const nlohmann::json& j) {
+  std::string value;
+  render(j, 0, value);
+  if (value.size() > kMaxChars) value = value.substr(0, kMaxChars - 3) + "...";
+  return value;
 }
 
 }  // namespace seqpar

@@ -10,4 +10,8 @@ namespace seqpar {
 
 std::string describe_json(const nlohmann::json& j);
 
+// The (shortened) text alone, e.g. `[1,2]`: for messages that say the type themselves. Unlike
+// json::dump() it is bounded in length and in recursion, whatever the value.
+std::string short_json(const nlohmann::json& j);
+
 }  // namespace seqpar

@@ -40,6 +40,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/input_file.h"
+#include "io/json_describe.h"
 
 namespace seqpar {
 
@@ -177,6 +179,7 @@ Header read_header(std::ifstream& in, const std::string& path, uint64_t file_siz
       duplicate = parsed.get<std::string>();
     return true;
   };
+  check_json_depth(text, path);
   json header;
   try {
     header = json::parse(text, on_event);
@@ -225,14 +228,14 @@ Header read_header(std::ifstream& in, const std::string& path, uint64_t file_siz
     for (const json& d : shape) {
       std::optional<uint64_t> dim = as_uint(d);
       SEQPAR_INPUT_CHECK(dim.has_value() && *dim <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-                         "{}: shape must be a list of non-negative integers, got {}", where, shape.dump());
+                         "{}: shape must be a list of non-negative integers, got {}", where, short_json(shape));
       e.shape.push_back(static_cast<int64_t>(*dim));
       if (*dim == 0) {
         has_zero_dim = true;
         continue;
       }
       SEQPAR_INPUT_CHECK(nonzero_product <= std::numeric_limits<uint64_t>::max() / 16 / *dim,
-                         "{}: shape {} has too many elements", where, shape.dump());
+                         "{}: shape {} has too many elements", where, short_json(shape));
       nonzero_product *= *dim;
     }
     e.numel = has_zero_dim ? 0 : nonzero_product;
@@ -240,7 +243,7 @@ Header read_header(std::ifstream& in, const std::string& path, uint64_t file_siz
     const json& offsets = value["data_offsets"];
     SEQPAR_INPUT_CHECK(offsets.is_array() && offsets.size() == 2 && as_uint(offsets[0]) && as_uint(offsets[1]),
                        "{}: data_offsets must be [begin, end] with non-negative integers, got {}", where,
-                       offsets.dump());
+                       short_json(offsets));
     e.begin = *as_uint(offsets[0]);
     e.end = *as_uint(offsets[1]);
     SEQPAR_INPUT_CHECK(e.begin <= e.end, "{}: data_offsets [{}, {}] end before they begin", where, e.begin, e.end);
@@ -249,7 +252,7 @@ Header read_header(std::ifstream& in, const std::string& path, uint64_t file_siz
     const uint64_t expected = e.numel * e.dtype->size;
     SEQPAR_INPUT_CHECK(e.end - e.begin == expected,
                        "{}: data_offsets [{}, {}] span {} bytes, but shape {} of {} needs {} bytes", where, e.begin,
-                       e.end, e.end - e.begin, shape.dump(), e.dtype->name, expected);
+                       e.end, e.end - e.begin, short_json(shape), e.dtype->name, expected);
     out.entries.push_back(std::move(e));
   }
 
@@ -481,41 +484,42 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   file.commit();
 }
 
-SafetensorsData read_hf_checkpoint(const std::string& model_dir) {
+namespace {
+
+// The files of an HF checkpoint directory: model.safetensors alone, or the shards its index lists
+// (with the shard each tensor is listed in).
+struct HfFiles {
+  std::vector<std::string> shards;              // paths, in the order the index first names them
+  std::map<std::string, std::string> shard_of;  // tensor -> shard file name (index only)
+  std::string index_name;                       // "" for a single file
+};
+
+HfFiles hf_checkpoint_files(const std::string& model_dir) {
   std::error_code ec;
   SEQPAR_INPUT_CHECK(fs::is_directory(model_dir, ec), "{}: not a directory (expected an HF checkpoint directory)",
                      model_dir);
   const fs::path dir(model_dir);
   const fs::path single = dir / "model.safetensors";
   const fs::path index_path = dir / "model.safetensors.index.json";
+  HfFiles out;
   if (fs::exists(single, ec)) {
-    SafetensorsData data = read_safetensors(single.string());
-    data.path = model_dir;
-    return data;
+    out.shards.push_back(single.string());
+    return out;
   }
   SEQPAR_INPUT_CHECK(fs::exists(index_path, ec),
                      "{}: no model.safetensors and no model.safetensors.index.json: not an HF safetensors checkpoint",
                      model_dir);
 
-  const std::string index_name = index_path.string();
-  json index;
-  {
-    std::ifstream in(index_path);
-    SEQPAR_INPUT_CHECK(in.is_open(), "{}: cannot open: {}", index_name, std::strerror(errno));
-    try {
-      index = json::parse(in);
-    } catch (const json::exception& e) {
-      throw InputError(fmt::format("{}: not valid JSON: {}", index_name, e.what()));
-    }
-  }
+  out.index_name = index_path.string();
+  const std::string& index_name = out.index_name;
+  const json index = parse_json_input(read_input_file(index_name, kIndexInput), index_name);
   SEQPAR_INPUT_CHECK(index.is_object() && index.contains("weight_map"), "{}: 'weight_map' is missing", index_name);
   const json& weight_map = index["weight_map"];
   SEQPAR_INPUT_CHECK(weight_map.is_object(), "{}: 'weight_map' must be an object of tensor name -> shard file, got {}",
                      index_name, json_type_name(weight_map));
 
   // Shard files in the order they first appear; each must be a plain file name in this directory.
-  std::vector<std::string> shards;
-  std::map<std::string, std::string> shard_of;
+  std::vector<std::string> names;
   for (const auto& [name, file] : weight_map.items()) {
     SEQPAR_INPUT_CHECK(file.is_string(), "{}: weight_map['{}'] must be a file name, got {}", index_name, name,
                        json_type_name(file));
@@ -523,31 +527,77 @@ SafetensorsData read_hf_checkpoint(const std::string& model_dir) {
     SEQPAR_INPUT_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
                        "{}: weight_map['{}'] = '{}' must be a file name inside the checkpoint directory", index_name,
                        name, f);
-    if (std::find(shards.begin(), shards.end(), f) == shards.end()) shards.push_back(f);
-    shard_of[name] = f;
+    if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
+    out.shard_of[name] = f;
   }
-  SEQPAR_INPUT_CHECK(!shards.empty(), "{}: weight_map lists no tensors", index_name);
+  SEQPAR_INPUT_CHECK(!names.empty(), "{}: weight_map lists no tensors", index_name);
+  for (const std::string& n : names) out.shards.push_back((dir / n).string());
+  return out;
+}
 
+// Checks that shard `shard_path` holding `names` agrees with the index (a no-op without one).
+void check_shard_against_index(const HfFiles& files, const std::string& shard_path,
+                               const std::vector<std::string>& names, std::map<std::string, std::string>& found_in) {
+  if (files.index_name.empty()) return;
+  const std::string shard = fs::path(shard_path).filename().string();
+  for (const std::string& name : names) {
+    auto listed = files.shard_of.find(name);
+    SEQPAR_INPUT_CHECK(listed != files.shard_of.end(), "{}: holds tensor '{}', which {} does not list", shard_path,
+                       name, files.index_name);
+    SEQPAR_INPUT_CHECK(listed->second == shard, "{}: holds tensor '{}', which {} places in {}", shard_path, name,
+                       files.index_name, listed->second);
+    found_in[name] = shard;
+  }
+}
+
+void check_index_complete(const HfFiles& files, const std::map<std::string, std::string>& found_in) {
+  for (const auto& [name, shard] : files.shard_of)
+    SEQPAR_INPUT_CHECK(found_in.count(name), "{}: lists tensor '{}' in {}, but that shard does not hold it",
+                       files.index_name, name, shard);
+}
+
+}  // namespace
+
+std::vector<TensorInfo> read_safetensors_header(const std::string& path) {
+  const uint64_t size = file_size_of(path);
+  std::ifstream in(path, std::ios::binary);
+  SEQPAR_INPUT_CHECK(in.is_open(), "{}: cannot open: {}", path, std::strerror(errno));
+  const Header header = read_header(in, path, size);
+  std::vector<TensorInfo> out;
+  out.reserve(header.entries.size());
+  for (const Entry& e : header.entries) out.push_back({e.name, e.shape, e.dtype->target, path});
+  return out;
+}
+
+std::vector<TensorInfo> read_hf_checkpoint_headers(const std::string& model_dir) {
+  const HfFiles files = hf_checkpoint_files(model_dir);
+  std::vector<TensorInfo> out;
+  std::map<std::string, std::string> found_in;
+  for (const std::string& shard : files.shards) {
+    std::vector<TensorInfo> part = read_safetensors_header(shard);
+    std::vector<std::string> names;
+    for (const TensorInfo& t : part) names.push_back(t.name);
+    check_shard_against_index(files, shard, names, found_in);
+    for (TensorInfo& t : part) out.push_back(std::move(t));
+  }
+  check_index_complete(files, found_in);
+  return out;
+}
+
+SafetensorsData read_hf_checkpoint(const std::string& model_dir) {
+  const HfFiles files = hf_checkpoint_files(model_dir);
   SafetensorsData out;
   out.path = model_dir;
   std::map<std::string, std::string> found_in;
-  for (const std::string& shard : shards) {
-    const std::string shard_path = (dir / shard).string();
-    SafetensorsData part = read_safetensors(shard_path);
-    for (auto& [name, tensor] : part.tensors) {
-      auto listed = shard_of.find(name);
-      SEQPAR_INPUT_CHECK(listed != shard_of.end(), "{}: holds tensor '{}', which {} does not list", shard_path, name,
-                         index_name);
-      SEQPAR_INPUT_CHECK(listed->second == shard, "{}: holds tensor '{}', which {} places in {}", shard_path, name,
-                         index_name, listed->second);
-      found_in[name] = shard;
-      out.tensors.emplace_back(name, std::move(tensor));
-    }
+  for (const std::string& shard : files.shards) {
+    SafetensorsData part = read_safetensors(shard);
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : part.tensors) names.push_back(name);
+    check_shard_against_index(files, shard, names, found_in);
+    for (auto& [name, tensor] : part.tensors) out.tensors.emplace_back(name, std::move(tensor));
     for (auto& [key, value] : part.metadata) out.metadata.emplace(key, value);  // the first shard's value wins
   }
-  for (const auto& [name, shard] : shard_of)
-    SEQPAR_INPUT_CHECK(found_in.count(name), "{}: lists tensor '{}' in {}, but that shard does not hold it", index_name,
-                       name, shard);
+  check_index_complete(files, found_in);
   return out;
 }
 

@@ -38,6 +38,20 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 // model.safetensors.index.json. Returns every tensor by name.
 SafetensorsData read_hf_checkpoint(const std::string& model_dir);
 
+// What a header says of one tensor: enough to check a checkpoint against a config before any
+// tensor is read or any model allocated.
+struct TensorInfo {
+  std::string name;
+  Shape shape;
+  DType dtype;       // as read (F16/F64 become F32)
+  std::string file;  // the file that holds it
+};
+
+// The tensors of one file / of an HF checkpoint directory, from the headers alone: every rule of
+// read_safetensors / read_hf_checkpoint is checked (the same messages), no tensor data is read.
+std::vector<TensorInfo> read_safetensors_header(const std::string& path);
+std::vector<TensorInfo> read_hf_checkpoint_headers(const std::string& model_dir);
+
 // Writes a string to a file atomically (temporary name, fsync, rename).
 void write_file_atomic(const std::string& path, const std::string& contents);
 

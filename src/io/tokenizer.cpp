@@ -8,6 +8,8 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "io/input_file.h"
+#include "io/json_describe.h"
 
 namespace seqpar {
 
@@ -236,7 +238,7 @@ std::optional<std::string> token_text(const nlohmann::json& v, const std::string
   if (v.is_string()) return v.get<std::string>();
   if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
   throw InputError(fmt::format("{}: field '{}' must be a string or an object with a string 'content', got {}", src,
-                               field, v.dump()));
+                               field, short_json(v)));
 }
 
 }  // namespace
@@ -246,14 +248,7 @@ TokenizerConfig read_tokenizer_config(const std::string& tokenizer_path) {
   const auto path = std::filesystem::path(tokenizer_path).parent_path() / "tokenizer_config.json";
   if (!std::filesystem::exists(path)) return cfg;
   cfg.path = path.string();
-  std::ifstream in(path);
-  SEQPAR_INPUT_CHECK(in.good(), "{}: cannot open", cfg.path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", cfg.path, e.what()));
-  }
+  const nlohmann::json j = parse_json_input(read_input_file(cfg.path, kConfigInput), cfg.path);
   SEQPAR_INPUT_CHECK(j.is_object(), "{}: must be a JSON object", cfg.path);
   if (j.contains("bos_token")) cfg.bos_token = token_text(j["bos_token"], cfg.path, "bos_token");
   if (j.contains("eos_token")) cfg.eos_token = token_text(j["eos_token"], cfg.path, "eos_token");
@@ -268,7 +263,8 @@ TokenizerConfig read_tokenizer_config(const std::string& tokenizer_path) {
 }
 
 std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& path) {
-  SEQPAR_INPUT_CHECK(std::filesystem::is_regular_file(path), "--tokenizer '{}': no such file", path);
+  SEQPAR_INPUT_CHECK(std::filesystem::exists(path), "--tokenizer '{}': no such file", path);
+  check_input_file(path, kTokenizerInput);
   const std::string ext = std::filesystem::path(path).extension().string();
   if (ext == ".model") return tokenizer_detail::load_sentencepiece_tokenizer(path);
   return tokenizer_detail::load_hf_tokenizer(path);

@@ -10,6 +10,8 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "io/input_file.h"
+#include "io/json_describe.h"
 #include "io/tokenizer.h"
 
 namespace seqpar::tokenizer_detail {
@@ -100,6 +102,7 @@ class HfBpeTokenizer final : public Tokenizer {
     load_pre_tokenizer(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json());
     if (root.contains("post_processor")) load_post_processor(root["post_processor"], "post_processor");
     load_decoder(root.contains("decoder") ? root["decoder"] : json());
+    check_id_range();
     build_decode_table();
   }
 
@@ -178,6 +181,25 @@ class HfBpeTokenizer final : public Tokenizer {
 
   // ---- loading ---------------------------------------------------------------------------
 
+  // Records an id (of the vocabulary or an added token) and where it came from, for the table size.
+  void note_id(int64_t id, std::string source) {
+    if (id + 1 <= vocab_size_) return;
+    vocab_size_ = id + 1;
+    largest_id_source_ = std::move(source);
+  }
+
+  // The id -> token tables are dense ([vocab_size] entries), so the largest id must stay near the
+  // number of ids the file defines: a table at most twice that (plus 1024 for reserved ranges),
+  // which keeps the memory proportional to the file instead of to an id of 1e8.
+  void check_id_range() const {
+    const auto defined = static_cast<int64_t>(vocab_.size() + added_.size());
+    const int64_t limit = 2 * defined + 1024;
+    SEQPAR_INPUT_CHECK(vocab_size_ <= limit,
+                       "{}: {} has id {}, but the file defines only {} ids: ids must be < 2 x (number of ids) + 1024 "
+                       "= {} (the id tables are dense)",
+                       where(), largest_id_source_, vocab_size_ - 1, defined, limit);
+  }
+
   void load_model(const json& m) {
     const std::string type = m.value("type", m.contains("merges") ? "BPE" : "");
     SEQPAR_INPUT_CHECK(type == "BPE", "{}: model type '{}' is not supported (seqpar reads byte-level BPE models only)",
@@ -185,9 +207,9 @@ class HfBpeTokenizer final : public Tokenizer {
     SEQPAR_INPUT_CHECK(m.contains("vocab") && m["vocab"].is_object(), "{}: model.vocab must be an object", where());
     for (const auto& [tok, id] : m["vocab"].items()) {
       SEQPAR_INPUT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t{1} << 31),
-                         "{}: model.vocab['{}'] = {} must be an id in [0, 2^31)", where(), tok, id.dump());
+                         "{}: model.vocab['{}'] = {} must be an id in [0, 2^31)", where(), tok, short_json(id));
       vocab_[tok] = id.get<int32_t>();
-      vocab_size_ = std::max<int64_t>(vocab_size_, id.get<int64_t>() + 1);
+      note_id(id.get<int64_t>(), fmt::format("model.vocab['{}']", tok));
     }
     auto opt_string = [&](const char* field) -> std::string {
       if (!m.contains(field) || m[field].is_null()) return "";
@@ -202,7 +224,7 @@ class HfBpeTokenizer final : public Tokenizer {
     if (m.contains("dropout") && !m["dropout"].is_null())
       SEQPAR_INPUT_CHECK(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0,
                          "{}: model.dropout={} is not supported (BPE dropout is for training a tokenizer)", where(),
-                         m["dropout"].dump());
+                         short_json(m["dropout"]));
     ignore_merges_ = m.value("ignore_merges", false);
     fuse_unk_ = m.value("fuse_unk", false);
     if (const std::string unk = opt_string("unk_token"); !unk.empty()) {
@@ -225,7 +247,7 @@ class HfBpeTokenizer final : public Tokenizer {
         b = s.substr(sp + 1);
       } else {
         SEQPAR_INPUT_CHECK(e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string(),
-                           "{}: model.merges[{}] = {} must be \"a b\" or [\"a\", \"b\"]", where(), r, e.dump());
+                           "{}: model.merges[{}] = {} must be \"a b\" or [\"a\", \"b\"]", where(), r, short_json(e));
         a = e[0].get<std::string>();
         b = e[1].get<std::string>();
       }
@@ -251,14 +273,20 @@ class HfBpeTokenizer final : public Tokenizer {
                          "{}: added_tokens[{}] must have an integer 'id' and a non-empty string 'content'", where(), i);
       AddedToken a;
       a.content = t["content"].get<std::string>();
-      a.id = t["id"].get<int32_t>();
-      SEQPAR_INPUT_CHECK(a.id >= 0, "{}: added_tokens[{}] ('{}') has id {} < 0", where(), i, a.content, a.id);
+      // The id as the integer it is (nlohmann would truncate a get<int32_t> of 2^32 to 0 and
+      // make 2^31 negative): token ids are int32 in seqpar, as in the token files' readers.
+      const json& id = t["id"];
+      const bool in_range = id.is_number_unsigned() ? id.get<uint64_t>() < (uint64_t{1} << 31)
+                                                    : id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t{1} << 31);
+      SEQPAR_INPUT_CHECK(in_range, "{}: added_tokens[{}] ('{}') has id {}: an id must be in [0, 2^31)", where(), i,
+                         a.content, short_json(id));
+      a.id = static_cast<int32_t>(id.get<int64_t>());
       a.special = t.value("special", false);
       a.lstrip = t.value("lstrip", false);
       a.rstrip = t.value("rstrip", false);
       a.single_word = t.value("single_word", false);
       a.normalized = t.value("normalized", !a.special);
-      vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{a.id} + 1);
+      note_id(a.id, fmt::format("added_tokens[{}] ('{}')", i, a.content));
       added_by_content_[a.content] = a.id;
       added_.push_back(std::move(a));
     }
@@ -308,7 +336,7 @@ class HfBpeTokenizer final : public Tokenizer {
                            "not inverted)", where(), s.value("behavior", "?"), s.value("invert", false));
         const json& pat = s.contains("pattern") ? s["pattern"] : json();
         SEQPAR_INPUT_CHECK(pat.is_object() && pat.contains("Regex") && pat["Regex"].is_string(),
-                           "{}: pre-tokenizer Split pattern {} is not supported (only a Regex)", where(), pat.dump());
+                           "{}: pre-tokenizer Split pattern {} is not supported (only a Regex)", where(), short_json(pat));
         auto sp = split_pattern_from_regex(pat["Regex"].get<std::string>());
         SEQPAR_INPUT_CHECK(sp.has_value(), "{}: pre-tokenizer Split regex '{}' is not supported: seqpar implements the "
                            "GPT-2, Llama-3 and Qwen2 patterns (docs/prepare-data.md)", where(),
@@ -344,18 +372,18 @@ class HfBpeTokenizer final : public Tokenizer {
     for (const auto& item : p["single"]) {
       if (item.contains("Sequence")) {
         SEQPAR_INPUT_CHECK(item["Sequence"].value("id", "") == "A", "{}: {}.single has sequence {}, expected A",
-                           where(), at, item["Sequence"].dump());
+                           where(), at, short_json(item["Sequence"]));
         ++sequences;
         continue;
       }
       SEQPAR_INPUT_CHECK(item.contains("SpecialToken") && item["SpecialToken"].contains("id"),
-                         "{}: {}.single item {} is neither a SpecialToken nor the Sequence", where(), at, item.dump());
+                         "{}: {}.single item {} is neither a SpecialToken nor the Sequence", where(), at, short_json(item));
       const std::string name = item["SpecialToken"]["id"].get<std::string>();
       SEQPAR_INPUT_CHECK(specials.contains(name) && specials[name].contains("ids") && specials[name]["ids"].is_array(),
                          "{}: {}: special token '{}' is not in special_tokens", where(), at, name);
       for (const auto& id : specials[name]["ids"]) {
         SEQPAR_INPUT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size_,
-                           "{}: {}: special token '{}' has id {} outside the vocabulary", where(), at, name, id.dump());
+                           "{}: {}: special token '{}' has id {} outside the vocabulary", where(), at, name, short_json(id));
         (sequences == 0 ? before : after).push_back(id.get<int32_t>());
       }
     }
@@ -644,16 +672,17 @@ class HfBpeTokenizer final : public Tokenizer {
   std::vector<std::string> decoded_;  // [vocab_size] bytes of each id
   std::vector<uint8_t> known_, special_;  // [vocab_size]
   int64_t vocab_size_ = 0;
+  std::string largest_id_source_;  // the vocabulary entry or added token with the largest id
 };
 
 }  // namespace
 
 std::shared_ptr<const Tokenizer> load_hf_tokenizer(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  SEQPAR_INPUT_CHECK(in.good(), "tokenizer '{}': cannot open", path);
+  const std::string text = read_input_file(path, kTokenizerInput);
+  check_json_depth(text, fmt::format("tokenizer '{}'", path));
   json root;
   try {
-    root = json::parse(in);
+    root = json::parse(text);
   } catch (const json::exception& e) {
     throw InputError(fmt::format("tokenizer '{}': not valid JSON ({}); a SentencePiece model must be named *.model",
                                  path, e.what()));

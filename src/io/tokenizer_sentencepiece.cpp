@@ -6,6 +6,7 @@
 // in front when add_special_tokens (and the model has a BOS); text that spells a control token
 // ("<s>") is encoded as text, as sentencepiece does.
 #include "core/error.h"
+#include "io/input_file.h"
 #include "io/tokenizer.h"
 
 #ifdef SEQPAR_WITH_SENTENCEPIECE
@@ -21,7 +22,8 @@ namespace {
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(std::string path) : Tokenizer(std::move(path)) {
-    const auto status = sp_.Load(this->path());
+    // Read through io's reader (a regular file of bounded size), parsed from memory.
+    const auto status = sp_.LoadFromSerializedProto(read_input_file(this->path(), kTokenizerInput));
     SEQPAR_INPUT_CHECK(status.ok(), "tokenizer '{}': not a SentencePiece model: {}", this->path(), status.ToString());
   }
 

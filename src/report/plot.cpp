@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "io/input_file.h"
 #include "io/safetensors.h"  // write_file_atomic
 
 namespace seqpar {
@@ -205,12 +206,16 @@ void write_metrics_svg(const std::string& path, const std::vector<json>& records
 }
 
 std::vector<json> read_metrics_jsonl(const std::string& path) {
+  // A regular file of sane size (a record per step: a million steps are a few hundred MB).
+  static constexpr InputKind kMetricsInput{"metrics file", uint64_t{4} << 30};
+  check_input_file(path, kMetricsInput);
   std::ifstream in(path);
   SEQPAR_INPUT_CHECK(in.is_open(), "metrics file {}: cannot open", path);
   std::vector<json> out;
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
+    check_json_depth(line, fmt::format("metrics file {}: line {}", path, n));
     try {
       out.push_back(json::parse(line));
     } catch (const json::exception& e) {

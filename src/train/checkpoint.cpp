@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "io/hf_config.h"
 #include "train/checksum.h"
+#include "io/input_file.h"
 #include "train/config_resolve.h"
 
 namespace seqpar {
@@ -492,7 +493,7 @@ Checkpoint load_checkpoint(const std::string& dir_arg) {
   ck.dir = dir_in;
   json state;
   try {
-    state = json::parse(read_text(dir / "trainer_state.json"));
+    state = json::parse(read_json_text((dir / "trainer_state.json").string(), kConfigInput, where + ": trainer_state.json"));
   } catch (const json::exception& e) {
     throw InputError(
         fmt::format("{}: trainer_state.json is not valid JSON ({}): a corrupt checkpoint", where, e.what()));

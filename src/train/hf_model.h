@@ -20,4 +20,14 @@ std::unique_ptr<LlamaModel> load_hf_model(const std::string& dir, Device device 
 void load_params_from(LlamaParams& params, const LlamaConfig& config, const SafetensorsData& data,
                       const std::string& source);
 
+// Checks that `tensors` (from headers or read tensors) hold every parameter of `config` with its
+// HF shape and a floating dtype: InputError "<source>: parameter '<name>' ..." otherwise; warns of
+// tensors it does not use. Allocates nothing of the model's size.
+void check_params_in(const LlamaConfig& config, const std::vector<TensorInfo>& tensors, const std::string& source);
+
+// The model of `config` with the weights in `data`, checked (check_params_in) before the model is
+// allocated: a config far beyond its checkpoint's tensors fails without allocating its model.
+std::unique_ptr<LlamaModel> model_from_tensors(const LlamaConfig& config, const SafetensorsData& data,
+                                               const std::string& source, Device device = Device::cpu());
+
 }  // namespace seqpar

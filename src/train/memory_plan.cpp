@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -167,6 +169,45 @@ std::string gib(int64_t bytes) {
   return fmt::format("{:.2f} GiB", b / (1ll << 30));
 }
 
+// Bounds that keep every byte count of the plan (and of the run it plans) inside int64.
+constexpr int64_t kMaxPlanSeqLen = int64_t{1} << 40;
+constexpr int kMaxPlanRanks = 1 << 24;
+constexpr long double kMaxPlanBytes = 1152921504606846976.0L;  // 2^60 (1 EiB): no machine holds it
+
+// An upper bound, computed in long double (which cannot overflow at these sizes), of every byte
+// count plan_memory forms: each per-token term of a layer (activations, the sequence-parallel
+// walks, the attention workspace) is below 64 · (C + F + (H + 2 Hkv) · D + H + 16) · (U + 1)
+// bytes, the LM head's below 64 · V per token, the model states below 32 bytes per parameter.
+// The model's sizes are bounded by LlamaConfig::validate, so the products here are finite.
+long double plan_bytes_bound(const MemoryPlanInput& in) {
+  const LlamaConfig& m = in.model;
+  const long double C = m.hidden_size, F = m.intermediate_size, V = m.vocab_size, L = m.num_layers;
+  const long double H = m.num_heads, Hkv = m.num_kv_heads, D = m.head_dim, U = in.ulysses_degree;
+  const long double T = static_cast<long double>(in.micro_batch) * in.seq_len / in.sp + 1;
+  const long double per_token_layer = 64 * (C + F + (H + 2 * Hkv) * D + H + 16) * (U + 1);
+  const long double params = 2 * V * C + C + L * (2 * C + 3 * F * C + 2 * (H + Hkv) * D * C);
+  return (L + 4) * T * per_token_layer + 64 * T * V + 32 * params + (1 << 27);
+}
+
+// The sizes' bounds: a run whose plan would exceed kMaxPlanBytes cannot fit any machine, and
+// refusing it keeps the arithmetic below from overflowing (a seq_len near 2^62 used to wrap the
+// byte counts negative and "fit").
+void check_plan_bounds(const MemoryPlanInput& in) {
+  SEQPAR_INPUT_CHECK(in.seq_len <= kMaxPlanSeqLen, "seq_len={} must be <= 2^40 ({})", in.seq_len, kMaxPlanSeqLen);
+  SEQPAR_INPUT_CHECK(in.world <= kMaxPlanRanks, "world={} must be <= 2^24 ranks", in.world);
+  const long double tokens = static_cast<long double>(in.micro_batch) * in.seq_len;
+  SEQPAR_INPUT_CHECK(tokens <= kMaxPlanSeqLen,
+                     "micro_batch={} x seq_len={} = {:.0f} tokens per step and data-parallel rank is more than 2^40",
+                     in.micro_batch, in.seq_len, static_cast<double>(tokens));
+  const long double bound = plan_bytes_bound(in);
+  SEQPAR_INPUT_CHECK(bound <= kMaxPlanBytes,
+                     "seq_len={} with micro_batch={} over sp={} on this model ({} layers, hidden_size={}, vocab_size={}) "
+                     "needs on the order of {:.3g} bytes per rank, beyond 2^60 (1 EiB): it cannot fit any machine; "
+                     "lower --seq-len or --micro-batch, or raise --sp",
+                     in.seq_len, in.micro_batch, in.sp, in.model.num_layers, in.model.hidden_size,
+                     in.model.vocab_size, static_cast<double>(bound));
+}
+
 // The plan's input against the trainer's rules (InputError naming the setting).
 void check_plan_input(const MemoryPlanInput& in) {
   const LlamaConfig& m = in.model;
@@ -182,6 +223,7 @@ void check_plan_input(const MemoryPlanInput& in) {
                      "ulysses_degree={} must divide num_attention_heads={} (each Ulysses rank takes whole heads)",
                      in.ulysses_degree, m.num_heads);
   in.memory.validate();  // the trainer's rules for the levers
+  check_plan_bounds(in);
 }
 
 // The model states every rank keeps for the whole step (model/llama.cpp LlamaParams,
@@ -325,13 +367,18 @@ int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int6
   SEQPAR_INPUT_CHECK(granularity >= 1, "granularity={} must be >= 1", granularity);
   auto fits = [&](int64_t units) {
     in.seq_len = units * granularity;
+    // Beyond the plan's bounds nothing fits (and the plan would refuse to compute).
+    if (in.seq_len > kMaxPlanSeqLen || static_cast<long double>(in.micro_batch) * in.seq_len > kMaxPlanSeqLen ||
+        plan_bytes_bound(in) > kMaxPlanBytes)
+      return false;
     return plan_memory(in).peak_bytes <= capacity_bytes;
   };
   // The peak grows with the sequence: double until it no longer fits, then bisect.
   int64_t lo = 0, hi = 1;
   while (fits(hi)) {
     lo = hi;
-    SEQPAR_CHECK(hi < (int64_t{1} << 40) / granularity, "longest_fitting_seq_len: no limit found");
+    if (hi >= kMaxPlanSeqLen / granularity) break;  // everything up to the bound fits
+
     hi *= 2;
   }
   while (hi - lo > 1) {
@@ -339,6 +386,23 @@ int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int6
     (fits(mid) ? lo : hi) = mid;
   }
   return lo * granularity;
+}
+
+void check_plan_fits(const MemoryPlan& plan, int ranks, int64_t capacity_bytes, const std::string& where) {
+  if (capacity_bytes <= 0) return;  // unknown capacity
+  const double gib_of = static_cast<double>(1ll << 30);
+  const double need = static_cast<double>(plan.peak_bytes) * ranks;  // double: no overflow for many ranks
+  SEQPAR_INPUT_CHECK(need <= static_cast<double>(capacity_bytes),
+                     "the memory plan needs {:.2f} GiB on {} ({} rank(s) of {:.2f} GiB at the step's peak, {}) but it "
+                     "has {:.2f} GiB: the run cannot fit; more GPUs (--sp), --activation-checkpointing, "
+                     "--tiled-mlp-tokens / --tiled-loss-tokens or --zero-stage 1 lower it (seqpar plan, docs/memory.md)",
+                     need / gib_of, where, ranks, static_cast<double>(plan.peak_bytes) / gib_of, plan.peak_phase,
+                     static_cast<double>(capacity_bytes) / gib_of);
+}
+
+int64_t host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
 
 std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, int64_t capacity_bytes) {

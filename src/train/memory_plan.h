@@ -66,6 +66,14 @@ MemoryPlan plan_memory(const MemoryPlanInput& in);
 // everything else as in `in`; 0 when not even `granularity` tokens fit.
 int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int64_t granularity = 1024);
 
+// InputError when `ranks` ranks of `plan` (ranks sharing one device) exceed capacity_bytes of
+// `where` (a device name); nothing when capacity_bytes <= 0 (unknown). The trainer calls it before
+// any rank allocates: a run the plan says cannot fit does not start.
+void check_plan_fits(const MemoryPlan& plan, int ranks, int64_t capacity_bytes, const std::string& where);
+
+// The host's physical memory in bytes (0 when unknown): the capacity of CPU runs.
+int64_t host_memory_bytes();
+
 // A table for people: the components, the phases, the peak; `capacity_bytes` > 0 adds whether
 // the peak fits.
 std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& plan, int64_t capacity_bytes);

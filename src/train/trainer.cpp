@@ -307,13 +307,15 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   s.config = train_config_json(cfg_, mc, s.data_id, s.eval_id);
   s.hash = config_hash(s.config);
   if (s.ckpt) setup_resume();
+  // What a rank will hold at the step's peak (train/memory_plan.h), said before the model is
+  // allocated and any GPU work (one batch of seqpar fwdbwd is not planned); a CPU run the plan
+  // says cannot fit in the host's memory does not start (a GPU's is checked by its rank).
+  s.ranks_per_device = job_transport(cfg_.transport, cfg_.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
+  if (!s.batch) s.plan = plan_memory(memory_plan_input(cfg_, mc));
+  if (!s.batch && cfg_.device.is_cpu()) check_plan_fits(s.plan, s.ranks_per_device, host_memory_bytes(), "this host");
   setup_model();
   s.first_step = s.result.first_step;
   s.last_step = cfg_.stop_at_step > 0 ? std::min(cfg_.steps, cfg_.stop_at_step) : cfg_.steps;
-  // What a rank will hold at the step's peak (train/memory_plan.h), said before any GPU work (one
-  // batch of seqpar fwdbwd is not planned).
-  s.ranks_per_device = job_transport(cfg_.transport, cfg_.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
-  if (!s.batch) s.plan = plan_memory(memory_plan_input(cfg_, mc));
   if (s.talk && !s.batch) log_setup();
   s.metrics = std::make_unique<MetricsLog>(s.leads && !s.batch ? cfg_.metrics_out : std::string(),
                                            s.ckpt ? s.ckpt->state.metrics : std::vector<json>{});
@@ -394,8 +396,7 @@ void Trainer::setup_resume() {
 void Trainer::setup_model() {
   State& s = *s_;
   if (s.ckpt) {
-    s.initial = std::make_unique<LlamaModel>(s.ckpt->model_config);
-    load_params_from(s.initial->params(), s.ckpt->model_config, s.ckpt->model, s.ckpt->dir);
+    s.initial = model_from_tensors(s.ckpt->model_config, s.ckpt->model, s.ckpt->dir);
   } else if (!cfg_.model_dir.empty()) {
     s.initial = load_hf_model(cfg_.model_dir);
   } else {
@@ -446,7 +447,7 @@ TrainResult Trainer::run() {
 // A rank: its model and optimizer, the resume, then the steps with their evaluations and saves.
 void Trainer::run_rank(JobRank& job) {
   State& s = *s_;
-  if (job.leader && job.device.is_cuda()) warn_if_over_capacity(job.device);
+  if (job.leader && job.device.is_cuda()) refuse_if_over_capacity(job.device);
   TrainStep rank(job.world, s.mesh_shape, job.device, cfg_, model_config_, s.initial->params());
   restore(rank, job);
   const bool leader = job.leader;
@@ -487,18 +488,10 @@ void Trainer::run_rank(JobRank& job) {
   s.result.tokens_per_s = static_cast<double>(s.tokens_per_step * (done - s.first_step + 1)) / std::max(secs, 1e-9);
 }
 
-// Said before a rank allocates anything on the GPU.
-void Trainer::warn_if_over_capacity(Device device) const {
+// Checked before a rank allocates anything on the GPU: a run the plan says cannot fit stops here.
+void Trainer::refuse_if_over_capacity(Device device) const {
   const State& s = *s_;
-  const int64_t total = device_total_bytes(device);
-  const double plan_gib = static_cast<double>(s.plan.peak_bytes) / (1ll << 30);
-  if (total > 0 && s.plan.peak_bytes * s.ranks_per_device > total)
-    log_warn(
-        "the memory plan needs {:.2f} GiB on {} ({} rank(s) of {:.2f} GiB) but it has {:.2f} GiB: expect out of "
-        "memory; more GPUs (--sp), --activation-checkpointing, --tiled-mlp-tokens / --tiled-loss-tokens or "
-        "--zero-stage 1 lower it (seqpar plan, docs/memory.md)",
-        plan_gib * s.ranks_per_device, device.str(), s.ranks_per_device, plan_gib,
-        static_cast<double>(total) / (1ll << 30));
+  check_plan_fits(s.plan, s.ranks_per_device, device_total_bytes(device), device.str());
 }
 
 // resume, the rank's half: the checkpoint's weights and optimizer state; then the host copies

@@ -114,7 +114,7 @@ class Trainer {
   void run_rank(JobRank& job);
   void restore(TrainStep& rank, JobRank& job);
   std::vector<SpBatch> step_batches(int64_t step, int dp_rank) const;
-  void warn_if_over_capacity(Device device) const;
+  void refuse_if_over_capacity(Device device) const;
   struct StepOutcome {
     bool nonfinite = false;  // the loss or the gradient norm was NaN or inf: no update
     bool stop = false;       // a signal asked the run to stop after this step

@@ -264,7 +264,7 @@ TEST(Launch, RefusesBadArguments) {
     EXPECT_NE(rc, 0) << flags;
     EXPECT_HAS(out, needle);
   };
-  refuse("--nproc-per-node 0 -- true", "--nproc-per-node=0 must be >= 1");
+  refuse("--nproc-per-node 0 -- true", "--nproc-per-node=0 must be in [1, 1024]");
   refuse("--nproc-per-node 2 --nnodes 2 --node-rank 2 --master-addr h -- true", "--node-rank=2 must be in [0, "
                                                                                 "--nnodes=2)");
   refuse("--nproc-per-node 2 --nnodes 2 -- true", "--master-addr=127.0.0.1 with --nnodes=2");
@@ -311,3 +311,27 @@ TEST(Launch, TrainRefusesTransportsThatCannotWork) {
   EXPECT_NE(rc, 0) << out;
   EXPECT_HAS(out, "--transport=mpi: expected auto, local or nccl");
 }
+
+namespace {
+
+// --nproc-per-node is bounded by name and by this process's limits, before anything is forked
+// (100000 used to fork until the pipe table ran out).
+TEST(LaunchLimits, NprocPerNodeIsBoundedBeforeForking) {
+  std::string out;
+  EXPECT_NE(launch("--nproc-per-node 100000", "true", &out), 0);
+  EXPECT_HAS(out, "--nproc-per-node=100000 must be in [1, 1024]");
+  EXPECT_EQ(out.find("[rank"), std::string::npos) << out;  // no rank started
+  EXPECT_NE(launch("--nproc-per-node 1 --nnodes 1000000", "true", &out), 0);
+  EXPECT_HAS(out, "--nnodes=1000000 must be in [1, 65536]");
+}
+
+TEST(LaunchLimits, TheDescriptorLimitIsCheckedUpFront) {
+  // 64 open files leave room for no more than a handful of ranks' pipes.
+  std::string out;
+  const std::string cmd = fmt::format("ulimit -n 64; {} launch --nproc-per-node 200 -- sh -c true",
+                                      seqpar::testing::binary_path());
+  EXPECT_NE(seqpar::testing::run_command("sh -c " + quote(cmd), &out), 0);
+  EXPECT_HAS(out, "--nproc-per-node=200 needs about 464 open files (two pipes per rank), but this process may open 64");
+}
+
+}  // namespace

@@ -1,0 +1,188 @@
+// The one reader of user-given files (io/input_file.h).
+#include "io/input_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace seqpar {
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// What a non-regular file is, for the message.
+const char* file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO (pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+std::string mib(uint64_t bytes) { return fmt::format("{} MiB", bytes >> 20); }
+
+void check_stat(const std::string& path, const InputKind& kind, const struct stat& st) {
+  SEQPAR_INPUT_CHECK(S_ISREG(st.st_mode), "{}: the {} must be a regular file, but this is {}", path, kind.name,
+                     file_type_name(st.st_mode));
+  SEQPAR_INPUT_CHECK(static_cast<uint64_t>(st.st_size) <= kind.max_bytes,
+                     "{}: the {} is {} bytes, more than the {} a {} may have (corrupt, or not a {}?)", path, kind.name,
+                     st.st_size, mib(kind.max_bytes), kind.name, kind.name);
+}
+
+// Closes a descriptor on every path out of a scope.
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+uint64_t check_input_file(const std::string& path, const InputKind& kind) {
+  struct stat st {};
+  SEQPAR_INPUT_CHECK(::stat(path.c_str(), &st) == 0, "{}: cannot read the {}: {}", path, kind.name, errno_text());
+  check_stat(path, kind, st);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+int open_input_file(const std::string& path, const InputKind& kind, uint64_t* size) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused by fstat right after.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  SEQPAR_INPUT_CHECK(fd >= 0, "{}: cannot open the {}: {}", path, kind.name, errno_text());
+  FdCloser closer{fd};
+  struct stat st {};
+  SEQPAR_INPUT_CHECK(::fstat(fd, &st) == 0, "{}: cannot read the {}: {}", path, kind.name, errno_text());
+  check_stat(path, kind, st);
+  // Regular files ignore O_NONBLOCK, but clear it so later reads are ordinary ones.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  if (size) *size = static_cast<uint64_t>(st.st_size);
+  closer.fd = -1;
+  return fd;
+}
+
+std::string read_input_file(const std::string& path, const InputKind& kind) {
+  uint64_t size = 0;
+  FdCloser fd{open_input_file(path, kind, &size)};
+  // Read up to one byte past the cap: a file that grew since fstat (or a /proc file reporting
+  // size 0) is still bounded.
+  std::string out;
+  out.reserve(static_cast<size_t>(size));
+  std::vector<char> buf(1 << 16);
+  for (;;) {
+    const ssize_t n = ::read(fd.fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    SEQPAR_INPUT_CHECK(n >= 0, "{}: read error in the {}: {}", path, kind.name, errno_text());
+    if (n == 0) break;
+    out.append(buf.data(), static_cast<size_t>(n));
+    SEQPAR_INPUT_CHECK(out.size() <= kind.max_bytes, "{}: the {} grew past the {} a {} may have while it was read",
+                       path, kind.name, mib(kind.max_bytes), kind.name);
+  }
+  return out;
+}
+
+void check_json_depth(std::string_view text, const std::string& source, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character cannot end the string
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      SEQPAR_INPUT_CHECK(++depth <= max_depth,
+                         "{}: JSON nested more than {} levels deep (at byte {}): refused (corrupt or hostile file?)",
+                         source, max_depth, i);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+std::string read_json_text(const std::string& path, const InputKind& kind, const std::string& source) {
+  std::string text = read_input_file(path, kind);
+  check_json_depth(text, source);
+  return text;
+}
+
+nlohmann::json parse_json_input(std::string_view text, const std::string& source) {
+  check_json_depth(text, source);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", source, e.what()));
+  }
+}
+
+void check_yaml_depth(std::string_view text, const std::string& source, int max_depth) {
+  // Flow depth ([ and { outside quotes and comments) plus block depth (the stack of indentations
+  // and the "- " entries that open a line): an upper bound of yaml-cpp's recursion.
+  std::vector<size_t> indents;
+  int flow = 0;
+  size_t i = 0;
+  auto refuse = [&](size_t at, int depth) {
+    SEQPAR_INPUT_CHECK(depth <= max_depth,
+                       "{}: YAML nested more than {} levels deep (at byte {}): refused (corrupt or hostile file?)",
+                       source, max_depth, at);
+  };
+  while (i < text.size()) {
+    // One line: its indentation, then its "- " entries, then the rest.
+    size_t indent = 0;
+    while (i < text.size() && text[i] == ' ') ++i, ++indent;
+    const size_t line_end = std::min(text.find('\n', i), text.size());
+    const bool content = i < line_end && text[i] != '#' && text[i] != '\r';
+    if (content && flow == 0) {
+      while (!indents.empty() && indents.back() >= indent) indents.pop_back();
+      indents.push_back(indent);
+      int dashes = 0;
+      for (size_t j = i; j + 1 < line_end && (text[j] == '-' || text[j] == '?') && text[j + 1] == ' ';) {
+        ++dashes;
+        j += 2;
+        while (j < line_end && text[j] == ' ') ++j;
+      }
+      refuse(i, static_cast<int>(indents.size()) + dashes);
+    }
+    char quote = 0;
+    for (size_t j = i; j < line_end; ++j) {
+      const char c = text[j];
+      if (quote) {
+        if (quote == '"' && c == '\\') {
+          ++j;
+        } else if (c == quote) {
+          quote = 0;
+        }
+        continue;
+      }
+      const bool token_start = j == i || text[j - 1] == ' ' || text[j - 1] == '[' || text[j - 1] == '{' ||
+                               text[j - 1] == ',' || text[j - 1] == ':';
+      if ((c == '"' || c == '\'') && token_start) {
+        quote = c;
+      } else if (c == '#' && (j == i || text[j - 1] == ' ')) {
+        break;  // a comment to the end of the line
+      } else if (c == '[' || c == '{') {
+        refuse(j, ++flow + static_cast<int>(indents.size()));
+      } else if ((c == ']' || c == '}') && flow > 0) {
+        --flow;
+      }
+    }
+    i = line_end + 1;
+  }
+}
+
+}  // namespace seqpar
