@@ -279,7 +279,10 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   // What a rank will hold at the step's peak (train/memory_plan.h), said before any GPU work (one
   // batch of seqpar fwdbwd is not planned).
   s.ranks_per_device = job_transport(cfg_.transport, cfg_.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
-  if (!s.batch) s.plan = plan_memory(memory_plan_input(cfg_, mc));
+  if (!s.batch) {
+    s.plan = plan_memory(memory_plan_input(cfg_, mc));
+    check_host_memory(s.plan, s.ranks_per_device, cfg_.memory.host_memory_gib);  // before any allocation
+  }
   if (s.talk && !s.batch) log_setup();
   s.metrics = std::make_unique<MetricsLog>(s.leads && !s.batch ? cfg_.metrics_out : std::string(),
                                            s.ckpt ? s.ckpt->state.metrics : std::vector<json>{});
@@ -447,7 +450,10 @@ void Trainer::warn_if_over_capacity(Device device) const {
 // state).
 void Trainer::restore(TrainStep& rank, JobRank& job) {
   State& s = *s_;
-  if (s.ckpt) restore_from_checkpoint(*s.ckpt, rank.model().params(), rank.optimizer());
+  if (s.ckpt) {
+    restore_from_checkpoint(*s.ckpt, rank.model().params(), rank.optimizer());
+    rank.weights_restored();
+  }
   job.world.barrier();
   std::lock_guard<std::mutex> lock(s.mu);
   s.initial.reset();
@@ -606,7 +612,7 @@ void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
   State& s = *s_;
   AdamW& adamw = rank.optimizer();
   std::optional<AdamW::FullState> full;
-  if (adamw.sharded()) full = adamw.full_state(rank.world(), model_config_);
+  if (adamw.flat()) full = adamw.full_state(rank.world(), model_config_);
   if (leader) {
     TrainerState st;
     st.step = step;
