@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 
 #include "core/error.h"
@@ -209,6 +210,14 @@ class Resolver {
     if (a.mixed_precision.has())
       offer("bf16", rec.bf16, *a.mixed_precision == "bf16", ConfigLayer::kAccelerate, a.source + ": mixed_precision");
     from_yaml(a, "zero_stage", t.memory.zero_stage, a.zero_stage);
+    for (auto [name, field, v] : {std::tuple{"offload_optimizer", &t.memory.offload_optimizer, &a.offload_optimizer_device},
+                                  std::tuple{"offload_param", &t.memory.offload_param, &a.offload_param_device}}) {
+      if (!v->has()) continue;
+      YamlValue<OffloadDevice> d;
+      d.key = v->key;
+      d.value = **v == "cpu" ? OffloadDevice::kCpu : OffloadDevice::kNone;
+      from_yaml(a, name, *field, d);
+    }
     from_yaml(a, "grad_accum", t.grad_accum, a.gradient_accumulation_steps);
     from_yaml(a, "clip", t.optimizer.clip, a.gradient_clipping);
     from_yaml(a, "sp_comm_dtype", rec.sp_comm_dtype, a.seq_parallel_communication_data_type);

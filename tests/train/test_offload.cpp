@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -270,6 +271,30 @@ TEST(Offload, PlanCountsHostMemory) {
               return t;
             }()).host_bytes,
             2 * 256 * 64 * 2);
+}
+
+// The host allocations of a run (on the CPU backend accounted apart from the "device") are the plan's
+// host bytes: the AdamW state, the staging, the host weights.
+TEST(Offload, PlanHostBytesAreTheAllocations) {
+  for (const Mesh& m : {kMeshes[0], kMeshes[1]}) {
+    SCOPED_TRACE(m.name);
+    TrainConfig c = with_levers(tiny_run(m), kLevers[5]);
+    c.steps = 2;
+    offload_host_allocator().reset_peak();
+    const size_t before = offload_host_allocator().current_bytes();
+    run_training(c);
+    MemoryPlanInput in;
+    in.model = c.model;
+    in.seq_len = c.task.seq_len;
+    in.micro_batch = c.micro_batch;
+    in.sp = c.sp;
+    in.ulysses_degree = c.sp;
+    in.world = c.sp * c.dp_replicate;
+    in.cuda = false;
+    in.memory = c.memory;
+    const MemoryPlan p = plan_memory(in);
+    EXPECT_EQ(static_cast<int64_t>(offload_host_allocator().peak_bytes() - before), p.host_bytes * in.world);
+  }
 }
 
 // --longest respects the host limit, and choose_levers reaches further with the offloads.
