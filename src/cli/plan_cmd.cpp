@@ -1,5 +1,8 @@
 // seqpar plan: will it fit? The per-GPU memory of a training step, by component, before any GPU
 // work (train/memory_plan.h; docs/memory.md).
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -12,7 +15,6 @@
 #include "parallel/sp_attention.h"
 #include "train/memory_plan.h"
 #include "train/memory_settings.h"
-#include <fmt/format.h>
 
 namespace seqpar {
 
@@ -22,6 +24,7 @@ struct PlanArgs {
   MemoryPlanInput in;
   std::string model_dir, preset = "llama-3.2-1b", sp_mode = "ulysses", device = "cuda";
   int gpus = 0;
+  int gpus_per_host = 0;          // 0: all --gpus on one host (they share its memory)
   double gpu_memory_gib = 139.8;  // an H200 as the CUDA runtime reports it
   double host_memory_gib = 0;     // 0: this machine's MemAvailable
   std::string offload_optimizer = "none", offload_param = "none";
@@ -56,13 +59,21 @@ void run(PlanArgs& a) {
                      a.host_memory_gib);
   // The host limit: the flag, else this machine's MemAvailable (a default only: some machines grow
   // MemTotal lazily, and the GPU machine is not this one).
-  const int64_t host_capacity = host_memory_capacity(a.host_memory_gib);
-  const std::string host_source =
+  SEQPAR_INPUT_CHECK(a.gpus_per_host >= 0, "--gpus-per-host={} must be >= 0 (0 = all --gpus on one host)",
+                     a.gpus_per_host);
+  const int per_host = a.gpus_per_host > 0 ? std::min(a.gpus_per_host, a.gpus) : a.gpus;
+  // The plan is per rank; the ranks of one host share its memory.
+  const int64_t host_total = host_memory_capacity(a.host_memory_gib);
+  const int64_t host_capacity = host_total / per_host;
+  std::string host_source =
       a.host_memory_gib > 0
           ? fmt::format("--host-memory-gib {}", a.host_memory_gib)
-          : fmt::format("this machine's MemAvailable ({:.1f} of MemTotal {:.1f} GiB, /proc/meminfo; some machines grow "
-                        "it lazily and the GPU machine may differ: --host-memory-gib overrides it)",
-                        host_capacity / double(1ll << 30), host_memory_total_bytes() / double(1ll << 30));
+          : fmt::format(
+                "this machine's MemAvailable ({:.1f} of MemTotal {:.1f} GiB, /proc/meminfo; some machines grow "
+                "it lazily and the GPU machine may differ: --host-memory-gib overrides it)",
+                host_total / double(1ll << 30), host_memory_total_bytes() / double(1ll << 30));
+  host_source += fmt::format(", shared by {} GPU(s) of the host: {:.1f} GiB per rank", per_host,
+                             host_capacity / double(1ll << 30));
   std::string chose;
   SEQPAR_INPUT_CHECK(!a.choose_levers || a.longest, "--choose-levers needs --longest");
   if (a.longest) {
@@ -77,18 +88,21 @@ void run(PlanArgs& a) {
     } else {
       longest = longest_fitting_seq_len(in, capacity, 1024ll * in.sp, host_capacity);
     }
-    SEQPAR_INPUT_CHECK(longest > 0, "not even {} tokens fit in {} GiB per GPU and {:.1f} GiB of host memory with these "
-                       "settings", 1024ll * in.sp, a.gpu_memory_gib, host_capacity / double(1ll << 30));
+    SEQPAR_INPUT_CHECK(longest > 0,
+                       "not even {} tokens fit in {} GiB per GPU and {:.1f} GiB of host memory with these "
+                       "settings",
+                       1024ll * in.sp, a.gpu_memory_gib, host_capacity / double(1ll << 30));
     in.seq_len = longest;
   }
   SEQPAR_INPUT_CHECK(in.seq_len >= 1, "--seq-len is required (or --longest: the longest sequence that fits)");
   const MemoryPlan p = plan_memory(in);
   if (!a.json) {
     if (a.longest)
-      std::printf("longest sequence that fits in %.1f GiB per GPU and %.1f GiB of host memory: %lld tokens (%lld per "
-                  "rank)\n",
-                  a.gpu_memory_gib, host_capacity / double(1ll << 30), static_cast<long long>(in.seq_len),
-                  static_cast<long long>(p.tokens_per_rank));
+      std::printf(
+          "longest sequence that fits in %.1f GiB per GPU and %.1f GiB of host memory: %lld tokens (%lld per "
+          "rank)\n",
+          a.gpu_memory_gib, host_capacity / double(1ll << 30), static_cast<long long>(in.seq_len),
+          static_cast<long long>(p.tokens_per_rank));
     if (a.choose_levers) std::printf("levers chosen: %s\n", chose.c_str());
     std::printf("host memory limit: %s\n", host_source.c_str());
     std::fputs(format_memory_plan(in, p, in.cuda ? capacity : 0, host_capacity).c_str(), stdout);
@@ -159,11 +173,15 @@ void add_plan_command(CLI::App& app, int& rc) {
   c->add_option("--offload-param", args->offload_param,
                 "cpu (with --zero-stage 3): the decoder layers' weights in host memory, copied in per layer")
       ->capture_default_str();
-  c->add_flag("--no-offload-param-pin-memory", [args](int64_t) { args->in.memory.offload_param_pin_memory = false; },
-              "with --offload-param cpu: the host weights pageable (not counted as pinned)");
+  c->add_flag(
+      "--no-offload-param-pin-memory", [args](int64_t) { args->in.memory.offload_param_pin_memory = false; },
+      "with --offload-param cpu: the host weights pageable (not counted as pinned)");
   c->add_option("--host-memory-gib", args->host_memory_gib,
                 "host memory to fit in (default 0: this machine's MemAvailable from /proc/meminfo, which some "
                 "machines grow lazily; give the GPU machine's)")
+      ->capture_default_str();
+  c->add_option("--gpus-per-host", args->gpus_per_host,
+                "GPUs sharing one host's memory (default: all --gpus); the host limit per rank is its share")
       ->capture_default_str();
   c->add_flag("--choose-levers", args->choose_levers,
               "with --longest: also choose optimizer offload, ZeRO-3, parameter offload and checkpoint offload "

@@ -78,8 +78,7 @@ std::shared_ptr<HostOffload::Handle> HostOffload::put(Tensor t) {
     Event ready;  // t is complete once the work queued so far is
     ready.record(current_stream());
     impl_->copy->wait(ready);
-    SEQPAR_CUDA_CHECK(
-        cudaMemcpyAsync(h->host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, impl_->copy->get()));
+    SEQPAR_CUDA_CHECK(cudaMemcpyAsync(h->host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, impl_->copy->get()));
     auto done = std::make_shared<Event>();
     done->record(impl_->copy->get());
     impl_->puts.push_back({std::move(t), h->host, std::move(done)});
@@ -181,7 +180,8 @@ CopyStream::~CopyStream() {
 
 int64_t CopyStream::copy(const Tensor& dst, const Tensor& src) {
   SEQPAR_CHECK(dst.defined() && src.defined() && dst.dtype() == src.dtype() && dst.numel() == src.numel(),
-               "CopyStream::copy: {} <- {}", dst.defined() ? dst.str() : "undefined", src.defined() ? src.str() : "undefined");
+               "CopyStream::copy: {} <- {}", dst.defined() ? dst.str() : "undefined",
+               src.defined() ? src.str() : "undefined");
   const int64_t ticket = impl_->next++;
 #if defined(SEQPAR_WITH_CUDA)
   if (impl_->stream) {
@@ -217,7 +217,8 @@ void CopyStream::stream_wait(int64_t ticket) {
   SEQPAR_CHECK(ticket >= 0 && ticket < impl_->next, "CopyStream::stream_wait: no copy {}", ticket);
 #if defined(SEQPAR_WITH_CUDA)
   if (impl_->stream) {
-    if (Impl::Pending* p = impl_->find(ticket)) SEQPAR_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), p->done->get(), 0));
+    if (Impl::Pending* p = impl_->find(ticket))
+      SEQPAR_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), p->done->get(), 0));
   }
 #endif
 }

@@ -221,7 +221,7 @@ void add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   const LlamaParams::FlatLayout layout = LlamaParams::flat_layout(m);
   const int64_t n_flat = layout.total;
   const Placement pl = placement_of(in);
-  const int64_t shard = pl.layout.shard_len;                  // a rank's pieces (flat optimizer, ZeRO-3 store)
+  const int64_t shard = pl.layout.shard_len;                          // a rank's pieces (flat optimizer, ZeRO-3 store)
   const int64_t edges = (m.tie_word_embeddings ? 1 : 2) * V * C + C;  // own tensors, unpadded
   const std::string w = in.cuda ? "bf16" : "f32";
   if (pl.stage3) {
@@ -238,14 +238,14 @@ void add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   if (pl.stage3 || (pl.sharded && in.memory.zero_stage >= 2)) {
     // Partitioned (LlamaModel::set_grad_sink, the trainer's pieces): the pieces, one layer's block,
     // and the embedding / final norm / LM head gradients (tensors of their own, unpadded).
-    p.resident.emplace_back(fmt::format("gradients (f32, 1/{} ZeRO-{} share + a layer + edges)", in.world,
-                                        pl.stage3 ? 3 : 2),
-                            4 * (shard + layout.layer_elems + edges));
+    p.resident.emplace_back(
+        fmt::format("gradients (f32, 1/{} ZeRO-{} share + a layer + edges)", in.world, pl.stage3 ? 3 : 2),
+        4 * (shard + layout.layer_elems + edges));
   } else {
     p.resident.emplace_back("gradients (f32)", 4 * n_flat);
   }
   const bool master = in.cuda || pl.stage3 || pl.offload_opt;  // AdamW's has_master
-  const int64_t opt_elems = pl.flat ? shard : n;                // per moment (and master), per rank
+  const int64_t opt_elems = pl.flat ? shard : n;               // per moment (and master), per rank
   const std::string share = pl.sharded || (pl.stage3 && in.world > 1) ? fmt::format(", 1/{} ZeRO share", in.world) : "";
   if (pl.offload_opt) {
     p.host.emplace_back(fmt::format("AdamW moments (f32{}, host)", share), 2 * 4 * opt_elems);
@@ -259,9 +259,9 @@ void add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   }
   if (pl.offload_param) {
     const bool pinned = in.memory.offload_param_pin_memory;
-    p.host.emplace_back(fmt::format("layer weights ({}, 1/{} of every region, host{})", w, in.world,
-                                    pinned ? ", pinned" : ""),
-                        a * shard);
+    p.host.emplace_back(
+        fmt::format("layer weights ({}, 1/{} of every region, host{})", w, in.world, pinned ? ", pinned" : ""),
+        a * shard);
     if (pinned) p.host_pinned_bytes += a * shard;
   }
   // ids, positions, targets (i32) and the attention's segment / position metadata (i32).
@@ -355,7 +355,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   int64_t attn_t = (2 * a * H * D + 2 * a * Hkv * D) * T;
   if (in.sp > 1) attn_t += sp_bwd * T;  // the walk above counts the backend's workspace
   if (in.sp == 1 && in.cuda) attn_t += (4 * H * D + 8 * H) * T;
-  int64_t layer_bwd = layers_kept + final_acts + 3 * a * C * T + std::max(recompute + std::max(mlp_t, attn_t), layer_gather);
+  int64_t layer_bwd =
+      layers_kept + final_acts + 3 * a * C * T + std::max(recompute + std::max(mlp_t, attn_t), layer_gather);
   // A checkpointed layer's recompute runs its sequence-parallel attention forward again (dx, dtmp,
   // dxn alive; x_in is kept).
   if (in.sp > 1 && in.memory.activation_checkpointing && !in.memory.checkpoint_keep_attention)
@@ -492,22 +493,23 @@ void check_host_memory(const MemoryPlan& plan, int ranks, double host_memory_gib
   if (cap <= 0) return;  // unknown (no /proc/meminfo) and not given: nothing to check against
   const int64_t need = plan.host_bytes * ranks;
   std::string what;
-  for (const auto& [name, bytes] : plan.host) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", name, gib(bytes));
+  for (const auto& [name, bytes] : plan.host)
+    what += fmt::format("{}{} {}", what.empty() ? "" : ", ", name, gib(bytes));
   SEQPAR_INPUT_CHECK(
       need <= cap,
       "host memory: the run needs {} of host memory ({} rank(s) of this process × {}: {}), more than {} ({}); "
       "lower it (fewer offloaded levers, --no-offload-param-pin-memory does not shrink it) or, if this machine grows "
       "its memory lazily, say how much it has with --host-memory-gib",
       gib(need), ranks, gib(plan.host_bytes), what,
-      host_memory_gib > 0 ? fmt::format("host_memory_gib={}", host_memory_gib) : std::string("MemAvailable"),
-      gib(cap));
+      host_memory_gib > 0 ? fmt::format("host_memory_gib={}", host_memory_gib) : std::string("MemAvailable"), gib(cap));
 }
 
 std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, int64_t capacity_bytes,
                                int64_t host_capacity_bytes) {
   std::string s = fmt::format(
-      "Memory plan per GPU: {} tokens per rank ({} × {} tokens over sp={}), {} layers, {}{}{}{}{}{}\n", p.tokens_per_rank,
-      in.micro_batch, in.seq_len, in.sp, in.model.num_layers, in.cuda ? "bf16 on CUDA" : "f32 on CPU",
+      "Memory plan per GPU: {} tokens per rank ({} × {} tokens over sp={}), {} layers, {}{}{}{}{}{}\n",
+      p.tokens_per_rank, in.micro_batch, in.seq_len, in.sp, in.model.num_layers,
+      in.cuda ? "bf16 on CUDA" : "f32 on CPU",
       in.memory.activation_checkpointing ? (in.memory.checkpoint_keep_attention ? ", checkpointing (keeping attention)"
                                                                                 : ", activation checkpointing") +
                                                std::string(in.memory.checkpoint_offload ? " with offload" : "")
@@ -539,8 +541,9 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   for (const auto& [name, bytes] : p.host) s += fmt::format("  {:<64} {:>12}\n", name, gib(bytes));
   s += fmt::format("predicted host peak: {} ({} pinned)", gib(p.host_bytes), gib(p.host_pinned_bytes));
   if (host_capacity_bytes > 0)
-    s += fmt::format(" of {} ({})", gib(host_capacity_bytes),
-                     p.host_bytes <= host_capacity_bytes ? "fits" : "does NOT fit: fewer offloaded levers or more host memory");
+    s += fmt::format(
+        " of {} ({})", gib(host_capacity_bytes),
+        p.host_bytes <= host_capacity_bytes ? "fits" : "does NOT fit: fewer offloaded levers or more host memory");
   s += "\n";
   return s;
 }

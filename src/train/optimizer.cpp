@@ -231,7 +231,8 @@ void AdamW::step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float 
     s.copies.host_wait(s.in_ticket[b]);
     if (s.out_ticket[b] >= 0) s.copies.host_wait(s.out_ticket[b]);  // chunk i-2's weights have left
     const Tensor g = s.grad_in[b].rows(0, n);
-    Tensor m = FlatRef{m_shard_, false}.range(L, c.k, c.lo, c.hi), v = FlatRef{v_shard_, false}.range(L, c.k, c.lo, c.hi);
+    Tensor m = FlatRef{m_shard_, false}.range(L, c.k, c.lo, c.hi),
+           v = FlatRef{v_shard_, false}.range(L, c.k, c.lo, c.hi);
     Tensor w = FlatRef{master_shard_, false}.range(L, c.k, c.lo, c.hi);
     Tensor staged = s.weight_out[b].rows(0, n);
     Tensor direct = out_on_host ? out.range(L, c.k, c.lo, c.hi) : Tensor();
@@ -348,7 +349,8 @@ LlamaParams params_over(const LlamaConfig& config, const Tensor& flat) {
   auto named = p.named();
   SEQPAR_CHECK_EQ(named.size(), shapes.size(), "params_over: the parameters' names and the config's shapes");
   for (size_t i = 0; i < named.size(); ++i)
-    *named[i].second = flat.rows(offsets[i].second, offsets[i].second + shape_numel(shapes[i].second)).view(shapes[i].second);
+    *named[i].second =
+        flat.rows(offsets[i].second, offsets[i].second + shape_numel(shapes[i].second)).view(shapes[i].second);
   p.flat = flat;
   return p;
 }

@@ -188,7 +188,8 @@ double TrainStep::optimizer_step(float lr) {
   SEQPAR_CHECK(params.all_in_flat(), "TrainStep: the weights in one buffer");
   adamw_->step_flat(grads, FlatRef{params.flat, true}, norm);
   // ZeRO: every rank's updated part to every rank (nothing to do when this rank updated all).
-  if (adamw_->sharded()) all_gather_region(world_, adamw_->layout(), 0, FlatRef{params.flat, true}, params.flat, device_);
+  if (adamw_->sharded())
+    all_gather_region(world_, adamw_->layout(), 0, FlatRef{params.flat, true}, params.flat, device_);
   return norm;
 }
 
@@ -217,7 +218,8 @@ LlamaParams TrainStep::whole_weights() {
   if (!layer_weights_) {
     auto dst = out.named();
     auto src = model_.params().named();
-    for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to(Device::cpu()).to_dtype(DType::kF32));
+    for (size_t i = 0; i < dst.size(); ++i)
+      dst[i].second->copy_from(src[i].second->to(Device::cpu()).to_dtype(DType::kF32));
     return out;
   }
   const ShardLayout& layout = adamw_->layout();

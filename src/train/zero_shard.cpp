@@ -43,7 +43,8 @@ ShardLayout ShardLayout::per_layer(const LlamaConfig& config, int rank, int worl
   s.world = world;
   s.total = f.total;
   s.regions.push_back({0, f.layers, 0, 0});  // the embedding
-  for (int64_t l = 0; l < config.num_layers; ++l) s.regions.push_back({f.layers + l * f.layer_elems, f.layer_elems, 0, 0});
+  for (int64_t l = 0; l < config.num_layers; ++l)
+    s.regions.push_back({f.layers + l * f.layer_elems, f.layer_elems, 0, 0});
   s.regions.push_back({f.final_norm, f.total - f.final_norm, 0, 0});  // final norm, LM head
   return finish(s);
 }

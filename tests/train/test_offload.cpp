@@ -15,8 +15,8 @@
 #include "test_util.h"
 #include "train/memory_plan.h"
 #include "train/optimizer.h"
-#include "train/trainer.h"
 #include "train/train_test_util.h"
+#include "train/trainer.h"
 #include "train/zero_shard.h"
 
 namespace seqpar {
@@ -103,9 +103,9 @@ TEST(Offload, OffloadAndStage3TrainAsStage0) {
     // The run moved the weights (the comparison is not between two copies of the initial ones).
     for (const Levers& l : kLevers) {
       SCOPED_TRACE(l.name);
-      const SafetensorsData got = final_weights(with_levers(tiny_run(m), l), root + "/" + std::to_string(l.zero) +
-                                                                              offload_device_name(l.opt) +
-                                                                              offload_device_name(l.param));
+      const SafetensorsData got =
+          final_weights(with_levers(tiny_run(m), l), root + "/" + std::to_string(l.zero) + offload_device_name(l.opt) +
+                                                         offload_device_name(l.param));
       const double diff = max_abs_diff(got, plain);
       if (l.exact) {
         EXPECT_EQ(diff, 0.0);
@@ -196,7 +196,8 @@ TEST(Offload, ShardLayoutsCoverTheBufferOnce) {
     for (bool per_layer : {false, true}) {
       std::vector<int> owners(static_cast<size_t>(total), 0);
       for (int r = 0; r < world; ++r) {
-        const ShardLayout s = per_layer ? ShardLayout::per_layer(mc, r, world) : ShardLayout::contiguous(total, r, world);
+        const ShardLayout s =
+            per_layer ? ShardLayout::per_layer(mc, r, world) : ShardLayout::contiguous(total, r, world);
         EXPECT_EQ(s.total, total);
         int64_t held = 0;
         for (size_t k = 0; k < s.regions.size(); ++k) {
@@ -266,10 +267,11 @@ TEST(Offload, PlanCountsHostMemory) {
   in.memory.checkpoint_offload = true;
   const MemoryPlan q = plan_memory(in);
   EXPECT_EQ(q.host_bytes - plan_memory([&] {
-              MemoryPlanInput t = in;
-              t.memory.checkpoint_offload = false;
-              return t;
-            }()).host_bytes,
+                             MemoryPlanInput t = in;
+                             t.memory.checkpoint_offload = false;
+                             return t;
+                           }())
+                               .host_bytes,
             2 * 256 * 64 * 2);
 }
 
