@@ -390,6 +390,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   }
   if (!in.cuda) p.host_pinned_bytes = 0;  // the CPU pins nothing
   for (const auto& [name, bytes] : p.host) p.host_bytes += bytes;
+  p.host_setup_bytes = 4 * LlamaParams::flat_layout(m).total;
   int64_t best = -1;
   for (const auto& [name, bytes] : p.phases)
     if (bytes > best) best = bytes, p.peak_phase = name;
@@ -404,7 +405,11 @@ int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int6
   auto fits = [&](int64_t units) {
     in.seq_len = units * granularity;
     const MemoryPlan p = plan_memory(in);
-    return p.peak_bytes <= capacity_bytes && (host_capacity_bytes <= 0 || p.host_bytes <= host_capacity_bytes);
+    // The host as check_host_memory sees it (the ranks' host memory, and the initial weights' copy
+    // while they start; a run without host memory is not checked).
+    const bool host_fits =
+        host_capacity_bytes <= 0 || p.host_bytes == 0 || p.host_bytes + p.host_setup_bytes <= host_capacity_bytes;
+    return p.peak_bytes <= capacity_bytes && host_fits;
   };
   // The peaks grow with the sequence: double until it no longer fits, then bisect.
   int64_t lo = 0, hi = 1;
@@ -491,16 +496,18 @@ void check_host_memory(const MemoryPlan& plan, int ranks, double host_memory_gib
   if (plan.host_bytes == 0) return;
   const int64_t cap = host_memory_capacity(host_memory_gib);
   if (cap <= 0) return;  // unknown (no /proc/meminfo) and not given: nothing to check against
-  const int64_t need = plan.host_bytes * ranks;
+  // The ranks' host memory and, while they start, the initial weights' host copy beside it.
+  const int64_t need = plan.host_bytes * ranks + plan.host_setup_bytes;
   std::string what;
   for (const auto& [name, bytes] : plan.host)
     what += fmt::format("{}{} {}", what.empty() ? "" : ", ", name, gib(bytes));
   SEQPAR_INPUT_CHECK(
       need <= cap,
-      "host memory: the run needs {} of host memory ({} rank(s) of this process × {}: {}), more than {} ({}); "
+      "host memory: the run needs {} of host memory ({} rank(s) of this process × {}: {}; and while the ranks "
+      "start, the initial weights' f32 copy, {}), more than {} ({}); "
       "lower it (fewer offloaded levers, --no-offload-param-pin-memory does not shrink it) or, if this machine grows "
       "its memory lazily, say how much it has with --host-memory-gib",
-      gib(need), ranks, gib(plan.host_bytes), what,
+      gib(need), ranks, gib(plan.host_bytes), what, gib(plan.host_setup_bytes),
       host_memory_gib > 0 ? fmt::format("host_memory_gib={}", host_memory_gib) : std::string("MemAvailable"), gib(cap));
 }
 
@@ -539,7 +546,9 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   s += "\n";
   s += fmt::format("host memory per rank{}:\n", in.cuda ? "" : " (the CPU backend: the same memory as the device's)");
   for (const auto& [name, bytes] : p.host) s += fmt::format("  {:<64} {:>12}\n", name, gib(bytes));
-  s += fmt::format("predicted host peak: {} ({} pinned)", gib(p.host_bytes), gib(p.host_pinned_bytes));
+  s += fmt::format("predicted host peak: {} ({} pinned); while the ranks start, plus the initial weights' f32 copy "
+                   "(per process): {}",
+                   gib(p.host_bytes), gib(p.host_pinned_bytes), gib(p.host_bytes + p.host_setup_bytes));
   if (host_capacity_bytes > 0)
     s += fmt::format(
         " of {} ({})", gib(host_capacity_bytes),

@@ -66,6 +66,10 @@ struct MemoryPlan {
   std::vector<std::pair<std::string, int64_t>> host;
   int64_t host_bytes = 0;
   int64_t host_pinned_bytes = 0;
+  // Host memory of the whole process while its ranks start (not per rank): the f32 copy of the
+  // initial weights every rank copies from (train/trainer.cpp; freed once they have), beside the
+  // ranks' host memory as they allocate it. A resume also holds the checkpoint's files: not counted.
+  int64_t host_setup_bytes = 0;
 };
 
 // The machine's MemAvailable from /proc/meminfo (bytes; 0 when it cannot be read), and MemTotal.
@@ -81,8 +85,9 @@ void check_host_memory(const MemoryPlan& plan, int ranks, double host_memory_gib
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
 // The longest sequence (a multiple of `granularity` tokens) whose plan fits in capacity_bytes of GPU
-// memory and host_capacity_bytes of host memory (<= 0: unlimited), with everything else as in
-// `in`; 0 when not even `granularity` tokens fit.
+// memory and host_capacity_bytes of host memory (<= 0: unlimited; the host bytes with the setup's
+// initial-weights copy, as check_host_memory counts them), with everything else as in `in`; 0 when
+// not even `granularity` tokens fit.
 int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int64_t granularity = 1024,
                                 int64_t host_capacity_bytes = 0);
 

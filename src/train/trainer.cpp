@@ -281,7 +281,8 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   s.ranks_per_device = job_transport(cfg_.transport, cfg_.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
   if (!s.batch) {
     s.plan = plan_memory(memory_plan_input(cfg_, mc));
-    check_host_memory(s.plan, s.ranks_per_device, cfg_.memory.host_memory_gib);  // before any allocation
+    // Before any rank allocates (the initial weights' host copy exists by now, the plan counts it).
+    check_host_memory(s.plan, s.ranks_per_device, cfg_.memory.host_memory_gib);
   }
   if (s.talk && !s.batch) log_setup();
   s.metrics = std::make_unique<MetricsLog>(s.leads && !s.batch ? cfg_.metrics_out : std::string(),
@@ -366,6 +367,7 @@ void Trainer::setup_model() {
     s.initial = std::make_unique<LlamaModel>(model_config_);
     init_llama_params(s.initial->params(), cfg_.seed, cfg_.init_std);
   }
+  s.initial->grads() = LlamaParams();  // a container of weights only: its f32 gradients never used
 }
 
 void Trainer::log_setup() const {
