@@ -1,5 +1,6 @@
 #include "cli/bench_train.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +24,7 @@
 #include "core/profile.h"
 #include "data/token_file.h"
 #include "io/hf_config.h"
+#include "train/memory_plan.h"
 #include "train/trainer.h"
 
 namespace seqpar {
@@ -145,7 +147,15 @@ int run_bench_train(const BenchTrainOptions& o) {
                  {"tiled_mlp_tokens", base.memory.mlp_tile_tokens},
                  {"tiled_loss_tokens", base.memory.loss_tile_tokens},
                  {"zero_stage", base.memory.zero_stage},
+                 {"offload_optimizer", offload_device_name(base.memory.offload_optimizer)},
+                 {"offload_param", offload_device_name(base.memory.offload_param)},
                  {"device", device.str()}};
+    {
+      // The plan's two peaks beside the measured ones (docs/memory.md: the plan within 5%).
+      const MemoryPlan plan = plan_memory(memory_plan_input(c, model));
+      line["plan_peak_gib"] = static_cast<double>(plan.peak_bytes) / (1ll << 30);
+      line["plan_host_gib"] = static_cast<double>(plan.host_bytes) / (1ll << 30);
+    }
     try {
       allocator_for(device).reset_peak();  // this length's peak, not the previous one's
       const TrainResult r = run_training(c);
@@ -161,6 +171,11 @@ int run_bench_train(const BenchTrainOptions& o) {
       // copy of the initial weights).
       const int64_t peak = *std::max_element(r.step_peak_bytes.begin() + 1, r.step_peak_bytes.end());
       line["peak_mem_gib"] = static_cast<double>(peak) / (1024.0 * 1024.0 * 1024.0);
+      // The process's resident host peak (ru_maxrss: every host byte touched, pinned or not, the
+      // initial weights' host copy included).
+      struct rusage ru {};
+      getrusage(RUSAGE_SELF, &ru);
+      line["host_peak_gib"] = static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0);
       line["loss"] = r.losses.back();
       if (base.profile && r.profile_steps > 0) {
         const double per = 1.0 / static_cast<double>(r.profile_steps);

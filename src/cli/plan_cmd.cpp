@@ -1,5 +1,8 @@
 // seqpar plan: will it fit? The per-GPU memory of a training step, by component, before any GPU
 // work (train/memory_plan.h; docs/memory.md).
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +14,7 @@
 #include "io/hf_config.h"
 #include "parallel/sp_attention.h"
 #include "train/memory_plan.h"
+#include "train/memory_settings.h"
 
 namespace seqpar {
 
@@ -20,8 +24,11 @@ struct PlanArgs {
   MemoryPlanInput in;
   std::string model_dir, preset = "llama-3.2-1b", sp_mode = "ulysses", device = "cuda";
   int gpus = 0;
+  int gpus_per_host = 0;          // 0: all --gpus on one host (they share its memory)
   double gpu_memory_gib = 139.8;  // an H200 as the CUDA runtime reports it
-  bool json = false, longest = false;
+  double host_memory_gib = 0;     // 0: this machine's MemAvailable
+  std::string offload_optimizer = "none", offload_param = "none";
+  bool json = false, longest = false, choose_levers = false;
 };
 
 void run(PlanArgs& a) {
@@ -45,22 +52,60 @@ void run(PlanArgs& a) {
     SEQPAR_INPUT_CHECK(in.ulysses_degree >= 1 && in.sp % in.ulysses_degree == 0,
                        "--ulysses-degree={} must divide --sp={} for --sp-mode hybrid", in.ulysses_degree, in.sp);
   }
+  in.memory.offload_optimizer = parse_offload_device(a.offload_optimizer, "--offload-optimizer");
+  in.memory.offload_param = parse_offload_device(a.offload_param, "--offload-param");
   const int64_t capacity = static_cast<int64_t>(a.gpu_memory_gib * (1ll << 30));
+  SEQPAR_INPUT_CHECK(a.host_memory_gib >= 0, "--host-memory-gib={} must be >= 0 (0 = this machine's MemAvailable)",
+                     a.host_memory_gib);
+  // The host limit: the flag, else this machine's MemAvailable (a default only: some machines grow
+  // MemTotal lazily, and the GPU machine is not this one).
+  SEQPAR_INPUT_CHECK(a.gpus_per_host >= 0, "--gpus-per-host={} must be >= 0 (0 = all --gpus on one host)",
+                     a.gpus_per_host);
+  const int per_host = a.gpus_per_host > 0 ? std::min(a.gpus_per_host, a.gpus) : a.gpus;
+  // The plan is per rank; the ranks of one host share its memory.
+  const int64_t host_total = host_memory_capacity(a.host_memory_gib);
+  const int64_t host_capacity = host_total / per_host;
+  std::string host_source =
+      a.host_memory_gib > 0
+          ? fmt::format("--host-memory-gib {}", a.host_memory_gib)
+          : fmt::format(
+                "this machine's MemAvailable ({:.1f} of MemTotal {:.1f} GiB, /proc/meminfo; some machines grow "
+                "it lazily and the GPU machine may differ: --host-memory-gib overrides it)",
+                host_total / double(1ll << 30), host_memory_total_bytes() / double(1ll << 30));
+  host_source += fmt::format(", shared by {} GPU(s) of the host: {:.1f} GiB per rank", per_host,
+                             host_capacity / double(1ll << 30));
+  std::string chose;
+  SEQPAR_INPUT_CHECK(!a.choose_levers || a.longest, "--choose-levers needs --longest");
   if (a.longest) {
     SEQPAR_INPUT_CHECK(a.gpu_memory_gib > 0, "--gpu-memory-gib={} must be > 0", a.gpu_memory_gib);
     // Multiples of 1024 tokens per rank, so every rank's share is whole.
-    const int64_t longest = longest_fitting_seq_len(in, capacity, 1024ll * in.sp);
-    SEQPAR_INPUT_CHECK(longest > 0, "not even {} tokens fit in {} GiB per GPU with these settings", 1024ll * in.sp,
-                       a.gpu_memory_gib);
+    int64_t longest = 0;
+    if (a.choose_levers) {
+      const LeverChoice c = choose_levers(in, capacity, 1024ll * in.sp, host_capacity);
+      in.memory = c.memory;
+      longest = c.seq_len;
+      chose = c.levers.empty() ? "nothing added" : c.levers;
+    } else {
+      longest = longest_fitting_seq_len(in, capacity, 1024ll * in.sp, host_capacity);
+    }
+    SEQPAR_INPUT_CHECK(longest > 0,
+                       "not even {} tokens fit in {} GiB per GPU and {:.1f} GiB of host memory with these "
+                       "settings",
+                       1024ll * in.sp, a.gpu_memory_gib, host_capacity / double(1ll << 30));
     in.seq_len = longest;
   }
   SEQPAR_INPUT_CHECK(in.seq_len >= 1, "--seq-len is required (or --longest: the longest sequence that fits)");
   const MemoryPlan p = plan_memory(in);
   if (!a.json) {
     if (a.longest)
-      std::printf("longest sequence that fits in %.1f GiB per GPU: %lld tokens (%lld per rank)\n", a.gpu_memory_gib,
-                  static_cast<long long>(in.seq_len), static_cast<long long>(p.tokens_per_rank));
-    std::fputs(format_memory_plan(in, p, in.cuda ? capacity : 0).c_str(), stdout);
+      std::printf(
+          "longest sequence that fits in %.1f GiB per GPU and %.1f GiB of host memory: %lld tokens (%lld per "
+          "rank)\n",
+          a.gpu_memory_gib, host_capacity / double(1ll << 30), static_cast<long long>(in.seq_len),
+          static_cast<long long>(p.tokens_per_rank));
+    if (a.choose_levers) std::printf("levers chosen: %s\n", chose.c_str());
+    std::printf("host memory limit: %s\n", host_source.c_str());
+    std::fputs(format_memory_plan(in, p, in.cuda ? capacity : 0, host_capacity).c_str(), stdout);
     return;
   }
   nlohmann::ordered_json j = {{"seq_len", in.seq_len},
@@ -72,7 +117,18 @@ void run(PlanArgs& a) {
                               {"peak_phase", p.peak_phase},
                               {"fits", !in.cuda || p.peak_bytes <= capacity},
                               {"sp_buffer_bytes", p.sp_buffers},
-                              {"host_offload_bytes", p.host_offload_bytes}};
+                              {"host_offload_bytes", p.host_offload_bytes},
+                              {"host_bytes", p.host_bytes},
+                              {"host_gib", static_cast<double>(p.host_bytes) / (1ll << 30)},
+                              {"host_pinned_bytes", p.host_pinned_bytes},
+                              {"host_capacity_bytes", host_capacity},
+                              {"host_fits", host_capacity <= 0 || p.host_bytes <= host_capacity},
+                              {"zero_stage", in.memory.zero_stage},
+                              {"offload_optimizer", offload_device_name(in.memory.offload_optimizer)},
+                              {"offload_param", offload_device_name(in.memory.offload_param)},
+                              {"checkpoint_offload", in.memory.checkpoint_offload}};
+  if (a.choose_levers) j["levers_chosen"] = chose;
+  for (const auto& [name, bytes] : p.host) j["host"][name] = bytes;
   for (const auto& [name, bytes] : p.resident) j["resident"][name] = bytes;
   for (const auto& [name, bytes] : p.phases) j["phases"][name] = bytes;
   std::puts(j.dump().c_str());
@@ -108,8 +164,28 @@ void add_plan_command(CLI::App& app, int& rc) {
   c->add_option("--tiled-mlp-tokens", in.memory.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();
   c->add_option("--tiled-loss-tokens", in.memory.loss_tile_tokens, "tiled loss tile (0 = untiled)")
       ->capture_default_str();
-  c->add_option("--zero-stage", in.memory.zero_stage, "ZeRO stage (1-3 shard the AdamW state over --gpus)")
+  c->add_option("--zero-stage", in.memory.zero_stage,
+                "ZeRO stage (1-2 shard the AdamW state and gradients over --gpus, 3 also the layers' weights)")
       ->capture_default_str();
+  c->add_option("--offload-optimizer", args->offload_optimizer,
+                "cpu: AdamW's f32 master weights and moments in host memory, the step on the CPU")
+      ->capture_default_str();
+  c->add_option("--offload-param", args->offload_param,
+                "cpu (with --zero-stage 3): the decoder layers' weights in host memory, copied in per layer")
+      ->capture_default_str();
+  c->add_flag(
+      "--no-offload-param-pin-memory", [args](int64_t) { args->in.memory.offload_param_pin_memory = false; },
+      "with --offload-param cpu: the host weights pageable (not counted as pinned)");
+  c->add_option("--host-memory-gib", args->host_memory_gib,
+                "host memory to fit in (default 0: this machine's MemAvailable from /proc/meminfo, which some "
+                "machines grow lazily; give the GPU machine's)")
+      ->capture_default_str();
+  c->add_option("--gpus-per-host", args->gpus_per_host,
+                "GPUs sharing one host's memory (default: all --gpus); the host limit per rank is its share")
+      ->capture_default_str();
+  c->add_flag("--choose-levers", args->choose_levers,
+              "with --longest: also choose optimizer offload, ZeRO-3, parameter offload and checkpoint offload "
+              "(with checkpointing), and print what was chosen");
   c->add_option("--device", args->device, "cuda (bf16, f32 master weights) | cpu (f32)")->capture_default_str();
   c->add_option("--gpu-memory-gib", args->gpu_memory_gib, "GPU memory to fit in (an H200: 139.8)")
       ->capture_default_str();

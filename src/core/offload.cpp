@@ -80,8 +80,7 @@ std::shared_ptr<HostOffload::Handle> HostOffload::put(Tensor t) {
     Event ready;  // t is complete once the work queued so far is
     ready.record(current_stream());
     impl_->copy->wait(ready);
-    SEQPAR_CUDA_CHECK(
-        cudaMemcpyAsync(h->host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, impl_->copy->get()));
+    SEQPAR_CUDA_CHECK(cudaMemcpyAsync(h->host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, impl_->copy->get()));
     auto done = std::make_shared<Event>();
     done->record(impl_->copy->get());
     impl_->puts.push_back({std::move(t), h->host, std::move(done)});
@@ -163,6 +162,101 @@ const Tensor& HostCopy::get() {
   }
 #endif
   return host_;
+}
+
+Allocator& host_allocator_for(Device device, bool pinned) {
+#if defined(SEQPAR_WITH_CUDA)
+  if (device.is_cuda()) return pinned ? pinned_host_allocator() : cpu_allocator();
+#endif
+  (void)pinned;
+  SEQPAR_CHECK(device.is_cpu(), "host_allocator_for({}) in a build without CUDA", device.str());
+  return offload_host_allocator();
+}
+
+struct CopyStream::Impl {
+  int64_t next = 0;  // the next copy's ticket
+#if defined(SEQPAR_WITH_CUDA)
+  struct Pending {
+    int64_t ticket;
+    Tensor dst, src;  // held until the copy has finished (the pools are not stream-aware)
+    std::shared_ptr<Event> done;
+  };
+  std::unique_ptr<Stream> stream;
+  std::deque<Pending> pending;  // oldest first
+  Pending* find(int64_t ticket) {
+    for (Pending& p : pending)
+      if (p.ticket == ticket) return &p;
+    return nullptr;
+  }
+  // Drops the copies that have finished, oldest first (a stream runs them in order).
+  void reap() {
+    while (!pending.empty() && pending.front().done->query()) pending.pop_front();
+  }
+#endif
+};
+
+CopyStream::CopyStream(Device device) : device_(device), impl_(std::make_unique<Impl>()) {
+#if defined(SEQPAR_WITH_CUDA)
+  if (device.is_cuda()) impl_->stream = std::make_unique<Stream>(device.index);
+#else
+  SEQPAR_CHECK(device.is_cpu(), "CopyStream on {} in a build without CUDA", device.str());
+#endif
+}
+
+CopyStream::~CopyStream() {
+#if defined(SEQPAR_WITH_CUDA)
+  if (impl_->stream) {
+    try {
+      impl_->stream->synchronize();
+    } catch (...) {  // a destructor does not throw; the device error resurfaces at the next call
+    }
+  }
+#endif
+}
+
+int64_t CopyStream::copy(const Tensor& dst, const Tensor& src) {
+  SEQPAR_CHECK(dst.defined() && src.defined() && dst.dtype() == src.dtype() && dst.numel() == src.numel(),
+               "CopyStream::copy: {} <- {}", dst.defined() ? dst.str() : "undefined",
+               src.defined() ? src.str() : "undefined");
+  const int64_t ticket = impl_->next++;
+#if defined(SEQPAR_WITH_CUDA)
+  if (impl_->stream) {
+    Event ready;  // the source is complete, and the destination free, once the work queued so far is done
+    ready.record(current_stream());
+    impl_->stream->wait(ready);
+    SEQPAR_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault, impl_->stream->get()));
+    auto done = std::make_shared<Event>();
+    done->record(impl_->stream->get());
+    impl_->reap();
+    impl_->pending.push_back({ticket, dst, src, std::move(done)});
+    return ticket;
+  }
+#endif
+  Tensor d = dst;
+  d.copy_from(src);
+  return ticket;
+}
+
+void CopyStream::host_wait(int64_t ticket) {
+  SEQPAR_CHECK(ticket >= 0 && ticket < impl_->next, "CopyStream::host_wait: no copy {}", ticket);
+#if defined(SEQPAR_WITH_CUDA)
+  if (impl_->stream) {
+    while (!impl_->pending.empty() && impl_->pending.front().ticket <= ticket) {
+      impl_->pending.front().done->synchronize();
+      impl_->pending.pop_front();
+    }
+  }
+#endif
+}
+
+void CopyStream::stream_wait(int64_t ticket) {
+  SEQPAR_CHECK(ticket >= 0 && ticket < impl_->next, "CopyStream::stream_wait: no copy {}", ticket);
+#if defined(SEQPAR_WITH_CUDA)
+  if (impl_->stream) {
+    if (Impl::Pending* p = impl_->find(ticket))
+      SEQPAR_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), p->done->get(), 0));
+  }
+#endif
 }
 
 }  // namespace seqpar

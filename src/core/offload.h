@@ -18,8 +18,11 @@
 // memory too; the separate accounting shows what left it).
 #pragma once
 
+#include <cstdint>
+#include <deque>
 #include <memory>
 
+#include "core/allocator.h"
 #include "core/tensor.h"
 
 namespace seqpar {
@@ -64,6 +67,40 @@ class HostCopy {
  private:
   Tensor host_;
   std::shared_ptr<void> done_;  // CUDA: the event recorded after the copy
+};
+
+// Host memory for what a device moves out of its own memory: pinned (page-locked, what an async
+// copy to or from a GPU needs) on a CUDA device when `pinned`, else pageable; on the CPU,
+// offload_host_allocator() (the same memory as the "device", accounted apart).
+Allocator& host_allocator_for(Device device, bool pinned = true);
+
+// A copy stream that callers order with tickets: the optimizer offload's staging copies and the
+// parameter offload's layer fetches (train/). On a CUDA device the copies run on the stream's own
+// CUDA stream, each after the work queued so far on the caller's current stream (its source is
+// complete and its destination no longer read); the host side must be pinned memory for the copy
+// to be asynchronous. On the CPU a copy runs at once and the waits return at once: the same calls,
+// so the CPU tests run the code path.
+class CopyStream {
+ public:
+  explicit CopyStream(Device device);
+  ~CopyStream();  // waits for the copies in flight
+  CopyStream(const CopyStream&) = delete;
+  CopyStream& operator=(const CopyStream&) = delete;
+
+  Device device() const { return device_; }
+  // Queues dst <- src (same dtype and element count; one of them on this stream's device, the
+  // other host memory, or both host memory on the CPU); returns the copy's ticket. Both tensors
+  // are held until the copy has finished.
+  int64_t copy(const Tensor& dst, const Tensor& src);
+  // The host thread blocks until copy `ticket` (and every copy queued before it) has finished.
+  void host_wait(int64_t ticket);
+  // Work queued on the caller's current stream from now on runs after copy `ticket`.
+  void stream_wait(int64_t ticket);
+
+ private:
+  struct Impl;
+  Device device_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace seqpar

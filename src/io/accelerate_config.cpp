@@ -173,9 +173,12 @@ void parse_deepspeed_section(Reader& top, AccelerateConfig& c, const std::string
     YamlValue<std::string> device = r.choice(what, {"none", "cpu", "nvme"});
     if (!device.has()) continue;
     inline_keys.push_back(device.key);
-    SEQPAR_INPUT_CHECK(
-        *device == "none", "{}: '{}'={} is not supported yet: seqpar keeps the {} on the device (use none)", c.source,
-        device.key, *device, std::string(what) == "offload_optimizer_device" ? "optimizer state" : "parameters");
+    const bool opt = std::string(what) == "offload_optimizer_device";
+    SEQPAR_INPUT_CHECK(*device != "nvme",
+                       "{}: '{}'=nvme is not supported: seqpar offloads the {} to host memory (cpu) or keeps it on "
+                       "the device (none)",
+                       c.source, device.key, opt ? "optimizer state" : "parameters");
+    (opt ? c.offload_optimizer_device : c.offload_param_device) = device;
   }
   YamlValue<bool> save16 = r.boolean("zero3_save_16bit_model");
   if (save16.has()) inline_keys.push_back(save16.key);

@@ -40,6 +40,7 @@ struct AccelerateConfig {
   YamlValue<int64_t> zero_stage, gradient_accumulation_steps;
   YamlValue<double> gradient_clipping;
   YamlValue<std::string> seq_parallel_communication_data_type;  // fp32 | bf16
+  YamlValue<std::string> offload_optimizer_device, offload_param_device;  // none | cpu (nvme refused)
 
   // parallelism_config (the `parallelism_config_` prefix of each key is kept in `key`).
   YamlValue<int64_t> sp_size, dp_replicate_size, dp_shard_size;

@@ -171,23 +171,55 @@ void parse_zero(Reader& top, DsConfig& c, std::vector<std::string>& unread) {
   if (!z) return;
   Reader r(*z, c.source, "zero_optimization.");
   c.zero_stage = r.integer("stage", 0, 3, false);
-  if (c.zero_stage.is_set() && c.zero_stage.value > 2)
-    c.warnings.push_back(fmt::format(
-        "{}: zero_optimization.stage={} runs as stage 2: seqpar partitions the optimizer state and the gradients "
-        "over the ranks, but parameters are kept whole on every rank",
-        c.source, c.zero_stage.value));
-  // Offload would move state to the host; silently keeping it on the device would change the
-  // memory the user planned for, so both are refused.
   for (const char* what : {"offload_optimizer", "offload_param"}) {
     const json* o = r.object(what);
     if (!o) continue;
+    const bool opt = std::string(what) == "offload_optimizer";
     Reader ro(*o, c.source, std::string("zero_optimization.") + what + ".");
     DsValue<std::string> device = ro.choice("device", {"none", "cpu", "nvme"});
-    SEQPAR_INPUT_CHECK(!device.is_set() || device.value == "none",
-                       "{}: '{}'=\"{}\" is not supported yet: seqpar keeps the {} on the device (use \"none\")",
-                       c.source, device.key, device.value,
-                       std::string(what) == "offload_optimizer" ? "optimizer state" : "parameters");
+    SEQPAR_INPUT_CHECK(!device.is_set() || device.value != "nvme",
+                       "{}: '{}'=\"nvme\" is not supported: seqpar offloads the {} to host memory (\"cpu\") or "
+                       "keeps it on the device (\"none\")",
+                       c.source, device.key, opt ? "optimizer state" : "parameters");
+    (opt ? c.offload_optimizer_device : c.offload_param_device) = device;
+    DsValue<bool> pin = ro.boolean("pin_memory", false);
+    if (opt && pin.is_set() && !pin.value)
+      c.warnings.push_back(fmt::format(
+          "{}: {}=false changes nothing: seqpar's host optimizer state is never copied by DMA (the gradients "
+          "and weights pass through small staging buffers, which are always pinned)",
+          c.source, pin.key));
+    if (!opt) c.offload_param_pin_memory = pin;
+    if (opt) {
+      DsValue<double> ratio = ro.number("ratio", 0, 1, false);
+      SEQPAR_INPUT_CHECK(!ratio.is_set() || ratio.value == 1.0,
+                         "{}: '{}'={} is not supported: seqpar offloads the whole optimizer state (ratio 1.0)",
+                         c.source, ratio.key, ratio.value);
+    }
+    // DeepSpeed's buffer-count / NVMe tuning: read and named, seqpar's staging is fixed.
+    for (const char* k : {"buffer_count", "fast_init", "nvme_path", "buffer_size", "max_in_cpu", "pipeline_read",
+                          "pipeline_write", "pipeline"}) {
+      if (!ro.has(k)) continue;
+      ro.get(k);
+      c.warnings.push_back(fmt::format("{}: zero_optimization.{}.{} is ignored: seqpar's offload uses two fixed "
+                                       "staging buffers (docs/memory.md)",
+                                       c.source, what, k));
+    }
     for (std::string& k : ro.unread()) unread.push_back(k);
+  }
+  // The knobs DeepSpeed's stage 3 is tuned with: seqpar gathers exactly one decoder
+  // layer at a time (prefetching the next), keeps the embedding, final norm and LM head whole, and
+  // reduces each layer's gradients as its backward ends, so these have nothing to set.
+  for (const char* k : {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters",
+                        "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
+                        "stage3_gather_fp16_weights_on_model_save", "sub_group_size", "zero_hpz_partition_size",
+                        "zero_quantized_weights", "zero_quantized_gradients", "mics_shard_size"}) {
+    if (!r.has(k)) continue;
+    r.get(k);
+    c.warnings.push_back(fmt::format(
+        "{}: zero_optimization.{} is ignored: seqpar gathers one decoder layer at a time (the next prefetched), keeps "
+        "the embedding, final norm and LM head whole and reduces each layer's gradients as its backward ends "
+        "(docs/memory.md)",
+        c.source, k));
   }
   for (std::string& k : r.unread()) unread.push_back(k);
 }

@@ -4,8 +4,8 @@
 // cannot honour. docs/configs.md lists every key and its effect.
 //
 // Errors (InputError) name the file, the dotted key, the expected type and the value found, or
-// the reason a setting is refused (fp16, optimizer offload, L2-mode Adam, ...). Keys seqpar does
-// not read, and settings it records without acting on them (ZeRO stage > 0), become warnings.
+// the reason a setting is refused (fp16, NVMe offload, L2-mode Adam, ...). Keys seqpar does not
+// read, and settings it reads without acting on them (the stage-3 tuning knobs), become warnings.
 #pragma once
 
 #include <array>
@@ -57,7 +57,12 @@ struct DsConfig {
 
   DsValue<int64_t> train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
   DsValue<int64_t> sequence_parallel_size;
-  DsValue<int64_t> zero_stage;  // zero_optimization.stage, 0..3 (recorded)
+  DsValue<int64_t> zero_stage;  // zero_optimization.stage, 0..3
+  // zero_optimization.offload_optimizer / offload_param: device "none" | "cpu" ("nvme" is refused),
+  // the parameters' pin_memory (the optimizer's is read and explained: its state is never copied by
+  // DMA, only the staging is, which is always pinned).
+  DsValue<std::string> offload_optimizer_device, offload_param_device;
+  DsValue<bool> offload_param_pin_memory;
   DsValue<bool> bf16_enabled;   // bf16.enabled (or the older "bfloat16")
   DsOptimizer optimizer;
   DsScheduler scheduler;

@@ -229,6 +229,42 @@ void LlamaModel::set_grad_sink(GradSink sink) {
   grads_ = std::move(g);
 }
 
+void LlamaModel::set_layer_weights(LayerWeights* weights) {
+  SEQPAR_CHECK(acts_ == nullptr, "LlamaModel::set_layer_weights: not between a forward and its backward");
+  SEQPAR_CHECK(weights != nullptr || layer_weights_ == nullptr,
+               "LlamaModel::set_layer_weights: the resident layer weights were freed when a provider was set");
+  if (weights == nullptr || layer_weights_ != nullptr) {
+    layer_weights_ = weights;
+    return;
+  }
+  layer_weights_ = weights;
+  // Only the edges stay, each in a tensor of its own; the one buffer (and the layers in it) goes.
+  LlamaParams edges;
+  edges.layers.resize(config_.num_layers);
+  edges.embed_tokens = params_.embed_tokens.clone();
+  edges.final_norm = params_.final_norm.clone();
+  if (params_.lm_head.defined()) edges.lm_head = params_.lm_head.clone();
+  params_ = std::move(edges);
+}
+
+void LlamaModel::acquire_layer(int64_t l, int64_t next) {
+  SEQPAR_CHECK(held_ == nullptr, "LlamaModel: layer {} acquired while layer {} is held", l, held_layer_);
+  held_ = layer_weights_ ? &layer_weights_->acquire(l, next) : &params_.layers[l];
+  held_layer_ = l;
+}
+
+void LlamaModel::release_layer(int64_t l) {
+  SEQPAR_CHECK(held_layer_ == l, "LlamaModel: release of layer {} while layer {} is held", l, held_layer_);
+  if (layer_weights_) layer_weights_->release(l);
+  held_ = nullptr;
+  held_layer_ = -1;
+}
+
+const LlamaLayerParams& LlamaModel::layer_params(int64_t l) const {
+  SEQPAR_CHECK(held_ != nullptr && held_layer_ == l, "LlamaModel: layer {}'s weights read without acquiring them", l);
+  return *held_;
+}
+
 void LlamaModel::zero_grads() {
   if (grads_.all_in_flat()) {
     grads_.flat.zero();
@@ -253,7 +289,7 @@ void LlamaModel::attention_half(int64_t l, LayerActs& s, bool norm_only) {
   const int64_t T = s.x_in.dim(0), C = c.hidden_size;
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const DType act = dtype_;
-  const LlamaLayerParams& P = params_.layers[l];
+  const LlamaLayerParams& P = layer_params(l);
   s.rstd1 = Tensor::empty({T}, DType::kF32, device_);
   s.xn1 = Tensor::empty({T, C}, act, device_);
   rmsnorm_forward(s.xn1, s.rstd1, s.x_in, P.input_norm, static_cast<float>(c.rms_norm_eps));
@@ -294,7 +330,7 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
   const int64_t T = s.x_in.dim(0), C = c.hidden_size;
   const int64_t H = c.num_heads, D = c.head_dim;
   const DType act = dtype_;
-  const LlamaLayerParams& P = params_.layers[l];
+  const LlamaLayerParams& P = layer_params(l);
   s.x_mid = s.x_in.clone();
   matmul(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, false, true, 1.f, 1.f);
   if (c.o_bias) bias_forward(s.x_mid, P.o_bias);
@@ -357,7 +393,7 @@ Tensor LlamaModel::head_norm_backward(const Tensor& dout, const Tensor& x, const
 
 // gate, up, h [n, F] of n tokens' post-attention-norm outputs xn [n, C].
 void LlamaModel::mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h) {
-  const LlamaLayerParams& P = params_.layers[l];
+  const LlamaLayerParams& P = layer_params(l);
   const int64_t n = xn.dim(0), F = config_.intermediate_size;
   gate = Tensor::empty({n, F}, dtype_, device_);
   up = Tensor::empty({n, F}, dtype_, device_);
@@ -371,7 +407,7 @@ void LlamaModel::mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Ten
 // [n, C] (=, the gradient of the post-attention norm's output); weight gradients +=.
 void LlamaModel::mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor& xn, const Tensor& gate,
                                    const Tensor& up, const Tensor& h, Tensor& dxn) {
-  const LlamaLayerParams& P = params_.layers[l];
+  const LlamaLayerParams& P = layer_params(l);
   LlamaLayerParams& G = grads_.layers[l];
   const int64_t n = xn.dim(0), F = config_.intermediate_size;
   Tensor dh = Tensor::empty({n, F}, dtype_, device_);
@@ -409,6 +445,8 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
   const DType act = dtype_;
 
   acts_ = std::make_shared<Acts>();
+  held_ = nullptr;  // (a step that threw may have left a layer acquired)
+  held_layer_ = -1;
   Acts& a = *acts_;
   a.batch = batch;
   a.attention = &attention;
@@ -418,7 +456,9 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
   embedding_forward(x, batch.input_ids, params_.embed_tokens);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerActs& s = a.layers[l];
+    acquire_layer(l, l + 1 < c.num_layers ? l + 1 : -1);
     x = layer_forward(l, x, s);
+    release_layer(l);
     if (policy_ != ActivationPolicy::kKeep) {
       // Keep the block input (and, with kCheckpointKeepAttention, the attention's output and
       // context); backward recomputes the rest.
@@ -500,7 +540,8 @@ void LlamaModel::backward(float dloss) {
 
   Tensor dtmp = Tensor::empty({T, C}, act, device_);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
-    const LlamaLayerParams& P = params_.layers[l];
+    acquire_layer(l, l - 1);
+    const LlamaLayerParams& P = layer_params(l);
     LlamaLayerParams& G = grads_.layers[l];
     LayerActs& s = a.layers[l];
     if (s.x_in_host) {  // offloaded: back now, and the layer below's on its way during this backward
@@ -550,6 +591,7 @@ void LlamaModel::backward(float dloss) {
     rmsnorm_backward(dtmp, G.input_norm, dxn, s.x_in, P.input_norm, s.rstd1);
     add_inplace(dx, dtmp);  // dx is now d(x_in)
     s = LayerActs();
+    release_layer(l);
     if (grad_sink_) grad_sink_(l, grad_block_);
   }
   embedding_backward(grads_.embed_tokens, dx, a.batch.input_ids);

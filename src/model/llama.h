@@ -95,6 +95,22 @@ class PendingLoss {
   HostCopy losses_, targets_;
 };
 
+// Where a decoder layer's weights come from (DESIGN: the trainer provides a layer's weights). The
+// model asks for layer l's before its forward and before its backward (a checkpointed layer's
+// recompute included) and says when it is done with them; it never learns where they live. The
+// trainer's implementations (train/layer_weights.h) gather them over ZeRO-3's ranks or copy them
+// from host memory, prefetching `next`.
+class LayerWeights {
+ public:
+  virtual ~LayerWeights() = default;
+  // Layer l's weights on the model's device, valid until release(l). next: the layer the model will
+  // ask for after this one (-1: none), for a prefetch.
+  virtual const LlamaLayerParams& acquire(int64_t l, int64_t next) = 0;
+  // The model's kernels that read layer l's weights are queued; their memory may be reused once
+  // that work is done (stream order).
+  virtual void release(int64_t l) = 0;
+};
+
 class LlamaModel {
  public:
   // dtype: of the compute weights and activations (f32 on the CPU; bf16 on CUDA). Gradients are
@@ -148,6 +164,13 @@ class LlamaModel {
   void set_grad_sink(GradSink sink);
   bool partitioned_grads() const { return static_cast<bool>(grad_sink_); }
 
+  // The decoder layers' weights from `weights` (it must outlive the model's use of it) instead of
+  // params(): the model's own copies of them are freed, and params() keeps the embedding, the final
+  // norm and the LM head only (its layers' tensors undefined). nullptr: not allowed once set (the
+  // resident weights are gone).
+  void set_layer_weights(LayerWeights* weights);
+  bool resident_layers() const { return layer_weights_ == nullptr; }
+
   // Forward over this rank's tokens; keeps what backward needs (per the activation policy). If
   // logits is given it receives [T, V] in the model's dtype.
   LossStats forward(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr);
@@ -168,6 +191,10 @@ class LlamaModel {
   Tensor head_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dweight,
                             const Tensor& rstd);
   void mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h);
+  // Layer l's weights while acquired (acquire_layer .. release_layer).
+  const LlamaLayerParams& layer_params(int64_t l) const;
+  void acquire_layer(int64_t l, int64_t next);
+  void release_layer(int64_t l);
   void mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor& xn, const Tensor& gate, const Tensor& up,
                          const Tensor& h, Tensor& dxn);
 
@@ -184,6 +211,9 @@ class LlamaModel {
   GradSink grad_sink_;
   Tensor grad_block_;  // partitioned gradients: one layer's, reused
   int64_t loss_tile_ = 0;
+  LayerWeights* layer_weights_ = nullptr;  // set: the layers' weights come from it
+  const LlamaLayerParams* held_ = nullptr;  // the acquired layer's weights
+  int64_t held_layer_ = -1;
   bool tiled_loss(int64_t T) const { return loss_tile_ > 0 && loss_tile_ < T; }
 };
 

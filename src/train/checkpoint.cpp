@@ -597,12 +597,13 @@ Checkpoint load_newest_good_checkpoint(const std::string& save_dir) {
 void restore_from_checkpoint(const Checkpoint& ck, LlamaParams& params, AdamW& optimizer) {
   auto copy_into = [](LlamaParams& dst, const SafetensorsData& src, const std::string& prefix) {
     for (auto& [name, t] : dst.named()) {
+      if (!t->defined()) continue;  // ZeRO-3: the model holds its edges only (the optimizer has the rest)
       const Tensor& s = src.at(prefix + name);
       t->copy_from(t->dtype() == s.dtype() ? s : s.to_dtype(t->dtype()).to(t->device()));
     }
   };
-  if (optimizer.sharded()) {
-    // A ZeRO-sharded optimizer takes the whole state and keeps its shard.
+  if (optimizer.flat()) {
+    // A flat optimizer (ZeRO, offload) takes the whole state and keeps its pieces.
     copy_into(params, ck.model, "");
     LlamaParams m = LlamaParams::zeros(ck.model_config, DType::kF32, params.embed_tokens.device(), true);
     LlamaParams v = LlamaParams::zeros(ck.model_config, DType::kF32, params.embed_tokens.device(), true);

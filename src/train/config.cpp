@@ -36,6 +36,20 @@ void MemorySettings::validate() const {
   SEQPAR_INPUT_CHECK(mlp_tile_tokens >= 0, "tiled_mlp_tokens={} must be >= 0 (0 = untiled)", mlp_tile_tokens);
   SEQPAR_INPUT_CHECK(loss_tile_tokens >= 0, "tiled_loss_tokens={} must be >= 0 (0 = untiled)", loss_tile_tokens);
   SEQPAR_INPUT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage={} must be 0, 1, 2 or 3", zero_stage);
+  SEQPAR_INPUT_CHECK(offload_param == OffloadDevice::kNone || zero_stage == 3,
+                     "offload_param=cpu needs zero_stage=3 (--zero-stage 3): only stage 3 takes the layers' weights "
+                     "off the GPU (zero_stage={})",
+                     zero_stage);
+  SEQPAR_INPUT_CHECK(host_memory_gib >= 0, "host_memory_gib={} must be >= 0 (0 = the machine's MemAvailable)",
+                     host_memory_gib);
+}
+
+const char* offload_device_name(OffloadDevice d) { return d == OffloadDevice::kCpu ? "cpu" : "none"; }
+
+OffloadDevice parse_offload_device(const std::string& text, const std::string& flag) {
+  if (text == "cpu") return OffloadDevice::kCpu;
+  if (text == "none") return OffloadDevice::kNone;
+  throw InputError(fmt::format("{}={}: expected cpu or none", flag, text));
 }
 
 void TrainConfig::validate_run() const {
@@ -123,6 +137,8 @@ std::string text_of(const T& v) {
     return v.str();
   } else if constexpr (std::is_same_v<T, AttnImplementation>) {
     return attn_implementation_name(v);
+  } else if constexpr (std::is_same_v<T, OffloadDevice>) {
+    return offload_device_name(v);
   } else {
     return fmt::format("{}", v);
   }
@@ -147,6 +163,8 @@ T from_text(const std::string& s, const std::string& flag) {
   } else if constexpr (std::is_same_v<T, ResumeFrom>) {
     (void)flag;
     return ResumeFrom::parse(s);
+  } else if constexpr (std::is_same_v<T, OffloadDevice>) {
+    return parse_offload_device(s, flag);
   } else if constexpr (std::is_same_v<T, AttnImplementation>) {
     try {
       return attn_implementation_of(s);
@@ -217,6 +235,7 @@ SettingDecl decl(std::string name, SettingGroup group, std::vector<std::string> 
   if constexpr (std::is_same_v<T, SpLayout>) d.choices = {"zigzag", "contiguous"};
   if constexpr (std::is_same_v<T, Transport>) d.choices = {"auto", "local", "nccl"};
   if constexpr (std::is_same_v<T, AttnImplementation>) d.choices = {"sdpa", "flash_attention_2", "flash_attention_3"};
+  if constexpr (std::is_same_v<T, OffloadDevice>) d.choices = {"none", "cpu"};
   return d;
 }
 
@@ -401,10 +420,40 @@ void declare_memory(std::vector<SettingDecl>& s) {
       with(decl(
                "zero_stage", G::kMemory, {"--zero-stage"}, +[](TrainConfig& c) -> int& { return c.memory.zero_stage; },
                "ZeRO: 1 shards the AdamW state (moments, f32 master weights) over the ranks; 2 also "
-               "partitions the gradients; 3 runs as 2 (weights stay whole); 0 = replicated",
+               "partitions the gradients; 3 also the decoder layers' weights (gathered per layer before its "
+               "forward, recompute and backward); 0 = replicated",
                "zero_optimization.stage", "deepspeed_config.zero_stage"),
            kTrainBench));
   s.back().choices = {"0", "1", "2", "3"};
+  s.push_back(with(decl(
+                       "offload_optimizer", G::kMemory, {"--offload-optimizer"},
+                       +[](TrainConfig& c) -> OffloadDevice& { return c.memory.offload_optimizer; },
+                       "cpu: the f32 master weights and AdamW moments (this rank's ZeRO share) in host memory, the "
+                       "step on the CPU (all cores) streamed through pinned staging overlapped with the copies",
+                       "zero_optimization.offload_optimizer.device", "deepspeed_config.offload_optimizer_device"),
+                   kTrainBench));
+  s.push_back(with(decl(
+                       "offload_param", G::kMemory, {"--offload-param"},
+                       +[](TrainConfig& c) -> OffloadDevice& { return c.memory.offload_param; },
+                       "cpu (needs --zero-stage 3): the decoder layers' bf16 weights in host memory, each layer "
+                       "copied to the GPU before it runs, the next one prefetched",
+                       "zero_optimization.offload_param.device", "deepspeed_config.offload_param_device"),
+                   kTrainBench));
+  s.push_back(with(decl(
+                       "offload_param_pin_memory", G::kMemory, {"--no-offload-param-pin-memory"},
+                       +[](TrainConfig& c) -> bool& { return c.memory.offload_param_pin_memory; },
+                       "with --offload-param cpu: the host weights in pinned memory, so their copies are "
+                       "asynchronous (--no-offload-param-pin-memory: pageable memory, synchronous copies)",
+                       "zero_optimization.offload_param.pin_memory"),
+                   kTrainBench));
+  s.back().switch_value = "false";
+  s.push_back(with(decl(
+                       "host_memory_gib", G::kMemory, {"--host-memory-gib"},
+                       +[](TrainConfig& c) -> double& { return c.memory.host_memory_gib; },
+                       "host memory the run may use (GiB): the plan's host bytes (offload buffers, host optimizer "
+                       "state and weights, staging) are checked against it before training starts (0 = the "
+                       "machine's MemAvailable; >= 0)"),
+                   kTrainBench));
 }
 
 void declare_optimizer(std::vector<SettingDecl>& s) {

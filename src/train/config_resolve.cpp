@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 
 #include "core/error.h"
@@ -45,6 +46,8 @@ std::string show(const T& v) {
     return schedule_name(v);
   } else if constexpr (std::is_same_v<T, AttnImplementation>) {
     return attn_implementation_name(v);
+  } else if constexpr (std::is_same_v<T, OffloadDevice>) {
+    return offload_device_name(v);
   } else if constexpr (std::is_same_v<T, std::string>) {
     return v.empty() ? "(none)" : v;
   } else {
@@ -124,6 +127,15 @@ struct Origin {
   std::string text = "default";
 };
 
+// DeepSpeed's offload device ("none" | "cpu"; ds_config refuses "nvme") as the setting's type.
+DsValue<OffloadDevice> offload_device(const DsValue<std::string>& v) {
+  DsValue<OffloadDevice> out;
+  out.state = static_cast<DsValue<OffloadDevice>::State>(v.state);
+  out.key = v.key;
+  out.value = v.value == "cpu" ? OffloadDevice::kCpu : OffloadDevice::kNone;
+  return out;
+}
+
 class Resolver {
  public:
   explicit Resolver(const CommandLine& cli) : cli_(cli) {
@@ -150,6 +162,9 @@ class Resolver {
     train_batch_ = ds.train_batch_size;
     train_batch_file_ = ds.source;
     from_ds(ds, "zero_stage", t.memory.zero_stage, ds.zero_stage);
+    from_ds(ds, "offload_optimizer", t.memory.offload_optimizer, offload_device(ds.offload_optimizer_device));
+    from_ds(ds, "offload_param", t.memory.offload_param, offload_device(ds.offload_param_device));
+    from_ds(ds, "offload_param_pin_memory", t.memory.offload_param_pin_memory, ds.offload_param_pin_memory);
     from_ds(ds, "bf16", rec.bf16, ds.bf16_enabled);
     if (ds.optimizer.present) {
       const DsOptimizer& o = ds.optimizer;
@@ -195,6 +210,14 @@ class Resolver {
     if (a.mixed_precision.has())
       offer("bf16", rec.bf16, *a.mixed_precision == "bf16", ConfigLayer::kAccelerate, a.source + ": mixed_precision");
     from_yaml(a, "zero_stage", t.memory.zero_stage, a.zero_stage);
+    for (auto [name, field, v] : {std::tuple{"offload_optimizer", &t.memory.offload_optimizer, &a.offload_optimizer_device},
+                                  std::tuple{"offload_param", &t.memory.offload_param, &a.offload_param_device}}) {
+      if (!v->has()) continue;
+      YamlValue<OffloadDevice> d;
+      d.key = v->key;
+      d.value = **v == "cpu" ? OffloadDevice::kCpu : OffloadDevice::kNone;
+      from_yaml(a, name, *field, d);
+    }
     from_yaml(a, "grad_accum", t.grad_accum, a.gradient_accumulation_steps);
     from_yaml(a, "clip", t.optimizer.clip, a.gradient_clipping);
     from_yaml(a, "sp_comm_dtype", rec.sp_comm_dtype, a.seq_parallel_communication_data_type);

@@ -7,11 +7,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "model/llama.h"
 #include "parallel/sp_attention.h"
 #include "train/optimizer.h"
+#include "train/zero_shard.h"
 
 namespace seqpar {
 
@@ -226,10 +230,31 @@ void check_plan_input(const MemoryPlanInput& in) {
   check_plan_bounds(in);
 }
 
+// What the optimizer and the weights' levers imply for one rank (train/step.cpp TrainStep).
+struct Placement {
+  bool stage3 = false, offload_opt = false, offload_param = false, sharded = false, flat = false;
+  ShardLayout layout;  // the flat optimizer's (and ZeRO-3's weights') layout
+};
+
+Placement placement_of(const MemoryPlanInput& in) {
+  Placement p;
+  const MemorySettings& m = in.memory;
+  p.stage3 = m.zero_stage >= 3;
+  p.offload_opt = m.offload_optimizer == OffloadDevice::kCpu;
+  p.offload_param = p.stage3 && m.offload_param == OffloadDevice::kCpu;
+  p.sharded = m.zero_stage >= 1 && in.world > 1;
+  p.flat = p.stage3 || p.offload_opt || p.sharded;
+  const int64_t total = LlamaParams::flat_layout(in.model).total;
+  p.layout = p.stage3    ? ShardLayout::per_layer(in.model, 0, in.world)
+             : p.sharded ? ShardLayout::contiguous(total, 0, in.world)
+                         : ShardLayout::whole(total);
+  return p;
+}
+
 // The model states every rank keeps for the whole step (model/llama.cpp LlamaParams,
-// train/optimizer.cpp AdamW), the batch and the workspace, into p.resident. Returns this rank's
-// ZeRO shard of the weights' buffer (0 without ZeRO).
-int64_t add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
+// train/optimizer.cpp AdamW, train/layer_weights.cpp), the batch and the workspace, into
+// p.resident; the host memory into p.host.
+void add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   const LlamaConfig& m = in.model;
   const int64_t a = in.cuda ? 2 : 4;
   const int64_t C = m.hidden_size, V = m.vocab_size;
@@ -237,30 +262,58 @@ int64_t add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   for (const auto& [name, shape] : LlamaParams::shapes(m)) n += shape_numel(shape);
   const LlamaParams::FlatLayout layout = LlamaParams::flat_layout(m);
   const int64_t n_flat = layout.total;
-  const bool zero = in.memory.zero_stage >= 1 && in.world > 1;
-  const int64_t shard = zero ? AdamW::shard_len_for(n_flat, in.world) : 0;
-  const int64_t opt_elems = zero ? shard : n;  // per moment (and master), per rank
-  p.resident.emplace_back(in.cuda ? "weights (bf16)" : "weights (f32)", a * n_flat);
-  if (zero && in.memory.zero_stage >= 2) {
-    // Partitioned (LlamaModel::set_grad_sink, the trainer's shard): the shard, one layer's block,
+  const Placement pl = placement_of(in);
+  const int64_t shard = pl.layout.shard_len;                          // a rank's pieces (flat optimizer, ZeRO-3 store)
+  const int64_t edges = (m.tie_word_embeddings ? 1 : 2) * V * C + C;  // own tensors, unpadded
+  const std::string w = in.cuda ? "bf16" : "f32";
+  if (pl.stage3) {
+    // The resident edges; the store of this rank's pieces (on the GPU unless offloaded); the two
+    // layer buffers (none with one rank and the store on the GPU: the layers are its views).
+    p.resident.emplace_back(fmt::format("weights ({}, embedding + final norm + LM head)", w), a * edges);
+    if (!pl.offload_param)
+      p.resident.emplace_back(fmt::format("weights ({}, ZeRO-3 store: 1/{} of every layer)", w, in.world), a * shard);
+    if (pl.offload_param || in.world > 1)
+      p.resident.emplace_back(fmt::format("weights ({}, two gathered layers)", w), 2 * a * layout.layer_elems);
+  } else {
+    p.resident.emplace_back(fmt::format("weights ({})", w), a * n_flat);
+  }
+  if (pl.stage3 || (pl.sharded && in.memory.zero_stage >= 2)) {
+    // Partitioned (LlamaModel::set_grad_sink, the trainer's pieces): the pieces, one layer's block,
     // and the embedding / final norm / LM head gradients (tensors of their own, unpadded).
-    const int64_t edges = (m.tie_word_embeddings ? 1 : 2) * V * C + C;
-    p.resident.emplace_back(fmt::format("gradients (f32, 1/{} ZeRO-2 shard + a layer + edges)", in.world),
-                            4 * (shard + layout.layer_elems + edges));
+    p.resident.emplace_back(
+        fmt::format("gradients (f32, 1/{} ZeRO-{} share + a layer + edges)", in.world, pl.stage3 ? 3 : 2),
+        4 * (shard + layout.layer_elems + edges));
   } else {
     p.resident.emplace_back("gradients (f32)", 4 * n_flat);
   }
-  p.resident.emplace_back(zero ? fmt::format("AdamW moments (f32, 1/{} ZeRO shard)", in.world) : "AdamW moments (f32)",
-                          2 * 4 * opt_elems);
-  if (in.cuda)
-    p.resident.emplace_back(
-        zero ? fmt::format("master weights (f32, 1/{} ZeRO shard)", in.world) : "master weights (f32)", 4 * opt_elems);
+  const bool master = in.cuda || pl.stage3 || pl.offload_opt;  // AdamW's has_master
+  const int64_t opt_elems = pl.flat ? shard : n;               // per moment (and master), per rank
+  const std::string share = pl.sharded || (pl.stage3 && in.world > 1) ? fmt::format(", 1/{} ZeRO share", in.world) : "";
+  if (pl.offload_opt) {
+    p.host.emplace_back(fmt::format("AdamW moments (f32{}, host)", share), 2 * 4 * opt_elems);
+    if (master) p.host.emplace_back(fmt::format("master weights (f32{}, host)", share), 4 * opt_elems);
+    const int64_t chunk = std::min(AdamW::stream_chunk_for(m), shard);
+    p.host.emplace_back("optimizer staging (pinned: 2 × f32 gradients + 2 × weights)", 2 * (4 + a) * chunk);
+    p.host_pinned_bytes += 2 * (4 + a) * chunk;
+  } else {
+    p.resident.emplace_back(fmt::format("AdamW moments (f32{})", share), 2 * 4 * opt_elems);
+    if (master) p.resident.emplace_back(fmt::format("master weights (f32{})", share), 4 * opt_elems);
+  }
+  if (pl.offload_param) {
+    const bool pinned = in.memory.offload_param_pin_memory;
+    p.host.emplace_back(
+        fmt::format("layer weights ({}, 1/{} of every region, host{})", w, in.world, pinned ? ", pinned" : ""),
+        a * shard);
+    if (pinned) p.host_pinned_bytes += a * shard;
+  }
   // ids, positions, targets (i32) and the attention's segment / position metadata (i32).
   p.resident.emplace_back("batch and attention metadata", 20 * T);
   if (in.cuda) p.resident.emplace_back("cuBLASLt workspace", kGemmWorkspace);
-
-  return shard;
 }
+
+// Bytes of one ZeRO-3 gather of a region of `len` elements over `world` ranks (all_gather_region:
+// this rank's piece and every rank's), on top of its destination.
+int64_t gather_bytes(int64_t a, int64_t cap, int world) { return world > 1 ? a * cap * (1 + world) : 0; }
 
 }  // namespace
 
@@ -278,8 +331,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   MemoryPlan p;
   p.tokens_per_rank = T;
 
-  const bool zero = in.memory.zero_stage >= 1 && in.world > 1;
-  const int64_t shard = add_resident(p, in, T);
+  const Placement pl = placement_of(in);
+  add_resident(p, in, T);
+  // ZeRO-3 with several ranks or host weights: a layer's gather while it runs (its pieces travel
+  // through two temporaries; one rank with host weights copies straight into the buffer).
+  const int64_t layer_cap = pl.stage3 ? pl.layout.regions[pl.layout.layer_region(0)].cap : 0;
+  const int64_t layer_gather = pl.stage3 ? gather_bytes(a, layer_cap, in.world) : 0;
 
   // ---- sequence-parallel attention: its buffers per local token (the walks above) ----------------
   // The largest over the Ulysses ranks (an uneven GQA split gives them different KV heads).
@@ -327,7 +384,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // Forward: the LM head's logits and the per-token losses (f32); with checkpointing, also one
   // layer's full activations and its output while it runs.
   const int64_t fwd_layer = in.memory.activation_checkpointing ? (full - kept + a * C) * T : 0;
-  int64_t forward = layers_kept + final_acts + std::max(fwd_layer, a * V * loss_rows + 4 * T);
+  int64_t forward = layers_kept + final_acts + std::max(fwd_layer + layer_gather, a * V * loss_rows + 4 * T);
   // The layer's q, k, v, attn_out and the layers below while its attention runs: with sequence
   // parallelism, its buffers on top (the context among them).
   const int64_t attn_inputs = (4 + a * C + a * H * D + 2 * a * Hkv * D + a * H * D) * T;  // rstd1, xn1, q, k, v, out
@@ -343,18 +400,42 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   int64_t attn_t = (2 * a * H * D + 2 * a * Hkv * D) * T;
   if (in.sp > 1) attn_t += sp_bwd * T;  // the walk above counts the backend's workspace
   if (in.sp == 1 && in.cuda) attn_t += (4 * H * D + 8 * H) * T;
-  int64_t layer_bwd = layers_kept + final_acts + 3 * a * C * T + recompute + std::max(mlp_t, attn_t);
+  int64_t layer_bwd =
+      layers_kept + final_acts + 3 * a * C * T + std::max(recompute + std::max(mlp_t, attn_t), layer_gather);
   // A checkpointed layer's recompute runs its sequence-parallel attention forward again (dx, dtmp,
   // dxn alive; x_in is kept).
   if (in.sp > 1 && in.memory.activation_checkpointing && !in.memory.checkpoint_keep_attention)
     layer_bwd = std::max(layer_bwd, layers_kept + final_acts + 3 * a * C * T + attn_inputs + sp_fwd.peak * T);
-  // Optimizer: ZeRO all-gathers the updated weights (this rank's shard, then all of them).
-  const int64_t optimizer = zero ? a * shard * (1 + in.world) : 0;
+  // Optimizer: ZeRO-1/2 all-gather the updated weights (this rank's shard, then all of them); ZeRO-3
+  // gathers the embedding and the tail into a region buffer each (the larger alive at once, with
+  // its gather's temporaries); a GPU optimizer writing host weights casts each piece on the GPU first.
+  int64_t optimizer = 0;
+  if (pl.stage3) {
+    for (size_t k : {size_t{0}, pl.layout.regions.size() - 1}) {
+      const ShardLayout::Region& g = pl.layout.regions[k];
+      optimizer = std::max(optimizer, a * g.len + gather_bytes(a, g.cap, in.world));
+    }
+    if (pl.offload_param && !pl.offload_opt) {
+      int64_t piece = 0;
+      for (const ShardLayout::Region& g : pl.layout.regions) piece = std::max(piece, g.cap);
+      optimizer = std::max(optimizer, a * piece);
+    }
+  } else if (pl.sharded) {
+    optimizer = a * pl.layout.shard_len * (1 + in.world);
+  }
 
   p.phases = {{"forward (activations kept + LM head)", forward},
               {"loss backward (activations kept + logits and their gradient)", loss_bwd},
               {"top layer backward (activations kept + recompute + gradients)", layer_bwd},
               {"optimizer step (ZeRO weight all-gather)", optimizer}};
+  if (p.host_offload_bytes > 0) {
+    p.host.emplace_back(fmt::format("checkpoint offload (layer inputs{})", in.cuda ? ", pinned" : ""),
+                        p.host_offload_bytes);
+    if (in.cuda) p.host_pinned_bytes += p.host_offload_bytes;
+  }
+  if (!in.cuda) p.host_pinned_bytes = 0;  // the CPU pins nothing
+  for (const auto& [name, bytes] : p.host) p.host_bytes += bytes;
+  p.host_setup_bytes = 4 * LlamaParams::flat_layout(m).total;
   int64_t best = -1;
   for (const auto& [name, bytes] : p.phases)
     if (bytes > best) best = bytes, p.peak_phase = name;
@@ -363,7 +444,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   return p;
 }
 
-int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int64_t granularity) {
+int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int64_t granularity,
+                                int64_t host_capacity_bytes) {
   SEQPAR_INPUT_CHECK(granularity >= 1, "granularity={} must be >= 1", granularity);
   auto fits = [&](int64_t units) {
     in.seq_len = units * granularity;
@@ -371,9 +453,14 @@ int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int6
     if (in.seq_len > kMaxPlanSeqLen || static_cast<long double>(in.micro_batch) * in.seq_len > kMaxPlanSeqLen ||
         plan_bytes_bound(in) > kMaxPlanBytes)
       return false;
-    return plan_memory(in).peak_bytes <= capacity_bytes;
+    const MemoryPlan p = plan_memory(in);
+    // The host as check_host_memory sees it (the ranks' host memory, and the initial weights' copy
+    // while they start; a run without host memory is not checked).
+    const bool host_fits =
+        host_capacity_bytes <= 0 || p.host_bytes == 0 || p.host_bytes + p.host_setup_bytes <= host_capacity_bytes;
+    return p.peak_bytes <= capacity_bytes && host_fits;
   };
-  // The peak grows with the sequence: double until it no longer fits, then bisect.
+  // The peaks grow with the sequence: double until it no longer fits, then bisect.
   int64_t lo = 0, hi = 1;
   while (fits(hi)) {
     lo = hi;
@@ -405,17 +492,107 @@ int64_t host_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
 
-std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, int64_t capacity_bytes) {
+LeverChoice choose_levers(const MemoryPlanInput& in, int64_t capacity_bytes, int64_t granularity,
+                          int64_t host_capacity_bytes) {
+  struct Candidate {
+    bool offload_opt, stage3, offload_param, ckpt_offload;
+  };
+  // In order of cost: each later one moves more over PCIe or the network per step.
+  const Candidate order[] = {{false, false, false, false}, {false, false, false, true}, {true, false, false, false},
+                             {true, false, false, true},   {false, true, false, false}, {false, true, false, true},
+                             {true, true, false, false},   {true, true, false, true},   {true, true, true, false},
+                             {true, true, true, true}};
+  LeverChoice best;
+  best.memory = in.memory;
+  bool have = false;
+  for (const Candidate& c : order) {
+    MemoryPlanInput t = in;
+    MemorySettings& m = t.memory;
+    std::string added;
+    auto add = [&](bool want, bool& field_on, const char* name) {
+      if (!want || field_on) return;
+      field_on = true;
+      added += (added.empty() ? "" : ", ") + std::string(name);
+    };
+    if (c.ckpt_offload && !m.activation_checkpointing) continue;
+    add(c.ckpt_offload, m.checkpoint_offload, "--checkpoint-offload");
+    bool opt = m.offload_optimizer == OffloadDevice::kCpu, param = m.offload_param == OffloadDevice::kCpu;
+    add(c.offload_opt, opt, "--offload-optimizer cpu");
+    if (c.stage3 && m.zero_stage < 3) {
+      m.zero_stage = 3;
+      added += (added.empty() ? "" : ", ") + std::string("--zero-stage 3");
+    }
+    if (c.offload_param && m.zero_stage < 3) continue;
+    add(c.offload_param, param, "--offload-param cpu");
+    m.offload_optimizer = opt ? OffloadDevice::kCpu : OffloadDevice::kNone;
+    m.offload_param = param ? OffloadDevice::kCpu : OffloadDevice::kNone;
+    const int64_t len = longest_fitting_seq_len(t, capacity_bytes, granularity, host_capacity_bytes);
+    if (!have || len > best.seq_len) {
+      best = {m, len, added};
+      have = true;
+    }
+  }
+  return best;
+}
+
+int64_t read_meminfo(const char* key) {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  int64_t kib = 0;
+  const size_t n = std::strlen(key);
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, key, n) == 0 && line[n] == ':') {
+      kib = std::strtoll(line + n + 1, nullptr, 10);
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+int64_t host_memory_available_bytes() { return read_meminfo("MemAvailable"); }
+int64_t host_memory_total_bytes() { return read_meminfo("MemTotal"); }
+
+int64_t host_memory_capacity(double host_memory_gib) {
+  if (host_memory_gib > 0) return static_cast<int64_t>(host_memory_gib * (1ll << 30));
+  return host_memory_available_bytes();
+}
+
+void check_host_memory(const MemoryPlan& plan, int ranks, double host_memory_gib) {
+  if (plan.host_bytes == 0) return;
+  const int64_t cap = host_memory_capacity(host_memory_gib);
+  if (cap <= 0) return;  // unknown (no /proc/meminfo) and not given: nothing to check against
+  // The ranks' host memory and, while they start, the initial weights' host copy beside it.
+  const int64_t need = plan.host_bytes * ranks + plan.host_setup_bytes;
+  std::string what;
+  for (const auto& [name, bytes] : plan.host)
+    what += fmt::format("{}{} {}", what.empty() ? "" : ", ", name, gib(bytes));
+  SEQPAR_INPUT_CHECK(
+      need <= cap,
+      "host memory: the run needs {} of host memory ({} rank(s) of this process × {}: {}; and while the ranks "
+      "start, the initial weights' f32 copy, {}), more than {} ({}); "
+      "lower it (fewer offloaded levers, --no-offload-param-pin-memory does not shrink it) or, if this machine grows "
+      "its memory lazily, say how much it has with --host-memory-gib",
+      gib(need), ranks, gib(plan.host_bytes), what, gib(plan.host_setup_bytes),
+      host_memory_gib > 0 ? fmt::format("host_memory_gib={}", host_memory_gib) : std::string("MemAvailable"), gib(cap));
+}
+
+std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, int64_t capacity_bytes,
+                               int64_t host_capacity_bytes) {
   std::string s = fmt::format(
-      "Memory plan per GPU: {} tokens per rank ({} × {} tokens over sp={}), {} layers, {}{}{}{}{}\n", p.tokens_per_rank,
-      in.micro_batch, in.seq_len, in.sp, in.model.num_layers, in.cuda ? "bf16 on CUDA" : "f32 on CPU",
+      "Memory plan per GPU: {} tokens per rank ({} × {} tokens over sp={}), {} layers, {}{}{}{}{}{}\n",
+      p.tokens_per_rank, in.micro_batch, in.seq_len, in.sp, in.model.num_layers,
+      in.cuda ? "bf16 on CUDA" : "f32 on CPU",
       in.memory.activation_checkpointing ? (in.memory.checkpoint_keep_attention ? ", checkpointing (keeping attention)"
                                                                                 : ", activation checkpointing") +
                                                std::string(in.memory.checkpoint_offload ? " with offload" : "")
                                          : std::string(),
       in.memory.mlp_tile_tokens > 0 ? fmt::format(", tiled MLP {}", in.memory.mlp_tile_tokens) : "",
       in.memory.loss_tile_tokens > 0 ? fmt::format(", tiled loss {}", in.memory.loss_tile_tokens) : "",
-      in.memory.zero_stage > 0 ? fmt::format(", ZeRO-{} over {}", std::min(in.memory.zero_stage, 2), in.world) : "");
+      in.memory.zero_stage > 0 ? fmt::format(", ZeRO-{} over {}", in.memory.zero_stage, in.world) : "",
+      std::string(in.memory.offload_optimizer == OffloadDevice::kCpu ? ", optimizer offload" : "") +
+          (in.memory.offload_param == OffloadDevice::kCpu ? ", parameter offload" : ""));
   s += "resident:\n";
   for (const auto& [name, bytes] : p.resident) s += fmt::format("  {:<52} {:>12}\n", name, gib(bytes));
   s += fmt::format("  {:<52} {:>12}\n", "total", gib(p.resident_bytes));
@@ -433,6 +610,16 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   if (capacity_bytes > 0)
     s += fmt::format(" of {} ({})", gib(capacity_bytes),
                      p.peak_bytes <= capacity_bytes ? "fits" : "does NOT fit: add GPUs (--sp), checkpointing or tiles");
+  s += "\n";
+  s += fmt::format("host memory per rank{}:\n", in.cuda ? "" : " (the CPU backend: the same memory as the device's)");
+  for (const auto& [name, bytes] : p.host) s += fmt::format("  {:<64} {:>12}\n", name, gib(bytes));
+  s += fmt::format("predicted host peak: {} ({} pinned); while the ranks start, plus the initial weights' f32 copy "
+                   "(per process): {}",
+                   gib(p.host_bytes), gib(p.host_pinned_bytes), gib(p.host_bytes + p.host_setup_bytes));
+  if (host_capacity_bytes > 0)
+    s += fmt::format(
+        " of {} ({})", gib(host_capacity_bytes),
+        p.host_bytes <= host_capacity_bytes ? "fits" : "does NOT fit: fewer offloaded levers or more host memory");
   s += "\n";
   return s;
 }

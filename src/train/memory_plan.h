@@ -17,7 +17,11 @@
 // Checkpoint offload: each layer's kept input leaves the GPU (host_offload_bytes); two stay on it
 // at any time (core/offload.h: two copies out in flight in forward, the layer's own and the
 // prefetched one below in backward).
-// Not modelled: allocator rounding and fragmentation, NCCL's and cuDNN's own buffers.
+// Host memory is planned beside it (host, host_bytes): the host AdamW state and its pinned staging
+// (optimizer offload), the host weights (parameter offload), the checkpoint offload's layer inputs;
+// `longest_fitting_seq_len` respects both limits, and `choose_levers` picks the offload levers.
+// Not modelled: allocator rounding and fragmentation, NCCL's and cuDNN's own buffers, the model's
+// construction (its whole weights and gradients exist once before ZeRO-3 / ZeRO-2 drop them).
 #pragma once
 
 #include <cstdint>
@@ -57,14 +61,35 @@ struct MemoryPlan {
   int64_t sp_buffers = 0;
   // Checkpoint offload: host memory (pinned on CUDA) holding the layers' inputs, not in peak_bytes.
   int64_t host_offload_bytes = 0;
+  // Host memory of one rank for the whole run: name, bytes (pinned or not, as the name says); their
+  // sum, and the pinned part.
+  std::vector<std::pair<std::string, int64_t>> host;
+  int64_t host_bytes = 0;
+  int64_t host_pinned_bytes = 0;
+  // Host memory of the whole process while its ranks start (not per rank): the f32 copy of the
+  // initial weights every rank copies from (train/trainer.cpp; freed once they have), beside the
+  // ranks' host memory as they allocate it. A resume also holds the checkpoint's files: not counted.
+  int64_t host_setup_bytes = 0;
 };
+
+// The machine's MemAvailable from /proc/meminfo (bytes; 0 when it cannot be read), and MemTotal.
+int64_t host_memory_available_bytes();
+int64_t host_memory_total_bytes();
+// The host memory a run may use: host_memory_gib when > 0, else MemAvailable.
+int64_t host_memory_capacity(double host_memory_gib);
+// InputError when `ranks` ranks of this process need more host memory than host_memory_capacity
+// (naming the setting, the bytes and what takes them); before any allocation.
+void check_host_memory(const MemoryPlan& plan, int ranks, double host_memory_gib);
 
 // Throws InputError for a configuration the trainer would refuse (tokens not divisible, ...).
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
-// The longest sequence (a multiple of `granularity` tokens) whose plan fits in capacity_bytes, with
-// everything else as in `in`; 0 when not even `granularity` tokens fit.
-int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int64_t granularity = 1024);
+// The longest sequence (a multiple of `granularity` tokens) whose plan fits in capacity_bytes of GPU
+// memory and host_capacity_bytes of host memory (<= 0: unlimited; the host bytes with the setup's
+// initial-weights copy, as check_host_memory counts them), with everything else as in `in`; 0 when
+// not even `granularity` tokens fit.
+int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int64_t granularity = 1024,
+                                int64_t host_capacity_bytes = 0);
 
 // InputError when `ranks` ranks of `plan` (ranks sharing one device) exceed capacity_bytes of
 // `where` (a device name); nothing when capacity_bytes <= 0 (unknown). The trainer calls it before
@@ -74,8 +99,20 @@ void check_plan_fits(const MemoryPlan& plan, int ranks, int64_t capacity_bytes, 
 // The host's physical memory in bytes (0 when unknown): the capacity of CPU runs.
 int64_t host_memory_bytes();
 
-// A table for people: the components, the phases, the peak; `capacity_bytes` > 0 adds whether
-// the peak fits.
-std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& plan, int64_t capacity_bytes);
+// --longest choosing the offload levers too: the memory settings of `in` with optimizer offload,
+// ZeRO-3 and parameter offload (and checkpoint offload, with checkpointing) tried in order of cost,
+// the one with the longest fitting sequence kept (the cheaper on a tie).
+struct LeverChoice {
+  MemorySettings memory;
+  int64_t seq_len = 0;
+  std::string levers;  // what was added to the given settings, for people ("" : nothing)
+};
+LeverChoice choose_levers(const MemoryPlanInput& in, int64_t capacity_bytes, int64_t granularity,
+                          int64_t host_capacity_bytes);
+
+// A table for people: the components, the phases, the peak, the host memory; `capacity_bytes` > 0
+// adds whether the peak fits, `host_capacity_bytes` > 0 whether the host memory does.
+std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& plan, int64_t capacity_bytes,
+                               int64_t host_capacity_bytes = 0);
 
 }  // namespace seqpar

@@ -4,8 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace seqpar {
+
+// Where offloaded state lives (DeepSpeed's offload_optimizer.device / offload_param.device; its
+// "nvme" is refused by the config readers).
+enum class OffloadDevice { kNone, kCpu };
+const char* offload_device_name(OffloadDevice d);
+OffloadDevice parse_offload_device(const std::string& text, const std::string& flag);
 
 struct MemorySettings {
   // Keep only each decoder layer's input in forward and recompute the layer in backward
@@ -28,8 +35,22 @@ struct MemorySettings {
   // ZeRO (DeepSpeed's zero_optimization.stage): >= 1 shards the AdamW state (moments, f32 master
   // weights) over the world's ranks, each updating its shard of the weights, which are then
   // all-gathered; >= 2 also partitions the gradients (each layer's summed over the world as its
-  // backward ends, only the rank's shard kept). Weights are not partitioned (3 runs as 2).
+  // backward ends, only the rank's shard kept); 3 also partitions the decoder layers' weights (each
+  // rank stores 1/world of every layer; a layer is all-gathered before its forward, recompute and
+  // backward and dropped after; the embedding, final norm and LM head stay whole).
   int zero_stage = 0;
+  // Optimizer offload: the f32 master weights and AdamW moments (this rank's ZeRO share) in host
+  // memory, the step run on the CPU layer by layer, streamed through pinned staging buffers.
+  OffloadDevice offload_optimizer = OffloadDevice::kNone;
+  // Parameter offload (needs zero_stage 3): the decoder layers' compute weights (this rank's pieces)
+  // in host memory, copied to the GPU per layer, the next one prefetched.
+  OffloadDevice offload_param = OffloadDevice::kNone;
+  // With offload_param: the host weights pinned (page-locked: asynchronous copies).
+  bool offload_param_pin_memory = true;
+  // Host memory the run may use (GiB): the plan's host bytes (offload buffers, host optimizer state,
+  // host weights, staging) are checked against it before training starts. 0: the machine's
+  // MemAvailable (/proc/meminfo; some machines grow their memory lazily, so this is a default).
+  double host_memory_gib = 0;
 
   // InputError naming the setting, the value and the rule (train/config.cpp).
   void validate() const;

@@ -2,33 +2,77 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include "core/allocator.h"
 
 namespace seqpar {
 
-AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, const LlamaParams& params,
-             Device device, ZeroShard shard)
-    : config_(config), shard_(shard) {
-  SEQPAR_CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size, "AdamW: shard {} of {}", shard.rank,
-               shard.size);
+namespace {
+
+// fn(begin, end) over [0, n) cut into `threads` ranges of whole kFlatAlign blocks, the calling
+// thread taking the first. Element-wise work, so the result does not depend on the cut.
+template <typename Fn>
+void parallel_ranges(int64_t n, int threads, Fn fn) {
+  const int64_t per = LlamaParams::padded((n + threads - 1) / std::max(threads, 1));
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  for (int t = 1; t < threads && t * per < n; ++t) {
+    pool.emplace_back([&, t] {
+      try {
+        fn(t * per, std::min(n, (t + 1) * per));
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    });
+  }
+  try {
+    fn(0, std::min(n, per));
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// A host allocation the user asked for, its failure named by the setting.
+Tensor host_state(int64_t n, DType dtype, Allocator& alloc, const char* what) {
+  try {
+    Tensor t = Tensor::empty({n}, dtype, alloc);
+    t.zero();
+    return t;
+  } catch (const Error& e) {
+    throw InputError(fmt::format("offload_optimizer=cpu: allocating {} ({:.2f} GiB of host memory) failed: {}", what,
+                                 static_cast<double>(n) * dtype_size(dtype) / (1ll << 30), e.what()));
+  }
+}
+
+}  // namespace
+
+// The offload's copy stream and its staging: two f32 gradient chunks in, two compute-dtype weight
+// chunks out, pinned.
+struct AdamW::Stream {
+  CopyStream copies;
+  Tensor grad_in[2], weight_out[2];
+  int64_t in_ticket[2] = {-1, -1}, out_ticket[2] = {-1, -1};
+  Stream(Device device, DType compute, int64_t chunk) : copies(device) {
+    Allocator& pinned = host_allocator_for(device, /*pinned=*/true);
+    for (int b = 0; b < 2; ++b) {
+      grad_in[b] = host_state(chunk, DType::kF32, pinned, "the optimizer's gradient staging");
+      weight_out[b] = host_state(chunk, compute, pinned, "the optimizer's weight staging");
+    }
+  }
+};
+
+AdamW::~AdamW() = default;
+
+AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, const LlamaParams& params, Device device)
+    : config_(config), model_config_(model_config), device_(device) {
   const auto named = params.named();
   has_master_ = !named.empty() && named.front().second->dtype() != DType::kF32;
-  if (sharded()) {
-    SEQPAR_CHECK(params.all_in_flat(), "AdamW: ZeRO sharding needs the weights in one buffer");
-    total_ = params.flat.numel();
-    shard_len_ = shard_len_for(total_, shard.size);
-    begin_ = std::min(total_, shard.rank * shard_len_);
-    end_ = std::min(total_, begin_ + shard_len_);
-    m_shard_ = Tensor::zeros({shard_len_}, DType::kF32, device);
-    v_shard_ = Tensor::zeros({shard_len_}, DType::kF32, device);
-    if (has_master_) {
-      master_shard_ = Tensor::zeros({shard_len_}, DType::kF32, device);
-      if (end_ > begin_) {
-        Tensor dst = master_shard_.rows(0, end_ - begin_);
-        cast(dst, params.flat.rows(begin_, end_));
-      }
-    }
-    return;
-  }
   m_ = LlamaParams::zeros(model_config, DType::kF32, device);
   v_ = LlamaParams::zeros(model_config, DType::kF32, device);
   if (!has_master_) return;
@@ -37,17 +81,59 @@ AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, con
   for (size_t i = 0; i < dst.size(); ++i) cast(*dst[i].second, *named[i].second);
 }
 
+AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, const LlamaParams& initial, DType compute,
+             Device device, OptimizerPlacement placement)
+    : config_(config), model_config_(model_config), device_(device), flat_(true), place_(std::move(placement)) {
+  const ShardLayout& L = place_.layout;
+  SEQPAR_CHECK_EQ(L.total, LlamaParams::flat_layout(model_config).total, "AdamW: the layout's buffer");
+  SEQPAR_CHECK(place_.threads >= 1, "AdamW: threads={}", place_.threads);
+  // Offloaded, the master weights are the weights' only copy next to the state.
+  has_master_ = compute != DType::kF32 || place_.force_master || place_.host;
+  const Device where = place_.host ? Device::cpu() : device;
+  // Offloaded: host memory (pageable: only the staging is copied by DMA; on the CPU backend accounted
+  // apart from the "device", as the plan counts it).
+  Allocator& state_alloc = place_.host ? host_allocator_for(device, /*pinned=*/false) : allocator_for(device);
+  m_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the AdamW first moments");
+  v_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the AdamW second moments");
+  SEQPAR_CHECK(place_.chunk >= 1 && place_.chunk <= kStreamChunk, "AdamW: chunk={}", place_.chunk);
+  if (place_.host) stream_ = std::make_unique<Stream>(device, compute, std::min(place_.chunk, L.shard_len));
+  if (!has_master_) return;
+  master_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the f32 master weights");
+  const FlatRef master{master_shard_, false};
+  for (size_t k = 0; k < L.regions.size(); ++k) {
+    const auto [lo, hi] = L.piece(k);
+    if (lo == hi) continue;
+    // The f32 of the compute weights' rounding (what the model computes with).
+    Tensor rounded = Tensor::empty({hi - lo}, compute, where);
+    read_flat_range(rounded, initial, model_config, lo, hi);
+    Tensor w = master.range(L, k, lo, hi);
+    cast(w, rounded);
+  }
+}
+
 LlamaParams& AdamW::weights(LlamaParams& params) {
-  SEQPAR_CHECK(!sharded(), "AdamW::weights: the optimizer is sharded (use full_state)");
+  SEQPAR_CHECK(!flat_, "AdamW::weights: the optimizer is flat (use full_state)");
   return has_master_ ? master_ : params;
 }
 LlamaParams& AdamW::exp_avg() {
-  SEQPAR_CHECK(!sharded(), "AdamW::exp_avg: the optimizer is sharded (use full_state)");
+  SEQPAR_CHECK(!flat_, "AdamW::exp_avg: the optimizer is flat (use full_state)");
   return m_;
 }
 LlamaParams& AdamW::exp_avg_sq() {
-  SEQPAR_CHECK(!sharded(), "AdamW::exp_avg_sq: the optimizer is sharded (use full_state)");
+  SEQPAR_CHECK(!flat_, "AdamW::exp_avg_sq: the optimizer is flat (use full_state)");
   return v_;
+}
+
+int64_t AdamW::host_state_bytes() const {
+  if (!offloaded()) return 0;
+  int64_t b = static_cast<int64_t>(m_shard_.nbytes() + v_shard_.nbytes()) +
+              (has_master_ ? static_cast<int64_t>(master_shard_.nbytes()) : 0);
+  for (int i = 0; i < 2; ++i) b += static_cast<int64_t>(stream_->grad_in[i].nbytes() + stream_->weight_out[i].nbytes());
+  return b;
+}
+
+int64_t AdamW::stream_chunk_for(const LlamaConfig& model_config) {
+  return std::min(kStreamChunk, LlamaParams::flat_layout(model_config).layer_elems);
 }
 
 int64_t AdamW::shard_len_for(int64_t total, int world) {
@@ -63,34 +149,8 @@ double AdamW::grad_norm(LlamaParams& grads) {
   return std::sqrt(ss);
 }
 
-float AdamW::step_shard(LlamaParams& params, const Tensor& grad_shard, double total_norm) {
-  SEQPAR_CHECK(sharded(), "AdamW::step_shard: the optimizer is not sharded");
-  SEQPAR_CHECK(params.all_in_flat() && params.flat.numel() == total_ && grad_shard.numel() >= end_ - begin_ &&
-                   grad_shard.dtype() == DType::kF32,
-               "AdamW::step_shard: the weights in one buffer of {} elements and an f32 gradient shard of >= {}",
-               total_, end_ - begin_);
-  ++step_;
-  const float coef = clip_coefficient(total_norm, config_.clip);
-  const int64_t n = end_ - begin_;
-  if (n == 0) return coef;
-  Tensor m = m_shard_.rows(0, n), v = v_shard_.rows(0, n), p = params.flat.rows(begin_, end_);
-  const Tensor g = grad_shard.rows(0, n);
-  if (has_master_) {
-    Tensor w = master_shard_.rows(0, n);
-    adamw_step(w, m, v, g, config_.adamw, step_, coef);
-    cast(p, w);
-  } else {
-    adamw_step(p, m, v, g, config_.adamw, step_, coef);
-  }
-  return coef;
-}
-
 float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm) {
-  if (sharded()) {
-    SEQPAR_CHECK(grads.all_in_flat() && grads.flat.numel() == total_ && params.all_in_flat(),
-                 "AdamW: sharded steps need the weights and gradients in buffers of the same layout");
-    return step_shard(params, grads.flat.rows(begin_, end_), total_norm);
-  }
+  SEQPAR_CHECK(!flat_, "AdamW::step: the optimizer is flat (step_flat)");
   ++step_;
   float coef = clip_coefficient(total_norm, config_.clip);
   auto p = params.named();
@@ -105,28 +165,131 @@ float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm) {
   return coef;
 }
 
-void AdamW::gather_params(Communicator& comm, LlamaParams& params) {
-  if (!sharded()) return;
-  SEQPAR_CHECK_EQ(comm.size(), shard_.size, "AdamW::gather_params: the communicator must hold the shard's ranks");
-  SEQPAR_CHECK_EQ(comm.rank(), shard_.rank, "AdamW::gather_params: rank in the communicator");
-  Tensor mine = Tensor::zeros({shard_len_}, params.flat.dtype(), params.flat.device());
-  if (end_ > begin_) mine.rows(0, end_ - begin_).copy_from(params.flat.rows(begin_, end_));
-  Tensor all = Tensor::empty({shard_len_ * shard_.size}, params.flat.dtype(), params.flat.device());
-  comm.all_gather(all, mine);
-  params.flat.copy_from(all.rows(0, total_));
+float AdamW::step_flat(const FlatRef& grads, const FlatRef& out, double total_norm) {
+  SEQPAR_CHECK(flat_, "AdamW::step_flat: the optimizer is per tensor (step)");
+  SEQPAR_CHECK(grads.t.dtype() == DType::kF32, "AdamW::step_flat: f32 gradients, got {}", grads.t.str());
+  ++step_;
+  const float coef = clip_coefficient(total_norm, config_.clip);
+  if (place_.host) {
+    step_pieces_on_host(grads, out, coef);
+  } else {
+    step_pieces_on_device(grads, out, coef);
+  }
+  return coef;
+}
+
+// The state on the device: each piece in one go, the rounded weights cast into `out` (through a
+// device buffer when out is in host memory: ZeRO-3's host weights without optimizer offload).
+void AdamW::step_pieces_on_device(const FlatRef& grads, const FlatRef& out, float coef) {
+  const ShardLayout& L = place_.layout;
+  for (size_t k = 0; k < L.regions.size(); ++k) {
+    const auto [lo, hi] = L.piece(k);
+    if (lo == hi) continue;
+    Tensor m = FlatRef{m_shard_, false}.range(L, k, lo, hi), v = FlatRef{v_shard_, false}.range(L, k, lo, hi);
+    const Tensor g = grads.range(L, k, lo, hi);
+    Tensor o = out.range(L, k, lo, hi);
+    if (!has_master_) {
+      adamw_step(o, m, v, g, config_.adamw, step_, coef);
+      continue;
+    }
+    Tensor w = FlatRef{master_shard_, false}.range(L, k, lo, hi);
+    adamw_step(w, m, v, g, config_.adamw, step_, coef);
+    if (o.device() == device_) {
+      cast(o, w);
+    } else {
+      Tensor tmp = Tensor::empty({hi - lo}, o.dtype(), device_);
+      cast(tmp, w);
+      o.copy_from(tmp);
+    }
+  }
+}
+
+// The state in host memory: chunks of the pieces streamed through the staging (see the header).
+void AdamW::step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float coef) {
+  const ShardLayout& L = place_.layout;
+  struct Chunk {
+    size_t k;
+    int64_t lo, hi;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t k = 0; k < L.regions.size(); ++k) {
+    const auto [lo, hi] = L.piece(k);
+    for (int64_t a = lo; a < hi; a += place_.chunk) chunks.push_back({k, a, std::min(hi, a + place_.chunk)});
+  }
+  Stream& s = *stream_;
+  // Out in host memory while the model lives on a GPU (ZeRO-3's host weights): written directly.
+  const bool out_on_host = out.t.device().is_cpu() && device_.is_cuda();
+  auto fetch = [&](size_t i) {
+    const Chunk& c = chunks[i];
+    const int b = static_cast<int>(i % 2);
+    s.in_ticket[b] = s.copies.copy(s.grad_in[b].rows(0, c.hi - c.lo), grads.range(L, c.k, c.lo, c.hi));
+  };
+  if (!chunks.empty()) fetch(0);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Chunk& c = chunks[i];
+    const int b = static_cast<int>(i % 2);
+    const int64_t n = c.hi - c.lo;
+    if (i + 1 < chunks.size()) fetch(i + 1);  // its buffer's previous chunk was consumed last iteration
+    s.copies.host_wait(s.in_ticket[b]);
+    if (s.out_ticket[b] >= 0) s.copies.host_wait(s.out_ticket[b]);  // chunk i-2's weights have left
+    const Tensor g = s.grad_in[b].rows(0, n);
+    Tensor m = FlatRef{m_shard_, false}.range(L, c.k, c.lo, c.hi),
+           v = FlatRef{v_shard_, false}.range(L, c.k, c.lo, c.hi);
+    Tensor w = FlatRef{master_shard_, false}.range(L, c.k, c.lo, c.hi);
+    Tensor staged = s.weight_out[b].rows(0, n);
+    Tensor direct = out_on_host ? out.range(L, c.k, c.lo, c.hi) : Tensor();
+    parallel_ranges(n, place_.threads, [&](int64_t a, int64_t e) {
+      Tensor gi = g.rows(a, e), mi = m.rows(a, e), vi = v.rows(a, e);
+      Tensor wi = w.rows(a, e);
+      adamw_step(wi, mi, vi, gi, config_.adamw, step_, coef);
+      Tensor oi = out_on_host ? direct.rows(a, e) : staged.rows(a, e);
+      cast(oi, wi);
+    });
+    if (!out_on_host) s.out_ticket[b] = s.copies.copy(out.range(L, c.k, c.lo, c.hi), staged);
+  }
+  for (int b = 0; b < 2; ++b)
+    if (s.out_ticket[b] >= 0) s.copies.host_wait(s.out_ticket[b]);
+  for (int b = 0; b < 2; ++b) s.out_ticket[b] = s.in_ticket[b] = -1;
+}
+
+void AdamW::write_weights(const FlatRef& out) {
+  SEQPAR_CHECK(flat_ && has_master_, "AdamW::write_weights: a flat optimizer with master weights");
+  const ShardLayout& L = place_.layout;
+  for (size_t k = 0; k < L.regions.size(); ++k) {
+    const auto [lo, hi] = L.piece(k);
+    if (lo == hi) continue;
+    const Tensor w = FlatRef{master_shard_, false}.range(L, k, lo, hi);
+    Tensor o = out.range(L, k, lo, hi);
+    if (o.device() == w.device()) {
+      cast(o, w);
+    } else {
+      Tensor tmp = Tensor::empty({hi - lo}, o.dtype(), w.device());
+      cast(tmp, w);
+      o.copy_from(tmp);
+    }
+  }
 }
 
 AdamW::FullState AdamW::full_state(Communicator& comm, const LlamaConfig& model_config) {
-  SEQPAR_CHECK(sharded(), "AdamW::full_state: the optimizer is not sharded (its state is exp_avg() etc.)");
-  SEQPAR_CHECK_EQ(comm.size(), shard_.size, "AdamW::full_state: the communicator must hold the shard's ranks");
-  const Device dev = m_shard_.device();
+  SEQPAR_CHECK(flat_, "AdamW::full_state: the optimizer is per tensor (its state is exp_avg() etc.)");
+  const ShardLayout& L = place_.layout;
   FullState st;
+  // One piece each (whatever the ranks: replicated state, every rank holds all): the shard buffers
+  // are laid out as the whole buffer, so views, no copy.
+  if (L.world == 1) {
+    st.exp_avg = params_over(model_config, m_shard_.rows(0, L.total));
+    st.exp_avg_sq = params_over(model_config, v_shard_.rows(0, L.total));
+    if (has_master_) st.master = params_over(model_config, master_shard_.rows(0, L.total));
+    return st;
+  }
+  SEQPAR_CHECK_EQ(comm.size(), L.world, "AdamW::full_state: the communicator must hold the layout's ranks");
+  const Device where = m_shard_.device();
   auto gather = [&](LlamaParams& dst, const Tensor& shard) {
-    dst = LlamaParams::zeros(model_config, DType::kF32, dev, /*one_buffer=*/true);
-    SEQPAR_CHECK_EQ(dst.flat.numel(), total_, "AdamW::full_state: buffer layout");
-    Tensor all = Tensor::empty({shard_len_ * shard_.size}, DType::kF32, dev);
-    comm.all_gather(all, shard);
-    dst.flat.copy_from(all.rows(0, total_));
+    dst = LlamaParams::zeros(model_config, DType::kF32, where, /*one_buffer=*/true);
+    for (size_t k = 0; k < L.regions.size(); ++k) {
+      const ShardLayout::Region& g = L.regions[k];
+      all_gather_region(comm, L, k, FlatRef{shard, false}, dst.flat.rows(g.flat_begin, g.flat_begin + g.len), device_);
+    }
   };
   gather(st.exp_avg, m_shard_);
   gather(st.exp_avg_sq, v_shard_);
@@ -135,11 +298,16 @@ AdamW::FullState AdamW::full_state(Communicator& comm, const LlamaConfig& model_
 }
 
 void AdamW::load_full_state(const LlamaParams& exp_avg, const LlamaParams& exp_avg_sq, const LlamaParams* master) {
-  SEQPAR_CHECK(sharded(), "AdamW::load_full_state: the optimizer is not sharded");
+  SEQPAR_CHECK(flat_, "AdamW::load_full_state: the optimizer is per tensor");
   SEQPAR_CHECK(!has_master_ || master != nullptr, "AdamW::load_full_state: the master weights are missing");
-  auto take = [&](Tensor& shard, const LlamaParams& full) {
-    SEQPAR_CHECK(full.all_in_flat() && full.flat.numel() == total_, "AdamW::load_full_state: buffer layout");
-    if (end_ > begin_) shard.rows(0, end_ - begin_).copy_from(full.flat.rows(begin_, end_));
+  const ShardLayout& L = place_.layout;
+  auto take = [&](const Tensor& shard, const LlamaParams& full) {
+    for (size_t k = 0; k < L.regions.size(); ++k) {
+      const auto [lo, hi] = L.piece(k);
+      if (lo == hi) continue;
+      Tensor dst = FlatRef{shard, false}.range(L, k, lo, hi);
+      read_flat_range(dst, full, model_config_, lo, hi);
+    }
   };
   take(m_shard_, exp_avg);
   take(v_shard_, exp_avg_sq);
@@ -152,6 +320,41 @@ void all_reduce_grads(Communicator& comm, LlamaParams& grads) {
     return;
   }
   for (auto& [name, g] : grads.named()) comm.all_reduce(*g, ReduceOp::kSum);
+}
+
+void all_gather_region(Communicator& comm, const ShardLayout& layout, size_t k, const FlatRef& src, Tensor dst,
+                       Device via) {
+  const ShardLayout::Region& g = layout.regions.at(k);
+  SEQPAR_CHECK_EQ(dst.numel(), g.len, "all_gather_region: destination size");
+  const auto [lo, hi] = layout.piece(k);
+  if (layout.world == 1) {
+    if (hi > lo) dst.copy_from(src.range(layout, k, lo, hi));
+    return;
+  }
+  SEQPAR_CHECK_EQ(comm.size(), layout.world, "all_gather_region: the communicator must hold the layout's ranks");
+  Tensor mine = Tensor::zeros({g.cap}, src.t.dtype(), via);
+  if (hi > lo) mine.rows(0, hi - lo).copy_from(src.range(layout, k, lo, hi));
+  Tensor all = Tensor::empty({g.cap * layout.world}, src.t.dtype(), via);
+  comm.all_gather(all, mine);
+  dst.copy_from(all.rows(0, g.len));
+}
+
+LlamaParams params_over(const LlamaConfig& config, const Tensor& flat) {
+  SEQPAR_CHECK_EQ(flat.numel(), LlamaParams::flat_layout(config).total, "params_over: buffer size");
+  LlamaParams p;
+  p.layers.resize(config.num_layers);
+  const LlamaParams::FlatLayout f = LlamaParams::flat_layout(config);
+  if (!config.tie_word_embeddings)  // (named() lists it only when defined)
+    p.lm_head = flat.rows(f.lm_head, f.lm_head + config.vocab_size * config.hidden_size);
+  const auto shapes = LlamaParams::shapes(config);
+  const auto offsets = flat_offsets(config);
+  auto named = p.named();
+  SEQPAR_CHECK_EQ(named.size(), shapes.size(), "params_over: the parameters' names and the config's shapes");
+  for (size_t i = 0; i < named.size(); ++i)
+    *named[i].second =
+        flat.rows(offsets[i].second, offsets[i].second + shape_numel(shapes[i].second)).view(shapes[i].second);
+  p.flat = flat;
+  return p;
 }
 
 }  // namespace seqpar

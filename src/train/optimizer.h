@@ -1,12 +1,29 @@
 // AdamW over a model's parameters (torch semantics), with global grad-norm clipping as
 // torch.nn.utils.clip_grad_norm_ does it. State (moments) is f32, as are master weights.
+//
+// Two forms:
+//   per tensor  stage 0 on the device: moments (and master weights) per named tensor;
+//   flat        the state of this rank's pieces of the weights' one buffer (train/zero_shard.h):
+//               ZeRO-1/2 (a contiguous 1/world), ZeRO-3 (1/world of every layer), and optimizer
+//               offload (the state in host memory, any layout). The caller hands gradients and
+//               receives the updated compute weights through FlatRefs (the whole buffer or a
+//               shard buffer), so the same step serves every stage.
+// Optimizer offload (DeepSpeed's offload_optimizer.device=cpu): master weights and moments live
+// in host memory; a step streams the pieces in chunks of kStreamChunk elements: the chunk's f32
+// gradients copied to a pinned staging buffer on a copy stream, AdamW on the CPU (threads over
+// sub-chunks), the new weights rounded into a second staging buffer and copied back, two chunks in
+// flight (the next chunk's gradients arrive while this one updates). On the CPU backend the same
+// path runs with plain copies.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "comm/communicator.h"
+#include "core/offload.h"
 #include "kernels/ops.h"
 #include "model/llama.h"
+#include "train/zero_shard.h"
 
 namespace seqpar {
 
@@ -15,82 +32,113 @@ struct OptimizerConfig {
   double clip = 0;  // max global grad norm; <= 0: no clipping
 };
 
-// ZeRO stage 1: the optimizer state (moments, f32 master weights) of rank `rank` of `size` ranks
-// that hold the same weights is one contiguous shard of the weights' single buffer; size 1: all.
-struct ZeroShard {
-  int rank = 0;
-  int size = 1;
+// Where a flat optimizer keeps its state and which part.
+struct OptimizerPlacement {
+  ShardLayout layout;
+  bool host = false;  // optimizer offload: the state in host memory, the step streamed (see above)
+  int threads = 1;    // host: CPU threads of a step
+  // host: elements per staged chunk (at most kStreamChunk; the trainer takes one decoder layer's, so
+  // the step streams layer by layer).
+  int64_t chunk = int64_t{1} << 24;
+  // Master weights even for f32 compute weights (the flat state is then the weights' only whole
+  // source: ZeRO-3, offload).
+  bool force_master = false;
 };
 
 class AdamW {
  public:
-  // params: the model's weights. When they are not f32 (bf16 compute weights) the optimizer keeps
-  // an f32 master copy, updates it, and writes the rounded result back into params. With a shard
-  // of size > 1 (params must live in one buffer, LlamaParams::all_in_flat), this rank keeps and
-  // updates only its shard: step() updates that part of params, and gather_params() brings
-  // every rank's part to every rank.
-  AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, const LlamaParams& params, Device device,
-        ZeroShard shard = {});
+  static constexpr int64_t kStreamChunk = int64_t{1} << 24;  // the largest staged chunk (64 MiB of f32)
+  // The chunk a trainer's offloaded step stages: one decoder layer's elements, at most kStreamChunk.
+  static int64_t stream_chunk_for(const LlamaConfig& model_config);
 
-  // Global L2 norm of all gradients (before clipping). `extra_sum_squares` lets a caller add the
-  // squares held elsewhere (e.g. other shards) — normally 0.
+  // Per tensor (stage 0 on the device). params: the model's weights; when they are not f32 (bf16
+  // compute weights) the optimizer keeps an f32 master copy, updates it, and writes the rounded
+  // result back into params.
+  AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, const LlamaParams& params, Device device);
+  // Flat. initial: the weights (any device and dtype; tensors may live apart); compute: the dtype
+  // of the compute weights (master weights are the f32 of their rounding, as the model computes
+  // with); device: the model's (gradients arrive there). Master weights are kept unless compute is
+  // f32 and neither placement.force_master nor host (the weights are then the caller's compute
+  // weights, updated in place through `out`).
+  AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, const LlamaParams& initial, DType compute,
+        Device device, OptimizerPlacement placement);
+  ~AdamW();
+
+  // Global L2 norm of all gradients (before clipping).
   static double grad_norm(LlamaParams& grads);
-  // One step: clips by the given total norm (computed by the caller over every rank's gradients)
-  // and updates params in place. Returns the clip coefficient used.
+  // Per tensor: one step clipped by the given total norm; updates params in place. Returns the clip
+  // coefficient used.
   float step(LlamaParams& params, LlamaParams& grads, double total_norm);
-  // Sharded only, with partitioned gradients (ZeRO stage 2): the same step from this rank's
-  // gradient shard alone, f32 [shard_len()] (elements [shard_begin(), shard_end()) of the buffer).
-  float step_shard(LlamaParams& params, const Tensor& grad_shard, double total_norm);
+  // Flat: one step from `grads` (f32, this rank's pieces, on the device) clipped by the total norm;
+  // the updated compute weights go to `out` (this rank's pieces; on the device or in host memory).
+  float step_flat(const FlatRef& grads, const FlatRef& out, double total_norm);
+  // Flat, with master weights: writes the rounded master weights into `out` (after a load).
+  void write_weights(const FlatRef& out);
+
   // Elements per rank of a buffer of `total` sharded over `world` (shards start on
   // LlamaParams::kFlatAlign boundaries; the last may be shorter).
   static int64_t shard_len_for(int64_t total, int world);
-  int64_t shard_begin() const { return begin_; }
-  int64_t shard_end() const { return end_; }
-  int64_t shard_len() const { return shard_len_; }
+  bool flat() const { return flat_; }
+  bool sharded() const { return flat_ && place_.layout.world > 1; }
+  bool offloaded() const { return flat_ && place_.host; }
+  const ShardLayout& layout() const { return place_.layout; }
+  // Host bytes the flat state holds (offload), and the pinned staging's.
+  int64_t host_state_bytes() const;
 
-  // Sharded: all-gathers the updated shards of params over `comm` (the ranks of the shard; every
-  // one calls it after step()). Not sharded: nothing to do.
-  void gather_params(Communicator& comm, LlamaParams& params);
-  bool sharded() const { return shard_.size > 1; }
-
-  // Sharded only: the whole optimizer state for a checkpoint, a collective over `comm` that
-  // assembles every rank's shard (temporary full-size buffers); master is filled only with
-  // has_master(). Not sharded, the state is exp_avg() / exp_avg_sq() / weights().
+  // Flat: the whole optimizer state for a checkpoint, a collective over `comm` (the layout's ranks)
+  // that assembles every rank's pieces (temporary buffers on `via`, the whole state where the state
+  // lives; one rank: views of the state itself); master is filled only with has_master().
   struct FullState {
     LlamaParams exp_avg, exp_avg_sq, master;
   };
   FullState full_state(Communicator& comm, const LlamaConfig& model_config);
-  // Sharded only: loads a whole optimizer state, keeping this rank's shard. master: the f32
+  // Flat: loads a whole optimizer state (any device), keeping this rank's pieces. master: the f32
   // weights when has_master() (ignored otherwise).
   void load_full_state(const LlamaParams& exp_avg, const LlamaParams& exp_avg_sq, const LlamaParams* master);
 
   int64_t step_count() const { return step_; }
   void set_lr(float lr) { config_.adamw.lr = lr; }
   const OptimizerConfig& config() const { return config_; }
-  // The f32 weights: the master copy when there is one, else params itself. Not sharded only.
+  // The f32 weights: the master copy when there is one, else params itself. Per tensor only.
   LlamaParams& weights(LlamaParams& params);
   bool has_master() const { return has_master_; }
-  // Not sharded only (sharded: full_state / load_full_state).
+  // Per tensor only (flat: full_state / load_full_state).
   LlamaParams& exp_avg();
   LlamaParams& exp_avg_sq();
   void set_step_count(int64_t s) { step_ = s; }
 
  private:
+  struct Stream;
+  void step_pieces_on_device(const FlatRef& grads, const FlatRef& out, float coef);
+  void step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float coef);
+
   OptimizerConfig config_;
+  LlamaConfig model_config_;
+  Device device_;
+  bool flat_ = false;
   LlamaParams m_, v_;
   bool has_master_ = false;
   LlamaParams master_;
   int64_t step_ = 0;
-  // Sharded: elements [begin_, end_) of the weights' buffer (total_ elements), state in f32
-  // buffers of shard_len_ elements (the last rank's shard may be shorter than shard_len_).
-  ZeroShard shard_;
-  int64_t total_ = 0, shard_len_ = 0, begin_ = 0, end_ = 0;
+  // Flat: the state of this rank's pieces in shard buffers of layout.shard_len f32 elements, on the
+  // device or in host memory.
+  OptimizerPlacement place_;
   Tensor m_shard_, v_shard_, master_shard_;
+  std::unique_ptr<Stream> stream_;  // offload: the copy stream and staging buffers
 };
 
 // Sums every rank's gradients over `comm` in place: one all-reduce of the grads' single buffer
 // when they live in one (LlamaParams::all_in_flat, as LlamaModel allocates them), else one per
 // tensor. The same sums either way (a reduction is element-wise).
 void all_reduce_grads(Communicator& comm, LlamaParams& grads);
+
+// All ranks of the layout: dst [region k's len] (on any device) <- every rank's piece of region
+// k, this rank's read from `src` (whole buffer or shard buffer; any device). The collective's
+// buffers live on `via` (the communicator's device).
+void all_gather_region(Communicator& comm, const ShardLayout& layout, size_t k, const FlatRef& src, Tensor dst,
+                       Device via);
+
+// Views of a LlamaParams over one buffer laid out as LlamaParams::flat_layout (flat = the buffer).
+LlamaParams params_over(const LlamaConfig& config, const Tensor& flat);
 
 }  // namespace seqpar

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <thread>
 
 #include "attention/attention_backend.h"
 #include "kernels/ops.h"
 #include "parallel/sp_attention.h"
+#include "train/job.h"
 #include "train/trainer.h"
 
 namespace seqpar {
@@ -14,9 +17,9 @@ namespace {
 
 Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_vector<int32_t>({static_cast<int64_t>(v.size())}, v); }
 
-// The model's memory levers from the config, and its weights from `initial`; returns its weights
-// (what the optimizer starts from).
-const LlamaParams& prepare_model(LlamaModel& model, const TrainConfig& cfg, const LlamaParams& initial) {
+// The model's memory levers from the config, and its weights from `initial` (the edges only when
+// the layers' weights are not resident).
+void prepare_model(LlamaModel& model, const TrainConfig& cfg, const LlamaParams& initial) {
   model.set_activation_policy(
       LlamaModel::policy_for(cfg.memory.activation_checkpointing, cfg.memory.checkpoint_keep_attention));
   model.set_checkpoint_offload(cfg.memory.checkpoint_offload);
@@ -24,45 +27,80 @@ const LlamaParams& prepare_model(LlamaModel& model, const TrainConfig& cfg, cons
   model.set_loss_tile_tokens(cfg.memory.loss_tile_tokens);
   auto dst = model.params().named();
   auto src = initial.named();
-  for (size_t i = 0; i < dst.size(); ++i) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
-  return model.params();
+  for (size_t i = 0; i < dst.size(); ++i)
+    if (dst[i].second->defined()) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
+}
+
+// CPU threads of one rank's offloaded optimizer step: the machine's cores shared by the ranks of
+// this process (ranks as threads share them; one process per GPU has them all).
+int optimizer_threads(const Communicator& world, const TrainConfig& cfg) {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int local_ranks = job_transport(cfg.transport, cfg.device) == Transport::kLocal ? world.size() : 1;
+  return std::max(1, cores / local_ranks);
 }
 
 }  // namespace
 
-// ZeRO stages 1-3 shard the optimizer state over every rank (all hold the same weights); stages
-// 2-3 also partition the gradients; weights stay whole (stage 3 runs as 2, with a warning from
-// the config).
+// The per-tensor AdamW for stage 0 (and one rank's ZeRO-1/2, which shard nothing); a flat one
+// otherwise (ZeRO over several ranks, ZeRO-3, optimizer offload), over the layout the stage implies.
 TrainStep::TrainStep(Communicator& world, const MeshShape& shape, Device device, const TrainConfig& cfg,
                      const LlamaConfig& mc, const LlamaParams& initial)
     : world_(world),
       mesh_(world, shape),
       device_(device),
       config_(cfg),
-      model_(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32),
-      adamw_(mc, cfg.optimizer, prepare_model(model_, cfg, initial), device,
-             cfg.memory.zero_stage >= 1 ? ZeroShard{world.rank(), world.size()} : ZeroShard{}) {
+      model_(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32) {
+  const MemorySettings& mem = cfg.memory;
+  const bool stage3 = mem.zero_stage >= 3;
+  const bool offload = mem.offload_optimizer == OffloadDevice::kCpu;
+  const bool sharded = mem.zero_stage >= 1 && world.size() > 1;
+  const DType compute = model_.dtype();
+  if (stage3) {
+    layer_weights_ = std::make_unique<ShardedLayerWeights>(
+        world, mc, ShardLayout::per_layer(mc, world.rank(), world.size()), compute, device,
+        mem.offload_param == OffloadDevice::kCpu, mem.offload_param_pin_memory);
+    model_.set_layer_weights(layer_weights_.get());
+  }
+  prepare_model(model_, cfg, initial);
+  if (!stage3 && !offload && !sharded) {
+    adamw_ = std::make_unique<AdamW>(mc, cfg.optimizer, model_.params(), device);
+  } else {
+    OptimizerPlacement place;
+    place.layout = stage3    ? ShardLayout::per_layer(mc, world.rank(), world.size())
+                   : sharded ? ShardLayout::contiguous(LlamaParams::flat_layout(mc).total, world.rank(), world.size())
+                             : ShardLayout::whole(LlamaParams::flat_layout(mc).total);
+    place.host = offload;
+    place.threads = optimizer_threads(world, cfg);
+    place.chunk = AdamW::stream_chunk_for(mc);
+    place.force_master = stage3;
+    adamw_ = std::make_unique<AdamW>(mc, cfg.optimizer, initial, compute, device, place);
+  }
+  if (stage3) adamw_->write_weights(FlatRef{layer_weights_->store(), false});
   // The attention kernels of this run: the process's policy, with attn_implementation's backend on
   // CUDA (the CPU has one attention).
   attention_policy_ = cfg.kernels.attention;
   if (device.is_cuda()) attention_policy_.backend = attention_backend_for(cfg.attn_implementation);
-  partition_grads_ = cfg.memory.zero_stage >= 2 && adamw_.sharded();
+  partition_grads_ = stage3 || (mem.zero_stage >= 2 && sharded);
   if (partition_grads_) partition_gradients();
 }
 
 // Partitioned gradients: each layer's are summed over the world as soon as its backward is done
-// and only this rank's shard of the gradient buffer is kept, accumulated over micro-batches; the
-// embedding, final norm and LM head gradients likewise once the backward is done.
+// and only this rank's pieces are kept (in the optimizer's layout), accumulated over micro-batches;
+// the embedding, final norm and LM head gradients likewise once the backward is done.
 void TrainStep::partition_gradients() {
-  grad_shard_ = Tensor::zeros({adamw_.shard_len()}, DType::kF32, device_);
+  const ShardLayout& layout = adamw_->layout();
+  grad_shard_ = Tensor::zeros({layout.shard_len}, DType::kF32, device_);
   const LlamaParams::FlatLayout at = LlamaParams::flat_layout(model_.config());  // where each part sits
-  const int64_t begin = adamw_.shard_begin(), end = adamw_.shard_end();
-  // The part of `t` (at `at` in the whole buffer) inside this rank's shard, added to it.
-  auto take = [this, begin, end](const Tensor& t, int64_t offset) {
-    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + t.numel());
-    if (lo >= hi) return;
-    Tensor dst = grad_shard_.rows(lo - begin, hi - begin);
-    add_inplace(dst, t.view({t.numel()}).rows(lo - offset, hi - offset));
+  // The part of `t` (at `offset` in the whole buffer) inside this rank's pieces, added to them.
+  auto take = [this, &layout](const Tensor& t, int64_t offset) {
+    const FlatRef shard{grad_shard_, false};
+    for (size_t k = 0; k < layout.regions.size(); ++k) {
+      const auto [begin, end] = layout.piece(k);
+      const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + t.numel());
+      if (lo >= hi) continue;
+      Tensor dst = shard.range(layout, k, lo, hi);
+      add_inplace(dst, t.view({t.numel()}).rows(lo - offset, hi - offset));
+    }
   };
   model_.set_grad_sink([this, take, at](int64_t l, const Tensor& block) {
     if (l >= 0) {
@@ -167,13 +205,65 @@ std::vector<int32_t> TrainStep::agree(const std::vector<int32_t>& flags) {
 }
 
 void TrainStep::apply_update(float lr, double norm) {
-  adamw_.set_lr(lr);
-  if (partition_grads_) {
-    adamw_.step_shard(model_.params(), grad_shard_, norm);
-  } else {
-    adamw_.step(model_.params(), model_.grads(), norm);
+  adamw_->set_lr(lr);
+  if (!adamw_->flat()) {
+    adamw_->step(model_.params(), model_.grads(), norm);
+    return;
   }
-  adamw_.gather_params(world_, model_.params());
+  const FlatRef grads = partition_grads_ ? FlatRef{grad_shard_, false} : FlatRef{model_.grads().flat, true};
+  if (layer_weights_) {
+    adamw_->step_flat(grads, FlatRef{layer_weights_->store(), false}, norm);
+    layer_weights_->invalidate();
+    gather_edges();
+    return;
+  }
+  LlamaParams& params = model_.params();
+  SEQPAR_CHECK(params.all_in_flat(), "TrainStep: the weights in one buffer");
+  adamw_->step_flat(grads, FlatRef{params.flat, true}, norm);
+  // ZeRO: every rank's updated part to every rank (nothing to do when this rank updated all).
+  if (adamw_->sharded())
+    all_gather_region(world_, adamw_->layout(), 0, FlatRef{params.flat, true}, params.flat, device_);
+}
+
+// ZeRO-3: the resident embedding, final norm and LM head from every rank's updated pieces.
+void TrainStep::gather_edges() {
+  const ShardLayout& layout = adamw_->layout();
+  const Tensor& store = layer_weights_->store();
+  for (size_t k : {size_t{0}, layout.regions.size() - 1}) {
+    const ShardLayout::Region& g = layout.regions[k];
+    Tensor region = Tensor::empty({g.len}, store.dtype(), device_);
+    all_gather_region(world_, layout, k, FlatRef{store, false}, region, device_);
+    write_flat_range(model_.params(), region, model_.config(), g.flat_begin, g.flat_begin + g.len);
+  }
+}
+
+void TrainStep::weights_restored() {
+  if (!layer_weights_) return;
+  adamw_->write_weights(FlatRef{layer_weights_->store(), false});
+  layer_weights_->invalidate();
+  gather_edges();
+}
+
+LlamaParams TrainStep::whole_weights() {
+  const LlamaConfig& mc = model_.config();
+  LlamaParams out = LlamaParams::zeros(mc, DType::kF32, Device::cpu(), /*one_buffer=*/true);
+  if (!layer_weights_) {
+    auto dst = out.named();
+    auto src = model_.params().named();
+    for (size_t i = 0; i < dst.size(); ++i)
+      dst[i].second->copy_from(src[i].second->to(Device::cpu()).to_dtype(DType::kF32));
+    return out;
+  }
+  const ShardLayout& layout = adamw_->layout();
+  const Tensor& store = layer_weights_->store();
+  for (size_t k = 0; k < layout.regions.size(); ++k) {
+    const ShardLayout::Region& g = layout.regions[k];
+    Tensor region = Tensor::empty({g.len}, store.dtype(), device_);
+    all_gather_region(world_, layout, k, FlatRef{store, false}, region, device_);
+    Tensor host = region.to(Device::cpu()).to_dtype(DType::kF32);
+    out.flat.rows(g.flat_begin, g.flat_begin + g.len).copy_from(host);
+  }
+  return out;
 }
 
 Tensor TrainStep::gather_logits(const SpBatch& b, const Tensor& logits) {

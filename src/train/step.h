@@ -4,10 +4,20 @@
 //
 //   forward_backward  the micro-batches of a step: forward over this rank's shard, backward with
 //                     dloss = 1 / (good tokens of the whole step over dp), gradients summed over
-//                     the world (dp × sp; layer by layer into this rank's shard under ZeRO-2);
+//                     the world (dp × sp; layer by layer into this rank's shard under ZeRO-2/3);
 //                     the loss token-weighted over the world (torchtitan's forward_backward_step)
 //   optimizer_step    the global gradient norm, torch's clip coefficient, AdamW at a given lr and,
 //                     under ZeRO, the all-gather of the updated weights (torchtitan's train_step)
+//
+// The memory levers of the optimizer and the weights (MemorySettings):
+//   zero_stage 1/2     a flat AdamW over a contiguous 1/world of the weights' buffer; 2 partitions
+//                      the gradients through the model's GradSink;
+//   zero_stage 3       the decoder layers' weights leave the model (ShardedLayerWeights: 1/world of
+//                      every layer per rank, gathered per layer), AdamW over the same pieces, the
+//                      gradients partitioned; the embedding, final norm and LM head stay resident
+//                      (all-gathered after each step);
+//   offload_optimizer  the AdamW state in host memory, the step streamed (train/optimizer.h);
+//   offload_param      (stage 3) the layers' pieces in host memory, copied in per layer.
 //
 // The trainer owns the loop, the data, evaluation, checkpoints and the metrics; this class
 // knows one rank and its collectives only.
@@ -21,6 +31,7 @@
 #include "comm/mesh.h"
 #include "data/sp_batch.h"
 #include "model/llama.h"
+#include "train/layer_weights.h"
 #include "train/optimizer.h"
 
 namespace seqpar {
@@ -62,6 +73,11 @@ class TrainStep {
   // Every rank's flags combined by max over the world (one all-reduce): a decision every rank then
   // takes the same way (the non-finite guard, a stop requested by a signal).
   std::vector<int32_t> agree(const std::vector<int32_t>& flags);
+  // After the optimizer's state was loaded (a resume): the compute weights rewritten from its master
+  // weights where the model's params() do not hold them all (ZeRO-3).
+  void weights_restored();
+  // The rounded weights (whole, f32, on the host) of this rank's model: a collective under ZeRO-3.
+  LlamaParams whole_weights();
 
   // This rank's shard of a batch's logits [T, V] gathered over the SP group, in stream order
   // [padded_len, V] on the host (f32).
@@ -71,7 +87,8 @@ class TrainStep {
   Device device() const { return device_; }
   DeviceMesh& mesh() { return mesh_; }
   LlamaModel& model() { return model_; }
-  AdamW& optimizer() { return adamw_; }
+  AdamW& optimizer() { return *adamw_; }
+  ShardedLayerWeights* layer_weights() { return layer_weights_.get(); }
   const LlamaConfig& model_config() const { return model_.config(); }
 
  private:
@@ -81,15 +98,17 @@ class TrainStep {
   };
   Prepared prepare(const SpBatch& batch);
   void partition_gradients();
+  void gather_edges();
 
   Communicator& world_;
   DeviceMesh mesh_;
   Device device_;
   const TrainConfig& config_;
   LlamaModel model_;
-  AdamW adamw_;
+  std::unique_ptr<ShardedLayerWeights> layer_weights_;  // ZeRO-3
+  std::unique_ptr<AdamW> adamw_;
   bool partition_grads_ = false;
-  Tensor grad_shard_;  // ZeRO-2: this rank's shard of the summed gradients, f32 [shard_len]
+  Tensor grad_shard_;  // ZeRO-2/3: this rank's pieces of the summed gradients, f32 [layout.shard_len]
   AttentionPolicy attention_policy_;
   std::unique_ptr<Attention> attention_;
 };

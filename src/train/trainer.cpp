@@ -311,7 +311,12 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   // allocated and any GPU work (one batch of seqpar fwdbwd is not planned); a CPU run the plan
   // says cannot fit in the host's memory does not start (a GPU's is checked by its rank).
   s.ranks_per_device = job_transport(cfg_.transport, cfg_.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
-  if (!s.batch) s.plan = plan_memory(memory_plan_input(cfg_, mc));
+  if (!s.batch) {
+    s.plan = plan_memory(memory_plan_input(cfg_, mc));
+    // The host memory the ranks will hold (offload buffers, host optimizer state and weights, the
+    // initial weights' copy while they start), before any of it is allocated.
+    check_host_memory(s.plan, s.ranks_per_device, cfg_.memory.host_memory_gib);
+  }
   if (!s.batch && cfg_.device.is_cpu()) check_plan_fits(s.plan, s.ranks_per_device, host_memory_bytes(), "this host");
   setup_model();
   s.first_step = s.result.first_step;
@@ -403,6 +408,7 @@ void Trainer::setup_model() {
     s.initial = std::make_unique<LlamaModel>(model_config_);
     init_llama_params(s.initial->params(), cfg_.seed, cfg_.init_std);
   }
+  s.initial->grads() = LlamaParams();  // a container of weights only: its f32 gradients never used
 }
 
 void Trainer::log_setup() const {
@@ -499,7 +505,10 @@ void Trainer::refuse_if_over_capacity(Device device) const {
 // state).
 void Trainer::restore(TrainStep& rank, JobRank& job) {
   State& s = *s_;
-  if (s.ckpt) restore_from_checkpoint(*s.ckpt, rank.model().params(), rank.optimizer());
+  if (s.ckpt) {
+    restore_from_checkpoint(*s.ckpt, rank.model().params(), rank.optimizer());
+    rank.weights_restored();
+  }
   job.world.barrier();
   std::lock_guard<std::mutex> lock(s.mu);
   s.initial.reset();
@@ -728,7 +737,7 @@ void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
   State& s = *s_;
   AdamW& adamw = rank.optimizer();
   std::optional<AdamW::FullState> full;
-  if (adamw.sharded()) full = adamw.full_state(rank.world(), model_config_);
+  if (adamw.flat()) full = adamw.full_state(rank.world(), model_config_);
   std::string bad;  // the leader's: a tensor of the state that is not finite
   if (leader) {
     TrainerState st;

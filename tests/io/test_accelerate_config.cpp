@@ -163,9 +163,9 @@ TEST(AccelerateConfig, RefusalsSayWhy) {
                      "acc.yaml: 'mixed_precision'=fp16 is not supported: fp16 needs dynamic loss scaling, which seqpar "
                      "does not implement; use bf16");
   EXPECT_INPUT_ERROR(parse("mixed_precision: fp8\n"), "acc.yaml: 'mixed_precision'=fp8 is not supported");
-  EXPECT_INPUT_ERROR(parse("deepspeed_config:\n  offload_optimizer_device: cpu\n"),
-                     "acc.yaml: 'deepspeed_config.offload_optimizer_device'=cpu is not supported yet: seqpar keeps the "
-                     "optimizer state on the device (use none)");
+  EXPECT_INPUT_ERROR(parse("deepspeed_config:\n  offload_optimizer_device: nvme\n"),
+                     "acc.yaml: 'deepspeed_config.offload_optimizer_device'=nvme is not supported: seqpar offloads the "
+                     "optimizer state to host memory (cpu) or keeps it on the device (none)");
   EXPECT_INPUT_ERROR(parse("num_machines: 2\nmachine_rank: 2\n"),
                      "acc.yaml: 'machine_rank'=2 must be < 'num_machines'=2");
   EXPECT_INPUT_ERROR(

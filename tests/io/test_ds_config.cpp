@@ -1,4 +1,5 @@
 // DeepSpeed JSON parsing: every key read, "auto", the refusals (with their messages), the warnings.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -132,17 +133,37 @@ TEST(DsConfig, ActivationCheckpointingSectionPointsAtTheFlag) {
   EXPECT_NE(c.warnings[0].find("seqpar's equivalent is --activation-checkpointing"), std::string::npos);
 }
 
-TEST(DsConfig, ZeroStageIsRecordedWithAWarning) {
-  EXPECT_TRUE(parse_ds_config(R"({"zero_optimization": {"stage": 1}})", "z.json").warnings.empty());
-  EXPECT_TRUE(parse_ds_config(R"({"zero_optimization": {"stage": 2}})", "z.json").warnings.empty());
-  const DsConfig c = parse_ds_config(R"({"zero_optimization": {"stage": 3}})", "z.json");
-  EXPECT_EQ(c.zero_stage.value, 3);
-  ASSERT_EQ(c.warnings.size(), 1u);
-  EXPECT_NE(c.warnings[0].find("z.json: zero_optimization.stage=3 runs as stage 2: seqpar partitions the optimizer "
-                               "state and the gradients over the ranks, but parameters are kept whole on every rank"),
+TEST(DsConfig, ZeroStagesAndOffloadAreRead) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    const DsConfig c = parse_ds_config(fmt::format(R"({{"zero_optimization": {{"stage": {}}}}})", stage), "z.json");
+    EXPECT_EQ(c.zero_stage.value, stage);
+    EXPECT_TRUE(c.warnings.empty()) << c.warnings[0];
+  }
+  const DsConfig c = parse_ds_config(R"({"zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true, "ratio": 1.0},
+      "offload_param": {"device": "cpu", "pin_memory": false},
+      "stage3_prefetch_bucket_size": 5e8, "stage3_param_persistence_threshold": 1e6,
+      "stage3_max_live_parameters": 1e9}})",
+                                     "z.json");
+  EXPECT_EQ(c.offload_optimizer_device.value, "cpu");
+  EXPECT_EQ(c.offload_param_device.value, "cpu");
+  ASSERT_TRUE(c.offload_param_pin_memory.is_set());
+  EXPECT_FALSE(c.offload_param_pin_memory.value);
+  // Each stage-3 knob named as ignored, with why; nothing else.
+  ASSERT_EQ(c.warnings.size(), 3u);
+  for (const char* k : {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters"}) {
+    bool found = false;
+    for (const std::string& w : c.warnings)
+      found = found || w.find(std::string("z.json: zero_optimization.") + k +
+                              " is ignored: seqpar gathers one decoder layer at a time") != std::string::npos;
+    EXPECT_TRUE(found) << k;
+  }
+  const DsConfig pin = parse_ds_config(
+      R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": false}}})", "p.json");
+  ASSERT_EQ(pin.warnings.size(), 1u);
+  EXPECT_NE(pin.warnings[0].find("p.json: zero_optimization.offload_optimizer.pin_memory=false changes nothing"),
             std::string::npos)
-      << c.warnings[0];
-  EXPECT_TRUE(parse_ds_config(R"({"zero_optimization": {"stage": 0}})", "z.json").warnings.empty());
+      << pin.warnings[0];
 }
 
 TEST(DsConfig, UnknownKeysAreNamedInOneWarning) {
@@ -212,13 +233,16 @@ TEST(DsConfig, RefusalsSayWhy) {
                      "r.json: 'fp16.enabled'=true is not supported: fp16 needs dynamic loss scaling, which seqpar does "
                      "not implement; use \"bf16\": {\"enabled\": true}");
   EXPECT_INPUT_ERROR(
-      parse_ds_config(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})", "r.json"),
-      "r.json: 'zero_optimization.offload_optimizer.device'=\"cpu\" is not supported yet: seqpar keeps the optimizer "
-      "state on the device (use \"none\")");
+      parse_ds_config(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})", "r.json"),
+      "r.json: 'zero_optimization.offload_optimizer.device'=\"nvme\" is not supported: seqpar offloads the optimizer "
+      "state to host memory (\"cpu\") or keeps it on the device (\"none\")");
   EXPECT_INPUT_ERROR(
       parse_ds_config(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})", "r.json"),
-      "r.json: 'zero_optimization.offload_param.device'=\"nvme\" is not supported yet: seqpar keeps the parameters "
-      "on the device");
+      "r.json: 'zero_optimization.offload_param.device'=\"nvme\" is not supported: seqpar offloads the parameters");
+  EXPECT_INPUT_ERROR(
+      parse_ds_config(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 0.3}}})", "r.json"),
+      "r.json: 'zero_optimization.offload_optimizer.ratio'=0.3 is not supported: seqpar offloads the whole optimizer "
+      "state (ratio 1.0)");
   EXPECT_INPUT_ERROR(parse_ds_config(R"({"optimizer": {"type": "Lamb"}})", "r.json"),
                      "r.json: 'optimizer.type'=\"Lamb\" is not supported (supported: AdamW, Adam;");
   EXPECT_INPUT_ERROR(parse_ds_config(R"({"optimizer": {"params": {"lr": 1e-3}}})", "r.json"),

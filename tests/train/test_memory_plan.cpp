@@ -45,6 +45,7 @@ struct Setting {
   int64_t vocab = 512;  // 16384: the logits set the peak (the loss phase)
   int ulysses_degree = 0;  // hybrid only
   bool offload = false;    // checkpoint offload (with ckpt)
+  bool offload_opt = false, offload_param = false;  // optimizer offload; parameter offload (zero 3)
 };
 
 // The CPU allocator's peak per rank over two training steps of `s` (ranks are threads sharing the
@@ -70,6 +71,8 @@ double measured_peak_per_rank(const Setting& s, const std::string& data, int64_t
   c.memory.mlp_tile_tokens = s.mlp_tile;
   c.memory.loss_tile_tokens = s.loss_tile;
   c.memory.zero_stage = s.zero;
+  c.memory.offload_optimizer = s.offload_opt ? OffloadDevice::kCpu : OffloadDevice::kNone;
+  c.memory.offload_param = s.offload_param ? OffloadDevice::kCpu : OffloadDevice::kNone;
   cpu_allocator().reset_peak();
   const TrainResult r = run_training(c);
   // The second step's own peak: the first also holds the run's setup (on the CPU, the host copy
@@ -91,6 +94,8 @@ MemoryPlanInput plan_input(const Setting& s, int64_t S) {
   in.memory.mlp_tile_tokens = s.mlp_tile;
   in.memory.loss_tile_tokens = s.loss_tile;
   in.memory.zero_stage = s.zero;
+  in.memory.offload_optimizer = s.offload_opt ? OffloadDevice::kCpu : OffloadDevice::kNone;
+  in.memory.offload_param = s.offload_param ? OffloadDevice::kCpu : OffloadDevice::kNone;
   return in;
 }
 
@@ -123,6 +128,11 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
       {"checkpointing keeping attention, offload, ulysses 2", 2, SpMode::kUlysses, true, true, 0, 0, 0, 512, 0, true},
       {"large vocabulary", 1, SpMode::kUlysses, false, false, 0, 0, 0, 16384},
       {"large vocabulary, checkpointing, tiled loss", 1, SpMode::kUlysses, true, false, 0, 128, 0, 16384},
+      {"optimizer offload", 1, SpMode::kUlysses, false, false, 0, 0, 0, 512, 0, false, true},
+      {"checkpointing, ZeRO-3 + both offloads", 1, SpMode::kUlysses, true, false, 0, 0, 3, 512, 0, false, true, true},
+      {"ulysses 2, ZeRO-3", 2, SpMode::kUlysses, false, false, 0, 0, 3},
+      {"ring 2, checkpointing, ZeRO-3 + parameter offload", 2, SpMode::kRing, true, false, 0, 0, 3, 512, 0, false,
+       false, true},
   };
   for (const Setting& s : settings) {
     const double measured = measured_peak_per_rank(s, data, S);

@@ -1,0 +1,336 @@
+// Optimizer offload, ZeRO-3 and parameter offload (train/optimizer.h, train/layer_weights.h): the
+// same parameters after several steps as stage 0 (f32 on the CPU; bit for bit where the summation
+// order is the same, else within 1e-6), with clipping active, on 1..4 ranks and a dp × sp mesh;
+// resume across stages; the host-memory check before training; the plan's host accounting.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+#include "train/memory_plan.h"
+#include "train/optimizer.h"
+#include "train/train_test_util.h"
+#include "train/trainer.h"
+#include "train/zero_shard.h"
+
+namespace seqpar {
+namespace {
+
+struct Mesh {
+  const char* name;
+  int sp;
+  SpMode mode;
+  int dp_replicate, grad_accum;
+};
+
+const Mesh kMeshes[] = {{"1 rank", 1, SpMode::kUlysses, 1, 1},
+                        {"2 ranks: ulysses 2", 2, SpMode::kUlysses, 1, 1},
+                        {"3 ranks: ring 3 (uneven pieces), 2 micro-batches", 3, SpMode::kRing, 1, 2},
+                        {"4 ranks: ulysses 2 x dp 2", 2, SpMode::kUlysses, 2, 1},
+                        {"4 ranks: dp 4", 1, SpMode::kUlysses, 4, 1}};
+
+struct Levers {
+  const char* name;
+  int zero;
+  OffloadDevice opt, param;
+  bool exact;  // the same summation order as stage 0 (gradients summed whole, the same norm)
+};
+
+const Levers kLevers[] = {{"optimizer offload", 0, OffloadDevice::kCpu, OffloadDevice::kNone, true},
+                          {"ZeRO-1 + optimizer offload", 1, OffloadDevice::kCpu, OffloadDevice::kNone, true},
+                          {"ZeRO-2 + optimizer offload", 2, OffloadDevice::kCpu, OffloadDevice::kNone, false},
+                          {"ZeRO-3", 3, OffloadDevice::kNone, OffloadDevice::kNone, false},
+                          {"ZeRO-3 + parameter offload", 3, OffloadDevice::kNone, OffloadDevice::kCpu, false},
+                          {"ZeRO-3 + both offloads", 3, OffloadDevice::kCpu, OffloadDevice::kCpu, false}};
+
+TrainConfig tiny_run(const Mesh& m) {
+  TrainConfig c = testing::tiny_recall_config();
+  c.steps = 4;
+  c.warmup_steps = 1;
+  c.optimizer.adamw.lr = 1e-2f;
+  c.optimizer.adamw.weight_decay = 0.01f;
+  c.optimizer.clip = 1e-3;  // far below the gradients' norm: every step clips
+  c.eval_every = 0;
+  c.log_every = 1;
+  c.quiet = true;
+  c.sp = m.sp;
+  c.sp_mode = m.mode;
+  c.dp_replicate = m.dp_replicate;
+  c.grad_accum = m.grad_accum;
+  return c;
+}
+
+TrainConfig with_levers(TrainConfig c, const Levers& l) {
+  c.memory.zero_stage = l.zero;
+  c.memory.offload_optimizer = l.opt;
+  c.memory.offload_param = l.param;
+  return c;
+}
+
+// Runs `c`, saving at its last step, and returns that checkpoint's weights (the f32 master weights
+// the optimizer holds, whole).
+SafetensorsData final_weights(TrainConfig c, const std::string& dir) {
+  c.save_dir = dir;
+  c.save_every = c.steps;
+  const TrainResult r = run_training(c);
+  EXPECT_FALSE(r.checkpoints.empty());
+  return read_safetensors(r.checkpoints.back() + "/model.safetensors");
+}
+
+// The largest |a - b| over every tensor (same names and shapes required).
+double max_abs_diff(const SafetensorsData& a, const SafetensorsData& b) {
+  double worst = 0;
+  for (const auto& [name, shape] : LlamaParams::shapes(demo_model_config())) {
+    const std::vector<float> x = a.at(name).to_f32_vector(), y = b.at(name).to_f32_vector();
+    EXPECT_EQ(x.size(), y.size()) << name;
+    for (size_t i = 0; i < std::min(x.size(), y.size()); ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(x[i]) - y[i]));
+  }
+  return worst;
+}
+
+TEST(Offload, OffloadAndStage3TrainAsStage0) {
+  for (const Mesh& m : kMeshes) {
+    SCOPED_TRACE(m.name);
+    const std::string root = testing::temp_dir();
+    const SafetensorsData plain = final_weights(tiny_run(m), root + "/plain");
+    // The run moved the weights (the comparison is not between two copies of the initial ones).
+    for (const Levers& l : kLevers) {
+      SCOPED_TRACE(l.name);
+      const SafetensorsData got =
+          final_weights(with_levers(tiny_run(m), l), root + "/" + std::to_string(l.zero) + offload_device_name(l.opt) +
+                                                         offload_device_name(l.param));
+      const double diff = max_abs_diff(got, plain);
+      if (l.exact) {
+        EXPECT_EQ(diff, 0.0);
+      } else {
+        EXPECT_LE(diff, 1e-6);
+      }
+    }
+  }
+}
+
+// The trained weights differ from the initial ones by far more than the tolerance above (so that
+// test compares trained weights), and clipping changes them (so it is active).
+TEST(Offload, TheComparisonSeesTrainingAndClipping) {
+  const std::string root = testing::temp_dir();
+  TrainConfig c = tiny_run(kMeshes[0]);
+  const SafetensorsData clipped = final_weights(c, root + "/clipped");
+  c.optimizer.clip = 0;
+  const SafetensorsData unclipped = final_weights(c, root + "/unclipped");
+  c.steps = 1;
+  c.optimizer.adamw.lr = 1e-12f;
+  const SafetensorsData initial = final_weights(c, root + "/initial");
+  EXPECT_GT(max_abs_diff(clipped, initial), 1e-3);
+  EXPECT_GT(max_abs_diff(clipped, unclipped), 1e-5);
+}
+
+// A checkpoint written under one stage resumes under another (the checkpoint holds the whole state):
+// stage 0 into ZeRO-3 with both offloads and back, and optimizer offload into ZeRO-2.
+TEST(Offload, ResumeAcrossStages) {
+  const Levers plain{"stage 0", 0, OffloadDevice::kNone, OffloadDevice::kNone, true};
+  const Levers all = kLevers[5];
+  const Levers opt = kLevers[0];
+  const Levers two{"ZeRO-2", 2, OffloadDevice::kNone, OffloadDevice::kNone, false};
+  for (const Mesh& m : {kMeshes[0], kMeshes[3]}) {
+    SCOPED_TRACE(m.name);
+    const std::string root = testing::temp_dir();
+    const SafetensorsData want = final_weights(tiny_run(m), root + "/want");
+    for (auto [first, second] : {std::pair{plain, all}, std::pair{all, plain}, std::pair{opt, two}}) {
+      SCOPED_TRACE(std::string(first.name) + " then " + second.name);
+      const std::string dir = root + "/" + first.name + "-" + second.name;
+      TrainConfig a = with_levers(tiny_run(m), first);
+      a.save_dir = dir;
+      a.save_every = 2;
+      a.stop_at_step = 2;
+      run_training(a);
+      TrainConfig b = with_levers(tiny_run(m), second);
+      b.resume = ResumeFrom::parse("latest");
+      const SafetensorsData got = final_weights(b, dir);
+      EXPECT_LE(max_abs_diff(got, want), 1e-6);
+    }
+  }
+}
+
+TEST(Offload, HostMemoryIsCheckedBeforeTraining) {
+  TrainConfig c = with_levers(tiny_run(kMeshes[1]), kLevers[5]);
+  c.memory.host_memory_gib = 1e-6;  // 1 KiB
+  try {
+    run_training(c);
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    for (const char* frag : {"host memory: the run needs", "2 rank(s) of this process", "AdamW moments",
+                             "layer weights", "host_memory_gib=1e-06", "--host-memory-gib"})
+      EXPECT_NE(what.find(frag), std::string::npos) << frag << " in: " << what;
+  }
+  // Enough for it: trains.
+  c.memory.host_memory_gib = 1;
+  EXPECT_EQ(run_training(c).losses.size(), 4u);
+}
+
+TEST(Offload, SettingRules) {
+  TrainConfig c = tiny_run(kMeshes[0]);
+  c.memory.offload_param = OffloadDevice::kCpu;
+  c.memory.zero_stage = 2;
+  try {
+    run_training(c);
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("offload_param=cpu needs zero_stage=3 (--zero-stage 3)"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The layouts: every element of the buffer in exactly one rank's piece; ZeRO-3's per layer.
+TEST(Offload, ShardLayoutsCoverTheBufferOnce) {
+  const LlamaConfig mc = demo_model_config();
+  const int64_t total = LlamaParams::flat_layout(mc).total;
+  for (int world = 1; world <= 5; ++world) {
+    for (bool per_layer : {false, true}) {
+      std::vector<int> owners(static_cast<size_t>(total), 0);
+      for (int r = 0; r < world; ++r) {
+        const ShardLayout s =
+            per_layer ? ShardLayout::per_layer(mc, r, world) : ShardLayout::contiguous(total, r, world);
+        EXPECT_EQ(s.total, total);
+        int64_t held = 0;
+        for (size_t k = 0; k < s.regions.size(); ++k) {
+          const auto [lo, hi] = s.piece(k);
+          EXPECT_LE(hi - lo, s.regions[k].cap);
+          EXPECT_EQ(s.regions[k].cap % LlamaParams::kFlatAlign, 0);
+          for (int64_t i = lo; i < hi; ++i) ++owners[static_cast<size_t>(i)];
+          held += hi - lo;
+        }
+        EXPECT_LE(held, s.shard_len);
+      }
+      for (int64_t i = 0; i < total; ++i) ASSERT_EQ(owners[static_cast<size_t>(i)], 1) << "element " << i;
+    }
+  }
+  // One rank: the shard buffer is laid out as the whole buffer (the checkpoint views it).
+  const ShardLayout one = ShardLayout::per_layer(mc, 0, 1);
+  EXPECT_EQ(one.shard_len, total);
+  for (size_t k = 0; k < one.regions.size(); ++k) EXPECT_EQ(one.regions[k].shard_begin, one.regions[k].flat_begin);
+}
+
+// The plan's host memory, by hand for the demo model (V 128, C 64, F 128, 2 layers, 4 heads of 16,
+// 2 KV heads, untied): a layer is 4096 + 2048 + 2048 + 4096 + 3 × 8192 + 2 × 64 = 36992 elements,
+// the buffer 8192 + 2 × 36992 + 64 + 8192 = 90432.
+TEST(Offload, PlanCountsHostMemory) {
+  MemoryPlanInput in;
+  in.model = demo_model_config();
+  in.seq_len = 256;
+  in.cuda = true;
+  ASSERT_EQ(LlamaParams::flat_layout(in.model).layer_elems, 36992);
+  ASSERT_EQ(LlamaParams::flat_layout(in.model).total, 90432);
+  const MemoryPlan none = plan_memory(in);
+  EXPECT_EQ(none.host_bytes, 0);
+
+  in.memory.offload_optimizer = OffloadDevice::kCpu;
+  MemoryPlan p = plan_memory(in);
+  // m, v, master: 12 B × 90432; staging: 2 × (4 + 2) B × one layer (36992).
+  EXPECT_EQ(p.host_bytes, 12 * 90432 + 12 * 36992);
+  EXPECT_EQ(p.host_pinned_bytes, 12 * 36992);
+  // On the GPU: no moments, no master weights.
+  for (const auto& [name, bytes] : p.resident) EXPECT_EQ(name.find("AdamW"), std::string::npos) << name;
+  // (every tensor of this model is a multiple of 64 elements: the per-tensor state is 90432 too)
+  EXPECT_EQ(none.resident_bytes - p.resident_bytes, 12 * 90432);
+
+  // ZeRO-3 over 2 ranks with both offloads: pieces of 4096 (embedding), 18496 (each layer) and 4160
+  // (final norm 64 + LM head 8192 = 8256, halved and padded), a shard of 45248.
+  in.world = 2;
+  in.memory.zero_stage = 3;
+  in.memory.offload_param = OffloadDevice::kCpu;
+  p = plan_memory(in);
+  const int64_t shard = 4096 + 2 * 18496 + 4160;
+  EXPECT_EQ(p.host_bytes, 12 * shard + 12 * 36992 + 2 * shard);
+  EXPECT_EQ(p.host_pinned_bytes, 12 * 36992 + 2 * shard);
+  in.memory.offload_param_pin_memory = false;
+  EXPECT_EQ(plan_memory(in).host_pinned_bytes, 12 * 36992);
+  // The GPU keeps the edges (2 × (2 × 8192 + 64) B), two gathered layers (2 × 2 × 36992 B) and the
+  // partitioned gradients (4 × (shard + a layer + edges)).
+  int64_t weights = 0, grads = 0;
+  for (const auto& [name, bytes] : p.resident) {
+    if (name.rfind("weights", 0) == 0) weights += bytes;
+    if (name.rfind("gradients", 0) == 0) grads += bytes;
+  }
+  EXPECT_EQ(weights, 2 * (2 * 8192 + 64) + 2 * 2 * 36992);
+  EXPECT_EQ(grads, 4 * (shard + 36992 + 2 * 8192 + 64));
+
+  // Checkpoint offload counts too (pinned on CUDA): 2 layers × 256 tokens × 64 × 2 B.
+  in.memory.activation_checkpointing = true;
+  in.memory.checkpoint_offload = true;
+  const MemoryPlan q = plan_memory(in);
+  EXPECT_EQ(q.host_bytes - plan_memory([&] {
+                             MemoryPlanInput t = in;
+                             t.memory.checkpoint_offload = false;
+                             return t;
+                           }())
+                               .host_bytes,
+            2 * 256 * 64 * 2);
+}
+
+// The host allocations of a run (on the CPU backend accounted apart from the "device") are the plan's
+// host bytes: the AdamW state, the staging, the host weights.
+TEST(Offload, PlanHostBytesAreTheAllocations) {
+  for (const Mesh& m : {kMeshes[0], kMeshes[1]}) {
+    SCOPED_TRACE(m.name);
+    TrainConfig c = with_levers(tiny_run(m), kLevers[5]);
+    c.steps = 2;
+    offload_host_allocator().reset_peak();
+    const size_t before = offload_host_allocator().current_bytes();
+    run_training(c);
+    MemoryPlanInput in;
+    in.model = c.model;
+    in.seq_len = c.task.seq_len;
+    in.micro_batch = c.micro_batch;
+    in.sp = c.sp;
+    in.ulysses_degree = c.sp;
+    in.world = c.sp * c.dp_replicate;
+    in.cuda = false;
+    in.memory = c.memory;
+    const MemoryPlan p = plan_memory(in);
+    EXPECT_EQ(static_cast<int64_t>(offload_host_allocator().peak_bytes() - before), p.host_bytes * in.world);
+  }
+}
+
+// --longest respects the host limit, and choose_levers reaches further with the offloads.
+TEST(Offload, LongestRespectsBothLimitsAndChoosesLevers) {
+  MemoryPlanInput in;
+  in.model = llama_preset("llama-3.1-8b");
+  in.cuda = true;
+  in.memory.activation_checkpointing = true;
+  in.memory.loss_tile_tokens = 8192;
+  in.memory.mlp_tile_tokens = 8192;
+  const int64_t gpu = static_cast<int64_t>(139.8 * (1ll << 30)), host = 128ll << 30;
+  // Stage 0 barely fits on one GPU (18 B per parameter: 144 GB of state).
+  EXPECT_LT(longest_fitting_seq_len(in, gpu, 1024, host), 16384);
+  const LeverChoice c = choose_levers(in, gpu, 1024, host);
+  EXPECT_GT(c.seq_len, 200000);
+  EXPECT_NE(c.levers.find("--offload-optimizer cpu"), std::string::npos) << c.levers;
+  MemoryPlanInput t = in;
+  t.memory = c.memory;
+  t.seq_len = c.seq_len;
+  const MemoryPlan p = plan_memory(t);
+  EXPECT_LE(p.peak_bytes, gpu);
+  EXPECT_LE(p.host_bytes + p.host_setup_bytes, host);  // the initial weights' f32 copy while ranks start
+  EXPECT_EQ(p.host_setup_bytes, 4 * LlamaParams::flat_layout(in.model).total);
+  // With checkpoint offload forced on, the host limit binds: the layer inputs (256 KiB per token at
+  // 8B) cannot exceed the host memory left.
+  t.memory.checkpoint_offload = true;
+  const int64_t with_offload = longest_fitting_seq_len(t, gpu, 1024, host);
+  t.seq_len = with_offload;
+  const MemoryPlan at = plan_memory(t);
+  EXPECT_LE(at.host_bytes + at.host_setup_bytes, host);
+  t.seq_len = with_offload + 1024;
+  const MemoryPlan over = plan_memory(t);
+  EXPECT_TRUE(over.host_bytes + over.host_setup_bytes > host || over.peak_bytes > gpu);
+}
+
+}  // namespace
+}  // namespace seqpar
