@@ -254,41 +254,31 @@ void parse_fsdp_section(Reader& top, AccelerateConfig& c, std::vector<std::strin
   if (!f.IsDefined()) return;
   Reader r(f, c.source, "fsdp_config.");
   problems.attempt([&] { (void)r.integer("fsdp_version", 1, 2); });
-  problems.attempt([&] {
-    YamlValue<std::string> strategy = r.string("fsdp_sharding_strategy");
-    if (!strategy.has()) return;
-    // FSDP1's enum by name or number (ShardingStrategy: FULL_SHARD 1, SHARD_GRAD_OP 2, NO_SHARD 3, HYBRID_SHARD 4,
-    // HYBRID_SHARD_ZERO2 5).
-    const std::string& v = *strategy;
-    c.fsdp_zero_stage.key = strategy.key;
-    if (v == "SHARD_GRAD_OP" || v == "2") {
-      c.fsdp_zero_stage.value = 2;
-    } else if (v == "NO_SHARD" || v == "3") {
-      c.fsdp_zero_stage.value = 0;
-    } else if (v == "FULL_SHARD" || v == "1") {
-      throw InputError(fmt::format("{}: '{}'={} shards the parameters (ZeRO stage 3), which seqpar does not have yet "
-                                   "(stages 0-2: SHARD_GRAD_OP is stage 2, NO_SHARD stage 0)",
-                                   c.source, strategy.key, v));
-    } else if (v == "HYBRID_SHARD" || v == "HYBRID_SHARD_ZERO2" || v == "4" || v == "5") {
+  // FSDP1's ShardingStrategy by name or number (FULL_SHARD 1, SHARD_GRAD_OP 2, NO_SHARD 3, HYBRID_SHARD 4,
+  // HYBRID_SHARD_ZERO2 5); FSDP2's fsdp_reshard_after_forward true / false (= FULL_SHARD / SHARD_GRAD_OP),
+  // which newer Accelerate also accepts holding a strategy name.
+  auto stage_of = [&](const std::string& key, const std::string& v) -> int64_t {
+    if (v == "SHARD_GRAD_OP" || v == "2" || v == "false") return 2;
+    if (v == "NO_SHARD" || v == "3") return 0;
+    if (v == "FULL_SHARD" || v == "1" || v == "true")
+      throw InputError(fmt::format("{}: '{}'={} shards the parameters (FULL_SHARD, ZeRO stage 3), which seqpar does "
+                                   "not have yet (stages 0-2: SHARD_GRAD_OP is stage 2, NO_SHARD stage 0)",
+                                   c.source, key, v));
+    if (v == "HYBRID_SHARD" || v == "HYBRID_SHARD_ZERO2" || v == "4" || v == "5")
       throw InputError(fmt::format("{}: '{}'={} (shard inside a node, replicate across) is not supported: seqpar's "
                                    "ZeRO shards over every rank; use SHARD_GRAD_OP (stage 2) or NO_SHARD",
-                                   c.source, strategy.key, v));
-    } else {
-      throw InputError(fmt::format("{}: '{}' must be one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
-                                   "HYBRID_SHARD_ZERO2 (or 1-5), got '{}'",
-                                   c.source, strategy.key, v));
-    }
-  });
-  problems.attempt([&] {
-    YamlValue<bool> reshard = r.boolean("fsdp_reshard_after_forward");  // FSDP2: true = FULL_SHARD
-    if (!reshard.has()) return;
-    SEQPAR_INPUT_CHECK(!*reshard,
-                       "{}: '{}'=true shards the parameters between forward and backward (FSDP2's FULL_SHARD, ZeRO "
-                       "stage 3), which seqpar does not have yet; false (SHARD_GRAD_OP, stage 2) is supported",
-                       c.source, reshard.key);
+                                   c.source, key, v));
+    throw InputError(fmt::format("{}: '{}' must be one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+                                 "HYBRID_SHARD_ZERO2 (or 1-5, or true / false), got '{}'",
+                                 c.source, key, v));
+  };
+  for (const char* name : {"fsdp_sharding_strategy", "fsdp_reshard_after_forward"}) problems.attempt([&] {
+    YamlValue<std::string> v = r.string(name);
+    if (!v.has()) return;
+    const int64_t stage = stage_of(v.key, *v);
     if (!c.fsdp_zero_stage.has()) {
-      c.fsdp_zero_stage.key = reshard.key;
-      c.fsdp_zero_stage.value = 2;
+      c.fsdp_zero_stage.key = v.key;
+      c.fsdp_zero_stage.value = stage;
     }
   });
   problems.attempt([&] {

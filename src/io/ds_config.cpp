@@ -312,7 +312,7 @@ void parse_scheduler(Reader& top, DsConfig& c, std::vector<std::string>& unread)
                          "{}: 'scheduler.params.{}' is not a parameter of {} (its parameters: {})", c.source, it.key(),
                          sch.type, join(valid));
   }
-  sch.warmup_num_steps = rp.integer("warmup_num_steps", 1, INT64_MAX, kAuto);
+  sch.warmup_num_steps = rp.integer("warmup_num_steps", 0, INT64_MAX, kAuto);  // DeepSpeed: max(2, it)
   sch.warmup_type = rp.choice("warmup_type", {"log", "linear"});
   if (cosine || decay) {
     sch.total_num_steps = rp.integer("total_num_steps", 1, INT64_MAX, kAuto);

@@ -443,8 +443,9 @@ class Resolver {
     const double lr = t.optimizer.adamw.lr;
     pick("warmup_num_steps", ls.warmup_num_steps, s.warmup_num_steps, std::optional<int64_t>(t.warmup_steps),
          source_text("warmup_steps"), int64_t{1000}, "DeepSpeed's default");
-    SEQPAR_INPUT_CHECK(ls.warmup_num_steps >= 1, "warmup_num_steps={} ({}) must be >= 1 (DeepSpeed's rule)",
-                       ls.warmup_num_steps, source_text("warmup_num_steps"));
+    // DeepSpeed takes max(2, warmup_num_steps), so 0 (HF Trainer's "auto" with no warmup) is valid.
+    SEQPAR_INPUT_CHECK(ls.warmup_num_steps >= 0, "warmup_num_steps={} ({}) must be >= 0", ls.warmup_num_steps,
+                       source_text("warmup_num_steps"));
     if (!cosine) {
       pick("warmup_min_lr", ls.warmup_min_lr, s.warmup_min_lr, std::optional<double>(0.0),
            "0, as the HF Trainer fills it", 0.0, "DeepSpeed's default");
