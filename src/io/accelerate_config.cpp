@@ -179,11 +179,24 @@ void parse_deepspeed_section(Reader& top, AccelerateConfig& c, const std::string
     SEQPAR_INPUT_CHECK(
         *device == "none", "{}: '{}'={} is not supported yet: seqpar keeps the {} on the device (use none)", c.source,
         device.key, *device, std::string(what) == "offload_optimizer_device" ? "optimizer state" : "parameters");
+    c.warnings.push_back(fmt::format("{}: {}=none is what seqpar does (no offload)", c.source, device.key));
   }
   YamlValue<bool> save16 = r.boolean("zero3_save_16bit_model");
-  if (save16.has()) inline_keys.push_back(save16.key);
-  r.boolean("zero3_init_flag");              // a model-construction switch: nothing to do in seqpar
-  r.string("deepspeed_multinode_launcher");  // seqpar launches its own ranks
+  if (save16.has()) {
+    inline_keys.push_back(save16.key);
+    c.warnings.push_back(fmt::format("{}: {}={} has no effect: `seqpar export` writes the trained model (--dtype bf16 "
+                                     "or f32)",
+                                     c.source, save16.key, *save16 ? "true" : "false"));
+  }
+  // A model-construction switch, and a launcher choice: nothing to do in seqpar, said so.
+  for (const char* what : {"zero3_init_flag", "deepspeed_multinode_launcher"}) {
+    YAML::Node n = r.get(what);
+    if (n.IsDefined())
+      c.warnings.push_back(fmt::format("{}: deepspeed_config.{}={} has no effect: {}", c.source, what, n.Scalar(),
+                                       std::string(what) == "zero3_init_flag"
+                                           ? "seqpar builds each rank's model itself"
+                                           : "seqpar launches its own ranks (seqpar launch)"));
+  }
 
   if (file.has()) {
     // Accelerate refuses inline DeepSpeed settings next to a config file; so does seqpar, rather
@@ -213,6 +226,8 @@ void parse_parallelism_section(Reader& top, AccelerateConfig& c, std::vector<std
   c.dp_replicate_size = r.integer(pre + "dp_replicate_size", 1, INT64_MAX);
   c.dp_shard_size = r.integer(pre + "dp_shard_size", 1, INT64_MAX);
   YamlValue<int64_t> tp = r.integer(pre + "tp_size", 1, INT64_MAX);
+  if (tp.has() && *tp == 1) c.warnings.push_back(fmt::format("{}: {}=1 is what seqpar does (no tensor parallelism)",
+                                                             c.source, tp.key));
   SEQPAR_INPUT_CHECK(!tp.has() || *tp == 1, "{}: '{}'={} is not supported: seqpar has no tensor parallelism (use 1)",
                      c.source, tp.key, tp.has() ? *tp : 0);
   c.cp_size = r.integer(pre + "cp_size", 1, INT64_MAX);
@@ -224,6 +239,9 @@ void parse_parallelism_section(Reader& top, AccelerateConfig& c, std::vector<std
         "attention on the current one",
         c.source, cp_comm.key, *cp_comm));
   c.sp_backend = r.string(pre + "sp_backend");
+  if (c.sp_backend.has() && *c.sp_backend == "deepspeed")
+    c.warnings.push_back(fmt::format("{}: {}=deepspeed is what seqpar implements (DeepSpeed-Ulysses / ALST)", c.source,
+                                     c.sp_backend.key));
   SEQPAR_INPUT_CHECK(!c.sp_backend.has() || *c.sp_backend == "deepspeed",
                      "{}: '{}'={} is not supported: seqpar implements DeepSpeed's Ulysses sequence parallelism (ALST); "
                      "use deepspeed",

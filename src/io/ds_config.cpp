@@ -372,6 +372,8 @@ ConfigKeys json_keys(const json& root) {
 
 // Text that is not JSON: if it is a YAML mapping, say what kind of file it looks like.
 std::string not_json_advice(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (text[first] == '{' || text[first] == '[')) return "";  // JSON, broken
   try {
     YAML::Node y = YAML::Load(text);
     if (!y.IsMap()) return "";

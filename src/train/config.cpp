@@ -54,7 +54,7 @@ void TrainConfig::validate_run() const {
 
 void TrainConfig::validate_run(Problems& p) const {
   // The declared rules first (each setting's range), then the rules between settings.
-  check_setting_rules(*this, p);
+  check_setting_rules(*this, p, nullptr, model_dir.empty());
   if (model_dir.empty()) p.attempt([&] { model.validate(); });
   p.attempt([&] { memory.validate(); });
   SEQPAR_PROBLEM_CHECK(p, save_every == 0 || !save_dir.empty(), "save_every={} needs save_dir (--save-dir)",
@@ -676,9 +676,9 @@ void apply_defaults(TrainConfig& c, DefaultsSource source) {
 }
 
 void check_setting_rules(const TrainConfig& c, Problems& problems,
-                         const std::function<std::string(const std::string&)>& source_of) {
+                         const std::function<std::string(const std::string&)>& source_of, bool model_sizes) {
   for (const SettingDecl& d : train_settings()) {
-    if (!d.rule) continue;
+    if (!d.rule || (d.builtin_model_only && !model_sizes)) continue;
     const double v = d.number(c);
     const NumberRule& r = *d.rule;
     const bool ok = std::isfinite(v) && (r.lo_open ? v > r.lo : v >= r.lo) && (r.hi_open ? v < r.hi : v <= r.hi);

@@ -239,8 +239,10 @@ void settings_from_json(TrainConfig& config, const nlohmann::json& j);
 void apply_defaults(TrainConfig& config, DefaultsSource source);
 // Each declared rule on the config's values; a broken one adds "setting=value must be RULE", with
 // the value's source when `source_of` names it ("" : not named).
+// `model_sizes`: also the built-in model's sizes (a run without --model).
 void check_setting_rules(const TrainConfig& config, Problems& problems,
-                         const std::function<std::string(const std::string& name)>& source_of = nullptr);
+                         const std::function<std::string(const std::string& name)>& source_of = nullptr,
+                         bool model_sizes = true);
 // The docs table (docs/configs.md): one Markdown row per setting, with its group, flags, keys,
 // default (from `defaults`) and help.
 std::string settings_markdown_table(const TrainConfig& defaults);

@@ -133,7 +133,9 @@ class Resolver {
         continue;
       }
       origin_[d.name] = Origin{};
-      if (const std::optional<std::string>& v = d.default_for(defaults)) {
+      if (!cli.source_defaults) {
+        origin_[d.name].text = "default";
+      } else if (const std::optional<std::string>& v = d.default_for(defaults)) {
         d.set(out_.train, *v, d.name);
         origin_[d.name].text = defaults_source_name(defaults);
       } else if (d.demo_default) {
@@ -141,6 +143,8 @@ class Resolver {
       }
     }
     for (const SettingDef& d : kDerived) origin_[d.name] = Origin{};
+    if (!cli.source_defaults)
+      for (const SettingDef& d : kDerived) origin_[d.name].text = "default";
     for (auto [name, flag] : kDerivedFlags)
       if (given(flag)) origin_[name] = Origin{ConfigLayer::kFlag, flag};
     // The flags that also set DeepSpeed's schedule parameters (docs/configs.md).
@@ -242,7 +246,9 @@ class Resolver {
     p.attempt([&] { check_adam_mode(); });
     check_deepspeed_batch(p);
     check_schedule_source(p);
-    check_setting_rules(out_.train, p, [&](const std::string& name) { return source_text(name); });
+    // The built-in model's sizes are checked by validate() (add_sources names their source).
+    check_setting_rules(
+        out_.train, p, [&](const std::string& name) { return source_text(name); }, /*model_sizes=*/false);
     if (out_.recorded.num_machines > 1)
       out_.warnings.push_back(fmt::format(
           "num_machines={} ({}) is recorded, but `seqpar train` runs all {} ranks in this process on this machine",
@@ -477,7 +483,7 @@ class Resolver {
   // DeepSpeed's own rule, for a bare DeepSpeed file (no Trainer fills the batch): "Either
   // train_batch_size or train_micro_batch_size_per_gpu needs to be provided".
   void check_deepspeed_batch(Problems& p) {
-    if (defaults_ != DefaultsSource::kDeepSpeed) return;
+    if (defaults_ != DefaultsSource::kDeepSpeed || !cli_.source_defaults) return;
     const bool micro = origin_.at("micro_batch").layer != ConfigLayer::kDefault;
     SEQPAR_PROBLEM_CHECK(p, micro || train_batch_.is_set(),
                          "micro_batch: {} has neither train_batch_size nor train_micro_batch_size_per_gpu, which "

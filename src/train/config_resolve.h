@@ -69,6 +69,10 @@ struct ResolvedConfig {
 struct CommandLine {
   TrainConfig values;
   std::set<std::string> given;
+  // true (the commands): what no flag gave starts at the defaults of the run's source
+  // (defaults_source). false: `values` are complete as they are (a caller that built its own
+  // TrainConfig, such as the resolution tests of files against TrainConfig{}); sources read "default".
+  bool source_defaults = true;
   // When a launcher started this process as one rank of several over NCCL: its world size (the
   // environment's WORLD_SIZE, SLURM_NTASKS, ...) and where it came from, for messages. The world
   // must equal it, and dp_replicate left at its default fills it (as DeepSpeed's dp = world / sp);
