@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "cli/accelerate_env.h"
 #include "cli/commands.h"
 #include "cli/kernel_env.h"
 #include "comm/dist_env.h"
@@ -48,14 +50,22 @@ void run(TrainArgs& a, const CLI::App& command) {
                                             : fmt::format("the launch: {}, {} processes",
                                                           convention_name(env.convention), env.world_size);
   }
-  ResolvedConfig resolved = resolve_train_config(cli, a.deepspeed_config, a.accelerate_config);
+  // Every problem of the files, the environment, the merge and the settings' rules, in one error.
+  Problems problems;
+  const std::optional<AccelerateConfig> env = accelerate_config_from_env(process_env(), problems);
+  ResolvedConfig resolved =
+      resolve_train_config(cli, a.deepspeed_config, a.accelerate_config, env ? &*env : nullptr, &problems);
   TrainConfig& c = resolved.train;
   c.kernels = process_kernel_policy();
   for (const SettingDecl& d : train_settings())
-    SEQPAR_INPUT_CHECK(!d.builtin_model_only || c.model_dir.empty() || !cli.given.count(d.flag()),
-                       "{} sizes the built-in model; with --model={} the sizes come from its config.json", d.flag(),
-                       c.model_dir);
-  c.validate();
+    SEQPAR_PROBLEM_CHECK(problems, !d.builtin_model_only || c.model_dir.empty() || !cli.given.count(d.flag()),
+                         "{} sizes the built-in model; with --model={} the sizes come from its config.json", d.flag(),
+                         c.model_dir);
+  Problems rules;
+  c.validate(rules);
+  add_sources(rules, resolved);
+  problems.append(rules);
+  problems.raise();
   c.config_text = format_resolved_config(resolved);
   if (a.print_config) {
     std::fputs(c.config_text.c_str(), stdout);
@@ -85,18 +95,11 @@ void run(TrainArgs& a, const CLI::App& command) {
 
 TrainConfig train_command_defaults() {
   TrainConfig c;
-  // The embedded default: the demo's tiny Llama on sp = 4 ranks (threads), the recall task, stop
-  // once it is learned.
+  // The built-in model is the demo's tiny Llama; the demo's other values (sp = 4 ranks, the recall
+  // task's length, stop once it is learned, its optimizer) are its declared defaults (config.cpp),
+  // which a run with a model, data or config file trades for its tool's (config_resolve).
   c.model = demo_model_config();
-  c.task.seq_len = 128;
-  c.micro_batch = 16;
-  c.steps = 600;
-  c.optimizer.adamw.lr = 3e-3f;
-  c.optimizer.adamw.weight_decay = 0.01f;
-  c.optimizer.clip = 1.0;
-  c.warmup_steps = 30;
-  c.eval_every = 25;
-  c.stop_at_accuracy = 0.95;
+  apply_defaults(c, DefaultsSource::kDemo);
   return c;
 }
 
@@ -109,7 +112,8 @@ void add_train_command(CLI::App& app, int& rc) {
       "sequence split across 4 in-process ranks");
   add_setting_options(*t, args->config, kTrainCommand);
   t->add_option("--config,--deepspeed", args->deepspeed_config,
-                "DeepSpeed JSON config (batch sizes, optimizer, scheduler, ...; docs/configs.md)");
+                "DeepSpeed JSON config (batch sizes, optimizer, scheduler, ...; docs/configs.md); an Accelerate "
+                "YAML goes to --accelerate-config");
   t->add_option("--accelerate-config", args->accelerate_config,
                 "Accelerate YAML config (num_processes, parallelism_config, deepspeed_config_file; docs/configs.md)");
   t->add_flag("--print-config", args->print_config,

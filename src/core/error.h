@@ -7,6 +7,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 #include "core/error_base.h"
 
 // SEQPAR_CHECK(cond, "fmt {}", args...): throws seqpar::Error naming the statement and location.
@@ -40,3 +43,39 @@ std::string check_message(fmt::format_string<Args...> f, Args&&... args) {
   return fmt::format(f, std::forward<Args>(args)...);
 }
 }  // namespace seqpar::detail
+
+namespace seqpar {
+
+// Every problem of one input found in one pass: the checks add to it instead of throwing, and the
+// caller raises them together, so a file with three mistakes takes one run to fix, not three.
+class Problems {
+ public:
+  void add(std::string message);
+  // Runs f; an InputError it throws becomes one problem (the rest of f is skipped).
+  template <typename F>
+  void attempt(F&& f) {
+    try {
+      f();
+    } catch (const InputError& e) {
+      add(e.what());
+    }
+  }
+  void append(const Problems& other);
+  bool empty() const { return list_.empty(); }
+  const std::vector<std::string>& list() const { return list_; }
+  std::vector<std::string>& list() { return list_; }
+  // One InputError naming every problem (its message alone when there is one); nothing when none.
+  void raise() const;
+
+ private:
+  std::vector<std::string> list_;
+};
+
+}  // namespace seqpar
+
+// SEQPAR_PROBLEM_CHECK(problems, cond, "setting=value must ..."): adds the message when cond fails.
+#define SEQPAR_PROBLEM_CHECK(problems, cond, ...) \
+  do {                                            \
+    if (!(cond)) [[unlikely]]                     \
+      (problems).add(::seqpar::detail::check_message(__VA_ARGS__)); \
+  } while (0)

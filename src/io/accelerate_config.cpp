@@ -8,11 +8,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
 #include "io/input_file.h"
+#include "io/config_kind.h"
 
 namespace seqpar {
 
@@ -87,8 +90,9 @@ class Reader {
     YAML::Node n = get(name);
     if (!n.IsDefined()) return out;
     double v = 0;
-    bool ok = plain(n) && YAML::convert<double>::decode(n, v) && v >= min;
-    expect(ok, name, fmt::format("a number >= {}", min), n);
+    // yaml-cpp reads .inf and .nan as numbers; a clipping norm or a rate must be finite.
+    bool ok = plain(n) && YAML::convert<double>::decode(n, v) && std::isfinite(v) && v >= min;
+    expect(ok, name, fmt::format("a finite number >= {}", min), n);
     out.value = v;
     return out;
   }
@@ -146,16 +150,9 @@ class Reader {
   std::vector<std::string> read_;
 };
 
-void check_zero_stage(AccelerateConfig& c) {
-  if (c.zero_stage.has() && *c.zero_stage > 2)
-    c.warnings.push_back(fmt::format(
-        "{}: {}={} runs as stage 2: seqpar partitions the optimizer state and the gradients over the ranks, but "
-        "parameters are kept whole on every rank",
-        c.source, c.zero_stage.key, *c.zero_stage));
-}
 
 void parse_deepspeed_section(Reader& top, AccelerateConfig& c, const std::string& base_dir,
-                             std::vector<std::string>& unread) {
+                             std::vector<std::string>& unread, Problems& problems) {
   YAML::Node d = top.mapping("deepspeed_config");
   if (!d.IsDefined()) return;
   Reader r(d, c.source, "deepspeed_config.");
@@ -181,9 +178,21 @@ void parse_deepspeed_section(Reader& top, AccelerateConfig& c, const std::string
     (opt ? c.offload_optimizer_device : c.offload_param_device) = device;
   }
   YamlValue<bool> save16 = r.boolean("zero3_save_16bit_model");
-  if (save16.has()) inline_keys.push_back(save16.key);
-  r.boolean("zero3_init_flag");              // a model-construction switch: nothing to do in seqpar
-  r.string("deepspeed_multinode_launcher");  // seqpar launches its own ranks
+  if (save16.has()) {
+    inline_keys.push_back(save16.key);
+    c.warnings.push_back(fmt::format("{}: {}={} has no effect: `seqpar export` writes the trained model (--dtype bf16 "
+                                     "or f32)",
+                                     c.source, save16.key, *save16 ? "true" : "false"));
+  }
+  // A model-construction switch, and a launcher choice: nothing to do in seqpar, said so.
+  for (const char* what : {"zero3_init_flag", "deepspeed_multinode_launcher"}) {
+    YAML::Node n = r.get(what);
+    if (n.IsDefined())
+      c.warnings.push_back(fmt::format("{}: deepspeed_config.{}={} has no effect: {}", c.source, what, n.Scalar(),
+                                       std::string(what) == "zero3_init_flag"
+                                           ? "seqpar builds each rank's model itself"
+                                           : "seqpar launches its own ranks (seqpar launch)"));
+  }
 
   if (file.has()) {
     // Accelerate refuses inline DeepSpeed settings next to a config file; so does seqpar, rather
@@ -198,9 +207,8 @@ void parse_deepspeed_section(Reader& top, AccelerateConfig& c, const std::string
     SEQPAR_INPUT_CHECK(fs::exists(c.deepspeed_config_file),
                        "{}: '{}'={}: no such file (looked for {}; a relative path is taken from the YAML's directory)",
                        c.source, file.key, *file, c.deepspeed_config_file);
-    c.deepspeed = load_ds_config(c.deepspeed_config_file);
+    c.deepspeed = load_ds_config(c.deepspeed_config_file, &problems);
   }
-  check_zero_stage(c);
   for (std::string& k : r.unread()) unread.push_back(k);
 }
 
@@ -213,14 +221,22 @@ void parse_parallelism_section(Reader& top, AccelerateConfig& c, std::vector<std
   c.dp_replicate_size = r.integer(pre + "dp_replicate_size", 1, INT64_MAX);
   c.dp_shard_size = r.integer(pre + "dp_shard_size", 1, INT64_MAX);
   YamlValue<int64_t> tp = r.integer(pre + "tp_size", 1, INT64_MAX);
+  if (tp.has() && *tp == 1) c.warnings.push_back(fmt::format("{}: {}=1 is what seqpar does (no tensor parallelism)",
+                                                             c.source, tp.key));
   SEQPAR_INPUT_CHECK(!tp.has() || *tp == 1, "{}: '{}'={} is not supported: seqpar has no tensor parallelism (use 1)",
                      c.source, tp.key, tp.has() ? *tp : 0);
-  YamlValue<int64_t> cp = r.integer(pre + "cp_size", 1, INT64_MAX);
-  SEQPAR_INPUT_CHECK(!cp.has() || *cp == 1,
-                     "{}: '{}'={} is not supported: seqpar's context parallelism is its ring attention; set "
-                     "parallelism_config_sp_size (with --sp-mode ring or hybrid) instead, and cp_size 1",
-                     c.source, cp.key, cp.has() ? *cp : 0);
+  c.cp_size = r.integer(pre + "cp_size", 1, INT64_MAX);
+  YamlValue<std::string> cp_backend = r.choice(pre + "cp_backend", {"torch"});  // Accelerate's only one
+  YamlValue<std::string> cp_comm = r.choice(pre + "cp_comm_strategy", {"allgather", "alltoall"});
+  if (cp_comm.has())
+    c.warnings.push_back(fmt::format(
+        "{}: {}={} is not needed: seqpar's ring passes each k/v block to the next rank, overlapped with the "
+        "attention on the current one",
+        c.source, cp_comm.key, *cp_comm));
   c.sp_backend = r.string(pre + "sp_backend");
+  if (c.sp_backend.has() && *c.sp_backend == "deepspeed")
+    c.warnings.push_back(fmt::format("{}: {}=deepspeed is what seqpar implements (DeepSpeed-Ulysses / ALST)", c.source,
+                                     c.sp_backend.key));
   SEQPAR_INPUT_CHECK(!c.sp_backend.has() || *c.sp_backend == "deepspeed",
                      "{}: '{}'={} is not supported: seqpar implements DeepSpeed's Ulysses sequence parallelism (ALST); "
                      "use deepspeed",
@@ -241,47 +257,166 @@ void parse_parallelism_section(Reader& top, AccelerateConfig& c, std::vector<std
   for (std::string& k : r.unread()) unread.push_back(k);
 }
 
+
+// fsdp_config onto seqpar's levers (accelerate/utils/dataclasses.py FullyShardedDataParallelPlugin
+// names the keys): sharding → ZeRO stage, activation checkpointing → activation checkpointing;
+// parameter offload and full parameter sharding (ZeRO-3) are refused, as seqpar has neither yet;
+// what only changes how FSDP wraps, prefetches or saves is named in a warning.
+void parse_fsdp_section(Reader& top, AccelerateConfig& c, std::vector<std::string>& unread, Problems& problems) {
+  YAML::Node f = top.mapping("fsdp_config");
+  if (!f.IsDefined()) return;
+  Reader r(f, c.source, "fsdp_config.");
+  problems.attempt([&] { (void)r.integer("fsdp_version", 1, 2); });
+  // FSDP1's ShardingStrategy by name or number (FULL_SHARD 1 = ZeRO 3, SHARD_GRAD_OP 2 = ZeRO 2, NO_SHARD 3 =
+  // ZeRO 0, HYBRID_SHARD 4,
+  // HYBRID_SHARD_ZERO2 5); FSDP2's fsdp_reshard_after_forward true / false (= FULL_SHARD / SHARD_GRAD_OP),
+  // which newer Accelerate also accepts holding a strategy name.
+  auto stage_of = [&](const std::string& key, const std::string& v) -> int64_t {
+    if (v == "SHARD_GRAD_OP" || v == "2" || v == "false") return 2;
+    if (v == "NO_SHARD" || v == "3") return 0;
+    if (v == "FULL_SHARD" || v == "1" || v == "true") return 3;  // parameters sharded too: ZeRO stage 3
+    if (v == "HYBRID_SHARD" || v == "HYBRID_SHARD_ZERO2" || v == "4" || v == "5")
+      throw InputError(fmt::format("{}: '{}'={} (shard inside a node, replicate across) is not supported: seqpar's "
+                                   "ZeRO shards over every rank; use SHARD_GRAD_OP (stage 2) or NO_SHARD",
+                                   c.source, key, v));
+    throw InputError(fmt::format("{}: '{}' must be one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+                                 "HYBRID_SHARD_ZERO2 (or 1-5, or true / false), got '{}'",
+                                 c.source, key, v));
+  };
+  for (const char* name : {"fsdp_sharding_strategy", "fsdp_reshard_after_forward"}) problems.attempt([&] {
+    YamlValue<std::string> v = r.string(name);
+    if (!v.has()) return;
+    const int64_t stage = stage_of(v.key, *v);
+    if (!c.fsdp_zero_stage.has()) {
+      c.fsdp_zero_stage.key = v.key;
+      c.fsdp_zero_stage.value = stage;
+    }
+  });
+  problems.attempt([&] {
+    // FSDP's CPUOffload(offload_params=True) keeps the parameters (and so their optimizer state) on
+    // the host: seqpar's parameter offload, with ZeRO stage 3.
+    YamlValue<bool> offload = r.boolean("fsdp_offload_params");
+    if (offload.has() && *offload && !c.offload_param_device.has()) {
+      c.offload_param_device.key = offload.key;
+      c.offload_param_device.value = "cpu";
+    }
+  });
+  problems.attempt([&] { c.fsdp_activation_checkpointing = r.boolean("fsdp_activation_checkpointing"); });
+  // No effect in seqpar, each for its reason: named, never dropped silently.
+  const std::pair<const char*, const char*> kNoEffect[] = {
+      {"fsdp_state_dict_type", "seqpar's checkpoints (--save-dir) are its own, and `seqpar export` writes a full HF "
+                               "checkpoint"},
+      {"fsdp_cpu_ram_efficient_loading", "every rank reads the safetensors it needs itself"},
+      {"fsdp_sync_module_states", "every rank starts from the same checkpoint or seed"},
+      {"fsdp_auto_wrap_policy", "seqpar shards per tensor, not per wrapped module"},
+      {"fsdp_transformer_layer_cls_to_wrap", "seqpar shards per tensor, not per wrapped module"},
+      {"fsdp_min_num_params", "seqpar shards per tensor, not per wrapped module"},
+      {"fsdp_backward_prefetch", "seqpar's ZeRO has no parameter prefetch"},
+      {"fsdp_forward_prefetch", "seqpar's ZeRO has no parameter prefetch"},
+      {"fsdp_use_orig_params", "seqpar's optimizer sees the HF parameters by name"},
+  };
+  for (auto [key, why] : kNoEffect) {
+    YAML::Node n = r.get(key);
+    if (n.IsDefined())
+      c.warnings.push_back(
+          fmt::format("{}: fsdp_config.{}={} has no effect in seqpar: {}", c.source, key, n.Scalar(), why));
+  }
+  for (const std::string& k : r.unread())
+    problems.add(fmt::format("{}: '{}' is not an FSDP setting seqpar knows (it maps fsdp_sharding_strategy, "
+                             "fsdp_reshard_after_forward, fsdp_offload_params, fsdp_activation_checkpointing); remove it",
+                             c.source, k));
+}
+
+// yaml-cpp keeps the first of two equal keys; PyYAML (Accelerate's reader) the last. Rather than
+// differ from Accelerate silently, a key given twice is refused.
+void find_duplicate_keys(const YAML::Node& n, const std::string& path, const std::string& source, Problems& p) {
+  if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const std::string k = it->first.Scalar();
+      if (!seen.insert(k).second)
+        p.add(fmt::format("{}: '{}{}' appears twice (Accelerate's YAML reader would take the last, seqpar's the "
+                          "first; keep one)",
+                          source, path, k));
+      find_duplicate_keys(it->second, path + k + ".", source, p);
+    }
+  } else if (n.IsSequence()) {
+    for (const YAML::Node& e : n) find_duplicate_keys(e, path, source, p);
+  }
+}
+
 }  // namespace
 
 AccelerateConfig parse_accelerate_config(const std::string& yaml_text, const std::string& source,
-                                         const std::string& base_dir) {
+                                         const std::string& base_dir, Problems* collect) {
+  Problems local;
+  Problems& p = collect ? *collect : local;
+  AccelerateConfig c;
+  c.source = source;
   YAML::Node root;
   check_yaml_depth(yaml_text, source);
   try {
-    root = YAML::Load(yaml_text);
+    // yaml.safe_load (Accelerate's) refuses a stream of several documents; so does seqpar.
+    std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
+    if (docs.size() > 1)
+      p.add(fmt::format("{}: holds {} YAML documents (separated by ---); an Accelerate config is one document, as "
+                        "Accelerate's yaml.safe_load requires",
+                        source, docs.size()));
+    if (!docs.empty()) root = docs.front();
   } catch (const YAML::Exception& e) {
-    throw InputError(
-        fmt::format("{}: not valid YAML: {} (line {}, column {})", source, e.msg, e.mark.line + 1, e.mark.column + 1));
+    p.add(fmt::format("{}: not valid YAML: {} (line {}, column {})", source, e.msg, e.mark.line + 1,
+                      e.mark.column + 1));
   }
-  SEQPAR_INPUT_CHECK(root.IsMap(), "{}: an Accelerate config must be a YAML mapping, got {}", source, describe(root));
+  if (!p.empty() && !root.IsDefined()) {
+    if (!collect) p.raise();
+    return c;
+  }
+  if (!root.IsMap()) {
+    p.add(fmt::format("{}: an Accelerate config must be a YAML mapping, got {}", source, describe(root)));
+    if (!collect) p.raise();
+    return c;
+  }
+  find_duplicate_keys(root, "", source, p);
+  ConfigKeys keys;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    keys.keys.push_back(it->first.Scalar());
+    if (it->second.IsScalar()) keys.scalars[it->first.Scalar()] = it->second.Scalar();
+  }
+  const ConfigKind kind = config_kind_of(keys);
+  if (kind != ConfigKind::kAccelerate) {
+    p.add(fmt::format("{}: not an Accelerate config: {}", source, config_kind_advice(kind, keys)));
+    if (!collect) p.raise();
+    return c;
+  }
 
-  AccelerateConfig c;
-  c.source = source;
   Reader top(root, c.source, "");
   std::vector<std::string> unread;
 
-  c.distributed_type = top.string("distributed_type");
-  if (c.distributed_type.has()) {
-    const std::string& t = *c.distributed_type;
-    SEQPAR_INPUT_CHECK(t == "NO" || t == "MULTI_CPU" || t == "MULTI_GPU" || t == "DEEPSPEED" || t == "FSDP",
-                       "{}: 'distributed_type'={} is not supported by seqpar (supported: NO, MULTI_CPU, MULTI_GPU, "
-                       "DEEPSPEED, FSDP)",
-                       source, t);
-  }
-  c.num_processes = top.integer("num_processes", 1, INT64_MAX);
-  c.num_machines = top.integer("num_machines", 1, INT64_MAX);
-  c.machine_rank = top.integer("machine_rank", 0, INT64_MAX);
+  p.attempt([&] {
+    c.distributed_type = top.string("distributed_type");
+    if (c.distributed_type.has()) {
+      const std::string& t = *c.distributed_type;
+      SEQPAR_INPUT_CHECK(t == "NO" || t == "MULTI_CPU" || t == "MULTI_GPU" || t == "DEEPSPEED" || t == "FSDP",
+                         "{}: 'distributed_type'={} is not supported by seqpar (supported: NO, MULTI_CPU, MULTI_GPU, "
+                         "DEEPSPEED, FSDP)",
+                         source, t);
+    }
+  });
+  p.attempt([&] { c.num_processes = top.integer("num_processes", 1, INT64_MAX); });
+  p.attempt([&] { c.num_machines = top.integer("num_machines", 1, INT64_MAX); });
+  p.attempt([&] { c.machine_rank = top.integer("machine_rank", 0, INT64_MAX); });
   if (c.machine_rank.has() && c.num_machines.has())
-    SEQPAR_INPUT_CHECK(*c.machine_rank < *c.num_machines, "{}: 'machine_rank'={} must be < 'num_machines'={}", source,
-                       *c.machine_rank, *c.num_machines);
+    SEQPAR_PROBLEM_CHECK(p, *c.machine_rank < *c.num_machines, "{}: 'machine_rank'={} must be < 'num_machines'={}",
+                         source, *c.machine_rank, *c.num_machines);
   if (c.num_machines.has() && c.num_processes.has())
-    SEQPAR_INPUT_CHECK(*c.num_processes % *c.num_machines == 0,
-                       "{}: 'num_processes'={} (the total over all machines) must be a multiple of 'num_machines'={}",
-                       source, *c.num_processes, *c.num_machines);
-  c.main_process_ip = top.string("main_process_ip");
-  c.main_process_port = top.integer("main_process_port", 1, 65535);
-  c.mixed_precision = top.choice("mixed_precision", {"no", "bf16", "fp16", "fp8"});
-  if (c.mixed_precision.has()) {
+    SEQPAR_PROBLEM_CHECK(p, *c.num_processes % *c.num_machines == 0,
+                         "{}: 'num_processes'={} (the total over all machines) must be a multiple of 'num_machines'={}",
+                         source, *c.num_processes, *c.num_machines);
+  p.attempt([&] { c.main_process_ip = top.string("main_process_ip"); });
+  p.attempt([&] { c.main_process_port = top.integer("main_process_port", 1, 65535); });
+  p.attempt([&] {
+    c.mixed_precision = top.choice("mixed_precision", {"no", "bf16", "fp16", "fp8"});
+    if (!c.mixed_precision.has()) return;
     SEQPAR_INPUT_CHECK(*c.mixed_precision != "fp16",
                        "{}: 'mixed_precision'=fp16 is not supported: fp16 needs dynamic loss scaling, which seqpar "
                        "does not implement; use bf16 (fp32's exponent range, no loss scaling)",
@@ -290,22 +425,33 @@ AccelerateConfig parse_accelerate_config(const std::string& yaml_text, const std
                        "{}: 'mixed_precision'=fp8 is not supported: seqpar computes in bf16 (CUDA) or fp32 (CPU); "
                        "use bf16",
                        source);
-  }
-  parse_deepspeed_section(top, c, base_dir, unread);
-  parse_parallelism_section(top, c, unread);
+  });
+  p.attempt([&] { parse_deepspeed_section(top, c, base_dir, unread, p); });
+  p.attempt([&] { parse_parallelism_section(top, c, unread); });
+  p.attempt([&] { parse_fsdp_section(top, c, unread, p); });
 
   for (std::string& k : top.unread()) unread.push_back(k);
   if (!unread.empty())
     c.warnings.push_back(fmt::format("{}: {} not read by seqpar (ignored): {}", source,
                                      unread.size() == 1 ? "this key is" : "these keys are", join(unread)));
+  if (!collect) p.raise();
   return c;
 }
 
-AccelerateConfig load_accelerate_config(const std::string& path) {
-  const std::string text = read_input_file(path, kAccelerateConfigInput);
+AccelerateConfig load_accelerate_config(const std::string& path, Problems* problems) {
+  std::string text;
+  try {
+    text = read_input_file(path, kAccelerateConfigInput);
+  } catch (const InputError& e) {
+    if (!problems) throw;
+    problems->add(e.what());
+    AccelerateConfig c;
+    c.source = path;
+    return c;
+  }
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  return parse_accelerate_config(text, path, dir);
+  return parse_accelerate_config(text, path, dir, problems);
 }
 
 }  // namespace seqpar

@@ -48,15 +48,28 @@ struct AccelerateConfig {
   YamlValue<bool> sp_seq_length_is_variable;
   YamlValue<int64_t> sp_seq_length;
   YamlValue<std::string> sp_attn_implementation;  // sdpa | flash_attention_2 | flash_attention_3
+  // parallelism_config_cp_size: PyTorch context parallelism, a ring over the sequence: seqpar's
+  // ring degree (with sp_size > 1 as well: hybrid, Ulysses inside, ring across).
+  YamlValue<int64_t> cp_size;
+
+  // fsdp_config, mapped onto seqpar's levers: the sharding strategy (fsdp_sharding_strategy, or
+  // FSDP2's fsdp_reshard_after_forward) as a ZeRO stage, fsdp_activation_checkpointing as
+  // activation checkpointing. What has no seqpar counterpart is refused or warned by name.
+  YamlValue<int64_t> fsdp_zero_stage;
+  YamlValue<bool> fsdp_activation_checkpointing;
 
   std::vector<std::string> warnings;  // each a full sentence naming the file and the key(s)
 };
 
-// Reads `path`, and the DeepSpeed file it names (relative to the YAML's directory).
-AccelerateConfig load_accelerate_config(const std::string& path);
+// Reads `path`, and the DeepSpeed file it names (relative to the YAML's directory). The YAML is
+// read as Accelerate reads it (yaml.safe_load: one document); a key given twice, a file that is not
+// an Accelerate config (an ArcticTraining recipe, a DeepSpeed JSON, an unrelated YAML) and every
+// bad value are problems, all found in one pass: added to `problems` when given, else thrown as
+// one InputError.
+AccelerateConfig load_accelerate_config(const std::string& path, Problems* problems = nullptr);
 // Parses YAML text; `source` names it in messages; a deepspeed_config_file is resolved against
 // `base_dir` and loaded.
 AccelerateConfig parse_accelerate_config(const std::string& yaml_text, const std::string& source,
-                                         const std::string& base_dir);
+                                         const std::string& base_dir, Problems* problems = nullptr);
 
 }  // namespace seqpar

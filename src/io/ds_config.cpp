@@ -1,7 +1,8 @@
 // DeepSpeed JSON -> DsConfig. What each key means, and what "auto" resolves to, is in
 // docs/configs.md; the checks here are the ones that need only the file itself.
 #include "io/ds_config.h"
-#include "io/json_describe.h"
+
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
@@ -9,10 +10,13 @@
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
 #include "io/input_file.h"
+#include "io/config_kind.h"
+#include "io/json_describe.h"
 
 namespace seqpar {
 
@@ -81,7 +85,7 @@ class Reader {
     const json* v = get(name);
     if (!v) return out;
     if (auto_value(*v, allow_auto, out)) return out;
-    bool ok = v->is_number();
+    bool ok = v->is_number() && std::isfinite(v->get<double>());  // 1e999 parses as inf
     if (ok) {
       const double x = v->get<double>();
       ok = (min_open ? x > min : x >= min) && (max_open ? x < max : x <= max);
@@ -166,14 +170,14 @@ class Reader {
   std::vector<std::string> read_;
 };
 
-void parse_zero(Reader& top, DsConfig& c, std::vector<std::string>& unread) {
+void parse_zero(Reader& top, DsConfig& c, std::vector<std::string>& unread, Problems& p) {
   const json* z = top.object("zero_optimization");
   if (!z) return;
   Reader r(*z, c.source, "zero_optimization.");
-  c.zero_stage = r.integer("stage", 0, 3, false);
-  for (const char* what : {"offload_optimizer", "offload_param"}) {
+  p.attempt([&] { c.zero_stage = r.integer("stage", 0, 3, false); });
+  for (const char* what : {"offload_optimizer", "offload_param"}) p.attempt([&] {
     const json* o = r.object(what);
-    if (!o) continue;
+    if (!o) return;
     const bool opt = std::string(what) == "offload_optimizer";
     Reader ro(*o, c.source, std::string("zero_optimization.") + what + ".");
     DsValue<std::string> device = ro.choice("device", {"none", "cpu", "nvme"});
@@ -205,7 +209,7 @@ void parse_zero(Reader& top, DsConfig& c, std::vector<std::string>& unread) {
                                        c.source, what, k));
     }
     for (std::string& k : ro.unread()) unread.push_back(k);
-  }
+  });
   // The knobs DeepSpeed's stage 3 is tuned with: seqpar gathers exactly one decoder
   // layer at a time (prefetching the next), keeps the embedding, final norm and LM head whole, and
   // reduces each layer's gradients as its backward ends, so these have nothing to set.
@@ -246,7 +250,7 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
   }
 }
 
-void parse_optimizer(Reader& top, DsConfig& c, std::vector<std::string>& unread) {
+void parse_optimizer(Reader& top, DsConfig& c, std::vector<std::string>& unread, Problems& problems) {
   const json* o = top.object("optimizer");
   if (!o) return;
   Reader r(*o, c.source, "optimizer.");
@@ -262,22 +266,25 @@ void parse_optimizer(Reader& top, DsConfig& c, std::vector<std::string>& unread)
   opt.type = t == "adamw" ? "AdamW" : "Adam";
   if (const json* p = r.object("params")) {
     Reader rp(*p, c.source, "optimizer.params.");
-    opt.lr = rp.number("lr", 0, HUGE_VAL, kAuto, false, true);
-    opt.eps = rp.number("eps", 0, HUGE_VAL, kAuto, false, true);
-    opt.weight_decay = rp.number("weight_decay", 0, HUGE_VAL, kAuto);
+    problems.attempt([&] { opt.lr = rp.number("lr", 0, HUGE_VAL, kAuto, false, true); });
+    problems.attempt([&] { opt.eps = rp.number("eps", 0, HUGE_VAL, kAuto, false, true); });
+    problems.attempt([&] { opt.weight_decay = rp.number("weight_decay", 0, HUGE_VAL, kAuto); });
     opt.betas.key = "optimizer.params.betas";
+    problems.attempt([&] {
     if (const json* b = rp.get("betas")) {
       if (b->is_string() && b->get<std::string>() == "auto") {
         opt.betas.state = DsValue<std::array<double, 2>>::State::kAuto;
       } else {
         bool ok = b->is_array() && b->size() == 2;
         for (size_t i = 0; ok && i < 2; ++i)
-          ok = (*b)[i].is_number() && (*b)[i].get<double>() >= 0 && (*b)[i].get<double>() < 1;
+          ok = (*b)[i].is_number() && std::isfinite((*b)[i].get<double>()) && (*b)[i].get<double>() >= 0 &&
+               (*b)[i].get<double>() < 1;
         rp.expect(ok, "betas", "a list of two numbers in [0, 1)", *b, kAuto);
         opt.betas.value = {(*b)[0].get<double>(), (*b)[1].get<double>()};
         opt.betas.state = DsValue<std::array<double, 2>>::State::kSet;
       }
     }
+    });
     // adam_w_mode only changes Adam (DeepSpeed's AdamW forces it on); torch_adam picks the torch
     // implementation of the same algorithm.
     DsValue<bool> w_mode = rp.boolean("adam_w_mode", false);
@@ -338,7 +345,7 @@ void parse_scheduler(Reader& top, DsConfig& c, std::vector<std::string>& unread)
                          "{}: 'scheduler.params.{}' is not a parameter of {} (its parameters: {})", c.source, it.key(),
                          sch.type, join(valid));
   }
-  sch.warmup_num_steps = rp.integer("warmup_num_steps", 1, INT64_MAX, kAuto);
+  sch.warmup_num_steps = rp.integer("warmup_num_steps", 0, INT64_MAX, kAuto);  // DeepSpeed: max(2, it)
   sch.warmup_type = rp.choice("warmup_type", {"log", "linear"});
   if (cosine || decay) {
     sch.total_num_steps = rp.integer("total_num_steps", 1, INT64_MAX, kAuto);
@@ -360,50 +367,150 @@ void parse_scheduler(Reader& top, DsConfig& c, std::vector<std::string>& unread)
   for (std::string& k : r.unread()) unread.push_back(k);
 }
 
+// Parses like DeepSpeed's loader: json.load with an object_pairs_hook that raises on a duplicate
+// key (dict_raise_error_on_duplicate_keys), so a key given twice is refused, not "the last wins".
+json parse_refusing_duplicates(const std::string& text, const std::string& source, Problems& problems) {
+  struct Level {
+    std::set<std::string> keys;
+    std::string path;
+  };
+  std::vector<Level> levels;
+  std::string last_key;
+  json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      const std::string path = levels.empty() ? "" : levels.back().path + last_key + ".";
+      levels.push_back({{}, path});
+    } else if (event == json::parse_event_t::object_end) {
+      if (!levels.empty()) levels.pop_back();
+    } else if (event == json::parse_event_t::key && !levels.empty()) {
+      last_key = parsed.get<std::string>();
+      if (!levels.back().keys.insert(last_key).second)
+        problems.add(fmt::format("{}: '{}{}' appears twice (DeepSpeed refuses duplicate keys in its config, "
+                                 "\"Duplicate key in DeepSpeed config\"; keep one)",
+                                 source, levels.back().path, last_key));
+    }
+    return true;
+  };
+  return json::parse(text, cb);
+}
+
+ConfigKeys json_keys(const json& root) {
+  ConfigKeys k;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    k.keys.push_back(it.key());
+    if (it.value().is_string()) k.scalars[it.key()] = it.value().get<std::string>();
+  }
+  return k;
+}
+
+// Text that is not JSON: if it is a YAML mapping, say what kind of file it looks like.
+std::string not_json_advice(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (text[first] == '{' || text[first] == '[')) return "";  // JSON, broken
+  try {
+    YAML::Node y = YAML::Load(text);
+    if (!y.IsMap()) return "";
+    ConfigKeys k;
+    for (auto it = y.begin(); it != y.end(); ++it) {
+      k.keys.push_back(it->first.Scalar());
+      if (it->second.IsScalar()) k.scalars[it->first.Scalar()] = it->second.Scalar();
+    }
+    const ConfigKind kind = config_kind_of(k);
+    return "; it is YAML, not JSON" +
+           (kind == ConfigKind::kUnknown ? std::string() : ": " + config_kind_advice(kind, k));
+  } catch (const YAML::Exception&) {
+    return "";
+  }
+}
+
+bool contains_auto(const json& j) {
+  if (j.is_string()) return j.get<std::string>() == "auto";
+  if (j.is_structured())
+    for (const json& v : j)
+      if (contains_auto(v)) return true;
+  return false;
+}
+
 }  // namespace
 
-DsConfig parse_ds_config(const std::string& json_text, const std::string& source) {
-  json root;
-  try {
-    root = parse_json_input(json_text, source);
-  } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", source, e.what()));
-  }
-  SEQPAR_INPUT_CHECK(root.is_object(), "{}: a DeepSpeed config must be a JSON object, got {}", source, describe(root));
-
+DsConfig parse_ds_config(const std::string& json_text, const std::string& source, Problems* collect) {
+  Problems local;
+  Problems& p = collect ? *collect : local;
   DsConfig c;
   c.source = source;
+  json root;
+  try {
+    Problems duplicates;
+    check_json_depth(json_text, source);
+    root = parse_refusing_duplicates(json_text, source, duplicates);
+    p.append(duplicates);
+  } catch (const json::exception& e) {
+    p.add(fmt::format("{}: not valid JSON: {}{}", source, e.what(), not_json_advice(json_text)));
+    if (!collect) p.raise();
+    return c;
+  }
+  if (!root.is_object()) {
+    p.add(fmt::format("{}: a DeepSpeed config must be a JSON object, got {}", source, describe(root)));
+    if (!collect) p.raise();
+    return c;
+  }
+  const ConfigKeys keys = json_keys(root);
+  const ConfigKind kind = config_kind_of(keys);
+  if (kind != ConfigKind::kDeepSpeed && !(kind == ConfigKind::kUnknown && keys.keys.empty())) {
+    p.add(fmt::format("{}: not a DeepSpeed config: {}", source, config_kind_advice(kind, keys)));
+    if (!collect) p.raise();
+    return c;
+  }
+  c.uses_auto = contains_auto(root);
   Reader top(root, c.source, "");
   std::vector<std::string> unread;
 
-  c.train_batch_size = top.integer("train_batch_size", 1, INT64_MAX, kAuto);
-  c.train_micro_batch_size_per_gpu = top.integer("train_micro_batch_size_per_gpu", 1, INT64_MAX, kAuto);
-  c.gradient_accumulation_steps = top.integer("gradient_accumulation_steps", 1, INT64_MAX, kAuto);
-  c.sequence_parallel_size = top.integer("sequence_parallel_size", 1, INT64_MAX, kAuto);
-  parse_zero(top, c, unread);
-  parse_precision(top, c, unread);
-  parse_optimizer(top, c, unread);
-  parse_scheduler(top, c, unread);
-  if (top.object("activation_checkpointing"))
-    c.warnings.push_back(fmt::format(
-        "{}: activation_checkpointing configures DeepSpeed's own checkpointing API, which Hugging Face models do "
-        "not call (their switch is TrainingArguments.gradient_checkpointing); it is ignored: seqpar's equivalent is "
-        "--activation-checkpointing",
-        source));
-  c.gradient_clipping = top.number("gradient_clipping", 0, HUGE_VAL, kAuto);
-  c.steps_per_print = top.integer("steps_per_print", 1, INT64_MAX, false);
-  c.wall_clock_breakdown = top.boolean("wall_clock_breakdown", false);
-  c.seq_parallel_communication_data_type = top.choice("seq_parallel_communication_data_type", {"fp32", "bf16"});
+  // Each key and section on its own, so every problem of the file is reported at once.
+  p.attempt([&] { c.train_batch_size = top.integer("train_batch_size", 1, INT64_MAX, kAuto); });
+  p.attempt([&] {
+    c.train_micro_batch_size_per_gpu = top.integer("train_micro_batch_size_per_gpu", 1, INT64_MAX, kAuto);
+  });
+  p.attempt([&] { c.gradient_accumulation_steps = top.integer("gradient_accumulation_steps", 1, INT64_MAX, kAuto); });
+  p.attempt([&] { c.sequence_parallel_size = top.integer("sequence_parallel_size", 1, INT64_MAX, kAuto); });
+  p.attempt([&] { parse_zero(top, c, unread, p); });
+  p.attempt([&] { parse_precision(top, c, unread); });
+  p.attempt([&] { parse_optimizer(top, c, unread, p); });
+  p.attempt([&] { parse_scheduler(top, c, unread); });
+  p.attempt([&] {
+    if (top.object("activation_checkpointing"))
+      c.warnings.push_back(fmt::format(
+          "{}: activation_checkpointing configures DeepSpeed's own checkpointing API, which Hugging Face models do "
+          "not call (their switch is TrainingArguments.gradient_checkpointing); it is ignored: seqpar's equivalent "
+          "is --activation-checkpointing",
+          source));
+  });
+  p.attempt([&] { c.gradient_clipping = top.number("gradient_clipping", 0, HUGE_VAL, kAuto); });
+  p.attempt([&] { c.steps_per_print = top.integer("steps_per_print", 1, INT64_MAX, false); });
+  p.attempt([&] { c.wall_clock_breakdown = top.boolean("wall_clock_breakdown", false); });
+  p.attempt([&] {
+    c.seq_parallel_communication_data_type = top.choice("seq_parallel_communication_data_type", {"fp32", "bf16"});
+  });
 
   for (std::string& k : top.unread()) unread.push_back(k);
   if (!unread.empty())
     c.warnings.push_back(fmt::format("{}: {} not read by seqpar (ignored): {}", source,
                                      unread.size() == 1 ? "this key is" : "these keys are", join(unread)));
+  if (!collect) p.raise();
   return c;
 }
 
-DsConfig load_ds_config(const std::string& path) {
-  return parse_ds_config(read_input_file(path, kDeepSpeedConfigInput), path);
+DsConfig load_ds_config(const std::string& path, Problems* problems) {
+  std::string text;
+  try {
+    text = read_input_file(path, kDeepSpeedConfigInput);
+  } catch (const InputError& e) {
+    if (!problems) throw;
+    problems->add(e.what());
+    DsConfig c;
+    c.source = path;
+    return c;
+  }
+  return parse_ds_config(text, path, problems);
 }
 
 }  // namespace seqpar

@@ -15,6 +15,8 @@
 
 namespace seqpar {
 
+class Problems;  // core/error.h
+
 // One DeepSpeed setting: absent from the file, "auto" (filled from the trainer's own value, as
 // the Hugging Face Trainer does), or set to a value.
 template <typename T>
@@ -71,12 +73,15 @@ struct DsConfig {
   DsValue<bool> wall_clock_breakdown;
   DsValue<std::string> seq_parallel_communication_data_type;  // "fp32" | "bf16" (recorded)
 
+  bool uses_auto = false;  // some value is "auto": a file written for HF Trainer / Accelerate to fill
   std::vector<std::string> warnings;  // each a full sentence naming the file and the key(s)
 };
 
-// Reads and parses `path`; InputError if it cannot be read or is invalid.
-DsConfig load_ds_config(const std::string& path);
+// Reads and parses `path`. Every problem of the file (a wrong type or value, a key given twice, a
+// file that is not a DeepSpeed config) is found in one pass: added to `problems` when given (the
+// caller reports them with its own), else thrown as one InputError.
+DsConfig load_ds_config(const std::string& path, Problems* problems = nullptr);
 // Parses JSON text; `source` names it in messages and provenance.
-DsConfig parse_ds_config(const std::string& json_text, const std::string& source);
+DsConfig parse_ds_config(const std::string& json_text, const std::string& source, Problems* problems = nullptr);
 
 }  // namespace seqpar

@@ -660,10 +660,7 @@ json train_config_json(const TrainConfig& c, const LlamaConfig& model, const jso
         {"weight_decay", o.adamw.weight_decay},
         {"clip", o.clip}}},
       {"lr_schedule",
-       {{"type", s.type == LrScheduleType::kLinearCosine    ? "linear_cosine"
-                 : s.type == LrScheduleType::kWarmupLR      ? "WarmupLR"
-                 : s.type == LrScheduleType::kWarmupDecayLR ? "WarmupDecayLR"
-                                                            : "WarmupCosineLR"},
+       {{"type", lr_schedule_type_name(s.type)},
         {"warmup_steps", s.warmup_steps},
         {"min_lr_ratio", s.min_lr_ratio},
         {"total_steps", s.total_steps},
@@ -687,7 +684,8 @@ json train_config_json(const TrainConfig& c, const LlamaConfig& model, const jso
   // actual mode, degree and layout, the data's identity rather than its path).
   // The optimizer's and seqpar's schedule's settings are in "optimizer" and "lr_schedule".
   for (const SettingDecl& d : train_settings()) {
-    const bool nested = d.group == SettingGroup::kOptimizer || d.name == "warmup_steps" || d.name == "min_lr_ratio";
+    const bool nested = d.group == SettingGroup::kOptimizer || d.name == "warmup_steps" ||
+                        d.name == "min_lr_ratio" || d.name == "lr_schedule";
     if (!nested && !j.contains(d.name)) j[d.name] = d.to_json(c);
   }
   if (c.data_path.empty()) {

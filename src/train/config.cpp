@@ -15,17 +15,25 @@ namespace seqpar {
 using json = nlohmann::json;
 
 void TrainConfig::validate() const {
+  Problems problems;
+  validate(problems);
+  problems.raise();
+}
+
+void TrainConfig::validate(Problems& p) const {
   if (data_path.empty()) {
-    task.validate();
-    SEQPAR_INPUT_CHECK(eval_data_path.empty(),
-                       "eval_data={} needs data (--data): the recall task evaluates its own accuracy", eval_data_path);
+    p.attempt([&] { task.validate(); });
+    SEQPAR_PROBLEM_CHECK(p, eval_data_path.empty(),
+                         "eval_data={} needs data (--data): the recall task evaluates its own accuracy", eval_data_path);
   }
-  validate_run();
-  const MeshShape m = sp_mesh_shape(sp_mode, sp, ulysses_degree);
-  const int64_t multiple = sp_layout_multiple(m.ring > 1 ? layout : SpLayout::kContiguous, sp);
-  SEQPAR_INPUT_CHECK(task.seq_len >= multiple,
-                     "seq_len={} is too short for sp={} with the {} layout: each rank needs at least {} token(s)",
-                     task.seq_len, sp, m.ring > 1 ? sp_layout_name(layout) : "contiguous", multiple / sp);
+  validate_run(p);
+  p.attempt([&] {
+    const MeshShape m = sp_mesh_shape(sp_mode, sp, ulysses_degree);
+    const int64_t multiple = sp_layout_multiple(m.ring > 1 ? layout : SpLayout::kContiguous, sp);
+    SEQPAR_INPUT_CHECK(task.seq_len >= multiple,
+                       "seq_len={} is too short for sp={} with the {} layout: each rank needs at least {} token(s)",
+                       task.seq_len, sp, m.ring > 1 ? sp_layout_name(layout) : "contiguous", multiple / sp);
+  });
 }
 
 void MemorySettings::validate() const {
@@ -53,25 +61,22 @@ OffloadDevice parse_offload_device(const std::string& text, const std::string& f
 }
 
 void TrainConfig::validate_run() const {
-  if (model_dir.empty()) model.validate();
-  SEQPAR_INPUT_CHECK(task.seq_len >= 1, "seq_len={} must be >= 1", task.seq_len);
-  SEQPAR_INPUT_CHECK(micro_batch >= 1, "micro_batch={} must be >= 1", micro_batch);
-  SEQPAR_INPUT_CHECK(grad_accum >= 1, "grad_accum={} must be >= 1", grad_accum);
-  SEQPAR_INPUT_CHECK(steps >= 1, "steps={} must be >= 1", steps);
-  SEQPAR_INPUT_CHECK(log_every >= 1, "log_every={} must be >= 1", log_every);
-  SEQPAR_INPUT_CHECK(sp >= 1, "sp={} must be >= 1", sp);
-  memory.validate();
-  SEQPAR_INPUT_CHECK(dp_replicate >= 1 && dp_shard >= 1, "dp_replicate={} and dp_shard={} must be >= 1", dp_replicate,
-                     dp_shard);
-  SEQPAR_INPUT_CHECK(optimizer.adamw.lr > 0, "lr={} must be > 0", optimizer.adamw.lr);
-  SEQPAR_INPUT_CHECK(save_every >= 0, "save_every={} must be >= 0", save_every);
-  SEQPAR_INPUT_CHECK(keep_last >= 0, "keep_last={} must be >= 0 (0 keeps every checkpoint)", keep_last);
-  SEQPAR_INPUT_CHECK(stop_at_step >= 0, "stop_at_step={} must be >= 0", stop_at_step);
-  SEQPAR_INPUT_CHECK(save_every == 0 || !save_dir.empty(), "save_every={} needs save_dir (--save-dir)", save_every);
-  SEQPAR_INPUT_CHECK(!resume.from_save_dir() || !save_dir.empty(),
-                     "resume={} needs save_dir (--save-dir), the directory to take the newest checkpoint from",
-                     resume.str());
-  (void)sp_mesh_shape(sp_mode, sp, ulysses_degree);  // InputError for a degree that does not divide sp
+  Problems problems;
+  validate_run(problems);
+  problems.raise();
+}
+
+void TrainConfig::validate_run(Problems& p) const {
+  // The declared rules first (each setting's range), then the rules between settings.
+  check_setting_rules(*this, p, nullptr, model_dir.empty());
+  if (model_dir.empty()) p.attempt([&] { model.validate(); });
+  p.attempt([&] { memory.validate(); });
+  SEQPAR_PROBLEM_CHECK(p, save_every == 0 || !save_dir.empty(), "save_every={} needs save_dir (--save-dir)",
+                       save_every);
+  SEQPAR_PROBLEM_CHECK(p, !resume.from_save_dir() || !save_dir.empty(),
+                       "resume={} needs save_dir (--save-dir), the directory to take the newest checkpoint from",
+                       resume.str());
+  if (sp >= 1) p.attempt([&] { (void)sp_mesh_shape(sp_mode, sp, ulysses_degree); });  // a degree must divide sp
 }
 
 ResumeFrom ResumeFrom::parse(const std::string& text) {
@@ -139,6 +144,8 @@ std::string text_of(const T& v) {
     return attn_implementation_name(v);
   } else if constexpr (std::is_same_v<T, OffloadDevice>) {
     return offload_device_name(v);
+  } else if constexpr (std::is_same_v<T, LrScheduleType>) {
+    return lr_schedule_type_name(v);
   } else {
     return fmt::format("{}", v);
   }
@@ -171,6 +178,8 @@ T from_text(const std::string& s, const std::string& flag) {
     } catch (const InputError& e) {
       throw InputError(fmt::format("{}={}: {}", flag, s, e.what()));
     }
+  } else if constexpr (std::is_same_v<T, LrScheduleType>) {
+    return parse_lr_schedule_type(s, flag);
   } else if constexpr (std::is_integral_v<T>) {
     T v{};
     const char* end = s.data() + s.size();
@@ -182,8 +191,10 @@ T from_text(const std::string& s, const std::string& flag) {
     static_assert(std::is_floating_point_v<T>);
     char* end = nullptr;
     const double v = std::strtod(s.c_str(), &end);
-    SEQPAR_INPUT_CHECK(!s.empty() && end == s.c_str() + s.size() && std::isfinite(v), "{}={}: expected a finite number",
-                       flag, s);
+    // Whole text only, and finite also in the field's type (1e39 is inf as a float).
+    SEQPAR_INPUT_CHECK(!s.empty() && end == s.c_str() + s.size() && std::isfinite(v) &&
+                           std::isfinite(static_cast<T>(v)),
+                       "{}={}: expected a finite number", flag, s);
     return static_cast<T>(v);
   }
 }
@@ -202,7 +213,23 @@ T from_json_value(const json& j, const std::string& name) {
   try {
     if constexpr (std::is_enum_v<T> || std::is_same_v<T, Device> || std::is_same_v<T, ResumeFrom>) {
       return from_text<T>(j.get<std::string>(), name);
+    } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::string>) {
+      return j.get<T>();
+    } else if constexpr (std::is_integral_v<T>) {
+      // A whole number that fits the field: nlohmann's get<> would wrap -1 into a uint64_t seed.
+      const bool fits = j.is_number_unsigned() ? j.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                        : j.is_number_integer()
+                            ? j.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                  (j.get<int64_t>() < 0 ||
+                                   static_cast<uint64_t>(j.get<int64_t>()) <=
+                                       static_cast<uint64_t>(std::numeric_limits<T>::max()))
+                            : false;
+      SEQPAR_INPUT_CHECK(fits, "setting {}: {} is not a whole number in [{}, {}]", name, j.dump(),
+                         std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+      return j.get<T>();
     } else {
+      SEQPAR_INPUT_CHECK(j.is_number() && std::isfinite(static_cast<T>(j.get<double>())),
+                         "setting {}: {} is not a finite number", name, j.dump());
       return j.get<T>();
     }
   } catch (const json::exception& e) {
@@ -231,6 +258,8 @@ SettingDecl decl(std::string name, SettingGroup group, std::vector<std::string> 
   d.to_json = [field](const TrainConfig& c) { return json_of(field(const_cast<TrainConfig&>(c))); };
   const std::string n = d.name;
   d.from_json = [field, n](TrainConfig& c, const json& j) { field(c) = from_json_value<T>(j, n); };
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+    d.number = [field](const TrainConfig& c) { return static_cast<double>(field(const_cast<TrainConfig&>(c))); };
   if constexpr (std::is_same_v<T, SpMode>) d.choices = {"ulysses", "ring", "hybrid"};
   if constexpr (std::is_same_v<T, SpLayout>) d.choices = {"zigzag", "contiguous"};
   if constexpr (std::is_same_v<T, Transport>) d.choices = {"auto", "local", "nccl"};
@@ -238,6 +267,25 @@ SettingDecl decl(std::string name, SettingGroup group, std::vector<std::string> 
   if constexpr (std::is_same_v<T, OffloadDevice>) d.choices = {"none", "cpu"};
   return d;
 }
+
+// The rule a numeric setting's every value must satisfy.
+SettingDecl& ruled(SettingDecl& d, NumberRule rule) {
+  SEQPAR_CHECK(d.number != nullptr, "setting {} is not numeric", d.name);
+  d.rule = rule;
+  return d;
+}
+constexpr double kInf = HUGE_VAL;
+const NumberRule kPositive{0, kInf, true, false};   // > 0
+const NumberRule kNonNegative{0, kInf};             // >= 0
+const NumberRule kAtLeastOne{1, kInf};              // >= 1
+const NumberRule kUnitOpen{0, 1, false, true};      // [0, 1)
+const NumberRule kUnitClosed{0, 1};                 // [0, 1]
+
+// The defaults by source (docs/configs.md says where each comes from): the demo's, HF
+// TrainingArguments' (transformers 5), and DeepSpeed's engine's (deepspeed/runtime/constants.py and
+// FusedAdam's constructor; no "scheduler" is a constant lr). Unset: TrainConfig's own.
+void defaults(std::vector<SettingDecl>& s, const std::string& name, std::optional<std::string> demo,
+              std::optional<std::string> hf, std::optional<std::string> ds);
 
 SettingDecl with(SettingDecl d, unsigned commands, ResumeRule resume = ResumeRule::kFree) {
   d.commands = commands;
@@ -509,6 +557,18 @@ void declare_schedule(std::vector<SettingDecl>& s) {
                    kTrainCommand, R::kMustMatch));
 }
 
+void declare_lr_schedule(std::vector<SettingDecl>& s) {
+  s.push_back(with(decl(
+                       "lr_schedule", G::kSchedule, {"--lr-schedule"},
+                       +[](TrainConfig& c) -> LrScheduleType& { return c.lr_schedule.type; },
+                       "linear_cosine (linear warmup, cosine decay to min_lr_ratio × lr: the demo's) | linear (HF "
+                       "Trainer's: linear warmup, linear decay to 0) | constant (DeepSpeed's engine without a "
+                       "scheduler); a DeepSpeed file's scheduler.type sets WarmupLR, WarmupDecayLR or WarmupCosineLR",
+                       "scheduler.type"),
+                   kTrainCommand, R::kWarn));
+  s.back().choices = {"linear_cosine", "linear", "constant"};
+}
+
 void declare_checkpoint(std::vector<SettingDecl>& s) {
   s.push_back(decl(
       "save_dir", G::kCheckpoint, {"--save-dir"}, +[](TrainConfig& c) -> std::string& { return c.save_dir; },
@@ -580,6 +640,60 @@ void declare_logging(std::vector<SettingDecl>& s) {
                    kTrainBench));
 }
 
+// Every numeric setting's rule, checked on each value whatever its source.
+void declare_rules(std::vector<SettingDecl>& s) {
+  for (const char* size : {"hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"})
+    ruled(find_in(s, size), kAtLeastOne);
+  for (const char* name : {"seq_len", "micro_batch", "grad_accum", "steps", "log_every", "sp", "dp_replicate",
+                           "dp_shard", "num_pairs", "num_queries"})
+    ruled(find_in(s, name), kAtLeastOne);
+  for (const char* name : {"ulysses_degree", "tiled_mlp_tokens", "tiled_loss_tokens", "eval_batches", "eval_every",
+                           "warmup_steps", "weight_decay", "clip", "save_every", "keep_last", "stop_at_step"})
+    ruled(find_in(s, name), kNonNegative);
+  ruled(find_in(s, "zero_stage"), NumberRule{0, 3});
+  ruled(find_in(s, "lr"), kPositive);
+  ruled(find_in(s, "eps"), kPositive);
+  ruled(find_in(s, "beta1"), kUnitOpen);
+  ruled(find_in(s, "beta2"), kUnitOpen);
+  ruled(find_in(s, "min_lr_ratio"), kUnitClosed);
+  ruled(find_in(s, "stop_at_accuracy"), kUnitClosed);
+  ruled(find_in(s, "seed"), NumberRule{0, 18446744073709551615.0});  // finite: a JSON -1 never wraps
+}
+
+void defaults(std::vector<SettingDecl>& s, const std::string& name, std::optional<std::string> demo,
+              std::optional<std::string> hf, std::optional<std::string> ds) {
+  SettingDecl& d = find_in(s, name);
+  d.demo_default = std::move(demo);
+  d.hf_default = std::move(hf);
+  d.ds_default = std::move(ds);
+}
+
+// The defaults by source, one row per setting: demo, HF Trainer, DeepSpeed (std::nullopt: the
+// setting's own default, TrainConfig's). HF: transformers' TrainingArguments (learning_rate 5e-5,
+// weight_decay 0, adam_beta1/2 0.9/0.999, adam_epsilon 1e-8, max_grad_norm 1.0,
+// per_device_train_batch_size 8, warmup_steps 0, lr_scheduler_type linear). DeepSpeed: FusedAdam's
+// lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0; gradient_clipping 0 (GRADIENT_CLIPPING_DEFAULT);
+// no scheduler section = the optimizer's lr throughout. DeepSpeed has no micro-batch default (it
+// refuses a config without train_batch_size or train_micro_batch_size_per_gpu: config_resolve).
+// sp is 1 unless a flag or file asks for more; only the demo splits over 4.
+void declare_defaults(std::vector<SettingDecl>& s) {
+  const std::nullopt_t own = std::nullopt;
+  defaults(s, "sp", "4", "1", "1");
+  defaults(s, "seq_len", "128", own, own);
+  defaults(s, "micro_batch", "16", "8", own);
+  defaults(s, "steps", "600", own, own);
+  defaults(s, "lr", "0.003", "5e-05", "0.001");
+  defaults(s, "beta1", "0.9", "0.9", "0.9");
+  defaults(s, "beta2", "0.999", "0.999", "0.999");
+  defaults(s, "eps", "1e-08", "1e-08", "1e-08");
+  defaults(s, "weight_decay", "0.01", "0", "0");
+  defaults(s, "clip", "1", "1", "0");
+  defaults(s, "warmup_steps", "30", "0", "0");
+  defaults(s, "lr_schedule", "linear_cosine", "linear", "constant");
+  defaults(s, "eval_every", "25", own, own);
+  defaults(s, "stop_at_accuracy", "0.95", own, own);
+}
+
 std::vector<SettingDecl> declare() {
   std::vector<SettingDecl> s;
   declare_model(s);
@@ -588,9 +702,12 @@ std::vector<SettingDecl> declare() {
   declare_memory(s);
   declare_optimizer(s);
   declare_schedule(s);
+  declare_lr_schedule(s);
   declare_checkpoint(s);
   declare_reliability(s);
   declare_logging(s);
+  declare_rules(s);
+  declare_defaults(s);
   return s;
 }
 
@@ -606,6 +723,83 @@ void validate_nonfinite_settings(const TrainConfig& c) {
 const std::vector<SettingDecl>& train_settings() {
   static const std::vector<SettingDecl> settings = declare();
   return settings;
+}
+
+const char* defaults_source_name(DefaultsSource source) {
+  switch (source) {
+    case DefaultsSource::kDemo:
+      return "demo default";
+    case DefaultsSource::kHfTrainer:
+      return "HF Trainer default";
+    case DefaultsSource::kDeepSpeed:
+      return "DeepSpeed default";
+  }
+  return "?";
+}
+
+std::string NumberRule::text() const {
+  if (hi == HUGE_VAL) return fmt::format("{} {}", lo_open ? ">" : ">=", lo);
+  if (lo == -HUGE_VAL) return fmt::format("{} {}", hi_open ? "<" : "<=", hi);
+  return fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+}
+
+const std::optional<std::string>& SettingDecl::default_for(DefaultsSource source) const {
+  switch (source) {
+    case DefaultsSource::kDemo:
+      return demo_default;
+    case DefaultsSource::kHfTrainer:
+      return hf_default;
+    case DefaultsSource::kDeepSpeed:
+      return ds_default;
+  }
+  return demo_default;
+}
+
+void apply_defaults(TrainConfig& c, DefaultsSource source) {
+  for (const SettingDecl& d : train_settings())
+    if (const std::optional<std::string>& v = d.default_for(source)) d.set(c, *v, d.name);
+}
+
+void check_setting_rules(const TrainConfig& c, Problems& problems,
+                         const std::function<std::string(const std::string&)>& source_of, bool model_sizes) {
+  for (const SettingDecl& d : train_settings()) {
+    if (!d.rule || (d.builtin_model_only && !model_sizes)) continue;
+    const double v = d.number(c);
+    const NumberRule& r = *d.rule;
+    const bool ok = std::isfinite(v) && (r.lo_open ? v > r.lo : v >= r.lo) && (r.hi_open ? v < r.hi : v <= r.hi);
+    if (ok) continue;
+    const std::string source = source_of ? source_of(d.name) : std::string();
+    problems.add(fmt::format("{}={} must be {}{}{}", d.name, d.get(c), r.text(),
+                             d.has_flag() ? " (" + d.flag() + ")" : std::string(),
+                             source.empty() ? std::string() : ", from " + source));
+  }
+}
+
+const char* lr_schedule_type_name(LrScheduleType t) {
+  switch (t) {
+    case LrScheduleType::kLinearCosine:
+      return "linear_cosine";
+    case LrScheduleType::kLinear:
+      return "linear";
+    case LrScheduleType::kConstant:
+      return "constant";
+    case LrScheduleType::kWarmupLR:
+      return "WarmupLR";
+    case LrScheduleType::kWarmupDecayLR:
+      return "WarmupDecayLR";
+    case LrScheduleType::kWarmupCosineLR:
+      return "WarmupCosineLR";
+  }
+  return "?";
+}
+
+LrScheduleType parse_lr_schedule_type(const std::string& text, const std::string& setting) {
+  for (LrScheduleType t : {LrScheduleType::kLinearCosine, LrScheduleType::kLinear, LrScheduleType::kConstant,
+                           LrScheduleType::kWarmupLR, LrScheduleType::kWarmupDecayLR, LrScheduleType::kWarmupCosineLR})
+    if (text == lr_schedule_type_name(t)) return t;
+  throw InputError(fmt::format("{}={} must be one of linear_cosine, linear, constant (or, from a DeepSpeed file, "
+                               "WarmupLR, WarmupDecayLR, WarmupCosineLR)",
+                               setting, text));
 }
 
 const SettingDecl* find_setting(const std::string& name) {
@@ -642,10 +836,16 @@ std::string settings_markdown_table(const TrainConfig& defaults) {
   for (const SettingDecl& d : train_settings()) {
     std::string flags;
     for (const std::string& f : d.flags) flags += (flags.empty() ? "" : ", ") + code(f);
-    const std::string def = d.get(defaults);
+    const std::string own = d.get(defaults);
+    std::string def = own.empty() ? std::string("(none)") : code(own);
+    if (d.demo_default || d.hf_default || d.ds_default) {
+      auto by = [&](const std::optional<std::string>& v) { return v ? code(*v) : def; };
+      def = fmt::format("demo {}; HF Trainer {}; DeepSpeed {}", by(d.demo_default), by(d.hf_default),
+                        d.name == "micro_batch" && !d.ds_default ? std::string("(required)") : by(d.ds_default));
+    }
+    if (d.rule) def += fmt::format(" (rule: {})", cell(d.rule->text()));
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", code(d.name), setting_group_name(d.group), flags,
-                       code(d.deepspeed), code(d.accelerate), def.empty() ? std::string("(none)") : code(def),
-                       cell(d.help));
+                       code(d.deepspeed), code(d.accelerate), def, cell(d.help));
   }
   return out;
 }

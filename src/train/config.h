@@ -7,13 +7,16 @@
 // plus its use.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "arch/llama_config.h"
+#include "core/error.h"
 #include "attention/attention_backend.h"
 #include "core/device.h"
 #include "data/recall_task.h"
@@ -26,10 +29,15 @@
 namespace seqpar {
 
 // The learning-rate schedule. kLinearCosine is seqpar's own (linear warmup from 0, cosine decay to
-// min_lr_ratio × lr at the last step); the other three are DeepSpeed's schedulers, computed as
-// deepspeed/runtime/lr_schedules.py does, step for step (docs/configs.md). scheduled_lr()
-// (train/config_resolve.h) evaluates one.
-enum class LrScheduleType { kLinearCosine, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+// min_lr_ratio × lr at the last step: the demo's); kLinear is HF Trainer's default
+// (get_linear_schedule_with_warmup: linear warmup, then linear decay to 0 at the last step);
+// kConstant is the lr unchanged (DeepSpeed's engine with no scheduler); the other three are
+// DeepSpeed's schedulers, computed as deepspeed/runtime/lr_schedules.py does, step for step
+// (docs/configs.md). scheduled_lr() (train/config_resolve.h) evaluates one.
+enum class LrScheduleType { kLinearCosine, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kLinear, kConstant };
+// The text form of a schedule type (the --lr-schedule value, the checkpoint's), and back.
+const char* lr_schedule_type_name(LrScheduleType type);
+LrScheduleType parse_lr_schedule_type(const std::string& text, const std::string& setting);
 enum class WarmupType { kLog, kLinear };
 
 struct LrSchedule {
@@ -152,13 +160,32 @@ struct TrainConfig {
   KernelPolicy kernels;
 
   // InputError naming the setting, the value and the rule, before any work.
+  // Every problem at once: the overloads taking Problems add to it instead of throwing.
   void validate() const;
+  void validate(Problems& problems) const;
   // The same without the data source's rules (a trainer of one given batch: seqpar fwdbwd).
   void validate_run() const;
+  void validate_run(Problems& problems) const;
   int world() const { return sp * dp_replicate * dp_shard; }
 };
 
 // ---- the declaration ------------------------------------------------------------------------
+
+// Whose defaults a run gets for what neither a flag nor a file sets (docs/configs.md). The demo's
+// (`seqpar train` with no model, data or config file) are its own; a run from a DeepSpeed file
+// with "auto" values, an Accelerate config, or a model / data of its own gets HF Trainer's
+// (TrainingArguments' defaults, the tool those files come from); a bare DeepSpeed file (no
+// "auto": no Trainer fills it) gets DeepSpeed's engine defaults.
+enum class DefaultsSource { kDemo, kHfTrainer, kDeepSpeed };
+// "demo default", "HF Trainer default", "DeepSpeed default": how --print-config names the source.
+const char* defaults_source_name(DefaultsSource source);
+
+// A numeric setting's rule: the value is finite and lies in the range (bounds open or closed).
+struct NumberRule {
+  double lo = -HUGE_VAL, hi = HUGE_VAL;
+  bool lo_open = false, hi_open = false;
+  std::string text() const;  // "> 0", "in [0, 1)", ">= 1"
+};
 
 enum class SettingGroup { kModel, kData, kParallel, kMemory, kOptimizer, kSchedule, kCheckpoint, kLogging };
 const char* setting_group_name(SettingGroup group);
@@ -188,6 +215,11 @@ struct SettingDecl {
   bool builtin_model_only = false;    // sizes the built-in model: not printed with --model
   unsigned commands = kTrainCommand;
   ResumeRule resume = ResumeRule::kFree;
+  // The default by source (in the setting's text form); unset: TrainConfig's own, whatever the source.
+  std::optional<std::string> demo_default, hf_default, ds_default;
+  // The rule every value must satisfy, whatever set it (flag, file, checkpoint): numeric settings.
+  std::optional<NumberRule> rule;
+  std::function<double(const TrainConfig&)> number;  // the value as a number (numeric settings only)
   // Typed access through the setting's text form: the value as --print-config shows it, set from
   // a command-line value (InputError naming the flag, the value and the rule), and JSON.
   std::function<std::string(const TrainConfig&)> get;
@@ -195,6 +227,7 @@ struct SettingDecl {
   std::function<nlohmann::json(const TrainConfig&)> to_json;
   std::function<void(TrainConfig&, const nlohmann::json&)> from_json;
 
+  const std::optional<std::string>& default_for(DefaultsSource source) const;
   const std::string& flag() const { return flags.front(); }
   bool has_flag() const { return !flags.empty() && !flags.front().empty(); }
 };
@@ -209,6 +242,14 @@ const SettingDecl* find_setting(const std::string& name);
 // Every setting's value as JSON ({name: value}), and back (unknown names are an InputError).
 nlohmann::json settings_to_json(const TrainConfig& config);
 void settings_from_json(TrainConfig& config, const nlohmann::json& j);
+// Sets every setting with a default for `source` to it (a run's defaults before flags and files).
+void apply_defaults(TrainConfig& config, DefaultsSource source);
+// Each declared rule on the config's values; a broken one adds "setting=value must be RULE", with
+// the value's source when `source_of` names it ("" : not named).
+// `model_sizes`: also the built-in model's sizes (a run without --model).
+void check_setting_rules(const TrainConfig& config, Problems& problems,
+                         const std::function<std::string(const std::string& name)>& source_of = nullptr,
+                         bool model_sizes = true);
 // The docs table (docs/configs.md): one Markdown row per setting, with its group, flags, keys,
 // default (from `defaults`) and help.
 std::string settings_markdown_table(const TrainConfig& defaults);

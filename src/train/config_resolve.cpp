@@ -20,19 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string schedule_name(LrScheduleType t) {
-  switch (t) {
-    case LrScheduleType::kLinearCosine:
-      return "linear warmup + cosine (seqpar)";
-    case LrScheduleType::kWarmupLR:
-      return "WarmupLR";
-    case LrScheduleType::kWarmupDecayLR:
-      return "WarmupDecayLR";
-    case LrScheduleType::kWarmupCosineLR:
-      return "WarmupCosineLR";
-  }
-  return "?";
-}
+std::string schedule_name(LrScheduleType t) { return lr_schedule_type_name(t); }
 
 LrScheduleType schedule_type(const std::string& ds_name) {
   if (ds_name == "WarmupLR") return LrScheduleType::kWarmupLR;
@@ -48,6 +36,8 @@ std::string show(const T& v) {
     return attn_implementation_name(v);
   } else if constexpr (std::is_same_v<T, OffloadDevice>) {
     return offload_device_name(v);
+  } else if constexpr (std::is_same_v<T, SpMode>) {
+    return sp_mode_name(v);
   } else if constexpr (std::is_same_v<T, std::string>) {
     return v.empty() ? "(none)" : v;
   } else {
@@ -58,7 +48,13 @@ std::string show(const T& v) {
 using R = const ResolvedConfig&;
 
 bool is_linear_cosine(R r) { return r.train.lr_schedule.type == LrScheduleType::kLinearCosine; }
-bool is_deepspeed_schedule(R r) { return !is_linear_cosine(r); }
+bool is_seqpar_schedule(LrScheduleType t) {
+  return t == LrScheduleType::kLinearCosine || t == LrScheduleType::kLinear || t == LrScheduleType::kConstant;
+}
+bool has_warmup_steps(R r) {
+  return is_linear_cosine(r) || r.train.lr_schedule.type == LrScheduleType::kLinear;
+}
+bool is_deepspeed_schedule(R r) { return !is_seqpar_schedule(r.train.lr_schedule.type); }
 bool has_warmup_lrs(R r) {
   return r.train.lr_schedule.type == LrScheduleType::kWarmupLR ||
          r.train.lr_schedule.type == LrScheduleType::kWarmupDecayLR;
@@ -82,7 +78,6 @@ const SettingDef kDerived[] = {
     {"train_batch_size", [](R r) { return show(r.train_batch_size); }},
     {"world", [](R r) { return show(r.world); }},
     {"optimizer", [](R r) { return r.recorded.optimizer; }},
-    {"lr_schedule", [](R r) { return schedule_name(r.train.lr_schedule.type); }},
     {"warmup_min_lr", [](R r) { return show(r.train.lr_schedule.warmup_min_lr); }, has_warmup_lrs},
     {"warmup_max_lr", [](R r) { return show(r.train.lr_schedule.warmup_max_lr); }, has_warmup_lrs},
     {"warmup_num_steps", [](R r) { return show(r.train.lr_schedule.warmup_num_steps); }, is_deepspeed_schedule},
@@ -118,13 +113,14 @@ std::string display(const SettingDecl& d, R r) {
 }
 
 bool applies(const SettingDecl& d, R r) {
-  if (d.name == "warmup_steps" || d.name == "min_lr_ratio") return is_linear_cosine(r);
+  if (d.name == "warmup_steps") return has_warmup_steps(r);
+  if (d.name == "min_lr_ratio") return is_linear_cosine(r);
   return !d.builtin_model_only || r.train.model_dir.empty();
 }
 
 struct Origin {
   ConfigLayer layer = ConfigLayer::kDefault;
-  std::string text = "default";
+  std::string text = "seqpar default";
 };
 
 // DeepSpeed's offload device ("none" | "cpu"; ds_config refuses "nvme") as the setting's type.
@@ -138,11 +134,29 @@ DsValue<OffloadDevice> offload_device(const DsValue<std::string>& v) {
 
 class Resolver {
  public:
-  explicit Resolver(const CommandLine& cli) : cli_(cli) {
+  Resolver(const CommandLine& cli, DefaultsSource defaults) : cli_(cli), defaults_(defaults) {
     out_.train = cli.values;
-    for (const SettingDecl& d : train_settings())
-      origin_[d.name] = d.has_flag() && given(d.flag()) ? Origin{ConfigLayer::kFlag, d.flag()} : Origin{};
+    out_.defaults = defaults;
+    // What no flag sets starts at the defaults of the tool the run's files come from (config.h).
+    const TrainConfig own;
+    for (const SettingDecl& d : train_settings()) {
+      if (d.has_flag() && given(d.flag())) {
+        origin_[d.name] = Origin{ConfigLayer::kFlag, d.flag()};
+        continue;
+      }
+      origin_[d.name] = Origin{};
+      if (!cli.source_defaults) {
+        origin_[d.name].text = "default";
+      } else if (const std::optional<std::string>& v = d.default_for(defaults)) {
+        d.set(out_.train, *v, d.name);
+        origin_[d.name].text = defaults_source_name(defaults);
+      } else if (d.demo_default) {
+        d.set(out_.train, d.get(own), d.name);  // the demo's value is the demo's only
+      }
+    }
     for (const SettingDef& d : kDerived) origin_[d.name] = Origin{};
+    if (!cli.source_defaults)
+      for (const SettingDef& d : kDerived) origin_[d.name].text = "default";
     for (auto [name, flag] : kDerivedFlags)
       if (given(flag)) origin_[name] = Origin{ConfigLayer::kFlag, flag};
     // The flags that also set DeepSpeed's schedule parameters (docs/configs.md).
@@ -197,9 +211,10 @@ class Resolver {
     }
   }
 
-  void apply_accelerate(const AccelerateConfig& a) {
+  void apply_accelerate(const AccelerateConfig& a, ConfigLayer layer = ConfigLayer::kAccelerate) {
     TrainConfig& t = out_.train;
     RecordedSettings& rec = out_.recorded;
+    yaml_layer_ = layer;
     for (const std::string& w : a.warnings) out_.warnings.push_back(w);
     from_yaml(a, "distributed_type", rec.distributed_type, a.distributed_type);
     from_yaml(a, "num_processes", rec.num_processes, a.num_processes);
@@ -208,7 +223,7 @@ class Resolver {
     from_yaml(a, "main_process_ip", rec.main_process_ip, a.main_process_ip);
     from_yaml(a, "main_process_port", rec.main_process_port, a.main_process_port);
     if (a.mixed_precision.has())
-      offer("bf16", rec.bf16, *a.mixed_precision == "bf16", ConfigLayer::kAccelerate, a.source + ": mixed_precision");
+      offer("bf16", rec.bf16, *a.mixed_precision == "bf16", layer, a.source + ": " + a.mixed_precision.key);
     from_yaml(a, "zero_stage", t.memory.zero_stage, a.zero_stage);
     for (auto [name, field, v] : {std::tuple{"offload_optimizer", &t.memory.offload_optimizer, &a.offload_optimizer_device},
                                   std::tuple{"offload_param", &t.memory.offload_param, &a.offload_param_device}}) {
@@ -227,15 +242,36 @@ class Resolver {
     from_yaml(a, "seq_len", t.task.seq_len, a.sp_seq_length);
     from_yaml(a, "seq_length_is_variable", rec.seq_length_is_variable, a.sp_seq_length_is_variable);
     if (a.sp_attn_implementation.has())
-      offer("attn_implementation", t.attn_implementation, attn_implementation_of(*a.sp_attn_implementation),
-            ConfigLayer::kAccelerate, a.source + ": " + a.sp_attn_implementation.key);
+      offer("attn_implementation", t.attn_implementation, attn_implementation_of(*a.sp_attn_implementation), layer,
+            a.source + ": " + a.sp_attn_implementation.key);
+    apply_context_parallel(a);
+    from_yaml(a, "zero_stage", t.memory.zero_stage, a.fsdp_zero_stage);
+    from_yaml(a, "activation_checkpointing", t.memory.activation_checkpointing, a.fsdp_activation_checkpointing);
   }
 
-  ResolvedConfig finish() {
-    resolve_world();
-    resolve_batch();
-    resolve_schedule();
-    check_adam_mode();
+  // Accelerate's context parallelism (PyTorch's ring attention) is seqpar's ring: cp_size ranks
+  // around the ring; with sp_size > 1 too, Ulysses inside (sp_size) and the ring across (hybrid).
+  void apply_context_parallel(const AccelerateConfig& a) {
+    if (!a.cp_size.has() || *a.cp_size == 1) return;
+    TrainConfig& t = out_.train;
+    const std::string src = a.source + ": " + a.cp_size.key;
+    const int64_t ulysses = a.sp_size.has() ? *a.sp_size : 1;
+    offer("sp", t.sp, ulysses * *a.cp_size, yaml_layer_,
+          ulysses > 1 ? src + " × " + a.sp_size.key : src);
+    offer("sp_mode", t.sp_mode, ulysses > 1 ? SpMode::kHybrid : SpMode::kRing, yaml_layer_, src);
+    if (ulysses > 1) offer("ulysses_degree", t.ulysses_degree, static_cast<int>(ulysses), yaml_layer_, src);
+  }
+
+  ResolvedConfig finish(Problems& p) {
+    p.attempt([&] { resolve_world(); });
+    p.attempt([&] { resolve_batch(); });
+    p.attempt([&] { resolve_schedule(); });
+    p.attempt([&] { check_adam_mode(); });
+    check_deepspeed_batch(p);
+    check_schedule_source(p);
+    // The built-in model's sizes are checked by validate() (add_sources names their source).
+    check_setting_rules(
+        out_.train, p, [&](const std::string& name) { return source_text(name); }, /*model_sizes=*/false);
     if (out_.recorded.num_machines > 1)
       out_.warnings.push_back(fmt::format(
           "num_machines={} ({}) is recorded, but `seqpar train` runs all {} ranks in this process on this machine",
@@ -255,7 +291,8 @@ class Resolver {
   std::string source_text(const std::string& name) const {
     const Origin& o = origin_.at(name);
     auto it = auto_.find(name);
-    if (it != auto_.end() && o.layer != ConfigLayer::kDeepSpeed && o.layer != ConfigLayer::kAccelerate)
+    if (it != auto_.end() && o.layer != ConfigLayer::kDeepSpeed && o.layer != ConfigLayer::kAccelerate &&
+        o.layer != ConfigLayer::kEnvironment)
       return o.text + " (auto in " + it->second + ")";
     return o.text;
   }
@@ -294,7 +331,7 @@ class Resolver {
 
   template <typename F, typename T>
   void from_yaml(const AccelerateConfig& a, const std::string& name, F& field, const YamlValue<T>& v) {
-    if (v.has()) offer(name, field, *v, ConfigLayer::kAccelerate, a.source + ": " + v.key);
+    if (v.has()) offer(name, field, *v, yaml_layer_, a.source + ": " + v.key);
   }
 
   // num_processes (when the YAML gives it) is the world: dp_replicate × dp_shard × sp must equal
@@ -435,8 +472,9 @@ class Resolver {
     const double lr = t.optimizer.adamw.lr;
     pick("warmup_num_steps", ls.warmup_num_steps, s.warmup_num_steps, std::optional<int64_t>(t.warmup_steps),
          source_text("warmup_steps"), int64_t{1000}, "DeepSpeed's default");
-    SEQPAR_INPUT_CHECK(ls.warmup_num_steps >= 1, "warmup_num_steps={} ({}) must be >= 1 (DeepSpeed's rule)",
-                       ls.warmup_num_steps, source_text("warmup_num_steps"));
+    // DeepSpeed takes max(2, warmup_num_steps), so 0 (HF Trainer's "auto" with no warmup) is valid.
+    SEQPAR_INPUT_CHECK(ls.warmup_num_steps >= 0, "warmup_num_steps={} ({}) must be >= 0", ls.warmup_num_steps,
+                       source_text("warmup_num_steps"));
     if (!cosine) {
       pick("warmup_min_lr", ls.warmup_min_lr, s.warmup_min_lr, std::optional<double>(0.0),
            "0, as the HF Trainer fills it", 0.0, "DeepSpeed's default");
@@ -465,6 +503,27 @@ class Resolver {
                scheduler_file_ + ": " + (s.warmup_type.is_set() ? s.warmup_type.key : "DeepSpeed's default")};
   }
 
+  // DeepSpeed's own rule, for a bare DeepSpeed file (no Trainer fills the batch): "Either
+  // train_batch_size or train_micro_batch_size_per_gpu needs to be provided".
+  void check_deepspeed_batch(Problems& p) {
+    if (defaults_ != DefaultsSource::kDeepSpeed || !cli_.source_defaults) return;
+    const bool micro = origin_.at("micro_batch").layer != ConfigLayer::kDefault;
+    SEQPAR_PROBLEM_CHECK(p, micro || train_batch_.is_set(),
+                         "micro_batch: {} has neither train_batch_size nor train_micro_batch_size_per_gpu, which "
+                         "DeepSpeed requires (\"Either train_batch_size or train_micro_batch_size_per_gpu needs to "
+                         "be provided\"); add one, or give --micro-batch",
+                         train_batch_file_);
+  }
+
+  // DeepSpeed's schedulers take their parameters from a DeepSpeed file's scheduler section.
+  void check_schedule_source(Problems& p) {
+    const LrScheduleType type = out_.train.lr_schedule.type;
+    SEQPAR_PROBLEM_CHECK(p, is_seqpar_schedule(type) || scheduler_.has_value(),
+                         "lr_schedule={} ({}) is a DeepSpeed scheduler: its parameters come from a DeepSpeed file's "
+                         "scheduler section (--deepspeed); from the command line: linear_cosine, linear or constant",
+                         lr_schedule_type_name(type), source_text("lr_schedule"));
+  }
+
   // DeepSpeed's Adam with adam_w_mode false is L2-regularised Adam: the same as AdamW only
   // without weight decay. The decay may come from "auto" or a flag, so this is checked last.
   void check_adam_mode() {
@@ -478,6 +537,8 @@ class Resolver {
   }
 
   const CommandLine& cli_;
+  const DefaultsSource defaults_;
+  ConfigLayer yaml_layer_ = ConfigLayer::kAccelerate;
   ResolvedConfig out_;
   std::map<std::string, Origin> origin_;
   std::map<std::string, std::string> auto_;  // setting -> "file: key" that said "auto"
@@ -500,32 +561,62 @@ std::string ResolvedConfig::value_of(const std::string& name) const {
   return "";
 }
 
-ResolvedConfig resolve_train_config(const CommandLine& cli, const DsConfig* ds, const AccelerateConfig* acc) {
-  if (ds && acc && acc->deepspeed) {
+DefaultsSource defaults_source(const CommandLine& cli, const DsConfig* ds, const AccelerateConfig* acc,
+                               const AccelerateConfig* env) {
+  if (acc || env) return DefaultsSource::kHfTrainer;
+  if (ds) return ds->uses_auto ? DefaultsSource::kHfTrainer : DefaultsSource::kDeepSpeed;
+  if (!cli.values.model_dir.empty() || !cli.values.data_path.empty()) return DefaultsSource::kHfTrainer;
+  return DefaultsSource::kDemo;
+}
+
+ResolvedConfig resolve_train_config(const CommandLine& cli, const DsConfig* ds, const AccelerateConfig* acc,
+                                    const AccelerateConfig* env, Problems* collect) {
+  Problems local;
+  Problems& p = collect ? *collect : local;
+  const DsConfig* yaml_ds = acc && acc->deepspeed ? &*acc->deepspeed : env && env->deepspeed ? &*env->deepspeed : nullptr;
+  if (ds && yaml_ds) {
     std::error_code e1, e2;
-    const fs::path a = fs::weakly_canonical(ds->source, e1), b = fs::weakly_canonical(acc->deepspeed->source, e2);
-    SEQPAR_INPUT_CHECK(
-        !e1 && !e2 && a == b,
-        "two DeepSpeed configs: --deepspeed {} and {}: deepspeed_config.deepspeed_config_file = {}; give "
-        "one of them",
-        ds->source, acc->source, acc->deepspeed->source);
+    const fs::path a = fs::weakly_canonical(ds->source, e1), b = fs::weakly_canonical(yaml_ds->source, e2);
+    SEQPAR_PROBLEM_CHECK(p, !e1 && !e2 && a == b,
+                         "two DeepSpeed configs: --deepspeed {} and {}: deepspeed_config.deepspeed_config_file = {}; "
+                         "give one of them",
+                         ds->source, acc && acc->deepspeed ? acc->source : env->source, yaml_ds->source);
   }
-  Resolver r(cli);
-  if (ds)
-    r.apply_deepspeed(*ds);
-  else if (acc && acc->deepspeed)
-    r.apply_deepspeed(*acc->deepspeed);
-  if (acc) r.apply_accelerate(*acc);
-  return r.finish();
+  Resolver r(cli, defaults_source(cli, ds, acc, env));
+  p.attempt([&] {
+    if (ds)
+      r.apply_deepspeed(*ds);
+    else if (yaml_ds)
+      r.apply_deepspeed(*yaml_ds);
+  });
+  if (acc) p.attempt([&] { r.apply_accelerate(*acc); });
+  if (env) p.attempt([&] { r.apply_accelerate(*env, ConfigLayer::kEnvironment); });
+  ResolvedConfig out = r.finish(p);
+  if (!collect) p.raise();
+  return out;
 }
 
 ResolvedConfig resolve_train_config(const CommandLine& cli, const std::string& deepspeed_path,
-                                    const std::string& accelerate_path) {
+                                    const std::string& accelerate_path, const AccelerateConfig* env,
+                                    Problems* collect) {
+  Problems local;
+  Problems& p = collect ? *collect : local;
   std::optional<DsConfig> ds;
   std::optional<AccelerateConfig> acc;
-  if (!deepspeed_path.empty()) ds = load_ds_config(deepspeed_path);
-  if (!accelerate_path.empty()) acc = load_accelerate_config(accelerate_path);
-  return resolve_train_config(cli, ds ? &*ds : nullptr, acc ? &*acc : nullptr);
+  if (!deepspeed_path.empty()) ds = load_ds_config(deepspeed_path, &p);
+  if (!accelerate_path.empty()) acc = load_accelerate_config(accelerate_path, &p);
+  ResolvedConfig out = resolve_train_config(cli, ds ? &*ds : nullptr, acc ? &*acc : nullptr, env, &p);
+  if (!collect) p.raise();
+  return out;
+}
+
+void add_sources(Problems& problems, const ResolvedConfig& config) {
+  for (std::string& m : problems.list()) {
+    const size_t eq = m.find('=');
+    if (eq == std::string::npos || m.find(", from ") != std::string::npos) continue;
+    const std::string source = config.source_of(m.substr(0, eq));
+    if (!source.empty()) m += " (" + m.substr(0, eq) + " from " + source + ")";
+  }
 }
 
 std::string format_resolved_config(const ResolvedConfig& config) {
@@ -547,7 +638,7 @@ std::string format_resolved_config(const ResolvedConfig& config) {
 LrSchedule lr_schedule_of(const TrainConfig& c) {
   LrSchedule s = c.lr_schedule;
   s.base_lr = c.optimizer.adamw.lr;
-  if (s.type == LrScheduleType::kLinearCosine) {
+  if (s.type == LrScheduleType::kLinearCosine || s.type == LrScheduleType::kLinear) {
     s.warmup_steps = c.warmup_steps;
     s.min_lr_ratio = c.min_lr_ratio;
     s.total_steps = c.steps;
@@ -556,6 +647,15 @@ LrSchedule lr_schedule_of(const TrainConfig& c) {
 }
 
 float scheduled_lr(const LrSchedule& s, int64_t step) {
+  if (s.type == LrScheduleType::kConstant) return static_cast<float>(s.base_lr);
+  if (s.type == LrScheduleType::kLinear) {
+    // transformers' get_linear_schedule_with_warmup: LambdaLR's current_step counts from 0 at the
+    // first optimizer step.
+    const int64_t i = step - 1;
+    if (i < s.warmup_steps) return static_cast<float>(s.base_lr * i / std::max<int64_t>(1, s.warmup_steps));
+    const double left = static_cast<double>(s.total_steps - i) / std::max<int64_t>(1, s.total_steps - s.warmup_steps);
+    return static_cast<float>(s.base_lr * std::max(0.0, left));
+  }
   if (s.type == LrScheduleType::kLinearCosine) {
     const double lr = s.base_lr;
     if (step <= s.warmup_steps) return static_cast<float>(lr * step / std::max<int64_t>(1, s.warmup_steps));

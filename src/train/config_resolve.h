@@ -22,7 +22,10 @@
 namespace seqpar {
 
 // The precedence of a value's source, lowest first.
-enum class ConfigLayer { kDefault = 0, kDeepSpeed = 1, kAccelerate = 2, kFlag = 3 };
+// kEnvironment: what `accelerate launch` exported (ACCELERATE_*, PARALLELISM_CONFIG_*, FSDP_*): the
+// launcher's resolution of its YAML and its own flags, so it overrides the YAML, as Accelerate's
+// plugins read the environment when their script passes nothing explicit (cli/accelerate_env.h).
+enum class ConfigLayer { kDefault = 0, kDeepSpeed = 1, kAccelerate = 2, kEnvironment = 3, kFlag = 4 };
 
 // Settings from the config files that have no TrainConfig field: the optimizer's name and mode
 // (checked here), and what is recorded without being acted on yet (precision,
@@ -49,6 +52,7 @@ struct ResolvedSetting {
 
 struct ResolvedConfig {
   TrainConfig train;
+  DefaultsSource defaults = DefaultsSource::kDemo;  // whose defaults the run got (config.h)
   RecordedSettings recorded;
   int64_t train_batch_size = 0;           // micro_batch × grad_accum × dp_world
   int world = 0;                          // sp × dp_replicate × dp_shard
@@ -65,6 +69,10 @@ struct ResolvedConfig {
 struct CommandLine {
   TrainConfig values;
   std::set<std::string> given;
+  // true (the commands): what no flag gave starts at the defaults of the run's source
+  // (defaults_source). false: `values` are complete as they are (a caller that built its own
+  // TrainConfig, such as the resolution tests of files against TrainConfig{}); sources read "default".
+  bool source_defaults = true;
   // When a launcher started this process as one rank of several over NCCL: its world size (the
   // environment's WORLD_SIZE, SLURM_NTASKS, ...) and where it came from, for messages. The world
   // must equal it, and dp_replicate left at its default fills it (as DeepSpeed's dp = world / sp);
@@ -73,12 +81,24 @@ struct CommandLine {
   std::string launch_source;
 };
 
-// Merges the layers; `ds` / `acc` may be null. InputError on any inconsistency.
-ResolvedConfig resolve_train_config(const CommandLine& cli, const DsConfig* ds, const AccelerateConfig* acc);
+// Whose defaults a run with these inputs gets: the demo's with no model, data or file; DeepSpeed's
+// for a DeepSpeed file without "auto" (and no Accelerate config); HF Trainer's otherwise.
+DefaultsSource defaults_source(const CommandLine& cli, const DsConfig* ds, const AccelerateConfig* acc,
+                               const AccelerateConfig* env = nullptr);
+
+// Merges the layers; `ds` / `acc` / `env` (the environment accelerate launch set) may be null.
+// Every inconsistency and every broken rule of a setting (with its source) is found in one pass:
+// added to `problems` when given, else thrown as one InputError.
+ResolvedConfig resolve_train_config(const CommandLine& cli, const DsConfig* ds, const AccelerateConfig* acc,
+                                    const AccelerateConfig* env = nullptr, Problems* problems = nullptr);
 // Same, loading the files ("" = none). A DeepSpeed file named both by --deepspeed and by the
 // YAML's deepspeed_config_file must be the same file.
 ResolvedConfig resolve_train_config(const CommandLine& cli, const std::string& deepspeed_path,
-                                    const std::string& accelerate_path);
+                                    const std::string& accelerate_path, const AccelerateConfig* env = nullptr,
+                                    Problems* problems = nullptr);
+
+// Appends each validate() problem that names a setting ("name=value ...") with that value's source.
+void add_sources(Problems& problems, const ResolvedConfig& config);
 
 // One line per setting: name, value, source; then the warnings.
 std::string format_resolved_config(const ResolvedConfig& config);

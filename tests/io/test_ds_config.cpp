@@ -220,8 +220,8 @@ TEST(DsConfig, WrongTypesNameKeyTypeAndValue) {
   EXPECT_INPUT_ERROR(parse_ds_config(R"({"optimizer": {"type": "AdamW", "params": {"weight_decay": -0.1}}})", "t.json"),
                      "t.json: 'optimizer.params.weight_decay' must be a number >= 0 or \"auto\", got float -0.1");
   EXPECT_INPUT_ERROR(
-      parse_ds_config(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}})", "t.json"),
-      "t.json: 'scheduler.params.warmup_num_steps' must be an integer >= 1 or \"auto\", got integer 0");
+      parse_ds_config(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": -1}}})", "t.json"),
+      "t.json: 'scheduler.params.warmup_num_steps' must be an integer >= 0 or \"auto\", got integer -1");
   EXPECT_INPUT_ERROR(parse_ds_config(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10,
                           "cos_min_ratio": 1.5}}})",
                                      "t.json"),

@@ -39,9 +39,12 @@ bool has_warning(const ResolvedConfig& r, const std::string& text) {
   return false;
 }
 
+// These tests resolve files against TrainConfig{}'s values as they are (the defaults by source
+// have their own tests: test_config_defaults.cpp).
 CommandLine cli(std::set<std::string> given = {}) {
   CommandLine c;
   c.given = std::move(given);
+  c.source_defaults = false;
   return c;
 }
 
@@ -289,12 +292,15 @@ TEST(ConfigResolve, ScheduleDefaultsAndFlagsFollowDeepSpeed) {
   r = resolve_train_config(c, &cosine, nullptr);
   EXPECT_DOUBLE_EQ(r.train.lr_schedule.cos_min_ratio, 0.5);
   EXPECT_EQ(r.source_of("cos_min_ratio"), "--min-lr-ratio");
-  // "auto" warmup from a zero --warmup-steps is DeepSpeed's error too.
+  // "auto" warmup from a zero --warmup-steps (HF Trainer's default) is valid: DeepSpeed's WarmupLR takes
+  // max(2, warmup_num_steps); a negative one is not.
   const DsConfig auto_warm = ds(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}})");
   CommandLine zero = cli();
   zero.values.warmup_steps = 0;
+  EXPECT_EQ(resolve_train_config(zero, &auto_warm, nullptr).train.lr_schedule.warmup_num_steps, 0);
+  zero.values.warmup_steps = -1;
   EXPECT_ERROR_HAS(resolve_train_config(zero, &auto_warm, nullptr),
-                   "warmup_num_steps=0 (default (auto in ds.json: scheduler.params.warmup_num_steps)) must be >= 1");
+                   "warmup_num_steps=-1 (default (auto in ds.json: scheduler.params.warmup_num_steps)) must be >= 0");
 }
 
 TEST(ConfigResolve, BatchArithmetic) {
