@@ -7,7 +7,7 @@
 //   cudnn  cuDNN's fused SDPA (graph API) for every call it computes exactly (packed_docs below),
 //          the flash kernel for the others (said at debug log level).
 //   auto   cudnn on Hopper and newer (compute capability >= 9.0) for the calls its dense graph
-//          computes (one document, or documents of one length: 1.3-2.0x the flash kernel forward
+//          computes (one document: 1.3-2.0x the flash kernel forward
 //          +backward on the H200, bench/NOTES.md 2026-12-02), flash for every other call.
 //          What sdpa, the default attn_implementation, runs.
 #pragma once

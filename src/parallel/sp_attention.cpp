@@ -540,11 +540,21 @@ class UspAttention final : public Attention {
       }
       GradHop hop;
       if (block_visible(me, block, c.window)) {
-        hop.dk_sent = Tensor::zeros(k.shape(), k.dtype(), k.device());
-        hop.dv_sent = Tensor::zeros(v.shape(), v.dtype(), v.device());
+        // The kernels take dq, dk, dv of one dtype: with f32 sums this block's dk, dv are computed
+        // in f32 and rounded once into the activation dtype they travel in.
+        Tensor dk = Tensor::zeros(k.shape(), dq.dtype(), k.device());
+        Tensor dv = Tensor::zeros(v.shape(), dq.dtype(), v.device());
         // dq accumulates over the steps; this block's dk, dv start from the zeros above.
-        attn_backward(dq, hop.dk_sent, hop.dv_sent, dout, c.q, k, v, c.out, c.lse, args_for(block, c),
-                      GradMode::kAccumulate);
+        attn_backward(dq, dk, dv, dout, c.q, k, v, c.out, c.lse, args_for(block, c), GradMode::kAccumulate);
+        if (wide) {
+          hop.dk_sent = Tensor::empty(k.shape(), k.dtype(), k.device());
+          hop.dv_sent = Tensor::empty(v.shape(), v.dtype(), v.device());
+          cast(hop.dk_sent, dk);
+          cast(hop.dv_sent, dv);
+        } else {
+          hop.dk_sent = dk;
+          hop.dv_sent = dv;
+        }
         counters_.blocks_computed += 1;
       }
       // This step's gradient hop: to the owner of the block just computed, from the rank that

@@ -133,6 +133,9 @@ TokenMeta meta_of(const std::vector<int32_t>& seg, const std::vector<int32_t>& p
 // The path `b` must report for `c` (kNone: any).
 AttnPath expected_path(const AttnCase& c, const Backend& b) {
   if (b.device.is_cpu()) return AttnPath::kCpu;
+  // auto takes cuDNN's dense graph (one document) only, the flash kernel otherwise (attention_cuda.cpp).
+  if (b.attention.backend == AttentionBackend::kAuto && (num_docs(c) != 1 || b.attention.cudnn_dense != CudnnDense::kOn))
+    return AttnPath::kNone;
   if (is_cudnn(b))
     return num_docs(c) == 1 && b.attention.cudnn_dense == CudnnDense::kOn ? AttnPath::kCudnnDense
                                                                           : AttnPath::kCudnnRagged;

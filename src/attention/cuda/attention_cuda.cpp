@@ -110,11 +110,6 @@ Tensor tile_stats(const TokenMeta& m, const DeviceMeta& dm, int64_t T, int tile,
 // The documents to hand to cuDNN for this call, or nullopt for the flash kernel: the policy's
 // backend, the device (auto: compute capability >= 9.0), bf16 outputs, and attention_backend.h's
 // packed_docs rule. Says why at debug level whenever a cuDNN setting ends on the flash kernel.
-bool equal_documents(const PackedDocs& docs) {
-  for (size_t d = 1; d + 1 < docs.cu.size(); ++d)
-    if (docs.cu[d + 1] - docs.cu[d] != docs.cu[1] - docs.cu[0]) return false;
-  return true;
-}
 
 std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq, int64_t Tk, bool bf16_outputs,
                                       const AttnArgs& args) {
@@ -129,12 +124,11 @@ std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq,
   if (why.empty() && !bf16_outputs) why = "f32 outputs or gradients (cuDNN writes bf16)";
   std::optional<PackedDocs> docs;
   if (why.empty()) docs = packed_docs(args, Tq, Tk, &why);
-  if (docs && backend == AttentionBackend::kAuto && !equal_documents(*docs)) {
-    // auto takes cuDNN where it was measured faster: its dense graph (one document, or documents
-    // of one length), 1.3-2.0x the flash kernel forward+backward on the H200 (bench/NOTES.md,
-    // 2026-12-02). Its ragged graph is not measured, and with GQA it holds two f32 [T, H, D]
-    // buffers more.
-    why = "auto: documents of unequal lengths (cuDNN's ragged graph; auto keeps it for backend cudnn)";
+  if (docs && backend == AttentionBackend::kAuto && (docs->num_docs() != 1 || args.policy.cudnn_dense != CudnnDense::kOn)) {
+    // auto takes cuDNN where it was measured faster: its dense graph (one document), 1.3-2.0x the
+    // flash kernel forward+backward on the H200 (bench/NOTES.md, 2026-12-02). Its ragged graph
+    // (several documents) is not measured, and with GQA it holds two f32 [T, H, D] buffers more.
+    why = "auto: several documents (cuDNN's ragged graph, not measured faster; backend cudnn takes it)";
     docs.reset();
   }
   if (!docs) log_debug("{}: backend {} runs the flash kernel here: {}", entry, attention_backend_name(backend), why);
