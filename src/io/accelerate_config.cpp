@@ -266,7 +266,12 @@ void parse_fsdp_section(Reader& top, AccelerateConfig& c, std::vector<std::strin
   YAML::Node f = top.mapping("fsdp_config");
   if (!f.IsDefined()) return;
   Reader r(f, c.source, "fsdp_config.");
-  problems.attempt([&] { (void)r.integer("fsdp_version", 1, 2); });
+  problems.attempt([&] {
+    const YamlValue<int64_t> version = r.integer("fsdp_version", 1, 2);
+    if (version.has())
+      c.warnings.push_back(fmt::format("{}: {}={} is read: seqpar's ZeRO stages stand for FSDP 1 and 2 alike",
+                                       c.source, version.key, *version));
+  });
   // FSDP1's ShardingStrategy by name or number (FULL_SHARD 1 = ZeRO 3, SHARD_GRAD_OP 2 = ZeRO 2, NO_SHARD 3 =
   // ZeRO 0, HYBRID_SHARD 4,
   // HYBRID_SHARD_ZERO2 5); FSDP2's fsdp_reshard_after_forward true / false (= FULL_SHARD / SHARD_GRAD_OP),
@@ -299,6 +304,9 @@ void parse_fsdp_section(Reader& top, AccelerateConfig& c, std::vector<std::strin
     if (offload.has() && *offload && !c.offload_param_device.has()) {
       c.offload_param_device.key = offload.key;
       c.offload_param_device.value = "cpu";
+    } else if (offload.has() && !*offload) {
+      c.warnings.push_back(fmt::format("{}: {}=false is what seqpar does without --offload-param cpu", c.source,
+                                       offload.key));
     }
   });
   problems.attempt([&] { c.fsdp_activation_checkpointing = r.boolean("fsdp_activation_checkpointing"); });
