@@ -1,6 +1,8 @@
 // Helpers shared by the tests: random tensors, relative errors, fixture paths.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -16,6 +18,14 @@ namespace seqpar::testing {
 std::string source_path(const std::string& rel);  // SEQPAR_SOURCE_DIR / rel
 std::string binary_path();                        // build/seqpar
 std::string temp_dir();                           // fresh directory per call
+
+// A loopback TCP port that was free a moment ago (bound to port 0, then closed).
+int free_port();
+// Starts `cmd` under /bin/sh, stdout and stderr to `log`, with RLIMIT_FSIZE = fsize_bytes when > 0;
+// returns its pid.
+pid_t start_command(const std::string& cmd, const std::string& log, uint64_t fsize_bytes = 0);
+// The exit code of `pid` (128 + signal when killed); -1 after timeout_s (the process is then killed).
+int wait_exit(pid_t pid, double timeout_s);
 
 // Uniform in [lo, hi), deterministic from seed.
 std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);

@@ -38,33 +38,10 @@ std::string bytes_of(const std::string& path) {
 
 // Starts `sh -c "exec <cmd>"` with its output into `log` (and, with fsize > 0, RLIMIT_FSIZE).
 pid_t start(const std::string& cmd, const std::string& log, rlim_t fsize = 0) {
-  const std::string full = "exec " + cmd + " >" + log + " 2>&1";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (fsize > 0) {
-      rlimit lim{fsize, fsize};
-      ::setrlimit(RLIMIT_FSIZE, &lim);
-    }
-    ::execl("/bin/sh", "sh", "-c", full.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  return pid;
+  return testing::start_command(cmd, log, fsize);
 }
-
 // The exit code (128 + signal when killed); -1 after timeout_s (the process is then killed).
-int wait_exit(pid_t pid, double timeout_s = 120) {
-  const auto until = Clock::now() + std::chrono::duration<double>(timeout_s);
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (Clock::now() > until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+int wait_exit(pid_t pid, double timeout_s = 120) { return testing::wait_exit(pid, timeout_s); }
 
 int run(const std::string& cmd, const std::string& log, rlim_t fsize = 0) { return wait_exit(start(cmd, log, fsize)); }
 

@@ -21,6 +21,8 @@
 namespace seqpar {
 namespace {
 
+using testing::free_port;
+
 using Env = std::map<std::string, std::string>;
 using namespace std::chrono_literals;
 
@@ -183,18 +185,6 @@ TEST(DistEnv, PrecedenceIsTorchrunThenSlurmThenMpi) {
   EXPECT_EQ(read(with(kMpi, kSlurm)).rank, 6);
   // A half-set torchrun environment is an error, not a silent fall-through to Slurm.
   EXPECT_HAS(refusal(with(kSlurm, {{"WORLD_SIZE", "8"}})), "torchrun environment: RANK is not set");
-}
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 TEST(DistEnv, OpenStoreRankZeroHostsTheOthersConnect) {

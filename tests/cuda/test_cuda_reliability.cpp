@@ -26,49 +26,18 @@
 namespace seqpar {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using testing::free_port;
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+pid_t start(const std::string& cmd, const std::string& log) { return testing::start_command(cmd, log); }
+int wait_exit(pid_t pid, double timeout_s = 300) { return testing::wait_exit(pid, timeout_s); }
+
+using Clock = std::chrono::steady_clock;
 
 std::string text_of(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-pid_t start(const std::string& cmd, const std::string& log) {
-  const std::string full = "exec " + cmd + " >" + log + " 2>&1";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", full.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  return pid;
-}
-
-int wait_exit(pid_t pid, double timeout_s = 300) {
-  const auto until = Clock::now() + std::chrono::duration<double>(timeout_s);
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (Clock::now() > until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 std::map<int64_t, double> losses(const std::string& metrics) {

@@ -32,6 +32,8 @@
 namespace seqpar {
 namespace {
 
+using testing::free_port;
+
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::comm_input;
@@ -216,18 +218,6 @@ TEST(NcclRank, ARankThatNeverComesTimesOut) {
     EXPECT_NE(e.find("aborted: rank 0: barrier"), std::string::npos) << e;
   }
   std::printf("NCCL_RANK_OK %d/%d timeout\n", rank, P);
-}
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 TEST(NcclComm, TwoRanksThroughSeqparLaunch) {
