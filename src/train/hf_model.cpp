@@ -64,6 +64,14 @@ void load_params_from(LlamaParams& params, const LlamaConfig& config, const Safe
   copy_params(params, data);
 }
 
+LlamaParams params_from_tensors(const LlamaConfig& config, const SafetensorsData& data, const std::string& source,
+                               DType dtype) {
+  check_params_in(config, infos_of(data), source);  // before the allocation
+  LlamaParams params = LlamaParams::zeros(config, dtype, Device::cpu());
+  copy_params(params, data);
+  return params;
+}
+
 std::unique_ptr<LlamaModel> model_from_tensors(const LlamaConfig& config, const SafetensorsData& data,
                                                const std::string& source, Device device) {
   check_params_in(config, infos_of(data), source);  // before the model's allocation

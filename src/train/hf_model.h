@@ -25,6 +25,10 @@ void load_params_from(LlamaParams& params, const LlamaConfig& config, const Safe
 // tensors it does not use. Allocates nothing of the model's size.
 void check_params_in(const LlamaConfig& config, const std::vector<TensorInfo>& tensors, const std::string& source);
 
+// The weights in `data` as host tensors of `dtype` (converted), checked (check_params_in) before
+// they are allocated: the trainer's initial weights.
+LlamaParams params_from_tensors(const LlamaConfig& config, const SafetensorsData& data, const std::string& source,
+                               DType dtype);
 // The model of `config` with the weights in `data`, checked (check_params_in) before the model is
 // allocated: a config far beyond its checkpoint's tensors fails without allocating its model.
 std::unique_ptr<LlamaModel> model_from_tensors(const LlamaConfig& config, const SafetensorsData& data,

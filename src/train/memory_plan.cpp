@@ -435,7 +435,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   }
   if (!in.cuda) p.host_pinned_bytes = 0;  // the CPU pins nothing
   for (const auto& [name, bytes] : p.host) p.host_bytes += bytes;
-  p.host_setup_bytes = 4 * LlamaParams::flat_layout(m).total;
+  p.host_setup_bytes = (in.cuda ? 2 : 4) * LlamaParams::flat_layout(m).total;  // bf16 for a GPU, f32 on the CPU
   int64_t best = -1;
   for (const auto& [name, bytes] : p.phases)
     if (bytes > best) best = bytes, p.peak_phase = name;
@@ -571,7 +571,7 @@ void check_host_memory(const MemoryPlan& plan, int ranks, double host_memory_gib
   SEQPAR_INPUT_CHECK(
       need <= cap,
       "host memory: the run needs {} of host memory ({} rank(s) of this process × {}: {}; and while the ranks "
-      "start, the initial weights' f32 copy, {}), more than {} ({}); "
+      "start, the initial weights' host copy, {}), more than {} ({}); "
       "lower it (fewer offloaded levers, --no-offload-param-pin-memory does not shrink it) or, if this machine grows "
       "its memory lazily, say how much it has with --host-memory-gib",
       gib(need), ranks, gib(plan.host_bytes), what, gib(plan.host_setup_bytes),
@@ -613,9 +613,10 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   s += "\n";
   s += fmt::format("host memory per rank{}:\n", in.cuda ? "" : " (the CPU backend: the same memory as the device's)");
   for (const auto& [name, bytes] : p.host) s += fmt::format("  {:<64} {:>12}\n", name, gib(bytes));
-  s += fmt::format("predicted host peak: {} ({} pinned); while the ranks start, plus the initial weights' f32 copy "
+  s += fmt::format("predicted host peak: {} ({} pinned); while the ranks start, plus the initial weights' {} copy "
                    "(per process): {}",
-                   gib(p.host_bytes), gib(p.host_pinned_bytes), gib(p.host_bytes + p.host_setup_bytes));
+                   gib(p.host_bytes), gib(p.host_pinned_bytes), in.cuda ? "bf16" : "f32",
+                   gib(p.host_bytes + p.host_setup_bytes));
   if (host_capacity_bytes > 0)
     s += fmt::format(
         " of {} ({})", gib(host_capacity_bytes),

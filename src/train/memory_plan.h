@@ -66,7 +66,7 @@ struct MemoryPlan {
   std::vector<std::pair<std::string, int64_t>> host;
   int64_t host_bytes = 0;
   int64_t host_pinned_bytes = 0;
-  // Host memory of the whole process while its ranks start (not per rank): the f32 copy of the
+  // Host memory of the whole process while its ranks start (not per rank): the copy (bf16 on CUDA, f32 on the CPU) of the
   // initial weights every rank copies from (train/trainer.cpp; freed once they have), beside the
   // ranks' host memory as they allocate it. A resume also holds the checkpoint's files: not counted.
   int64_t host_setup_bytes = 0;

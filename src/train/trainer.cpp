@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "attention/attention_backend.h"
 #include "comm/communicator.h"
@@ -42,13 +43,62 @@ LlamaConfig demo_model_config() {
   return c;
 }
 
+namespace {
+
+// SplitMix64's finaliser: a 64-bit mix with full avalanche (every output bit depends on every input bit).
+uint64_t mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A uniform in (0, 1] from 53 random bits (never 0: Box-Muller takes its log).
+double unit_open0(uint64_t bits) { return (static_cast<double>(bits >> 11) + 1.0) * 0x1.0p-53; }
+
+}  // namespace
+
+// Counter-based, so every element is a function of (seed, tensor index, element index) alone: the
+// tensors are filled by all cores in parallel (an 8B model's 8e9 draws take seconds, not the ten
+// minutes a sequential generator takes) and the values do not depend on the thread count. Element
+// pair (2j, 2j+1) of tensor k is one Box-Muller draw from two mixed counters.
 void init_llama_params(LlamaParams& params, uint64_t seed, float std) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.f, std);
-  for (auto& [name, t] : params.named()) {
-    float* p = t->data<float>();
-    const bool is_norm = name.find("norm.weight") != std::string::npos;  // biases draw like weights
-    for (int64_t i = 0; i < t->numel(); ++i) p[i] = is_norm ? 1.f : normal(rng);
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const auto named = params.named();
+  for (size_t k = 0; k < named.size(); ++k) {
+    Tensor& t = *named[k].second;
+    SEQPAR_CHECK(t.device().is_cpu() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16),
+                 "init_llama_params: {} is {} on {} (f32 or bf16 on the CPU)", named[k].first, dtype_name(t.dtype()),
+                 t.device().str());
+    const bool is_norm = named[k].first.find("norm.weight") != std::string::npos;  // biases draw like weights
+    const uint64_t key = mix64(seed ^ mix64(0x9e3779b97f4a7c15ull * (k + 1)));
+    const int64_t n = t.numel(), pairs = (n + 1) / 2;
+    float* f32 = t.dtype() == DType::kF32 ? t.data<float>() : nullptr;
+    bf16* b16 = t.dtype() == DType::kBF16 ? t.data<bf16>() : nullptr;
+    auto put = [&](int64_t i, float v) {
+      if (i >= n) return;
+      if (f32) f32[i] = v;
+      else b16[i] = f32_to_bf16(v);
+    };
+    auto fill = [&](int64_t lo, int64_t hi) {  // pairs [lo, hi)
+      for (int64_t j = lo; j < hi; ++j) {
+        if (is_norm) {
+          put(2 * j, 1.f);
+          put(2 * j + 1, 1.f);
+          continue;
+        }
+        const uint64_t c = key + 2 * static_cast<uint64_t>(j);
+        const double r = std::sqrt(-2.0 * std::log(unit_open0(mix64(c))));
+        const double a = 6.283185307179586 * unit_open0(mix64(c + 1));
+        put(2 * j, static_cast<float>(std * r * std::cos(a)));
+        put(2 * j + 1, static_cast<float>(std * r * std::sin(a)));
+      }
+    };
+    const int use = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, pairs / (1 << 16))));
+    const int64_t per = (pairs + use - 1) / use;
+    std::vector<std::thread> pool;
+    for (int w = 1; w < use; ++w) pool.emplace_back(fill, std::min(pairs, w * per), std::min(pairs, (w + 1) * per));
+    fill(0, std::min(pairs, per));
+    for (std::thread& th : pool) th.join();
   }
 }
 
@@ -231,7 +281,7 @@ struct Trainer::State {
   int eval_batches = 0;
   json config;                          // recorded in checkpoints, compared on resume
   std::string hash;                     // config_hash(config)
-  std::unique_ptr<LlamaModel> initial;  // the weights every rank starts from
+  LlamaParams initial;  // the weights every rank starts from, on the host in the compute dtype
   int64_t first_step = 1, last_step = 0;
   MemoryPlan plan;
   int ranks_per_device = 1;  // ranks that share one GPU
@@ -397,18 +447,22 @@ void Trainer::setup_resume() {
   if (s.talk) log_info("resuming from {} (step {})", ckpt.dir, ckpt.state.step);
 }
 
-// The model every rank starts from (weights are replicated over the mesh).
+// The weights every rank starts from (replicated over the mesh), on the host in the dtype the ranks
+// compute in: bf16 for a GPU (the model's weights and the optimizer's f32 master weights are both
+// made from the bf16 rounding, so nothing is lost) — half the host memory of an f32 copy, which sits
+// beside the offloaded optimizer's state while the ranks start (an 8B model: 16 GB instead of 32).
 void Trainer::setup_model() {
   State& s = *s_;
+  const DType dtype = cfg_.device.is_cuda() ? DType::kBF16 : DType::kF32;
   if (s.ckpt) {
-    s.initial = model_from_tensors(s.ckpt->model_config, s.ckpt->model, s.ckpt->dir);
+    s.initial = params_from_tensors(s.ckpt->model_config, s.ckpt->model, s.ckpt->dir, dtype);
   } else if (!cfg_.model_dir.empty()) {
-    s.initial = load_hf_model(cfg_.model_dir);
+    check_params_in(model_config_, read_hf_checkpoint_headers(cfg_.model_dir), cfg_.model_dir);
+    s.initial = params_from_tensors(model_config_, read_hf_checkpoint(cfg_.model_dir), cfg_.model_dir, dtype);
   } else {
-    s.initial = std::make_unique<LlamaModel>(model_config_);
-    init_llama_params(s.initial->params(), cfg_.seed, cfg_.init_std);
+    s.initial = LlamaParams::zeros(model_config_, dtype, Device::cpu());
+    init_llama_params(s.initial, cfg_.seed, cfg_.init_std);
   }
-  s.initial->grads() = LlamaParams();  // a container of weights only: its f32 gradients never used
 }
 
 void Trainer::log_setup() const {
@@ -454,7 +508,7 @@ TrainResult Trainer::run() {
 void Trainer::run_rank(JobRank& job) {
   State& s = *s_;
   if (job.leader && job.device.is_cuda()) refuse_if_over_capacity(job.device);
-  TrainStep rank(job.world, s.mesh_shape, job.device, cfg_, model_config_, s.initial->params());
+  TrainStep rank(job.world, s.mesh_shape, job.device, cfg_, model_config_, s.initial);
   restore(rank, job);
   const bool leader = job.leader;
   const int64_t profile_from = s.last_step > s.first_step ? s.first_step + 1 : s.first_step;
@@ -511,7 +565,7 @@ void Trainer::restore(TrainStep& rank, JobRank& job) {
   }
   job.world.barrier();
   std::lock_guard<std::mutex> lock(s.mu);
-  s.initial.reset();
+  s.initial = LlamaParams();
   s.ckpt.reset();
 }
 
@@ -810,7 +864,7 @@ std::vector<std::pair<std::string, Tensor>> Trainer::run_batch(bool optimizer_st
   SEQPAR_CHECK(s.batch.has_value(), "Trainer::run_batch: a trainer of a data source runs with run()");
   if (s.mesh_shape.world() > 1) set_cpu_gemm_threads(1);
   run_job(s.mesh_shape.world(), cfg_.device, cfg_.transport, s.config.dump(), [&](JobRank& job) {
-    TrainStep rank(job.world, s.mesh_shape, job.device, cfg_, model_config_, s.initial->params());
+    TrainStep rank(job.world, s.mesh_shape, job.device, cfg_, model_config_, s.initial);
     const std::vector<SpBatch> micro = step_batches(1, rank.mesh().dp_rank());
     const SpBatch& b = micro.back();
     Tensor logits;
