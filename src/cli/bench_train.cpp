@@ -118,8 +118,8 @@ int run_bench_train(const BenchTrainOptions& o) {
       }
       write_token_file(data, docs);
     }
-    // The user's settings, on synthetic data: one document per sequence, no evaluation, quiet,
-    // each step timed to its end.
+    // The user's settings, on synthetic data: one document per sequence, no evaluation, each step
+    // timed to its end.
     TrainConfig c = base;
     c.model = model;
     c.data_path = data;
@@ -129,8 +129,10 @@ int run_bench_train(const BenchTrainOptions& o) {
     c.dp_replicate = dp;
     c.kernels = process_kernel_policy();
     c.eval_every = 0;
-    c.log_every = static_cast<int>(base.steps);
-    c.quiet = true;
+    // Progress on stderr (the JSON lines go to stdout): the setup's phases and every step, so a
+    // long run (an 8B model's setup and steps take minutes) shows where it is.
+    c.log_every = 1;
+    c.quiet = false;
     c.time_steps = true;
     json line = {{"bench", "train"},
                  {"impl", "seqpar"},

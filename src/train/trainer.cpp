@@ -454,6 +454,7 @@ void Trainer::setup_resume() {
 void Trainer::setup_model() {
   State& s = *s_;
   const DType dtype = cfg_.device.is_cuda() ? DType::kBF16 : DType::kF32;
+  const auto t0 = std::chrono::steady_clock::now();
   if (s.ckpt) {
     s.initial = params_from_tensors(s.ckpt->model_config, s.ckpt->model, s.ckpt->dir, dtype);
   } else if (!cfg_.model_dir.empty()) {
@@ -462,6 +463,13 @@ void Trainer::setup_model() {
   } else {
     s.initial = LlamaParams::zeros(model_config_, dtype, Device::cpu());
     init_llama_params(s.initial, cfg_.seed, cfg_.init_std);
+  }
+  if (s.talk) {
+    const int64_t n = LlamaParams::flat_layout(model_config_).total;
+    log_info("initial weights: {:.2f}B parameters ({}, {:.2f} GiB on the host) in {:.1f} s", static_cast<double>(n) * 1e-9,
+             s.ckpt ? "the checkpoint's" : cfg_.model_dir.empty() ? "random init" : "the model's files",
+             static_cast<double>(n * static_cast<int64_t>(dtype_size(dtype))) / (1ll << 30),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
 }
 
@@ -508,8 +516,13 @@ TrainResult Trainer::run() {
 void Trainer::run_rank(JobRank& job) {
   State& s = *s_;
   if (job.leader && job.device.is_cuda()) refuse_if_over_capacity(job.device);
+  const auto t0 = std::chrono::steady_clock::now();
   TrainStep rank(job.world, s.mesh_shape, job.device, cfg_, model_config_, s.initial);
   restore(rank, job);
+  if (job.leader && s.talk)
+    log_info("ranks ready in {:.1f} s (model on {}, optimizer state{})",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), job.device.str(),
+             cfg_.memory.offload_optimizer == OffloadDevice::kCpu ? " in host memory" : " beside it");
   const bool leader = job.leader;
   const int64_t profile_from = s.last_step > s.first_step ? s.first_step + 1 : s.first_step;
   const bool profile_rank = cfg_.profile && leader;
