@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Hugging Face transformers peer of `seqpar bench train`: training steps of a Llama-3.2-1B/3B or
-Llama-3.1-8B sized LlamaForCausalLM (random weights) on synthetic tokens, one GPU, as HF Trainer
+Llama-3.1-8B sized LlamaForCausalLM, or a GPT-2-style GPT2LMHeadModel of Megatron-DeepSpeed's
+1.3B / 30B sequence-parallel shapes (presets gpt-*, as seqpar's: learned positions, LayerNorm,
+gelu_new, biases, tied embeddings, vocab 50304), random weights, on synthetic tokens, one GPU, as HF Trainer
 runs it with bf16=True: f32 weights, bf16 autocast, torch AdamW (fused), grad-norm clipping at 1.0,
 optionally gradient checkpointing. Prints the same JSON lines as seqpar (impl "hf"): median step
 time (the first step excluded), tokens/s and TFLOP/s per GPU (the same FLOP formula), and
@@ -28,6 +30,15 @@ PRESETS = {  # config.json of each model (rope scaling left out: it changes no c
                          num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
     "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                          num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+    # GPT-2 style (GPT2Config's n_embd, n_layer, n_head, n_inner; head_dim = n_embd / n_head).
+    "gpt-1.3b-32k": dict(family="gpt2", hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                         num_attention_heads=16, num_key_value_heads=16, head_dim=128, vocab_size=50304,
+                         n_positions=32768),
+    "gpt-30b-32k": dict(family="gpt2", hidden_size=6144, intermediate_size=24576, num_hidden_layers=64,
+                        num_attention_heads=64, num_key_value_heads=64, head_dim=96, vocab_size=50304,
+                        n_positions=32768),
+    "gpt-tiny": dict(family="gpt2", hidden_size=256, intermediate_size=1024, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=4, head_dim=64, vocab_size=1024, n_positions=4096),
     "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=64, tie_word_embeddings=False, vocab_size=1024),
 }
@@ -38,7 +49,8 @@ def step_flops(cfg, seq_len, sequences):
     C, F = cfg["hidden_size"], cfg["intermediate_size"]
     HD = cfg["num_attention_heads"] * cfg["head_dim"]
     KD = cfg["num_key_value_heads"] * cfg["head_dim"]
-    per_layer = C * HD * 2 + C * KD * 2 + 3 * C * F + 2 * C
+    mlp_mats = 2 if cfg.get("family") == "gpt2" else 3  # up, down (GELU) | gate, up, down (SwiGLU)
+    per_layer = C * HD * 2 + C * KD * 2 + mlp_mats * C * F + 2 * C
     params = cfg["num_hidden_layers"] * per_layer + C + cfg["vocab_size"] * C
     tokens = seq_len * sequences
     attention = cfg["num_hidden_layers"] * 3.5 * 2 * seq_len * seq_len * HD * sequences
@@ -58,10 +70,21 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("hf_train_step.py: no CUDA device")
     import transformers
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     cfg = dict(vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=1 << 22)
     cfg.update(PRESETS[args.preset])
+
+    def make_model():
+        if cfg.get("family") != "gpt2":
+            return LlamaForCausalLM(LlamaConfig(**{k: v for k, v in cfg.items() if k != "family"},
+                                                attn_implementation=args.attn))
+        gc = GPT2Config(vocab_size=cfg["vocab_size"], n_positions=cfg["n_positions"], n_embd=cfg["hidden_size"],
+                        n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
+                        n_inner=cfg["intermediate_size"], activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True,
+                        attn_implementation=args.attn)
+        return GPT2LMHeadModel(gc)
     out = open(args.out, "a") if args.out else None
     for S in [int(x) for x in args.seq_lens.split(",") if x]:
         line = dict(bench="train", impl="hf", model=args.preset, seq_len=S, micro_batch=args.micro_batch, sp=1,
@@ -71,7 +94,7 @@ def main():
         try:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-            model = LlamaForCausalLM(LlamaConfig(**cfg, attn_implementation=args.attn)).cuda()
+            model = make_model().cuda()
             if args.gradient_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.train()
