@@ -108,9 +108,9 @@ TEST(CudaAttention, WriteEqualsAccumulateIntoZeros) {
 
 // Keys in two blocks (a ring step): forward on each, attn_merge, then each block's backward with
 // the merged out/lse accumulating into one dq: together they must equal the whole.
-TEST(CudaAttention, SplitKeysMergeEqualsFull) {
-  REQUIRE_GPU();
-  AttnCase c = attn_one_doc("split keys", 257, 4, 2, 128, true);
+void split_keys_merge_equals_full(int64_t head_dim) {
+  SCOPED_TRACE("D=" + std::to_string(head_dim));
+  AttnCase c = attn_one_doc("split keys", 257, 4, 2, head_dim, true);
   c.out_f32 = true;
   c.grad_f32 = true;
   c.seed = 77;
@@ -167,6 +167,11 @@ TEST(CudaAttention, SplitKeysMergeEqualsFull) {
   expect_within_2x("dq (two key blocks)", values_of(dq), lowp.dq, exact.dq, kGpuRule);
   expect_within_2x("dk (two key blocks)", values_of(dk), lowp.dk, exact.dk, kGpuRule);
   expect_within_2x("dv (two key blocks)", values_of(dv), lowp.dv, exact.dv, kGpuRule);
+}
+
+TEST(CudaAttention, SplitKeysMergeEqualsFull) {
+  REQUIRE_GPU();
+  for (int64_t D : {96, 128}) split_keys_merge_equals_full(D);
 }
 
 // attn_merge alone, bf16 outputs, against the formula in double; -inf on either side.

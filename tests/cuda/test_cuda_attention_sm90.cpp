@@ -56,6 +56,37 @@ TEST(CudaAttentionSm90, AutoRoutesToWgmmaBackward) {
   EXPECT_NE(a.dk, m.dk) << "the two kernels sum in different orders; identical results would mean one ran twice";
 }
 
+// Head dim 96 (GPT 30B) is not the wgmma kernels' (whole 64-column TMA boxes): on sm_90 the default
+// policy runs it on the mma.sync kernel in both directions, bit-identical to forcing mma.sync, and
+// forcing wgmma is an InputError that says where D=96 runs (docs/kernel-policy.md).
+TEST(CudaAttentionSm90, HeadDim96RunsOnTheMmaKernel) {
+  REQUIRE_SM90();
+  AttnCase c = attn_one_doc("auto D96", 700, 4, 2, 96, true);
+  c.mode = GradMode::kWrite;
+  c.seed = 396;
+  const AttnInputs in = attn_inputs(c);
+  const AttnResult a = run_attention(c, in, default_flash());
+  const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma));
+  EXPECT_EQ(a.fwd_path, AttnPath::kFlashMma) << attn_path_name(a.fwd_path);
+  EXPECT_EQ(a.bwd_path, AttnPath::kFlashMma) << attn_path_name(a.bwd_path);
+  EXPECT_EQ(a.out, m.out);
+  EXPECT_EQ(a.lse, m.lse);
+  EXPECT_EQ(a.dk, m.dk);
+  EXPECT_EQ(a.dv, m.dv);
+  std::string why;
+  EXPECT_TRUE(check_attention(c, default_flash(), &why)) << why;
+  for (bool forward : {true, false}) {
+    Backend b = testing::flash_backend(FlashKernel::kMma);
+    (forward ? b.attention.fwd_kernel : b.attention.bwd_kernel) = FlashKernel::kWgmma;
+    try {
+      run_attention(c, in, b);
+      ADD_FAILURE() << (forward ? "forward" : "backward") << ": forcing wgmma at D=96 was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("D=96 runs on the mma.sync kernel"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // What the sm_90 forward refuses falls back to mma.sync under auto and is an error when forced.
 TEST(CudaAttentionSm90, UnsupportedForwardCalls) {
   REQUIRE_SM90();
@@ -74,6 +105,9 @@ TEST(CudaAttentionSm90, UnsupportedForwardCalls) {
   p.k = buf;
   p.H = 3;
   p.Hkv = 2;
+  EXPECT_FALSE(cuda_attn::fwd_sm90_supported(p));
+  p.H = p.Hkv = 1;
+  p.D = 96;
   EXPECT_FALSE(cuda_attn::fwd_sm90_supported(p));
 }
 

@@ -53,6 +53,38 @@ TEST(CudaOpHarness, EveryOpOnEveryCudaPath) {
   EXPECT_GT(run, 100);
 }
 
+// LayerNorm's dweight and dbias are summed without atomics, in a fixed order (per-block partials,
+// then a fixed-order column sum): the same inputs give the same bits, run after run. T spans many
+// more rows than the backward grid's blocks.
+TEST(CudaOpHarness, LayerNormParameterGradientsAreBitwiseReproducible) {
+  REQUIRE_GPU();
+  const int64_t T = 5000, C = 768;
+  const Device gpu = Device::cuda(0);
+  const Tensor x = make_tensor({T, C}, random_values(T * C, 90, -1.f, 3.f), DType::kBF16, gpu);
+  const Tensor w = make_tensor({C}, random_values(C, 91, 0.5f, 1.5f), DType::kBF16, gpu);
+  const Tensor b = make_tensor({C}, random_values(C, 92), DType::kBF16, gpu);
+  const Tensor dy = make_tensor({T, C}, random_values(T * C, 93), DType::kBF16, gpu);
+  Tensor y = poisoned({T, C}, DType::kBF16, gpu), mean = poisoned({T}, DType::kF32, gpu),
+         rstd = poisoned({T}, DType::kF32, gpu), dx = poisoned({T, C}, DType::kBF16, gpu);
+  layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+  std::vector<double> first_dw, first_db, first_dx;
+  for (int run = 0; run < 3; ++run) {
+    Tensor dw = make_tensor({C}, std::vector<float>(C, 0.25f), DType::kF32, gpu);
+    Tensor db = make_tensor({C}, std::vector<float>(C, -0.5f), DType::kF32, gpu);
+    layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+    const std::vector<double> now_dw = values_of(dw), now_db = values_of(db), now_dx = values_of(dx);
+    if (run == 0) {
+      first_dw = now_dw;
+      first_db = now_db;
+      first_dx = now_dx;
+    }
+    EXPECT_TRUE(now_dw == first_dw) << "dweight of run " << run << " differs from run 0";
+    EXPECT_TRUE(now_db == first_db) << "dbias of run " << run << " differs from run 0";
+    EXPECT_TRUE(now_dx == first_dx) << "dinp of run " << run << " differs from run 0";
+  }
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST(CudaOpHarness, EveryAttentionCaseOnEveryCudaPath) {
   REQUIRE_GPU();
   int run = 0;

@@ -189,7 +189,7 @@ std::vector<AttnCase> attn_cases() {
     c.name += ", write";
     return c;
   };
-  // Tiny cases: the CPU's finite differences; the CUDA kernels take D 64 or 128 only.
+  // Tiny cases: the CPU's finite differences; the CUDA kernels take D 64, 96 or 128 only.
   add(attn_packed("tiny packed 2 docs GQA D8 causal", {0, 3, 7}, 2, 1, 8, true), 1);
   {
     AttnCase c = attn_one_doc("tiny ring block D4 non-causal, an unseen row", 0, 2, 1, 4, false);
@@ -246,7 +246,8 @@ std::vector<AttnCase> attn_cases() {
     add(write(attn_packed("16 docs of 128, H=2 Hkv=1 D64", cu, 2, 1, 64, true)), 73);
     add(write(attn_packed("16 docs of 128, H=4 Hkv=2 D64", cu, 4, 2, 64, true)), 74);
   }
-  for (int64_t D : {64, 128}) {
+  // Every head dim the CUDA kernels take (96: GPT 30B's; the mma.sync kernel and cuDNN, not wgmma).
+  for (int64_t D : {64, 96, 128}) {
     const std::string d = " D" + std::to_string(D);
     add(attn_packed("two docs GQA T=261" + d, {0, 150, 261}, 4, 2, D, true), 66 + D);
     add(write(attn_packed("packed 3 docs GQA T=1000" + d, {0, 300, 437, 1000}, 4, 2, D, true)), 105 + D);
@@ -304,6 +305,12 @@ std::vector<AttnCase> attn_cases() {
   }
   add(attn_one_doc("long causal GQA D64 T=1100, many tiles", 1100, 2, 1, 64, true), 55);
   add(write(attn_one_doc("causal MHA D128 T=1000", 1000, 2, 2, 128, true)), 201);
+  // Head dim 96 (GPT 30B: 64 heads of 96): one document (cuDNN's dense graph), packed documents
+  // (its ragged graph), many key tiles, non-causal, a window, accumulated gradients.
+  add(attn_one_doc("causal MHA D96 T=300", 300, 4, 4, 96, true), 96);
+  add(write(attn_one_doc("causal MHA D96 T=1000", 1000, 2, 2, 96, true)), 196);
+  add(attn_packed("varlen 3 docs GQA D96", {0, 100, 230, 333}, 4, 2, 96, true), 296);
+  add(write(attn_one_doc("non-causal MQA D96 T=190", 190, 4, 1, 96, false)), 396);
   {
     AttnCase c = attn_one_doc("causal GQA D64 T=1000, f32 grads", 1000, 8, 2, 64, true);
     c.grad_f32 = true;
@@ -329,6 +336,7 @@ std::vector<AttnCase> attn_cases() {
   add(windowed(attn_one_doc("causal GQA D64 T=1000", 1000, 4, 2, 64, true), 100), 301);
   add(write(windowed(attn_one_doc("causal MHA D128 T=700", 700, 2, 2, 128, true), 64)), 302);
   add(windowed(attn_one_doc("causal MQA D128 T=333", 333, 4, 1, 128, true), 200), 303);
+  add(write(windowed(attn_one_doc("causal GQA D96 T=700", 700, 4, 2, 96, true), 100)), 496);
   add(write(windowed(attn_one_doc("causal GQA D64 T=2000", 2000, 2, 1, 64, true), 513)), 304);
   add(windowed(attn_one_doc("causal GQA D64 T=300, window above T", 300, 4, 2, 64, true), 4096), 305);
   add(write(windowed(attn_packed("packed 3 docs causal GQA D64", {0, 150, 400, 777}, 4, 2, 64, true), 90)), 306);
@@ -419,8 +427,12 @@ std::string attn_unsupported(const AttnCase& c, const Backend& b) {
       return "too large for the CPU suite (Tq*Tk*H*D = " + std::to_string(c.work()) + "; the CUDA side runs it)";
     return "";
   }
-  if (c.D != 64 && c.D != 128) return "the CUDA kernels take head dim 64 or 128, not " + std::to_string(c.D);
+  if (c.D != 64 && c.D != 96 && c.D != 128)
+    return "the CUDA kernels take head dim 64, 96 or 128, not " + std::to_string(c.D);
   if (!b.unavailable.empty()) return b.unavailable;
+  if (c.D == 96 && b.attention.backend == AttentionBackend::kFlash &&
+      (b.attention.fwd_kernel == FlashKernel::kWgmma || b.attention.bwd_kernel == FlashKernel::kWgmma))
+    return "the wgmma kernels take head dim 64 or 128; D=96 runs on the mma.sync kernel (docs/kernel-policy.md)";
   if (is_cudnn(b)) {
     if (c.out_f32 || c.grad_f32) return "cuDNN writes bf16 outputs and gradients (f32 asked)";
     if (c.meta_on_device) return "cuDNN reads the document layout from host metadata (device metadata given)";

@@ -51,7 +51,7 @@ Device check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
   SEQPAR_CHECK(Hkv > 0 && H % Hkv == 0, "flash attention: H={} must be a multiple of Hkv={}", H, Hkv);
   SEQPAR_CHECK(k.dim(2) == D, "flash attention: head dim of q (D={}) and k (D={}) differ", D, k.dim(2));
-  SEQPAR_CHECK(head_dim_supported(static_cast<int>(D)), "flash attention supports head dim 64 or 128, got D={}", D);
+  SEQPAR_CHECK(head_dim_supported(static_cast<int>(D)), "flash attention supports head dim 64, 96 or 128, got D={}", D);
   SEQPAR_CHECK(q.dim(0) < INT_MAX && k.dim(0) < INT_MAX, "flash attention: Tq={} and Tk={} must be < 2^31", q.dim(0),
                k.dim(0));
   int current = -1;

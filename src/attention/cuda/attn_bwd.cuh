@@ -53,13 +53,15 @@ __device__ __forceinline__ void store_pair(void* base, bool f32, bool write, int
   }
 }
 
+// Tiles of D columns in rows of DS = smem_width(D) elements (D = 96 in rows of 128).
 template <int D, int BM, int BN, int NW>
 struct BwdSmem {
-  static constexpr int kTile = BM * D * 2;        // one Q or dO tile, bytes
-  static constexpr int K = 0;                     // [BN][D] bf16
-  static constexpr int V = K + BN * D * 2;        // [BN][D] bf16
-  static constexpr int Q = V + BN * D * 2;        // [2][BM][D] bf16
-  static constexpr int dO = Q + 2 * kTile;        // [2][BM][D] bf16
+  static constexpr int DS = smem_width(D);
+  static constexpr int kTile = BM * DS * 2;       // one Q or dO tile, bytes
+  static constexpr int K = 0;                     // [BN][DS] bf16
+  static constexpr int V = K + BN * DS * 2;       // [BN][DS] bf16
+  static constexpr int Q = V + BN * DS * 2;       // [2][BM][DS] bf16
+  static constexpr int dO = Q + 2 * kTile;        // [2][BM][DS] bf16
   static constexpr int dS = dO + 2 * kTile;       // [BN][BM] bf16 (dS^T: key rows)
   static constexpr int L = dS + BN * BM * 2;      // [2][BM] f32 lse2
   static constexpr int Dl = L + 2 * BM * 4;       // [2][BM] f32 delta
@@ -77,9 +79,13 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
   constexpr int WD = NW / WQ;  // ... times head-dim groups
   constexpr int DQN = ON / WD;  // dQ n-tiles per warp
   static_assert(BN == 16 * NW, "each warp owns 16 keys");
-  static_assert(NW % WQ == 0 && ON % WD == 0 && DQN % 8 == 0, "dQ warp split (whole 4-chunk groups per warp)");
+  // With several head-dim groups (WD > 1) each warp's columns start a whole 8-chunk swizzle group
+  // (sK_wd below); with one (WD = 1, the D = 96 tiles) the warp takes every column from chunk 0.
+  static_assert(NW % WQ == 0 && ON % WD == 0 && (WD == 1 || DQN % 8 == 0),
+                "dQ warp split (whole 8-chunk groups per warp)");
   static_assert(BM / 2 <= NT, "lse/delta loads: one 16-byte chunk per thread");
   using S = BwdSmem<D, BM, BN, NW>;
+  constexpr int DS = S::DS;
 
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t s0 = smem_u32(smem);
@@ -158,11 +164,11 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
     for (int kd = 0; kd < KD; ++kd) {
       uint32_t a[4];
-      ldsm_x4(a, ld.a<D>(sK, warp * 16, kd));
+      ldsm_x4(a, ld.a<DS>(sK, warp * 16, kd));
 #pragma unroll
       for (int np = 0; np < SN / 2; ++np) {
         uint32_t b[4];
-        ldsm_x4(b, ld.b<D>(q_s, np * 16, kd));
+        ldsm_x4(b, ld.b<DS>(q_s, np * 16, kd));
         mma16816(st[2 * np], a, b[0], b[1]);
         mma16816(st[2 * np + 1], a, b[2], b[3]);
       }
@@ -216,7 +222,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
       for (int dp = 0; dp < ON / 2; ++dp) {
         uint32_t b[4];
-        ldsm_x4_t(b, ld.bt<D>(do_s, kk * 16, dp));
+        ldsm_x4_t(b, ld.bt<DS>(do_s, kk * 16, dp));
         mma16816(dv[2 * dp], a, b[0], b[1]);
         mma16816(dv[2 * dp + 1], a, b[2], b[3]);
       }
@@ -231,11 +237,11 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
     for (int kd = 0; kd < KD; ++kd) {
       uint32_t a[4];
-      ldsm_x4(a, ld.a<D>(sV, warp * 16, kd));
+      ldsm_x4(a, ld.a<DS>(sV, warp * 16, kd));
 #pragma unroll
       for (int np = 0; np < SN / 2; ++np) {
         uint32_t b[4];
-        ldsm_x4(b, ld.b<D>(do_s, np * 16, kd));
+        ldsm_x4(b, ld.b<DS>(do_s, np * 16, kd));
         mma16816(dpt[2 * np], a, b[0], b[1]);
         mma16816(dpt[2 * np + 1], a, b[2], b[3]);
       }
@@ -271,7 +277,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
       for (int dp = 0; dp < ON / 2; ++dp) {
         uint32_t b[4];
-        ldsm_x4_t(b, ld.bt<D>(q_s, kk * 16, dp));
+        ldsm_x4_t(b, ld.bt<DS>(q_s, kk * 16, dp));
         mma16816(dk[2 * dp], a, b[0], b[1]);
         mma16816(dk[2 * dp + 1], a, b[2], b[3]);
       }
@@ -294,7 +300,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
         for (int dp = 0; dp < DQN / 2; ++dp) {
           uint32_t b[4];
-          ldsm_x4_t(b, ld.bt<D>(sK_wd, kk * 16, dp));
+          ldsm_x4_t(b, ld.bt<DS>(sK_wd, kk * 16, dp));
           mma16816(dqa[2 * dp], a, b[0], b[1]);
           mma16816(dqa[2 * dp + 1], a, b[2], b[3]);
         }

@@ -18,7 +18,8 @@ namespace seqpar::cuda_attn {
 // larger multiple of it only wastes rows; it must be this one, since rows are (h, Tq_pad)).
 constexpr int kBwdSm90Bm = 64;
 
-// Whether launch_bwd_main_sm90 can run this call: D 64 or 128, H a multiple of Hkv (H < 65536),
+// Whether launch_bwd_main_sm90 can run this call: D 64 or 128 (not 96, which the mma.sync kernel
+// takes: attn_dispatch.cpp), H a multiple of Hkv (H < 65536),
 // q, k, v, dout, dq_acc, lse2 and delta 16-byte aligned. It does not look at the device (the caller
 // does). p.q_stats / p.k_stats are not used: the launcher computes its own tile statistics for its
 // tiles (64 queries, 128 keys).

@@ -125,11 +125,18 @@ struct LdsmLane {
   }
 };
 
-// ROWS x D bf16 rows [row0, row0 + ROWS) of a strided global matrix into a swizzled shared tile;
-// rows >= T are zero-filled. NT threads, thread tid.
-template <int ROWS, int D, int NT>
+// The row width (in bf16 elements) of a shared [rows][D] tile: D rounded up to a multiple of 64.
+// The swizzle permutes the 16-byte chunks within each 128-byte group (8 chunks) of a row, so a row
+// must hold whole groups: D = 96 (12 chunks) is laid out in rows of 128 elements, chunks 12..15
+// unused (never loaded, never read). D = 64 and 128 are their own width.
+constexpr int smem_width(int D) { return (D + 63) / 64 * 64; }
+
+// ROWS x D bf16 rows [row0, row0 + ROWS) of a strided global matrix into a swizzled shared tile of
+// row width W (smem_width(D)); rows >= T are zero-filled. NT threads, thread tid.
+template <int ROWS, int D, int NT, int W = smem_width(D)>
 __device__ __forceinline__ void load_tile(uint32_t s_tile, const uint16_t* g, int64_t row_stride, int row0, int T,
                                           int tid) {
+  static_assert(D % 8 == 0 && W % 64 == 0 && D <= W, "whole 16-byte chunks in whole 128-byte groups");
   constexpr int CH = D / 8;
   constexpr int TOTAL = ROWS * CH;
   static_assert(TOTAL % NT == 0, "tile chunks must divide evenly among threads");
@@ -140,7 +147,7 @@ __device__ __forceinline__ void load_tile(uint32_t s_tile, const uint16_t* g, in
     const int gr = row0 + r;
     const bool valid = gr < T;
     const uint16_t* src = g + static_cast<int64_t>(valid ? gr : 0) * row_stride + ch * 8;
-    cp_async16(s_tile + swz<D>(r, ch), src, valid);
+    cp_async16(s_tile + swz<W>(r, ch), src, valid);
   }
 }
 

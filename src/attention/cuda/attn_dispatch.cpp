@@ -29,14 +29,19 @@ struct BwdVariant {
   BwdRun run;
 };
 
-// Shared memory per CTA: forward (BM + 2 BN) D 2 bytes; backward (2 BN + 4 BM) D 2 + 2 BN BM + 16 BM.
+// Shared memory per CTA, with W = smem_width(D) (D rounded up to 64: 96 -> 128): forward
+// (BM + 2 BN) W 2 bytes; backward (2 BN + 4 BM) W 2 + 2 BN BM + 16 BM.
 // Defaults chosen by the H200 measurements in bench/NOTES.md (2026-11-29): forward 128x64x4 for both
 // head dims (the other shapes were 3-25% slower), backward 64x128x8 (D=128) and 128x128x8 (D=64).
+// D=96 (GPT 30B's head dim): forward 128x64x4 like the others; backward 64x64x4 (105 KiB, two CTAs
+// per SM; attn_bwd_d96.cu says why no other) — not yet measured on the H200.
 constexpr FwdVariant kFwd[] = {
     {64, {128, 64, 4}, true, detail::run_fwd<64, 128, 64, 4, 1>},
     {64, {64, 64, 4}, false, detail::run_fwd<64, 64, 64, 4, 3>},
     {64, {128, 128, 8}, false, detail::run_fwd<64, 128, 128, 8, 1>},
     {64, {256, 64, 8}, false, detail::run_fwd<64, 256, 64, 8, 1>},
+    {96, {128, 64, 4}, true, detail::run_fwd<96, 128, 64, 4, 1>},
+    {96, {64, 64, 4}, false, detail::run_fwd<96, 64, 64, 4, 3>},
     {128, {128, 64, 4}, true, detail::run_fwd<128, 128, 64, 4, 1>},
     {128, {128, 64, 8}, false, detail::run_fwd<128, 128, 64, 8, 1>},
     {128, {64, 64, 4}, false, detail::run_fwd<128, 64, 64, 4, 3>},
@@ -46,6 +51,7 @@ constexpr FwdVariant kFwd[] = {
 constexpr BwdVariant kBwd[] = {
     {64, {64, 64, 4}, false, detail::run_bwd_main<64, 64, 64, 4>},
     {64, {128, 128, 8}, true, detail::run_bwd_main<64, 128, 128, 8>},
+    {96, {64, 64, 4}, true, detail::run_bwd_main<96, 64, 64, 4>},
     {128, {64, 128, 8}, true, detail::run_bwd_main<128, 64, 128, 8>},
     {128, {64, 64, 4}, false, detail::run_bwd_main<128, 64, 64, 4>},
 };
@@ -54,7 +60,7 @@ constexpr BwdVariant kBwd[] = {
 // all zero. `setting` names it in the error when the table has no such tile for D.
 template <typename Variant, typename Tile, size_t N>
 Tile pick_tile(const Variant (&table)[N], int D, const FlashTile& want, const char* setting) {
-  SEQPAR_CHECK(head_dim_supported(D), "flash attention supports head dim 64 or 128, got D={}", D);
+  SEQPAR_CHECK(head_dim_supported(D), "flash attention supports head dim 64, 96 or 128, got D={}", D);
   if (!want.is_default()) {
     std::string known;
     for (const Variant& v : table) {
@@ -86,7 +92,7 @@ std::atomic<int> g_cc[kMaxDevices];
 
 }  // namespace
 
-bool head_dim_supported(int D) { return D == 64 || D == 128; }
+bool head_dim_supported(int D) { return D == 64 || D == 96 || D == 128; }
 
 int device_compute_capability(int device) {
   SEQPAR_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {} out of range [0, {})", device, kMaxDevices);
@@ -133,7 +139,8 @@ FlashKernel launch_fwd(const FwdParams& p, const FwdTile& tile, FlashKernel kern
                          cc / 10, cc % 10);
       SEQPAR_INPUT_CHECK(ok,
                          "fwd_kernel (SEQPAR_FLASH_FWD_KERNEL)=wgmma cannot run this call: the sm_90 kernel needs D 64 "
-                         "or 128 (D={}), H a multiple of Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v",
+                         "or 128 (D={}; D=96 runs on the mma.sync kernel: fwd_kernel=auto or mma), H a multiple of "
+                         "Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v",
                          p.D, p.H, p.Hkv);
     }
     if (ok) {
@@ -157,8 +164,8 @@ FlashKernel launch_bwd(const BwdParams& p, const BwdTile& tile, FlashKernel kern
                          cc / 10, cc % 10);
       SEQPAR_INPUT_CHECK(ok,
                          "bwd_kernel (SEQPAR_FLASH_BWD_KERNEL)=wgmma cannot run this call: the sm_90 kernel needs D 64 "
-                         "or 128 (D={}), H a multiple of Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v, dout and "
-                         "workspace",
+                         "or 128 (D={}; D=96 runs on the mma.sync kernel: bwd_kernel=auto or mma), H a multiple of "
+                         "Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v, dout and workspace",
                          p.D, p.H, p.Hkv);
     }
     if (ok) {

@@ -6,8 +6,8 @@
 // Per key tile j:  S = Q K_j^T (mma.sync, f32)  ->  mask (boundary tiles only)  ->
 //   m' = max(m, rowmax S),  P = exp2(S*scale*log2e - m'*scale*log2e),  l' = l*exp2(..) + rowsum P,
 //   O' = O*exp2(..) + P V_j (P as bf16 A fragments straight from the S accumulators).
-// Shared memory holds Q (BM x D), one K and one V tile (BN x D); V_j streams in while S = Q K_j^T
-// is computed and K_{j+1} while O += P V_j.
+// Shared memory holds Q (BM x D), one K and one V tile (BN x D), in rows of smem_width(D) (D = 96
+// in rows of 128); V_j streams in while S = Q K_j^T is computed and K_{j+1} while O += P V_j.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,13 +32,14 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
   constexpr int KQ = D / 16;                  // k-steps of Q K^T
   constexpr int ON = D / 8;                   // n-tiles of the output
   constexpr bool kQRegs = MT * KQ * 4 <= 32;  // Q's A fragments stay in registers
+  constexpr int DS = smem_width(D);           // row width of the shared tiles (96 -> 128)
   static_assert(MT >= 1 && BM == MT * 16 * NW, "BM must be a multiple of 16 * warps");
   static_assert(SN % 2 == 0 && ON % 2 == 0, "tiles come in pairs of n-tiles");
 
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sQ = smem_u32(smem);
-  const uint32_t sK = sQ + BM * D * 2;
-  const uint32_t sV = sK + BN * D * 2;
+  const uint32_t sK = sQ + BM * DS * 2;
+  const uint32_t sV = sK + BN * DS * 2;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int ks = 0; ks < KQ; ++ks)
-            ldsm_x4(qf[mt][ks], ld.a<D>(sQ, wrow + mt * 16, ks));
+            ldsm_x4(qf[mt][ks], ld.a<DS>(sQ, wrow + mt * 16, ks));
         q_in_regs = true;
       }
     }
@@ -114,13 +115,13 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][ks][e];
         } else {
-          ldsm_x4(a[mt], ld.a<D>(sQ, wrow + mt * 16, ks));
+          ldsm_x4(a[mt], ld.a<DS>(sQ, wrow + mt * 16, ks));
         }
       }
 #pragma unroll
       for (int np = 0; np < SN / 2; ++np) {
         uint32_t b[4];
-        ldsm_x4(b, ld.b<D>(sK, np * 16, ks));
+        ldsm_x4(b, ld.b<DS>(sK, np * 16, ks));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816(s[mt][2 * np], a[mt], b[0], b[1]);
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
 #pragma unroll
       for (int dp = 0; dp < ON / 2; ++dp) {
         uint32_t b[4];
-        ldsm_x4_t(b, ld.bt<D>(sV, kk * 16, dp));
+        ldsm_x4_t(b, ld.bt<DS>(sV, kk * 16, dp));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma16816(o[mt][2 * dp], a[mt], b[0], b[1]);
@@ -254,7 +255,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
 template <int D, int BM, int BN, int NW, int MINB>
 void run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (p.Tq == 0 || p.H == 0) return;
-  constexpr int smem = (BM + 2 * BN) * D * 2;
+  constexpr int smem = (BM + 2 * BN) * smem_width(D) * 2;
   auto kernel = fwd_kernel<D, BM, BN, NW, MINB>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid((p.Tq + BM - 1) / BM, p.H);

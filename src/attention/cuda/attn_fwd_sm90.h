@@ -10,8 +10,9 @@
 
 namespace seqpar::cuda_attn {
 
-// Whether launch_fwd_sm90 can run this call: D 64 or 128, H a multiple of Hkv (H < 65536), q/k/v
-// 16-byte aligned (the tensor copies' rule). It does not look at the device (the caller does).
+// Whether launch_fwd_sm90 can run this call: D 64 or 128 (not 96: its TMA boxes and swizzled
+// tiles are whole 64-column halves; attn_dispatch.cpp sends D 96 to the mma.sync kernel), H a
+// multiple of Hkv (H < 65536), q/k/v 16-byte aligned (the tensor copies' rule). It does not look at the device (the caller does).
 // p.q_stats / p.k_stats are not used: the kernel's tiles (BM 128 or 192 queries, BN 128 keys)
 // differ from the mma kernel's, so the launcher computes its own tile statistics.
 bool fwd_sm90_supported(const FwdParams& p);

@@ -29,7 +29,7 @@ struct FwdTile {
 struct BwdTile {
   int bm, bn, warps;
 };
-bool head_dim_supported(int D);  // 64 or 128
+bool head_dim_supported(int D);  // 64, 96 or 128 (the wgmma kernels: 64 and 128 only, attn_fwd_sm90.h)
 // The tile `want` names (AttentionPolicy::fwd_tile / bwd_tile: a tuning knob for the benchmarks),
 // or the default tile for D when `want` is all zero. An InputError naming the setting when the
 // table has no such tile for D.
