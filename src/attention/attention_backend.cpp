@@ -130,4 +130,6 @@ std::optional<PackedDocs> packed_docs(const AttnArgs& args, int64_t Tq, int64_t 
   return docs;
 }
 
+bool cuda_attention_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 96 || head_dim == 128; }
+
 }  // namespace seqpar

@@ -42,6 +42,11 @@ const char* attn_implementation_name(AttnImplementation impl);
 // auto for sdpa, flash for flash_attention_2 / flash_attention_3.
 AttentionBackend attention_backend_for(AttnImplementation impl);
 
+// The head dims the CUDA attention takes (every backend: 64, 96 and 128; D = 96 runs on the mma.sync
+// flash kernel, also on Hopper), and their text for messages. The CPU attention takes any.
+bool cuda_attention_head_dim(int64_t head_dim);
+inline constexpr const char* kCudaAttentionHeadDims = "64, 96 or 128";
+
 // Documents of one packed token stream: document d covers tokens [cu[d], cu[d+1]).
 struct PackedDocs {
   std::vector<int32_t> cu;  // [B + 1], cu[0] = 0, cu[B] = T

@@ -170,8 +170,8 @@ int run_bench_sp_attention(const BenchSpAttentionOptions& o) {
   SEQPAR_INPUT_CHECK(o.warmup >= 0 && o.iters >= 1, "--warmup={} must be >= 0 and --iters={} >= 1", o.warmup, o.iters);
   const AttentionBackend backend = parse_attention_backend(o.backend);
   if (device.is_cuda()) {
-    SEQPAR_INPUT_CHECK(o.head_dim == 64 || o.head_dim == 128,
-                       "--head-dim={}: the CUDA attention kernels take 64 or 128", o.head_dim);
+    SEQPAR_INPUT_CHECK(cuda_attention_head_dim(o.head_dim), "--head-dim={}: the CUDA attention kernels take {}",
+                       o.head_dim, kCudaAttentionHeadDims);
   }
   for (int64_t s : tokens)
     SEQPAR_INPUT_CHECK(s * o.sp % sp_layout_multiple(layout, o.sp) == 0,

@@ -342,10 +342,10 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   if (cfg_.device.is_cuda()) {
     SEQPAR_INPUT_CHECK(cuda_built(), "device={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)",
                        cfg_.device.str());
-    SEQPAR_INPUT_CHECK(mc.head_dim == 64 || mc.head_dim == 128,
-                       "device={}: head_dim={} is not supported by the CUDA attention kernels (64 or 128); the "
+    SEQPAR_INPUT_CHECK(cuda_attention_head_dim(mc.head_dim),
+                       "device={}: head_dim={} is not supported by the CUDA attention kernels ({}); the "
                        "built-in model takes --head-dim",
-                       cfg_.device.str(), mc.head_dim);
+                       cfg_.device.str(), mc.head_dim, kCudaAttentionHeadDims);
   }
   if (!s.token_data && !s.batch)
     SEQPAR_INPUT_CHECK(cfg_.task.vocab_size <= mc.vocab_size,
