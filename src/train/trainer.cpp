@@ -289,6 +289,12 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   model_config_ = cfg_.model_dir.empty() ? cfg_.model : load_hf_llama_config(cfg_.model_dir);
   const LlamaConfig& mc = model_config_;
   validate_sp_heads(mc.num_heads, mc.num_kv_heads, s.sp_shape.ulysses);
+  // Learned positions (gpt2): no sequence beyond n_positions (a row of a given batch is one document,
+  // positions 0 .. its length - 1; a token file's documents are at most seq_len long).
+  int64_t longest = s.seq_len;
+  if (s.batch)
+    for (const Sequence& row : *s.batch) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.input_ids.size()));
+  mc.check_positions(longest, s.batch ? "seq_len (the batch's longest row)" : "seq_len");
   if (cfg_.device.is_cuda()) {
     SEQPAR_INPUT_CHECK(cuda_built(), "device={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)",
                        cfg_.device.str());
@@ -827,12 +833,14 @@ std::vector<std::pair<std::string, Tensor>> Trainer::run_batch(bool optimizer_st
     const int64_t V = model_config_.vocab_size;
     out.emplace_back("logits", stream.rows(0, B * S).clone().view({B, S, V}));
     out.emplace_back("loss", Tensor::from_vector<float>({1}, {static_cast<float>(loss.loss)}));
-    for (auto& [name, g] : rank.model().grads().named()) out.emplace_back("grad." + name, g->to(Device::cpu()));
+    // In the HF checkpoint's names and layout (train/hf_model.h: GPT-2's differ from seqpar's).
+    const LlamaParams& grads = rank.model().grads();
+    for (auto& [name, g] : to_hf_tensors(model_config_, grads.named())) out.emplace_back("grad." + name, g);
     if (optimizer_step) {
       out.emplace_back("grad_norm", Tensor::from_vector<float>({1}, {static_cast<float>(norm)}));
       // The f32 weights (the master copy on bf16 models).
-      for (auto& [name, p] : rank.optimizer().weights(rank.model().params()).named())
-        out.emplace_back("param." + name, p->to(Device::cpu()));
+      const LlamaParams& weights = rank.optimizer().weights(rank.model().params());
+      for (auto& [name, p] : to_hf_tensors(model_config_, weights.named())) out.emplace_back("param." + name, p);
     }
     std::lock_guard<std::mutex> lock(s.mu);
     s.batch_out = std::move(out);

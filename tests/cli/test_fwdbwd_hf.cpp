@@ -1,5 +1,6 @@
 // `seqpar fwdbwd` against Hugging Face transformers: for every fixture in tests/fixtures/hf
-// (written by tools/make_hf_fixtures.py: a small Llama checkpoint, a batch, and transformers'
+// (written by tools/make_hf_fixtures.py and, the gpt2_* ones, tools/make_gpt2_fixtures.py: a small
+// checkpoint, a batch, and transformers'
 // float64 logits, loss, gradients, grad norm and parameters after one clipped AdamW step), the
 // binary's output must match within ||a - b|| / ||b|| <= 1e-4 (logits, grad.*) and 1e-5 (loss,
 // grad_norm, param.*). Then the CLI's refusals of broken checkpoints and batches.
@@ -31,7 +32,9 @@ const std::vector<std::string> kCases = {"gqa_untied",   "mha_tied",    "gqa_lla
                                          "v4_spelling", "llama3_v4_spelling", "gqa_d64",
                                          // the families (issue 17)
                                          "qwen2_untied", "qwen2_tied_window", "qwen3_head_dim", "qwen3_bias_window",
-                                         "mistral_window", "mistral_full_tied", "mistral_d64_window"};
+                                         "mistral_window", "mistral_full_tied", "mistral_d64_window",
+                                         // the GPT family (issue 16; tools/make_gpt2_fixtures.py)
+                                         "gpt2_gelu_new", "gpt2_gelu_erf", "gpt2_near_positions", "gpt2_d64"};
 
 constexpr double kTolLoose = 1e-4;  // logits, grad.*: f32 sums of many terms
 constexpr double kTolTight = 1e-5;  // loss, grad_norm, param.*
