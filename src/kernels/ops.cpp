@@ -14,6 +14,8 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -92,6 +94,13 @@ bool overlaps(const Tensor& x, const Tensor& y) {
   return x0 < y0 + y.nbytes() && y0 < x0 + x.nbytes();
 }
 
+// An output that may be an input itself (in place) but must not partly overlap it.
+void expect_same_or_disjoint(const char* op, const Arg& out, const Arg& in) {
+  SEQPAR_CHECK(!overlaps(out.t, in.t) || (out.t.raw() == in.t.raw() && out.t.nbytes() == in.t.nbytes()),
+               "{}: {} {} partly overlaps {} {}; it may be {} itself or disjoint from it", op, out.name, out.t.str(),
+               in.name, in.t.str(), in.name);
+}
+
 float* f32(const Tensor& t) { return t.data<float>(); }
 int32_t* i32(const Tensor& t) { return t.data<int32_t>(); }
 
@@ -168,6 +177,62 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
   cpu::rmsnorm_backward(f32(dinp), f32(dweight), f32(dout), f32(inp), f32(weight), f32(rstd), T, C);
 }
 
+// ---- LayerNorm ----------------------------------------------------------------------------
+
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                       const Tensor& bias, float eps) {
+  const char* op = "layernorm_forward";
+  const Arg a_out{"out", out}, a_mean{"mean", mean}, a_rstd{"rstd", rstd}, a_inp{"inp", inp}, a_w{"weight", weight},
+      a_b{"bias", bias};
+  const Device dev = op_device(op, {a_out, a_mean, a_rstd, a_inp, a_w, a_b});
+  expect_ndim(op, a_inp, 2, "[T, C]");
+  const int64_t T = inp.dim(0), C = inp.dim(1);
+  SEQPAR_CHECK(C > 0, "{}: inp has shape {}: C must be > 0 (a row's mean and variance)", op, shape_str(inp.shape()));
+  expect_shape(op, a_out, {T, C}, "[T, C]");
+  expect_shape(op, a_w, {C}, "[C]");
+  expect_shape(op, a_b, {C}, "[C]");
+  expect_shape(op, a_mean, {T}, "[T]");
+  expect_shape(op, a_rstd, {T}, "[T]");
+  expect_dtype(op, a_mean, DType::kF32);
+  expect_dtype(op, a_rstd, DType::kF32);
+  expect_float(op, dev, {a_out, a_inp, a_w, a_b});
+  SEQPAR_CHECK(eps >= 0.f, "{}: eps={} must be >= 0 (layer_norm_epsilon)", op, eps);
+  for (const Arg& a : {a_inp, a_w, a_b, a_mean, a_rstd})
+    SEQPAR_CHECK(!overlaps(out, a.t), "{}: out {} shares memory with {} {}", op, out.str(), a.name, a.t.str());
+  SEQPAR_CHECK(!overlaps(mean, rstd), "{}: mean and rstd share memory", op);
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, layernorm_forward(out, mean, rstd, inp, weight, bias, eps));
+  cpu::layernorm_forward(f32(out), f32(mean), f32(rstd), f32(inp), f32(weight), f32(bias), T, C, eps);
+}
+
+void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layernorm_backward";
+  const Arg a_dinp{"dinp", dinp}, a_dw{"dweight", dweight}, a_db{"dbias", dbias}, a_dout{"dout", dout},
+      a_inp{"inp", inp}, a_w{"weight", weight}, a_mean{"mean", mean}, a_rstd{"rstd", rstd};
+  const Device dev = op_device(op, {a_dinp, a_dw, a_db, a_dout, a_inp, a_w, a_mean, a_rstd});
+  expect_ndim(op, a_inp, 2, "[T, C]");
+  const int64_t T = inp.dim(0), C = inp.dim(1);
+  SEQPAR_CHECK(C > 0, "{}: inp has shape {}: C must be > 0", op, shape_str(inp.shape()));
+  expect_shape(op, a_dinp, {T, C}, "[T, C]");
+  expect_shape(op, a_dout, {T, C}, "[T, C]");
+  expect_shape(op, a_w, {C}, "[C]");
+  expect_shape(op, a_dw, {C}, "[C]");
+  expect_shape(op, a_db, {C}, "[C]");
+  expect_shape(op, a_mean, {T}, "[T]");
+  expect_shape(op, a_rstd, {T}, "[T]");
+  for (const Arg& a : {a_dw, a_db, a_mean, a_rstd}) expect_dtype(op, a, DType::kF32);
+  expect_float(op, dev, {a_dinp, a_dout, a_inp, a_w});
+  expect_same_or_disjoint(op, a_dinp, a_dout);
+  for (const Arg& a : {a_inp, a_w, a_mean, a_rstd, a_dw, a_db})
+    SEQPAR_CHECK(!overlaps(dinp, a.t), "{}: dinp {} shares memory with {} {}", op, dinp.str(), a.name, a.t.str());
+  SEQPAR_CHECK(!overlaps(dweight, dbias), "{}: dweight and dbias share memory", op);
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd));
+  cpu::layernorm_backward(f32(dinp), f32(dweight), f32(dbias), f32(dout), f32(inp), f32(weight), f32(mean), f32(rstd),
+                          T, C);
+}
+
 // ---- RoPE -------------------------------------------------------------------------------
 
 namespace {
@@ -228,6 +293,34 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tenso
   ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, swiglu_backward(dgate, dup, dout, gate, up));
   cpu::swiglu_backward(f32(dgate), f32(dup), f32(dout), f32(gate), f32(up), gate.numel());
+}
+
+// ---- GELU ---------------------------------------------------------------------------------
+
+void gelu_forward(Tensor& out, const Tensor& inp, GeluKind kind) {
+  const char* op = "gelu_forward";
+  const Arg a_out{"out", out}, a_inp{"inp", inp};
+  const Device dev = op_device(op, {a_out, a_inp});
+  expect_shape(op, a_out, inp.shape(), "inp's shape");
+  expect_float(op, dev, {a_out, a_inp});
+  expect_same_or_disjoint(op, a_out, a_inp);
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, gelu_forward(out, inp, kind));
+  cpu::gelu_forward(f32(out), f32(inp), inp.numel(), kind == GeluKind::kTanh);
+}
+
+void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind kind) {
+  const char* op = "gelu_backward";
+  const Arg a_dinp{"dinp", dinp}, a_dout{"dout", dout}, a_inp{"inp", inp};
+  const Device dev = op_device(op, {a_dinp, a_dout, a_inp});
+  expect_shape(op, a_dout, inp.shape(), "inp's shape");
+  expect_shape(op, a_dinp, inp.shape(), "inp's shape");
+  expect_float(op, dev, {a_dinp, a_dout, a_inp});
+  expect_same_or_disjoint(op, a_dinp, a_dout);
+  expect_same_or_disjoint(op, a_dinp, a_inp);
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, gelu_backward(dinp, dout, inp, kind));
+  cpu::gelu_backward(f32(dinp), f32(dout), f32(inp), inp.numel(), kind == GeluKind::kTanh);
 }
 
 // ---- matmul -----------------------------------------------------------------------------

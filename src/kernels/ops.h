@@ -31,6 +31,17 @@ void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor&
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
                       const Tensor& rstd);
 
+// ---- LayerNorm (GPT-2) -------------------------------------------------------------------
+// out = (inp - mean) * rstd * weight + bias, mean[t] = mean(inp[t]), rstd[t] = 1 / sqrt(var(inp[t]) + eps)
+// (biased variance: torch.nn.LayerNorm). inp/out [T, C]; weight, bias [C] (model dtype); mean, rstd f32 [T]
+// (saved for backward). out may not alias inp.
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                       const Tensor& bias, float eps);
+// dinp (=); dweight += sum_t dout * xhat, dbias += sum_t dout (parameter gradients, f32, +=, deterministic).
+// dinp may be dout itself (in place); it may not overlap any other operand.
+void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+
 // ---- RoPE -------------------------------------------------------------------------------
 // HF "rotate_half" convention: for pair (i, i + D/2), angle = position_ids[t] * inv_freq[i],
 //   y_i = x_i cos - x_{i+D/2} sin,  y_{i+D/2} = x_{i+D/2} cos + x_i sin.
@@ -45,6 +56,15 @@ void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_fre
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
 // dgate, dup (=)
 void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up);
+
+// ---- GELU --------------------------------------------------------------------------------
+// HF activation_function: "gelu" = erf form 0.5 x (1 + erf(x / sqrt 2)) (kErf); "gelu_new" and
+// "gelu_pytorch_tanh" = tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (kTanh).
+enum class GeluKind { kErf, kTanh };
+// out = gelu(inp); inp/out same shape (e.g. [T, F]); out may alias inp (in place).
+void gelu_forward(Tensor& out, const Tensor& inp, GeluKind kind);
+// dinp = dout * gelu'(inp) (=); dinp may alias dout.
+void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind kind);
 
 // ---- matmul -----------------------------------------------------------------------------
 // out [M, N] = alpha * op(a) @ op(b) + beta * out, op(x) = x^T when trans_x. 2-D tensors (a

@@ -9,6 +9,8 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -150,6 +152,68 @@ void rmsnorm_cases(std::vector<OpCase>& cases) {
   cases.push_back(rmsnorm_case(3, 7, Store::kCompute, 14));  // small: finite differences
 }
 
+// ---- LayerNorm ----------------------------------------------------------------------------------
+
+// Forward, backward, and the backward again in place on a copy of dout (dinp = dout) into a second
+// pair of parameter gradients. x is drawn off-centre (mean ~ 0.5), so a kernel that skips the
+// mean (or takes the variance as E[x^2]) fails.
+OpCase layernorm_case(int64_t T, int64_t C, Store weight, uint64_t seed) {
+  const float eps = 1e-5f;
+  OpCase c;
+  c.name = dims("layernorm forward+backward", {{"T", T}, {"C", C}}) + " weight/bias " + store_name(weight);
+  c.operands = {in("x", {T, C}, seed, -1.5f, 2.5f),
+                in("w", {C}, seed + 1, 0.5f, 1.5f, weight),
+                in("b", {C}, seed + 2, -0.5f, 0.5f, weight),
+                in("dy", {T, C}, seed + 3),
+                out("y", {T, C}),
+                out("mean", {T}, Store::kF32),
+                out("rstd", {T}, Store::kF32),
+                out("dx", {T, C}),
+                inout("dw", {C}, seed + 4, -1.f, 1.f, Store::kF32),
+                inout("db", {C}, seed + 5, -1.f, 1.f, Store::kF32),
+                inout("dx_in_place", {T, C}, seed + 3),  // the values of dy
+                inout("dw2", {C}, seed + 6, -1.f, 1.f, Store::kF32),
+                inout("db2", {C}, seed + 7, -1.f, 1.f, Store::kF32)};
+  c.run = [eps](Tensors& t, auto&, const Backend&) {
+    layernorm_forward(t.at("y"), t.at("mean"), t.at("rstd"), t.at("x"), t.at("w"), t.at("b"), eps);
+    layernorm_backward(t.at("dx"), t.at("dw"), t.at("db"), t.at("dy"), t.at("x"), t.at("w"), t.at("mean"),
+                       t.at("rstd"));
+    Tensor& g = t.at("dx_in_place");
+    layernorm_backward(g, t.at("dw2"), t.at("db2"), g, t.at("x"), t.at("w"), t.at("mean"), t.at("rstd"));
+  };
+  c.reference = [T, C, eps](Values& v) {
+    cpu::layernorm_forward<double>(v["y"].data(), v["mean"].data(), v["rstd"].data(), v["x"].data(), v["w"].data(),
+                                   v["b"].data(), T, C, eps);
+    cpu::layernorm_backward<double>(v["dx"].data(), v["dw"].data(), v["db"].data(), v["dy"].data(), v["x"].data(),
+                                    v["w"].data(), v["mean"].data(), v["rstd"].data(), T, C);
+    double* g = v["dx_in_place"].data();
+    cpu::layernorm_backward<double>(g, v["dw2"].data(), v["db2"].data(), g, v["x"].data(), v["w"].data(),
+                                    v["mean"].data(), v["rstd"].data(), T, C);
+  };
+  c.checked = {"y", "mean", "rstd", "dx", "dw", "db", "dx_in_place", "dw2", "db2"};
+  c.fd = {{"x", "y", "dy", "dx", false}, {"w", "y", "dy", "dw", true}, {"b", "y", "dy", "db", true}};
+  return c;
+}
+
+void layernorm_cases(std::vector<OpCase>& cases) {
+  // C=256 vectorised; C=100 scalar; T=1200 > the backward grid, so blocks take several rows.
+  for (Store w : {Store::kCompute, Store::kF32, Store::kBF16}) {
+    for (const auto& [T, C] : {std::pair<int64_t, int64_t>{1200, 256}, {37, 100}}) {
+      OpCase c = layernorm_case(T, C, w, 70);
+      c.fd.clear();
+      cases.push_back(c);
+    }
+  }
+  // C=1600 (GPT-2 XL): several packs per thread; C=8192: the backward's shared-memory partials
+  // (2C floats) pass the 48 KiB default and take the opt-in.
+  for (const auto& [T, C] : {std::pair<int64_t, int64_t>{64, 1600}, {24, 8192}}) {
+    OpCase wide = layernorm_case(T, C, Store::kCompute, 71);
+    wide.fd.clear();
+    cases.push_back(wide);
+  }
+  cases.push_back(layernorm_case(3, 7, Store::kCompute, 72));  // small: finite differences
+}
+
 // ---- RoPE ---------------------------------------------------------------------------------------
 
 void rope_cases(std::vector<OpCase>& cases) {
@@ -215,6 +279,51 @@ void swiglu_cases(std::vector<OpCase>& cases) {
     c.checked = {"y", "dgate", "dup"};
     if (fd) c.fd = {{"gate", "y", "dy", "dgate", false}, {"up", "y", "dy", "dup", false}};
     cases.push_back(c);
+  }
+}
+
+// ---- GELU ---------------------------------------------------------------------------------------
+
+// Forward and backward, and both again in place (out = inp, dinp = dout) on copies. Inputs span
+// [-6, 6]: both tails (where erf / tanh saturate) and the curved middle.
+void gelu_cases(std::vector<OpCase>& cases) {
+  struct Shape2 {
+    int64_t T, F;
+    bool fd;
+  };
+  for (GeluKind kind : {GeluKind::kErf, GeluKind::kTanh}) {
+    const bool tanh_approx = kind == GeluKind::kTanh;
+    for (const Shape2& s : {Shape2{30, 88, false}, Shape2{7, 13, false}, Shape2{2, 9, true}}) {  // packs; tail
+      const auto [T, F, fd] = s;
+      const int64_t n = T * F;
+      OpCase c;
+      c.name = dims(tanh_approx ? "gelu tanh forward+backward" : "gelu erf forward+backward", {{"T", T}, {"F", F}});
+      c.operands = {in("x", {T, F}, 80, -6.f, 6.f),
+                    in("dy", {T, F}, 81),
+                    out("y", {T, F}),
+                    out("dx", {T, F}),
+                    inout("y_in_place", {T, F}, 80, -6.f, 6.f),  // the values of x
+                    inout("dx_in_place", {T, F}, 81)};           // the values of dy
+      c.run = [kind](Tensors& t, auto&, const Backend&) {
+        gelu_forward(t.at("y"), t.at("x"), kind);
+        gelu_backward(t.at("dx"), t.at("dy"), t.at("x"), kind);
+        Tensor& g = t.at("dx_in_place");
+        gelu_backward(g, g, t.at("x"), kind);
+        Tensor& y = t.at("y_in_place");
+        gelu_forward(y, y, kind);
+      };
+      c.reference = [n, tanh_approx](Values& v) {
+        cpu::gelu_forward<double>(v["y"].data(), v["x"].data(), n, tanh_approx);
+        cpu::gelu_backward<double>(v["dx"].data(), v["dy"].data(), v["x"].data(), n, tanh_approx);
+        double* g = v["dx_in_place"].data();
+        cpu::gelu_backward<double>(g, g, v["x"].data(), n, tanh_approx);
+        double* y = v["y_in_place"].data();
+        cpu::gelu_forward<double>(y, y, n, tanh_approx);
+      };
+      c.checked = {"y", "dx", "y_in_place", "dx_in_place"};
+      if (fd) c.fd = {{"x", "y", "dy", "dx", false}};
+      cases.push_back(c);
+    }
   }
 }
 
@@ -450,8 +559,10 @@ std::vector<OpCase> op_cases() {
   std::vector<OpCase> cases;
   embedding_cases(cases);
   rmsnorm_cases(cases);
+  layernorm_cases(cases);
   rope_cases(cases);
   swiglu_cases(cases);
+  gelu_cases(cases);
   matmul_cases(cases);
   cross_entropy_cases(cases);
   elementwise_cases(cases);

@@ -120,8 +120,9 @@ struct OpCase {
   std::vector<Fd> fd;
 };
 
-// Every case of every op of kernels/ops.h: embedding, RMSNorm, RoPE, SwiGLU, matmul (transposes,
-// alpha/beta, f32 out), cross-entropy, add/scale, sum of squares, cast, AdamW, clip coefficient.
+// Every case of every op of kernels/ops.h: embedding, RMSNorm, LayerNorm, RoPE, SwiGLU, GELU (erf,
+// tanh), matmul (transposes, alpha/beta, f32 out), cross-entropy, add/scale, sum of squares, cast,
+// AdamW, clip coefficient.
 std::vector<OpCase> op_cases();
 
 DType dtype_on(const Operand& o, const Backend& b);

@@ -35,6 +35,21 @@ void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, c
                       DType x_dt, const void* weight, DType w_dt, const float* rstd, int64_t T, int64_t C,
                       cudaStream_t stream);
 
+// LayerNorm: out/inp [T, C] (x_dt), weight/bias [C] (w_dt), mean/rstd f32 [T].
+void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, DType x_dt, const void* weight,
+                       const void* bias, DType w_dt, int64_t T, int64_t C, float eps, cudaStream_t stream);
+// Blocks of the first backward pass: `partials` must hold layernorm_backward_blocks(T) * 2 * C floats.
+int layernorm_backward_blocks(int64_t T);
+// dinp (=, may be dout), dweight/dbias f32 (+=, deterministic). dinp/dout/inp share x_dt.
+void layernorm_backward(void* dinp, float* dweight, float* dbias, float* partials, const void* dout, const void* inp,
+                        DType x_dt, const void* weight, DType w_dt, const float* mean, const float* rstd, int64_t T,
+                        int64_t C, cudaStream_t stream);
+
+// GELU on n elements of one dtype (tanh_approx: the tanh form, else erf); out may be inp, dinp dout.
+void gelu_forward(void* out, const void* inp, DType dt, int64_t n, bool tanh_approx, cudaStream_t stream);
+void gelu_backward(void* dinp, const void* dout, const void* inp, DType dt, int64_t n, bool tanh_approx,
+                   cudaStream_t stream);
+
 // x [T, H, D] rotated in place by +angle (inverse = false) or -angle (inverse = true).
 void rope(void* x, DType dt, const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D,
           bool inverse, cudaStream_t stream);

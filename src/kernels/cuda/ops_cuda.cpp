@@ -212,6 +212,96 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
                                  T, C, current_stream());
 }
 
+// ---- LayerNorm ----------------------------------------------------------------------------
+
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                       const Tensor& bias, float eps) {
+  const char* op = "layernorm_forward";
+  DeviceScope scope(op, {{"out", &out},
+                         {"mean", &mean},
+                         {"rstd", &rstd},
+                         {"inp", &inp},
+                         {"weight", &weight},
+                         {"bias", &bias}});
+  check_float(inp, op, "inp");
+  check_float(weight, op, "weight");
+  check_dtype(out, inp.dtype(), "layernorm_forward out");
+  check_dtype(bias, weight.dtype(), "layernorm_forward bias");
+  check_dtype(mean, DType::kF32, "layernorm_forward mean");
+  check_dtype(rstd, DType::kF32, "layernorm_forward rstd");
+  SEQPAR_CHECK(inp.ndim() == 2 && inp.dim(1) > 0, "{}: inp must be [T, C] with C > 0, got {}", op, inp.str());
+  const int64_t T = inp.dim(0), C = inp.dim(1);
+  check_shape(out, inp.shape(), "layernorm_forward out");
+  check_shape(weight, {C}, "layernorm_forward weight");
+  check_shape(bias, {C}, "layernorm_forward bias");
+  check_shape(mean, {T}, "layernorm_forward mean");
+  check_shape(rstd, {T}, "layernorm_forward rstd");
+  cuda_kernels::layernorm_forward(out.raw(), mean.data<float>(), rstd.data<float>(), inp.raw(), inp.dtype(),
+                                  weight.raw(), bias.raw(), weight.dtype(), T, C, eps, current_stream());
+}
+
+void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layernorm_backward";
+  DeviceScope scope(op, {{"dinp", &dinp},
+                         {"dweight", &dweight},
+                         {"dbias", &dbias},
+                         {"dout", &dout},
+                         {"inp", &inp},
+                         {"weight", &weight},
+                         {"mean", &mean},
+                         {"rstd", &rstd}});
+  check_float(inp, op, "inp");
+  check_float(weight, op, "weight");
+  check_dtype(dinp, inp.dtype(), "layernorm_backward dinp");
+  check_dtype(dout, inp.dtype(), "layernorm_backward dout");
+  check_dtype(dweight, DType::kF32, "layernorm_backward dweight");
+  check_dtype(dbias, DType::kF32, "layernorm_backward dbias");
+  check_dtype(mean, DType::kF32, "layernorm_backward mean");
+  check_dtype(rstd, DType::kF32, "layernorm_backward rstd");
+  SEQPAR_CHECK(inp.ndim() == 2 && inp.dim(1) > 0, "{}: inp must be [T, C] with C > 0, got {}", op, inp.str());
+  const int64_t T = inp.dim(0), C = inp.dim(1);
+  check_shape(dinp, inp.shape(), "layernorm_backward dinp");
+  check_shape(dout, inp.shape(), "layernorm_backward dout");
+  check_shape(weight, {C}, "layernorm_backward weight");
+  check_shape(dweight, {C}, "layernorm_backward dweight");
+  check_shape(dbias, {C}, "layernorm_backward dbias");
+  check_shape(mean, {T}, "layernorm_backward mean");
+  check_shape(rstd, {T}, "layernorm_backward rstd");
+  // The per-block dweight and dbias partials live in shared memory while a block works: 2C floats
+  // (up to 192 KiB; sm_90 gives a block 227 KiB).
+  SEQPAR_CHECK(C <= 24 * 1024, "{}: C={} exceeds the supported 24576 (shared-memory partials of dweight and dbias)",
+               op, C);
+  const int blocks = cuda_kernels::layernorm_backward_blocks(T);
+  ScratchBytes partials(inp.device(), static_cast<size_t>(blocks) * 2 * C * sizeof(float));
+  cuda_kernels::layernorm_backward(dinp.raw(), dweight.data<float>(), dbias.data<float>(),
+                                   static_cast<float*>(partials.get()), dout.raw(), inp.raw(), inp.dtype(),
+                                   weight.raw(), weight.dtype(), mean.data<float>(), rstd.data<float>(), T, C,
+                                   current_stream());
+}
+
+// ---- GELU ---------------------------------------------------------------------------------
+
+void gelu_forward(Tensor& out, const Tensor& inp, GeluKind kind) {
+  DeviceScope scope("gelu_forward", {{"out", &out}, {"inp", &inp}});
+  check_float(inp, "gelu_forward", "inp");
+  check_dtype(out, inp.dtype(), "gelu_forward out");
+  check_shape(out, inp.shape(), "gelu_forward out");
+  cuda_kernels::gelu_forward(out.raw(), inp.raw(), inp.dtype(), inp.numel(), kind == GeluKind::kTanh,
+                             current_stream());
+}
+
+void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind kind) {
+  DeviceScope scope("gelu_backward", {{"dinp", &dinp}, {"dout", &dout}, {"inp", &inp}});
+  check_float(inp, "gelu_backward", "inp");
+  check_dtype(dout, inp.dtype(), "gelu_backward dout");
+  check_dtype(dinp, inp.dtype(), "gelu_backward dinp");
+  check_shape(dout, inp.shape(), "gelu_backward dout");
+  check_shape(dinp, inp.shape(), "gelu_backward dinp");
+  cuda_kernels::gelu_backward(dinp.raw(), dout.raw(), inp.raw(), inp.dtype(), inp.numel(), kind == GeluKind::kTanh,
+                              current_stream());
+}
+
 // ---- RoPE ---------------------------------------------------------------------------------
 
 namespace {

@@ -15,6 +15,12 @@ void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& ids);
 void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps);
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
                       const Tensor& rstd);
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                       const Tensor& bias, float eps);
+void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+void gelu_forward(Tensor& out, const Tensor& inp, GeluKind kind);
+void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind kind);
 void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq);
 void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq);
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
