@@ -181,7 +181,9 @@ TEST_P(FwdBwdHfSp, MatchesTransformers) {
   const auto& [name, mode] = GetParam();
   const std::string dir = fixture_dir(name);
   CliRun r = run_fwdbwd(dir, dir + "/input.safetensors", optimizer_flags(dir) + mode.flags);
-  const int64_t heads = read_json(dir + "/config.json")["num_attention_heads"].get<int64_t>();
+  const nlohmann::json config = read_json(dir + "/config.json");
+  const int64_t heads = config.contains("n_head") ? config["n_head"].get<int64_t>()  // gpt2
+                                                  : config["num_attention_heads"].get<int64_t>();
   if (std::string(mode.label) == "ulysses4" && heads < 4) {
     // Fewer query heads than Ulysses ranks: refused before any work, naming both.
     EXPECT_NE(r.rc, 0);
