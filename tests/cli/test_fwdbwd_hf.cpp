@@ -204,6 +204,37 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FwdBwdHfSp,
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param).label;
                          });
 
+// The GPT family with the memory levers: activation checkpointing (also keeping attention), the
+// tiled MLP and the tiled loss (tiles that do not divide the shard), alone and with sequence
+// parallelism, give transformers' numbers as the plain run does.
+class FwdBwdHfGptLevers : public ::testing::TestWithParam<std::tuple<std::string, SpMode>> {};
+
+TEST_P(FwdBwdHfGptLevers, MatchTransformers) {
+  const auto& [name, lever] = GetParam();
+  const std::string dir = fixture_dir(name);
+  for (const char* sp : {"", " --sp 2 --sp-mode ring", " --sp 4 --sp-mode hybrid --ulysses-degree 2"}) {
+    CliRun r = run_fwdbwd(dir, dir + "/input.safetensors", optimizer_flags(dir) + lever.flags + sp);
+    ASSERT_EQ(r.rc, 0) << r.output;
+    compare_with_expected(name, seqpar::read_safetensors(r.out_path), /*optimizer_step=*/true,
+                          std::string(", ") + lever.label + sp);
+    fs::remove_all(fs::path(r.out_path).parent_path());
+  }
+}
+
+const std::vector<SpMode> kGptLevers = {
+    {"checkpointing", " --activation-checkpointing"},
+    {"checkpointing_keep_attention", " --activation-checkpointing --checkpoint-keep-attention"},
+    {"tiled_mlp_and_loss", " --tiled-mlp-tokens 5 --tiled-loss-tokens 7"},
+    {"all", " --activation-checkpointing --tiled-mlp-tokens 3 --tiled-loss-tokens 4"},
+};
+
+INSTANTIATE_TEST_SUITE_P(Gpt2, FwdBwdHfGptLevers,
+                         ::testing::Combine(::testing::Values("gpt2_gelu_new", "gpt2_gelu_erf"),
+                                            ::testing::ValuesIn(kGptLevers)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, SpMode>>& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param).label;
+                         });
+
 // The directory holds exactly the cases above, each complete: a fixture added by the generator
 // but not listed here would otherwise never be checked.
 TEST(FwdBwdHfFixtures, MatchesTheGenerator) {
@@ -323,6 +354,32 @@ TEST(FwdBwdHfRefusals, LabelsShapeDiffersFromInputIds) {
   std::vector<int32_t> short_labels(static_cast<size_t>(B * (S - 1)), 7);
   write_input(dir + "/bad_input.safetensors", ids, Tensor::from_vector<int32_t>({B, S - 1}, short_labels));
   expect_refusal(dir, dir + "/bad_input.safetensors", {"labels", "input_ids", fmt::format("[{}, {}]", B, S - 1)});
+}
+
+// A batch longer than the model's n_positions (the learned position table) is refused before any
+// work, naming both; a GPT-2 checkpoint missing a tensor names it by its GPT-2 name.
+TEST(FwdBwdHfRefusals, Gpt2SequenceBeyondNPositions) {
+  const std::string dir = copy_fixture("gpt2_near_positions");  // S = n_positions = 20
+  nlohmann::json config = read_json(dir + "/config.json");
+  config["n_positions"] = 19;
+  config["n_ctx"] = 19;
+  write_json(dir + "/config.json", config);
+  rewrite_checkpoint(dir, [&](auto& tensors) {
+    for (auto& [tname, t] : tensors)
+      if (tname == "transformer.wpe.weight") t = t.rows(0, 19).clone();
+  });
+  expect_refusal(dir, dir + "/input.safetensors", {"seq_len (the batch's longest row)=20", "n_positions=19"});
+}
+
+TEST(FwdBwdHfRefusals, Gpt2CheckpointMissingAParameter) {
+  const std::string dir = copy_fixture("gpt2_gelu_new");
+  const std::string victim = "transformer.h.1.attn.c_attn.bias";
+  rewrite_checkpoint(dir, [&](auto& tensors) {
+    auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == victim; });
+    ASSERT_NE(it, tensors.end());
+    tensors.erase(it);
+  });
+  expect_refusal(dir, dir + "/input.safetensors", {victim, "missing"});
 }
 
 }  // namespace
