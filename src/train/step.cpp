@@ -26,10 +26,12 @@ void prepare_model(LlamaModel& model, const TrainConfig& cfg, const LlamaParams&
   model.set_checkpoint_offload(cfg.memory.checkpoint_offload);
   model.set_mlp_tile_tokens(cfg.memory.mlp_tile_tokens);
   model.set_loss_tile_tokens(cfg.memory.loss_tile_tokens);
-  auto dst = model.params().named();
-  auto src = initial.named();
-  for (size_t i = 0; i < dst.size(); ++i)
-    if (dst[i].second->defined()) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
+  // By name: without resident layers the model lists its edges only (and a family's optional edge
+  // tensors, e.g. gpt2's position embedding and final norm bias, sit among them).
+  std::map<std::string, const Tensor*> src;
+  for (const auto& [name, t] : initial.named()) src[name] = t;
+  for (auto& [name, t] : model.params().named())
+    if (t->defined()) t->copy_from(src.at(name)->to_dtype(t->dtype()));
 }
 
 // CPU threads of one rank's offloaded optimizer step: the machine's cores shared by the ranks of
