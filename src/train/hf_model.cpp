@@ -19,7 +19,7 @@ bool is_gpt2(const LlamaConfig& c) { return c.family == ModelFamily::kGpt2; }
 
 // The GPT-2 mask buffers older checkpoints carry (not parameters).
 bool is_gpt2_buffer(const std::string& name) {
-  return name.size() > 9 && (name.compare(name.size() - 9, 9, ".attn.bias") == 0 || name.find(".attn.masked_bias") != std::string::npos);
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
 }
 
 // Checks `tensors` against `expected` (names, shapes, a floating dtype) and warns of the others.

@@ -382,4 +382,25 @@ TEST(FwdBwdHfRefusals, Gpt2CheckpointMissingAParameter) {
   expect_refusal(dir, dir + "/input.safetensors", {victim, "missing"});
 }
 
+// A checkpoint saved from GPT2Model (no "transformer." prefix, the attention-mask buffers older
+// transformers wrote beside the weights, as OpenAI's original GPT-2 files hold them) gives the
+// same numbers: the names map onto the same tensors.
+TEST(FwdBwdHfGpt2, BareGpt2ModelNamesLoad) {
+  const std::string dir = copy_fixture("gpt2_gelu_new");
+  rewrite_checkpoint(dir, [&](auto& tensors) {
+    for (auto& [tname, t] : tensors) {
+      ASSERT_EQ(tname.rfind("transformer.", 0), 0u) << tname;
+      tname = tname.substr(std::string("transformer.").size());
+    }
+    tensors.emplace_back("h.0.attn.bias", Tensor::zeros({1, 1, 4, 4}, seqpar::DType::kF32));
+  });
+  CliRun r = run_fwdbwd(dir, dir + "/input.safetensors", optimizer_flags(dir));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(r.output.find("ignoring unexpected tensor"), std::string::npos) << r.output;
+  compare_with_expected("gpt2_gelu_new", seqpar::read_safetensors(r.out_path), /*optimizer_step=*/true,
+                        ", GPT2Model names");
+  fs::remove_all(fs::path(r.out_path).parent_path());
+  fs::remove_all(fs::path(dir).parent_path());
+}
+
 }  // namespace

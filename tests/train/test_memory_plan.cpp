@@ -144,8 +144,9 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
       {"gpt: checkpointing", 1, SpMode::kUlysses, true, false, 0, 0, 0, 512, 0, false, false, false, true},
       {"gpt: tiled MLP and loss", 1, SpMode::kUlysses, false, false, 128, 128, 0, 512, 0, false, false, false, true},
       {"gpt: ulysses 2, ZeRO-2", 2, SpMode::kUlysses, false, false, 0, 0, 2, 512, 0, false, false, false, true},
-      {"gpt: ring 2, checkpointing, ZeRO-3", 2, SpMode::kRing, true, false, 0, 0, 3, 512, 0, false, false, false,
-       true},
+      {"gpt: ulysses 2, checkpointing, ZeRO-3", 2, SpMode::kUlysses, true, false, 0, 0, 3, 512, 0, false, false,
+       false, true},
+      {"gpt: ring 2, ZeRO-1", 2, SpMode::kRing, false, false, 0, 0, 1, 512, 0, false, false, false, true},
   };
   for (const Setting& s : settings) {
     const double measured = measured_peak_per_rank(s, data, S);
