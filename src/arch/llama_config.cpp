@@ -125,8 +125,8 @@ void LlamaConfig::validate() const {
   SEQPAR_INPUT_CHECK(!norm_bias || norm == NormKind::kLayerNorm,
                      "norm biases need LayerNorm (an RMSNorm has a weight only): norm={}", norm_kind_name(norm));
   SEQPAR_INPUT_CHECK(!mlp_bias || mlp == MlpKind::kGelu, "MLP biases are supported on the GELU MLP only (up/down)");
-  SEQPAR_INPUT_CHECK(mlp != MlpKind::kGelu || activation_function == "gelu" ||
-                         activation_function == "gelu_new" || activation_function == "gelu_pytorch_tanh",
+  SEQPAR_INPUT_CHECK(mlp != MlpKind::kGelu || activation_function == "gelu" || activation_function == "gelu_new" ||
+                         activation_function == "gelu_pytorch_tanh",
                      "activation_function='{}' is not supported (gelu, gelu_new, gelu_pytorch_tanh)",
                      activation_function);
   SEQPAR_INPUT_CHECK(mlp != MlpKind::kGelu || (gelu == GeluForm::kErf) == (activation_function == "gelu"),

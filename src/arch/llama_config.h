@@ -52,7 +52,7 @@ struct LlamaConfig {
   int64_t num_heads = 0;          // H
   int64_t num_kv_heads = 0;       // Hkv
   int64_t head_dim = 0;           // D (C / H unless config.json says otherwise)
-  double rms_norm_eps = 1e-6;  // the eps of every norm, RMSNorm or LayerNorm (gpt2: layer_norm_epsilon)
+  double rms_norm_eps = 1e-6;     // the eps of every norm, RMSNorm or LayerNorm (gpt2: layer_norm_epsilon)
   // The longest position: RoPE's nominal context; with learned positions the rows of the position
   // embedding (gpt2: n_positions), so a longer sequence is an InputError (check_positions).
   int64_t max_position_embeddings = 2048;

@@ -26,8 +26,6 @@
 //   (seqpar trains without dropout).
 // Unknown extra fields are ignored (configs carry token ids, initializer_range, use_cache, ...).
 #include "io/hf_config.h"
-#include "io/input_file.h"
-#include "io/json_describe.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -38,6 +36,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/input_file.h"
 #include "io/json_describe.h"
 
 namespace seqpar {

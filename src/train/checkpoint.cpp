@@ -22,10 +22,10 @@
 
 #include "core/log.h"
 #include "io/hf_config.h"
-#include "train/checksum.h"
-#include "train/hf_model.h"
 #include "io/input_file.h"
+#include "train/checksum.h"
 #include "train/config_resolve.h"
+#include "train/hf_model.h"
 
 namespace seqpar {
 

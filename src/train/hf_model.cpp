@@ -44,7 +44,8 @@ void check_against(const LlamaConfig& config, const std::vector<std::pair<std::s
     if (t.name == "lm_head.weight" && config.tie_word_embeddings) {
       log_warn("{}: ignoring 'lm_head.weight': tie_word_embeddings=true, the LM head is {}", source,
                is_gpt2(config) ? "transformer.wte.weight" : "model.embed_tokens.weight");
-    } else if (t.name.find("rotary_emb.inv_freq") == std::string::npos && !(is_gpt2(config) && is_gpt2_buffer(t.name))) {
+    } else if (t.name.find("rotary_emb.inv_freq") == std::string::npos &&
+               !(is_gpt2(config) && is_gpt2_buffer(t.name))) {
       log_warn("{}: ignoring unexpected tensor '{}'", source, t.name);
     }
   }
@@ -138,8 +139,8 @@ std::vector<std::pair<std::string, Shape>> hf_checkpoint_shapes(const LlamaConfi
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> to_hf_tensors(const LlamaConfig& c,
-                                                          const std::vector<std::pair<std::string, const Tensor*>>& named) {
+std::vector<std::pair<std::string, Tensor>> to_hf_tensors(
+    const LlamaConfig& c, const std::vector<std::pair<std::string, const Tensor*>>& named) {
   std::map<std::string, const Tensor*> by_name(named.begin(), named.end());
   auto get = [&](const std::string& name) {
     auto it = by_name.find(name);
@@ -162,9 +163,9 @@ std::vector<std::pair<std::string, Tensor>> to_hf_tensors(const LlamaConfig& c,
     out.emplace_back(p + "attn.c_attn.weight",
                      transposed(concat_rows({get(s + "self_attn.q_proj.weight"), get(s + "self_attn.k_proj.weight"),
                                              get(s + "self_attn.v_proj.weight")})));
-    out.emplace_back(p + "attn.c_attn.bias", concat_rows({get(s + "self_attn.q_proj.bias"),
-                                                          get(s + "self_attn.k_proj.bias"),
-                                                          get(s + "self_attn.v_proj.bias")}));
+    out.emplace_back(p + "attn.c_attn.bias",
+                     concat_rows({get(s + "self_attn.q_proj.bias"), get(s + "self_attn.k_proj.bias"),
+                                  get(s + "self_attn.v_proj.bias")}));
     out.emplace_back(p + "attn.c_proj.weight", transposed(get(s + "self_attn.o_proj.weight")));
     out.emplace_back(p + "attn.c_proj.bias", get(s + "self_attn.o_proj.bias"));
     out.emplace_back(p + "ln_2.weight", get(s + "post_attention_layernorm.weight"));
@@ -197,7 +198,7 @@ SafetensorsData from_hf_tensors(const LlamaConfig& c, SafetensorsData hf, const 
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string s = fmt::format("model.layers.{}.", l), p = fmt::format("{}h.{}.", t, l);
     const Tensor qkv = get(p + "attn.c_attn.weight");  // [C, 3C] (in, out)
-    const Tensor qkv_b = get(p + "attn.c_attn.bias");   // [3C]
+    const Tensor qkv_b = get(p + "attn.c_attn.bias");  // [3C]
     const char* names[] = {"q", "k", "v"};
     for (int i = 0; i < 3; ++i) {
       put(s + "self_attn." + names[i] + "_proj.weight", transposed(columns(qkv, i * C, (i + 1) * C)));

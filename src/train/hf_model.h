@@ -40,8 +40,8 @@ std::vector<std::pair<std::string, Shape>> hf_checkpoint_shapes(const LlamaConfi
 // seqpar's named tensors of `config` (LlamaParams names, e.g. from named(); any device and float
 // dtype) -> HF's names and layout (fused c_attn, Conv1D [in, out]), f32 host tensors, in
 // hf_checkpoint_shapes order. The Llama-style families: the same tensors in f32 on the host.
-std::vector<std::pair<std::string, Tensor>> to_hf_tensors(const LlamaConfig& config,
-                                                          const std::vector<std::pair<std::string, const Tensor*>>& named);
+std::vector<std::pair<std::string, Tensor>> to_hf_tensors(
+    const LlamaConfig& config, const std::vector<std::pair<std::string, const Tensor*>>& named);
 
 // A HF checkpoint's tensors (checked against hf_checkpoint_shapes first) -> seqpar's names (gpt2:
 // split, transposed, f32); the Llama-style families' are returned as they are.

@@ -374,8 +374,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // Qwen3's q/k norms: their inputs and f32 rstd (kept with checkpoint_keep_attention too).
   const int64_t qk_norm = m.qk_norm ? a * (H + Hkv) * D + 4 * (H + Hkv) : 0;
   // x_in, rstd1 (mean1), xn1, ctx, attn_out, x_mid, rstd2 (mean2), xn2, MLP.
-  const int64_t full =
-      a * C + norm_stats + a * C + ctx + a * H * D + a * C + norm_stats + a * C + mlp_kept + qk_norm;
+  const int64_t full = a * C + norm_stats + a * C + ctx + a * H * D + a * C + norm_stats + a * C + mlp_kept + qk_norm;
   int64_t kept = full;
   if (in.memory.activation_checkpointing)
     kept = in.memory.checkpoint_keep_attention ? a * C + ctx + a * H * D + qk_norm : a * C;
@@ -386,7 +385,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t on_device_layers = offload ? std::min<int64_t>(L, 2) : L;
   p.host_offload_bytes = offload ? L * a * C * T : 0;
   const int64_t layers_kept = L * (offload ? kept - a * C : kept) * T + on_device_layers * (offload ? a * C * T : 0);
-  const int64_t final_acts = (a * C + norm_stats + a * C) * T;  // x_final, rstd_f (mean_f), xn_f (kept through backward)
+  const int64_t final_acts =
+      (a * C + norm_stats + a * C) * T;  // x_final, rstd_f (mean_f), xn_f (kept through backward)
 
   // ---- phases --------------------------------------------------------------------------------
   const bool tiled_loss = in.memory.loss_tile_tokens > 0 && in.memory.loss_tile_tokens < T;

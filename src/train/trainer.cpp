@@ -293,7 +293,8 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   // positions 0 .. its length - 1; a token file's documents are at most seq_len long).
   int64_t longest = s.seq_len;
   if (s.batch)
-    for (const Sequence& row : *s.batch) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.input_ids.size()));
+    for (const Sequence& row : *s.batch)
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(row.input_ids.size()));
   mc.check_positions(longest, s.batch ? "seq_len (the batch's longest row)" : "seq_len");
   if (cfg_.device.is_cuda()) {
     SEQPAR_INPUT_CHECK(cuda_built(), "device={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)",

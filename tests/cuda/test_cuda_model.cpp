@@ -70,8 +70,7 @@ std::vector<std::string> fixtures() {
     std::ifstream in(e.path() / "config.json");
     auto cfg = nlohmann::json::parse(in);
     const bool gpt2 = cfg.contains("n_embd");  // GPT2Config's keys (gpt2_d64 is the GPU's GPT case)
-    const int64_t D = cfg.contains("head_dim") && !cfg["head_dim"].is_null()
-                          ? cfg["head_dim"].get<int64_t>()
+    const int64_t D = cfg.contains("head_dim") && !cfg["head_dim"].is_null() ? cfg["head_dim"].get<int64_t>()
                       : gpt2 ? cfg["n_embd"].get<int64_t>() / cfg["n_head"].get<int64_t>()
                              : cfg["hidden_size"].get<int64_t>() / cfg["num_attention_heads"].get<int64_t>();
     if (D == 64 || D == 128) out.push_back(e.path().string());

@@ -208,7 +208,8 @@ TEST(HfConfig, RefusesWhatSeqparsLlamaIsNot) {
   EXPECT_INPUT_ERROR(parse(j), "field 'architectures' must be a list of strings, got string");
   j = minimal();
   j["model_type"] = "gemma";
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: model_type='gemma' is not supported (supported: llama, qwen2, qwen3, mistral, gpt2)");
+  EXPECT_INPUT_ERROR(parse(j),
+                     "cfg.json: model_type='gemma' is not supported (supported: llama, qwen2, qwen3, mistral, gpt2)");
   j["model_type"] = "mistral";
   j["architectures"] = {"LlamaForCausalLM", "Other"};  // a known class, but not model_type's
   EXPECT_INPUT_ERROR(parse(j), "does not match model_type='mistral'");

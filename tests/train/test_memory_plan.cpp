@@ -51,7 +51,7 @@ struct Setting {
   int ulysses_degree = 0;  // hybrid only
   bool offload = false;    // checkpoint offload (with ckpt)
   bool offload_opt = false, offload_param = false;  // optimizer offload; parameter offload (zero 3)
-  bool gpt = false;                                  // the GPT family's layer (plan_model)
+  bool gpt = false;                                 // the GPT family's layer (plan_model)
 };
 
 // The CPU allocator's peak per rank over two training steps of `s` (ranks are threads sharing the
@@ -144,8 +144,8 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
       {"gpt: checkpointing", 1, SpMode::kUlysses, true, false, 0, 0, 0, 512, 0, false, false, false, true},
       {"gpt: tiled MLP and loss", 1, SpMode::kUlysses, false, false, 128, 128, 0, 512, 0, false, false, false, true},
       {"gpt: ulysses 2, ZeRO-2", 2, SpMode::kUlysses, false, false, 0, 0, 2, 512, 0, false, false, false, true},
-      {"gpt: ulysses 2, checkpointing, ZeRO-3", 2, SpMode::kUlysses, true, false, 0, 0, 3, 512, 0, false, false,
-       false, true},
+      {"gpt: ulysses 2, checkpointing, ZeRO-3", 2, SpMode::kUlysses, true, false, 0, 0, 3, 512, 0, false, false, false,
+       true},
       {"gpt: ring 2, ZeRO-1", 2, SpMode::kRing, false, false, 0, 0, 1, 512, 0, false, false, false, true},
   };
   for (const Setting& s : settings) {

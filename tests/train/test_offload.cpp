@@ -84,7 +84,8 @@ SafetensorsData final_weights(TrainConfig c, const std::string& dir) {
 }
 
 // The largest |a - b| over every tensor of `model` (same names and shapes required).
-double max_abs_diff(const SafetensorsData& a, const SafetensorsData& b, const LlamaConfig& model = demo_model_config()) {
+double max_abs_diff(const SafetensorsData& a, const SafetensorsData& b,
+                    const LlamaConfig& model = demo_model_config()) {
   double worst = 0;
   for (const auto& [name, shape] : LlamaParams::shapes(model)) {
     const std::vector<float> x = a.at(name).to_f32_vector(), y = b.at(name).to_f32_vector();
