@@ -80,9 +80,9 @@ Tensor transposed(const Tensor& src) {
   return out;
 }
 
-// t as f32 on the host.
+// t as an f32 host tensor of its own (never a view of the model's buffers).
 Tensor host_f32(const Tensor& t) {
-  Tensor h = t.device().is_cpu() ? t : t.to(Device::cpu());
+  Tensor h = t.to(Device::cpu());
   return h.dtype() == DType::kF32 ? h : h.to_dtype(DType::kF32);
 }
 

@@ -118,18 +118,16 @@ TEST(Offload, OffloadAndStage3TrainAsStage0) {
 }
 
 // The GPT family (gpt2: the position embedding and the final norm's bias among the edges, biases and
-// LayerNorm biases in every layer, no gate) trains the same under every lever as at stage 0.
-TEST(Offload, GptTrainsUnderEveryLeverAsStage0) {
-  LlamaConfig gpt = demo_model_config();
-  gpt.num_kv_heads = gpt.num_heads;
-  make_gpt2(gpt, "gelu_new");
+// LayerNorm biases in every layer, no gate) trains the same under every lever as at stage 0; the
+// same for a family with optional tensors in every layer only (qwen3: q/k norms, q/k/v/o biases).
+void expect_every_lever_trains_as_stage0(const LlamaConfig& gpt, const char* edge) {
   for (const Mesh& m : {kMeshes[0], kMeshes[2], kMeshes[3]}) {
     SCOPED_TRACE(m.name);
     const std::string root = testing::temp_dir();
     TrainConfig base = tiny_run(m);
     base.model = gpt;
     const SafetensorsData plain = final_weights(base, root + "/plain");
-    EXPECT_NE(plain.find("model.embed_positions.weight"), nullptr);
+    EXPECT_NE(plain.find(edge), nullptr);
     for (const Levers& l : kLevers) {
       SCOPED_TRACE(l.name);
       const SafetensorsData got =
@@ -143,6 +141,20 @@ TEST(Offload, GptTrainsUnderEveryLeverAsStage0) {
       }
     }
   }
+}
+
+TEST(Offload, GptTrainsUnderEveryLeverAsStage0) {
+  LlamaConfig gpt = demo_model_config();
+  gpt.num_kv_heads = gpt.num_heads;
+  make_gpt2(gpt, "gelu_new");
+  expect_every_lever_trains_as_stage0(gpt, "model.embed_positions.weight");
+}
+
+TEST(Offload, Qwen3TrainsUnderEveryLeverAsStage0) {
+  LlamaConfig qwen = demo_model_config();
+  qwen.family = ModelFamily::kQwen3;
+  qwen.qk_norm = qwen.qkv_bias = qwen.o_bias = true;
+  expect_every_lever_trains_as_stage0(qwen, "model.layers.1.self_attn.k_norm.weight");
 }
 
 // The trained weights differ from the initial ones by far more than the tolerance above (so that
