@@ -47,8 +47,9 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std) {
   std::normal_distribution<float> normal(0.f, std);
   for (auto& [name, t] : params.named()) {
     float* p = t->data<float>();
-    const bool is_norm = name.find("norm.weight") != std::string::npos;  // biases draw like weights
-    for (int64_t i = 0; i < t->numel(); ++i) p[i] = is_norm ? 1.f : normal(rng);
+    const bool is_norm = name.find("norm.weight") != std::string::npos;  // biases draw like weights,
+    const bool is_norm_bias = name.find("norm.bias") != std::string::npos;  // LayerNorm's start at 0
+    for (int64_t i = 0; i < t->numel(); ++i) p[i] = is_norm ? 1.f : is_norm_bias ? 0.f : normal(rng);
   }
 }
 

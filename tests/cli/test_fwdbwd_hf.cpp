@@ -204,8 +204,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FwdBwdHfSp,
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param).label;
                          });
 
-// The GPT family with the memory levers: activation checkpointing (also keeping attention), the
-// tiled MLP and the tiled loss (tiles that do not divide the shard), alone and with sequence
+// The GPT family with the memory levers: activation checkpointing (also keeping attention, also
+// with checkpoint offload), the tiled MLP and the tiled loss (tiles that do not divide the shard), alone and with sequence
 // parallelism, give transformers' numbers as the plain run does.
 class FwdBwdHfGptLevers : public ::testing::TestWithParam<std::tuple<std::string, SpMode>> {};
 
@@ -225,6 +225,7 @@ const std::vector<SpMode> kGptLevers = {
     {"checkpointing", " --activation-checkpointing"},
     {"checkpointing_keep_attention", " --activation-checkpointing --checkpoint-keep-attention"},
     {"tiled_mlp_and_loss", " --tiled-mlp-tokens 5 --tiled-loss-tokens 7"},
+    {"checkpoint_offload", " --activation-checkpointing --checkpoint-offload"},
     {"all", " --activation-checkpointing --tiled-mlp-tokens 3 --tiled-loss-tokens 4"},
 };
 
