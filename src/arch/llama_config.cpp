@@ -76,9 +76,14 @@ const char* model_family_name(ModelFamily family) {
       return "qwen3";
     case ModelFamily::kMistral:
       return "mistral";
+    case ModelFamily::kGpt2:
+      return "gpt2";
   }
   return "?";
 }
+
+const char* norm_kind_name(NormKind kind) { return kind == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"; }
+const char* position_kind_name(PositionKind kind) { return kind == PositionKind::kRope ? "rope" : "learned"; }
 
 const char* model_family_architecture(ModelFamily family) {
   switch (family) {
@@ -90,6 +95,8 @@ const char* model_family_architecture(ModelFamily family) {
       return "Qwen3ForCausalLM";
     case ModelFamily::kMistral:
       return "MistralForCausalLM";
+    case ModelFamily::kGpt2:
+      return "GPT2LMHeadModel";
   }
   return "?";
 }
@@ -106,11 +113,44 @@ void LlamaConfig::validate() const {
                      "num_attention_heads={} must be a multiple of num_key_value_heads={}", num_heads, num_kv_heads);
   SEQPAR_INPUT_CHECK(std::isfinite(rms_norm_eps) && rms_norm_eps > 0,
                      "rms_norm_eps={} must be a positive finite number", rms_norm_eps);
-  validate_rope(rope, head_dim);
+  if (positions == PositionKind::kRope) {
+    validate_rope(rope, head_dim);
+  } else {
+    check_size(head_dim, "head_dim", kMaxHeadDim);
+    SEQPAR_INPUT_CHECK(max_position_embeddings <= kMaxLearnedPositions,
+                       "n_positions={} is larger than {}, the most rows seqpar accepts for a learned position "
+                       "embedding (a corrupt config?)",
+                       max_position_embeddings, kMaxLearnedPositions);
+  }
+  SEQPAR_INPUT_CHECK(!norm_bias || norm == NormKind::kLayerNorm,
+                     "norm biases need LayerNorm (an RMSNorm has a weight only): norm={}", norm_kind_name(norm));
+  SEQPAR_INPUT_CHECK(!mlp_bias || mlp == MlpKind::kGelu, "MLP biases are supported on the GELU MLP only (up/down)");
+  SEQPAR_INPUT_CHECK(mlp != MlpKind::kGelu || activation_function == "gelu" || activation_function == "gelu_new" ||
+                         activation_function == "gelu_pytorch_tanh",
+                     "activation_function='{}' is not supported (gelu, gelu_new, gelu_pytorch_tanh)",
+                     activation_function);
+  SEQPAR_INPUT_CHECK(mlp != MlpKind::kGelu || (gelu == GeluForm::kErf) == (activation_function == "gelu"),
+                     "activation_function='{}' and the GELU form ({}) disagree", activation_function,
+                     gelu == GeluForm::kErf ? "erf" : "tanh");
+  SEQPAR_INPUT_CHECK(family != ModelFamily::kGpt2 ||
+                         (norm == NormKind::kLayerNorm && norm_bias && positions == PositionKind::kLearned &&
+                          mlp == MlpKind::kGelu && mlp_bias && qkv_bias && o_bias && !qk_norm && tie_word_embeddings &&
+                          num_kv_heads == num_heads && head_dim * num_heads == hidden_size),
+                     "a gpt2 model has LayerNorm with bias, learned positions, a GELU MLP with biases, q/k/v/o "
+                     "biases, no q/k norms, tied embeddings, num_key_value_heads == num_attention_heads and "
+                     "head_dim * heads == hidden_size");
   SEQPAR_INPUT_CHECK(sliding_window >= 0 && sliding_window <= INT32_MAX,
                      "sliding_window={} must be null or a whole number of tokens in [1, 2^31)", sliding_window);
   SEQPAR_INPUT_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_layers,
                      "layer_types has {} entries but num_hidden_layers={}", sliding_layers.size(), num_layers);
+}
+
+void LlamaConfig::check_positions(int64_t seq_len, const std::string& setting) const {
+  if (positions != PositionKind::kLearned) return;
+  SEQPAR_INPUT_CHECK(seq_len <= max_position_embeddings,
+                     "{}={} is longer than the model's n_positions={} (max_position_embeddings: the rows of its "
+                     "learned position embedding, so no token may sit at a position >= {})",
+                     setting, seq_len, max_position_embeddings, max_position_embeddings);
 }
 
 std::vector<float> rope_inv_freq(const LlamaConfig& config) {
@@ -145,10 +185,54 @@ std::vector<float> rope_inv_freq(const LlamaConfig& config) {
   return inv_freq;
 }
 
+// The GPT family's options on a config whose sizes are set: GPT-2 as transformers' GPT2LMHeadModel
+// builds it (LayerNorm with bias, learned positions, GELU MLP and q/k/v/o with biases, tied).
+void make_gpt2(LlamaConfig& c, const std::string& activation_function) {
+  c.family = ModelFamily::kGpt2;
+  c.norm = NormKind::kLayerNorm;
+  c.norm_bias = true;
+  c.positions = PositionKind::kLearned;
+  c.mlp = MlpKind::kGelu;
+  c.gelu = activation_function == "gelu" ? GeluForm::kErf : GeluForm::kTanh;
+  c.activation_function = activation_function;  // (validate() refuses another name)
+  c.mlp_bias = c.qkv_bias = c.o_bias = true;
+  c.tie_word_embeddings = true;
+  c.num_kv_heads = c.num_heads;
+  c.head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
+}
+
+namespace {
+
+// Megatron-DeepSpeed's examples_deepspeed/sequence_parallel/ds_pretrain_gpt_{1.3B,30B}_seq_parallel_32k.sh:
+// --seq-length 32768 --max-position-embeddings 32768, vocab 50257 padded to 50304, LayerNorm eps 1e-5.
+// The GELU: Megatron's activation is torch's erf GELU (--openai-gelu is off), but its bias-GELU
+// fusion (on unless --no-bias-gelu-fusion, which those scripts do not pass) computes the tanh form,
+// and the Megatron GPT-2 -> transformers converter writes activation_function gelu_new: so the
+// presets train what the scripts train and what their converted checkpoints run, the tanh form.
+LlamaConfig gpt_preset(const std::string& name) {
+  LlamaConfig c;
+  c.vocab_size = 50304;
+  c.rms_norm_eps = 1e-5;
+  c.max_position_embeddings = 32768;
+  if (name == "gpt-1.3b-32k") {
+    c.num_layers = 24, c.hidden_size = 2048, c.num_heads = 16, c.intermediate_size = 8192;  // head_dim 128
+  } else if (name == "gpt-30b-32k") {
+    c.num_layers = 64, c.hidden_size = 6144, c.num_heads = 64, c.intermediate_size = 24576;  // head_dim 96
+  } else {  // gpt-tiny: a functional check
+    c.vocab_size = 1024, c.num_layers = 2, c.hidden_size = 256, c.num_heads = 4, c.intermediate_size = 1024;
+    c.max_position_embeddings = 4096;
+  }
+  make_gpt2(c, "gelu_new");
+  return c;
+}
+
+}  // namespace
+
 // The architecture of a known model size (random weights are for benchmarks and plans).
 const std::vector<std::string>& llama_preset_names() {
   static const std::vector<std::string> names = {"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-1.5b",
-                                                 "qwen3-1.7b",   "qwen3-8b",     "mistral-7b",   "tiny"};
+                                                 "qwen3-1.7b",   "qwen3-8b",     "mistral-7b",   "tiny",
+                                                 "gpt-1.3b-32k", "gpt-30b-32k",  "gpt-tiny"};
   return names;
 }
 
@@ -162,6 +246,7 @@ LlamaConfig llama_preset(const std::string& name) {
   const auto& names = llama_preset_names();
   SEQPAR_INPUT_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
                      "preset={} is not a known model size: {}", name, preset_choices());
+  if (name.rfind("gpt-", 0) == 0) return gpt_preset(name);
   LlamaConfig c;
   c.rms_norm_eps = 1e-5;
   c.rope.theta = 500000.0;

@@ -5,6 +5,9 @@
 //   qwen3   : RMSNorm over head_dim on every q and k head before RoPE (q_norm, k_norm), explicit
 //           head_dim, attention_bias (q/k/v/o biases), the same sliding-window keys as qwen2
 //   mistral : a sliding window on every layer (sliding_window; null = full causal), head_dim
+//   gpt2    (GPT2LMHeadModel, Megatron-DeepSpeed's GPT): learned absolute position embeddings (wpe)
+//           instead of RoPE, LayerNorm with bias instead of RMSNorm, a GELU MLP (up/down, no gate)
+//           with biases, biases on q/k/v/o, tied LM head; the options below say each of these
 // llama's own attention_bias (q/k/v/o biases) is accepted too.
 #pragma once
 
@@ -25,10 +28,21 @@ struct RopeConfig {
   int64_t original_max_position_embeddings = 8192;
 };
 
-enum class ModelFamily { kLlama, kQwen2, kQwen3, kMistral };
-// HF model_type: "llama" | "qwen2" | "qwen3" | "mistral"; the *ForCausalLM class name.
+enum class ModelFamily { kLlama, kQwen2, kQwen3, kMistral, kGpt2 };
+// HF model_type: "llama" | "qwen2" | "qwen3" | "mistral" | "gpt2"; the *ForCausalLM class name
+// (GPT2LMHeadModel for gpt2).
 const char* model_family_name(ModelFamily family);
 const char* model_family_architecture(ModelFamily family);
+
+// The decoder's building blocks, per family (Llama: RMSNorm, RoPE, SwiGLU; GPT-2: LayerNorm with
+// bias, learned positions, GELU MLP with biases).
+enum class NormKind { kRmsNorm, kLayerNorm };
+enum class PositionKind { kRope, kLearned };  // RoPE on q/k | learned absolute embeddings added to x
+enum class MlpKind { kSwiGlu, kGelu };        // down(silu(gate(x)) * up(x)) | down(gelu(up(x)))
+// GELU's form (HF activation_function): gelu = erf (exact), gelu_new / gelu_pytorch_tanh = tanh.
+enum class GeluForm { kErf, kTanh };
+const char* norm_kind_name(NormKind kind);          // "rmsnorm" | "layernorm"
+const char* position_kind_name(PositionKind kind);  // "rope" | "learned"
 
 struct LlamaConfig {
   int64_t vocab_size = 0;         // V
@@ -38,7 +52,9 @@ struct LlamaConfig {
   int64_t num_heads = 0;          // H
   int64_t num_kv_heads = 0;       // Hkv
   int64_t head_dim = 0;           // D (C / H unless config.json says otherwise)
-  double rms_norm_eps = 1e-6;
+  double rms_norm_eps = 1e-6;     // the eps of every norm, RMSNorm or LayerNorm (gpt2: layer_norm_epsilon)
+  // The longest position: RoPE's nominal context; with learned positions the rows of the position
+  // embedding (gpt2: n_positions), so a longer sequence is an InputError (check_positions).
   int64_t max_position_embeddings = 2048;
   bool tie_word_embeddings = false;
   RopeConfig rope;
@@ -47,6 +63,14 @@ struct LlamaConfig {
   bool qkv_bias = false;  // biases on q_proj, k_proj, v_proj ([H*D], [Hkv*D], [Hkv*D])
   bool o_bias = false;    // bias on o_proj ([C])
   bool qk_norm = false;   // q_norm, k_norm: RMSNorm weights [D] over each head (Qwen3)
+  NormKind norm = NormKind::kRmsNorm;
+  bool norm_bias = false;  // LayerNorm biases ([C]) on every norm (layernorm only)
+  PositionKind positions = PositionKind::kRope;
+  MlpKind mlp = MlpKind::kSwiGlu;
+  GeluForm gelu = GeluForm::kTanh;  // (kGelu)
+  bool mlp_bias = false;            // biases on up ([F]) and down ([C]) (kGelu only)
+  // gpt2: activation_function as read ("gelu", "gelu_new", "gelu_pytorch_tanh"), written back on export.
+  std::string activation_function = "gelu_new";
   // Sliding window W (0 = none) and which layers use it ([L], all false = none; empty = none).
   // Qwen2/3 keep their config keys for export: use_sliding_window and max_window_layers.
   int64_t sliding_window = 0;
@@ -64,7 +88,19 @@ struct LlamaConfig {
   // must be a multiple of num_key_value_heads=4"). Every size is also bounded (the limits below),
   // so no product of sizes overflows int64 anywhere (parameter counts, bytes, the memory plan).
   void validate() const;
+  // InputError naming seq_len and max_position_embeddings (n_positions) when a sequence of seq_len
+  // tokens has positions beyond the learned position embedding; nothing for RoPE (which has none).
+  void check_positions(int64_t seq_len, const std::string& setting = "seq_len") const;
 };
+
+// Sets the GPT-2 options (family gpt2, as transformers' GPT2LMHeadModel builds it) on a config
+// whose sizes are set: LayerNorm with bias, learned positions, the GELU MLP of
+// `activation_function` (gelu: erf; gelu_new, gelu_pytorch_tanh: tanh) with biases, q/k/v/o
+// biases, tied embeddings, Hkv = H, head_dim = C / H. validate() checks the result.
+void make_gpt2(LlamaConfig& config, const std::string& activation_function);
+
+// Learned positions: the most rows seqpar accepts for a position embedding (wpe [P, C]).
+inline constexpr int64_t kMaxLearnedPositions = int64_t{1} << 24;
 
 // The largest sizes a config may give: far beyond every published Llama (405B: C=16384,
 // F=53248, L=126, H=128, V=128256), and small enough that the parameter count (< 2^54) and its
@@ -79,7 +115,9 @@ inline constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 40;
 
 // The architecture of a known size without its files (their HF config.json values):
 // llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | qwen2.5-1.5b | qwen3-1.7b | qwen3-8b | mistral-7b |
-// tiny (a functional check); InputError for another name.
+// tiny (a functional check) | gpt-1.3b-32k | gpt-30b-32k (Megatron-DeepSpeed's sequence-parallel
+// GPT scripts, ds_pretrain_gpt_{1.3B,30B}_seq_parallel_32k.sh) | gpt-tiny (a functional check of
+// the GPT family); InputError for another name.
 LlamaConfig llama_preset(const std::string& name);
 // The preset names, in the order above.
 const std::vector<std::string>& llama_preset_names();

@@ -72,7 +72,8 @@ double step_flops(const LlamaConfig& c, int64_t seq_len, int64_t sequences) {
   const double C = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
   const double HD = static_cast<double>(c.num_heads * c.head_dim),
                KD = static_cast<double>(c.num_kv_heads * c.head_dim);
-  const double per_layer = C * HD * 2 + C * KD * 2 + 3 * C * F + 2 * C;
+  const double mlp_mats = c.mlp == MlpKind::kSwiGlu ? 3 : 2;  // gate, up, down | up, down (GELU: GPT)
+  const double per_layer = C * HD * 2 + C * KD * 2 + mlp_mats * C * F + 2 * C;
   const double params = static_cast<double>(c.num_layers) * per_layer + C + static_cast<double>(c.vocab_size) * C;
   const double tokens = static_cast<double>(seq_len) * static_cast<double>(sequences);
   const double S = static_cast<double>(seq_len);

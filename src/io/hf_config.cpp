@@ -17,10 +17,15 @@
 //     A non-empty rope_scaling replaces rope_parameters; rope_theta comes from that dict, else the
 //     top-level rope_theta, else 10000; for llama3, a top-level original_max_position_embeddings
 //     wins over the dict's, and max_position_embeddings is the last fallback.
+// gpt2 (GPT2LMHeadModel: parse_gpt2): its own keys, n_embd, n_layer, n_head, n_positions,
+//   vocab_size (required), n_inner (null = 4 n_embd), layer_norm_epsilon (1e-5),
+//   activation_function (gelu_new; gelu, gelu_new, gelu_pytorch_tanh accepted), tie_word_embeddings
+//   (true only); scale_attn_weights (true only: scores scaled by 1/sqrt(head_dim)),
+//   scale_attn_by_inverse_layer_idx and reorder_and_upcast_attn (false only) and add_cross_attention
+//   (false only) are refused by name otherwise; the dropout probabilities are ignored with a warning
+//   (seqpar trains without dropout).
 // Unknown extra fields are ignored (configs carry token ids, initializer_range, use_cache, ...).
 #include "io/hf_config.h"
-#include "io/input_file.h"
-#include "io/json_describe.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -30,6 +35,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "io/input_file.h"
 #include "io/json_describe.h"
 
 namespace seqpar {
@@ -151,13 +158,14 @@ RopeConfig parse_rope(const Fields& top, const std::string& source, int64_t max_
 
 // The family from model_type (or, without it, architectures); both must agree when both are given.
 ModelFamily parse_family(const Fields& f, const json& root, const std::string& src) {
-  const ModelFamily families[] = {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3, ModelFamily::kMistral};
+  const ModelFamily families[] = {ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3, ModelFamily::kMistral,
+                                  ModelFamily::kGpt2};
   std::optional<ModelFamily> family;
   if (auto model_type = f.string("model_type")) {
     for (ModelFamily m : families)
       if (*model_type == model_family_name(m)) family = m;
     SEQPAR_INPUT_CHECK(family.has_value(),
-                       "{}: model_type='{}' is not supported (supported: llama, qwen2, qwen3, mistral)", src,
+                       "{}: model_type='{}' is not supported (supported: llama, qwen2, qwen3, mistral, gpt2)", src,
                        *model_type);
   }
   if (f.has("architectures")) {
@@ -170,7 +178,7 @@ ModelFamily parse_family(const Fields& f, const json& root, const std::string& s
         if (a.is_string() && a.get<std::string>() == model_family_architecture(m)) named = m;
     SEQPAR_INPUT_CHECK(named.has_value(),
                        "{}: architectures={} names none of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                       "MistralForCausalLM (the families seqpar supports)",
+                       "MistralForCausalLM, GPT2LMHeadModel (the families seqpar supports)",
                        src, arch.dump());
     SEQPAR_INPUT_CHECK(!family || *family == *named, "{}: architectures={} does not match model_type='{}'", src,
                        arch.dump(), model_family_name(*family));
@@ -243,6 +251,39 @@ void parse_family_options(const Fields& f, const json& root, const std::string& 
   if (window > 0 && std::find(sliding.begin(), sliding.end(), true) != sliding.end()) c.sliding_layers = sliding;
 }
 
+// GPT2Config (transformers' configuration_gpt2.py) -> a gpt2 LlamaConfig.
+LlamaConfig parse_gpt2(const Fields& f, const std::string& src) {
+  for (const char* key : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"})
+    SEQPAR_INPUT_CHECK(!f.boolean(key, false), "{}: {}=true is not supported by seqpar's gpt2 (false only)", src, key);
+  SEQPAR_INPUT_CHECK(f.boolean("scale_attn_weights", true),
+                     "{}: scale_attn_weights=false is not supported by seqpar's gpt2 (its attention scales the scores "
+                     "by 1/sqrt(head_dim))",
+                     src);
+  SEQPAR_INPUT_CHECK(f.boolean("tie_word_embeddings", true),
+                     "{}: tie_word_embeddings=false is not supported by seqpar's gpt2 (its LM head is transformer.wte)",
+                     src);
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"})
+    if (f.number(key, 0.0) != 0.0)
+      log_warn("{}: {}={} ignored: seqpar trains without dropout", src, key, f.number(key, 0.0));
+  LlamaConfig c;
+  c.vocab_size = f.integer("vocab_size");
+  c.hidden_size = f.integer("n_embd");
+  c.num_layers = f.integer("n_layer");
+  c.num_heads = f.integer("n_head");
+  c.max_position_embeddings = f.integer("n_positions");
+  c.intermediate_size = f.has("n_inner") ? f.integer("n_inner") : 4 * c.hidden_size;
+  c.rms_norm_eps = f.number("layer_norm_epsilon", 1e-5);
+  const std::string act = f.string("activation_function").value_or("gelu_new");
+  SEQPAR_INPUT_CHECK(act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh",
+                     "{}: activation_function='{}' is not supported (supported: gelu, gelu_new, gelu_pytorch_tanh)",
+                     src, act);
+  if (c.num_heads > 0)
+    SEQPAR_INPUT_CHECK(c.hidden_size % c.num_heads == 0, "{}: n_embd={} must be a multiple of n_head={}", src,
+                       c.hidden_size, c.num_heads);
+  make_gpt2(c, act);
+  return c;
+}
+
 }  // namespace
 
 LlamaConfig parse_hf_llama_config(const std::string& json_text, const std::string& source_name) {
@@ -252,6 +293,15 @@ LlamaConfig parse_hf_llama_config(const std::string& json_text, const std::strin
   Fields f(root, src);
 
   const ModelFamily family = parse_family(f, root, src);
+  if (family == ModelFamily::kGpt2) {
+    LlamaConfig c = parse_gpt2(f, src);
+    try {
+      c.validate();
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", src, e.what()));
+    }
+    return c;
+  }
   if (auto act = f.string("hidden_act"))
     SEQPAR_INPUT_CHECK(*act == "silu", "{}: hidden_act='{}' is not supported (seqpar's Llama MLP is SwiGLU: silu)", src,
                        *act);
@@ -307,10 +357,44 @@ LlamaConfig load_hf_llama_config(const std::string& path) {
   return parse_hf_llama_config(read_input_file(file, kConfigInput), file);
 }
 
+namespace {
+
+// GPT2Config's keys (transformers 4.x and 5.x read the same ones).
+std::string gpt2_config_json(const LlamaConfig& c, const std::string& torch_dtype) {
+  const json out = {
+      {"architectures", {model_family_architecture(c.family)}},
+      {"model_type", "gpt2"},
+      {"vocab_size", c.vocab_size},
+      {"n_embd", c.hidden_size},
+      {"n_layer", c.num_layers},
+      {"n_head", c.num_heads},
+      {"n_inner", c.intermediate_size},
+      {"n_positions", c.max_position_embeddings},
+      {"n_ctx", c.max_position_embeddings},
+      {"layer_norm_epsilon", c.rms_norm_eps},
+      {"activation_function", c.activation_function},
+      {"resid_pdrop", 0.0},
+      {"embd_pdrop", 0.0},
+      {"attn_pdrop", 0.0},
+      {"scale_attn_weights", true},
+      {"scale_attn_by_inverse_layer_idx", false},
+      {"reorder_and_upcast_attn", false},
+      {"tie_word_embeddings", true},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+      {"torch_dtype", torch_dtype},  // transformers 4.x
+      {"dtype", torch_dtype},        // transformers 5.x
+  };
+  return out.dump(2) + "\n";
+}
+
+}  // namespace
+
 std::string hf_llama_config_json(const LlamaConfig& config, const std::string& torch_dtype) {
   config.validate();
   SEQPAR_INPUT_CHECK(torch_dtype == "float32" || torch_dtype == "bfloat16" || torch_dtype == "float16",
                      "torch_dtype='{}' is not supported (supported: float32, bfloat16, float16)", torch_dtype);
+  if (config.family == ModelFamily::kGpt2) return gpt2_config_json(config, torch_dtype);
   const RopeConfig& rope = config.rope;
 
   // transformers 5 reads rope_parameters (and takes rope_theta into it); 4.x reads rope_theta and

@@ -11,6 +11,8 @@ namespace seqpar {
 
 namespace {
 
+GeluKind gelu_kind(GeluForm form) { return form == GeluForm::kErf ? GeluKind::kErf : GeluKind::kTanh; }
+
 // y [T, N] = x [T, K] @ W^T, W [N, K] (a bias-free linear layer).
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w) { matmul(y, x, w, false, true); }
 
@@ -27,6 +29,8 @@ std::vector<std::pair<std::string, Shape>> LlamaParams::shapes(const LlamaConfig
   const int64_t HD = c.num_heads * c.head_dim, KD = c.num_kv_heads * c.head_dim;
   std::vector<std::pair<std::string, Shape>> out;
   out.emplace_back("model.embed_tokens.weight", Shape{V, C});
+  if (c.positions == PositionKind::kLearned)
+    out.emplace_back("model.embed_positions.weight", Shape{c.max_position_embeddings, C});
   for (int64_t l = 0; l < c.num_layers; ++l) {
     std::string p = fmt::format("model.layers.{}.", l);
     out.emplace_back(p + "self_attn.q_proj.weight", Shape{HD, C});
@@ -41,27 +45,35 @@ std::vector<std::pair<std::string, Shape>> LlamaParams::shapes(const LlamaConfig
       out.emplace_back(p + "self_attn.q_norm.weight", Shape{c.head_dim});
       out.emplace_back(p + "self_attn.k_norm.weight", Shape{c.head_dim});
     }
-    out.emplace_back(p + "mlp.gate_proj.weight", Shape{F, C});
+    if (c.mlp == MlpKind::kSwiGlu) out.emplace_back(p + "mlp.gate_proj.weight", Shape{F, C});
     out.emplace_back(p + "mlp.up_proj.weight", Shape{F, C});
+    if (c.mlp_bias) out.emplace_back(p + "mlp.up_proj.bias", Shape{F});
     out.emplace_back(p + "mlp.down_proj.weight", Shape{C, F});
+    if (c.mlp_bias) out.emplace_back(p + "mlp.down_proj.bias", Shape{C});
     out.emplace_back(p + "input_layernorm.weight", Shape{C});
+    if (c.norm_bias) out.emplace_back(p + "input_layernorm.bias", Shape{C});
     out.emplace_back(p + "post_attention_layernorm.weight", Shape{C});
+    if (c.norm_bias) out.emplace_back(p + "post_attention_layernorm.bias", Shape{C});
   }
   out.emplace_back("model.norm.weight", Shape{C});
+  if (c.norm_bias) out.emplace_back("model.norm.bias", Shape{C});
   if (!c.tie_word_embeddings) out.emplace_back("lm_head.weight", Shape{V, C});
   return out;
 }
 
 std::vector<std::pair<std::string, Tensor*>> LlamaParams::named() {
   std::vector<std::pair<std::string, Tensor*>> out;
+  std::string p;
+  // The optional tensors are named when defined: zeros() and skeleton() define exactly those
+  // shapes() lists.
+  auto optional = [&](const char* name, Tensor& t) {
+    if (t.defined()) out.emplace_back(p + name, &t);
+  };
   out.emplace_back("model.embed_tokens.weight", &embed_tokens);
+  optional("model.embed_positions.weight", embed_positions);
   for (size_t l = 0; l < layers.size(); ++l) {
-    std::string p = fmt::format("model.layers.{}.", l);
+    p = fmt::format("model.layers.{}.", l);
     LlamaLayerParams& L = layers[l];
-    // The optional tensors are named when defined: zeros() defines exactly those shapes() lists.
-    auto optional = [&](const char* name, Tensor& t) {
-      if (t.defined()) out.emplace_back(p + name, &t);
-    };
     out.emplace_back(p + "self_attn.q_proj.weight", &L.q_proj);
     optional("self_attn.q_proj.bias", L.q_bias);
     out.emplace_back(p + "self_attn.k_proj.weight", &L.k_proj);
@@ -72,14 +84,20 @@ std::vector<std::pair<std::string, Tensor*>> LlamaParams::named() {
     optional("self_attn.o_proj.bias", L.o_bias);
     optional("self_attn.q_norm.weight", L.q_norm);
     optional("self_attn.k_norm.weight", L.k_norm);
-    out.emplace_back(p + "mlp.gate_proj.weight", &L.gate_proj);
+    optional("mlp.gate_proj.weight", L.gate_proj);
     out.emplace_back(p + "mlp.up_proj.weight", &L.up_proj);
+    optional("mlp.up_proj.bias", L.up_bias);
     out.emplace_back(p + "mlp.down_proj.weight", &L.down_proj);
+    optional("mlp.down_proj.bias", L.down_bias);
     out.emplace_back(p + "input_layernorm.weight", &L.input_norm);
+    optional("input_layernorm.bias", L.input_norm_bias);
     out.emplace_back(p + "post_attention_layernorm.weight", &L.post_norm);
+    optional("post_attention_layernorm.bias", L.post_norm_bias);
   }
+  p.clear();
   out.emplace_back("model.norm.weight", &final_norm);
-  if (lm_head.defined()) out.emplace_back("lm_head.weight", &lm_head);
+  optional("model.norm.bias", final_norm_bias);
+  optional("lm_head.weight", lm_head);
   return out;
 }
 
@@ -95,33 +113,40 @@ LlamaParams::FlatLayout LlamaParams::flat_layout(const LlamaConfig& c) {
   for (const auto& [name, shape] : shapes)  // model.layers.0.*
     if (name.rfind("model.layers.0.", 0) == 0) f.layer_elems += padded(shape_numel(shape));
   f.layers = padded(c.vocab_size * c.hidden_size);
+  if (c.positions == PositionKind::kLearned) f.layers += padded(c.max_position_embeddings * c.hidden_size);
   f.final_norm = f.layers + c.num_layers * f.layer_elems;
-  f.lm_head = f.final_norm + padded(c.hidden_size);
+  f.lm_head = f.final_norm + padded(c.hidden_size) + (c.norm_bias ? padded(c.hidden_size) : 0);
   f.total = f.lm_head + (c.tie_word_embeddings ? 0 : padded(c.vocab_size * c.hidden_size));
   return f;
 }
 
-// Defines (as placeholders, replaced below) the optional per-layer tensors `c` has, so named()
-// lists them; the zeros() and set_grad_sink() loops then give each its storage.
-static void mark_optional_tensors(LlamaParams& p, const LlamaConfig& c, DType dtype, Device device) {
-  const Tensor mark = Tensor::empty({1}, dtype, device);
+LlamaParams LlamaParams::skeleton(const LlamaConfig& c) {
+  LlamaParams p;
+  p.layers.resize(static_cast<size_t>(c.num_layers));
+  const Tensor mark = Tensor::empty({1}, DType::kF32, Device::cpu());
+  if (c.positions == PositionKind::kLearned) p.embed_positions = mark;
+  if (c.norm_bias) p.final_norm_bias = mark;
+  if (!c.tie_word_embeddings) p.lm_head = mark;
   for (LlamaLayerParams& L : p.layers) {
     if (c.qkv_bias) L.q_bias = L.k_bias = L.v_bias = mark;
     if (c.o_bias) L.o_bias = mark;
     if (c.qk_norm) L.q_norm = L.k_norm = mark;
+    if (c.mlp == MlpKind::kSwiGlu) L.gate_proj = mark;
+    if (c.mlp_bias) L.up_bias = L.down_bias = mark;
+    if (c.norm_bias) L.input_norm_bias = L.post_norm_bias = mark;
   }
+  return p;
 }
 
 LlamaParams LlamaParams::zeros(const LlamaConfig& c, DType dtype, Device device, bool one_buffer) {
-  LlamaParams p;
-  p.layers.resize(c.num_layers);
-  mark_optional_tensors(p, c, dtype, device);
+  LlamaParams p = skeleton(c);
   auto shapes = LlamaParams::shapes(c);
-  if (!c.tie_word_embeddings) p.lm_head = Tensor::zeros({c.vocab_size, c.hidden_size}, dtype, device);
   if (one_buffer) p.flat = Tensor::zeros({flat_layout(c).total}, dtype, device);
   size_t i = 0;
   int64_t at = 0;
-  for (auto& [name, t] : p.named()) {
+  auto named = p.named();
+  SEQPAR_CHECK_EQ(named.size(), shapes.size(), "LlamaParams::zeros: names and shapes");
+  for (auto& [name, t] : named) {
     SEQPAR_CHECK_EQ(name, shapes[i].first);
     const Shape& shape = shapes[i].second;
     if (one_buffer) {
@@ -151,6 +176,7 @@ struct LlamaModel::LayerActs {
   Tensor x_in;      // [T, C]  residual stream entering the layer
   std::shared_ptr<HostOffload::Handle> x_in_host;  // x_in while it waits in host memory (offload)
   Tensor rstd1;     // [T]     f32
+  Tensor mean1;     // [T]     f32 (LayerNorm)
   Tensor xn1;       // [T, C]  input_layernorm output
   Tensor q_raw, k_raw;    // [T, H, D], [T, Hkv, D]  q/k before their norms (qk_norm)
   Tensor rstd_q, rstd_k;  // [T*H], [T*Hkv] f32      the q/k norms' rstd (qk_norm)
@@ -158,10 +184,11 @@ struct LlamaModel::LayerActs {
   std::unique_ptr<AttentionContext> attn_ctx;
   Tensor x_mid;  // [T, C]  residual after attention
   Tensor rstd2;  // [T]
+  Tensor mean2;  // [T]     (LayerNorm)
   Tensor xn2;    // [T, C]
-  Tensor gate;   // [T, F]
-  Tensor up;     // [T, F]
-  Tensor h;      // [T, F]  silu(gate) * up
+  Tensor gate;   // [T, F]  (SwiGLU)
+  Tensor up;     // [T, F]  (GELU MLP: the pre-activation, with its bias)
+  Tensor h;      // [T, F]  silu(gate) * up | gelu(up)
 };
 
 struct LlamaModel::Acts {
@@ -170,6 +197,7 @@ struct LlamaModel::Acts {
   std::vector<LayerActs> layers;
   Tensor x_final;  // [T, C]
   Tensor rstd_f;   // [T]
+  Tensor mean_f;   // [T] (LayerNorm)
   Tensor xn_f;     // [T, C]
   Tensor logits;   // [T, V] f32
 };
@@ -181,8 +209,10 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Device device, DType dtype)
   params_ = LlamaParams::zeros(config_, dtype_, device_, /*one_buffer=*/true);  // ZeRO shards slice it
   // f32 whatever the compute dtype, in one buffer: one all-reduce sums them over the ranks.
   grads_ = LlamaParams::zeros(config_, DType::kF32, device_, /*one_buffer=*/true);
-  std::vector<float> inv = rope_inv_freq(config_);
-  inv_freq_ = Tensor::from_vector<float>({static_cast<int64_t>(inv.size())}, inv).to(device_);
+  if (config_.positions == PositionKind::kRope) {
+    std::vector<float> inv = rope_inv_freq(config_);
+    inv_freq_ = Tensor::from_vector<float>({static_cast<int64_t>(inv.size())}, inv).to(device_);
+  }
 }
 
 LlamaModel::ActivationPolicy LlamaModel::policy_for(bool checkpointing, bool keep_attention) {
@@ -208,10 +238,7 @@ void LlamaModel::set_grad_sink(GradSink sink) {
   grad_sink_ = std::move(sink);
   // The edge tensors on their own; every layer's views into one block, at the in-layer offsets of
   // the whole buffer's layout.
-  LlamaParams g;
-  g.layers.resize(config_.num_layers);
-  mark_optional_tensors(g, config_, DType::kF32, device_);
-  if (!config_.tie_word_embeddings) g.lm_head = Tensor::zeros({config_.vocab_size, config_.hidden_size}, DType::kF32, device_);
+  LlamaParams g = LlamaParams::skeleton(config_);
   grad_block_ = Tensor::zeros({LlamaParams::flat_layout(config_).layer_elems}, DType::kF32, device_);
   const auto shapes = LlamaParams::shapes(config_);
   size_t i = 0;
@@ -219,7 +246,7 @@ void LlamaModel::set_grad_sink(GradSink sink) {
   for (auto& [name, t] : g.named()) {
     const Shape& shape = shapes[i++].second;
     if (name.rfind("model.layers.", 0) != 0) {
-      if (!t->defined()) *t = Tensor::zeros(shape, DType::kF32, device_);
+      *t = Tensor::zeros(shape, DType::kF32, device_);
       continue;
     }
     if (name.find(".self_attn.q_proj.weight") != std::string::npos) at = 0;  // a layer's first tensor
@@ -242,7 +269,9 @@ void LlamaModel::set_layer_weights(LayerWeights* weights) {
   LlamaParams edges;
   edges.layers.resize(config_.num_layers);
   edges.embed_tokens = params_.embed_tokens.clone();
+  if (params_.embed_positions.defined()) edges.embed_positions = params_.embed_positions.clone();
   edges.final_norm = params_.final_norm.clone();
+  if (params_.final_norm_bias.defined()) edges.final_norm_bias = params_.final_norm_bias.clone();
   if (params_.lm_head.defined()) edges.lm_head = params_.lm_head.clone();
   params_ = std::move(edges);
 }
@@ -290,9 +319,8 @@ void LlamaModel::attention_half(int64_t l, LayerActs& s, bool norm_only) {
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const DType act = dtype_;
   const LlamaLayerParams& P = layer_params(l);
-  s.rstd1 = Tensor::empty({T}, DType::kF32, device_);
   s.xn1 = Tensor::empty({T, C}, act, device_);
-  rmsnorm_forward(s.xn1, s.rstd1, s.x_in, P.input_norm, static_cast<float>(c.rms_norm_eps));
+  norm_forward(s.xn1, s.rstd1, s.mean1, s.x_in, P.input_norm, P.input_norm_bias);
   if (norm_only) return;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   Tensor q = Tensor::empty({T, H * D}, act, device_);
@@ -315,8 +343,10 @@ void LlamaModel::attention_half(int64_t l, LayerActs& s, bool norm_only) {
     q = head_norm_forward(s.q_raw, P.q_norm, s.rstd_q);
     k = head_norm_forward(s.k_raw, P.k_norm, s.rstd_k);
   }
-  rope_forward(q, acts_->batch.position_ids, inv_freq_);
-  rope_forward(k, acts_->batch.position_ids, inv_freq_);
+  if (c.positions == PositionKind::kRope) {
+    rope_forward(q, acts_->batch.position_ids, inv_freq_);
+    rope_forward(k, acts_->batch.position_ids, inv_freq_);
+  }
   s.attn_out = Tensor::empty({T, H, D}, act, device_);
   s.attn_ctx = acts_->attention->forward(q, k, v, s.attn_out, scale, config_.layer_window(l));
 }
@@ -334,9 +364,8 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
   s.x_mid = s.x_in.clone();
   matmul(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, false, true, 1.f, 1.f);
   if (c.o_bias) bias_forward(s.x_mid, P.o_bias);
-  s.rstd2 = Tensor::empty({T}, DType::kF32, device_);
   s.xn2 = Tensor::empty({T, C}, act, device_);
-  rmsnorm_forward(s.xn2, s.rstd2, s.x_mid, P.post_norm, static_cast<float>(c.rms_norm_eps));
+  norm_forward(s.xn2, s.rstd2, s.mean2, s.x_mid, P.post_norm, P.post_norm_bias);
   const bool tiled = mlp_tile_ > 0 && mlp_tile_ < T;
   if (!want_output) {
     if (!tiled) mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
@@ -352,10 +381,11 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
       Tensor o = out.rows(t0, t1);
       matmul(o, h, P.down_proj, false, true, 1.f, 1.f);
     }
-    return out;
+  } else {
+    mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
+    matmul(out, s.h, P.down_proj, false, true, 1.f, 1.f);
   }
-  mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
-  matmul(out, s.h, P.down_proj, false, true, 1.f, 1.f);
+  if (c.mlp_bias) bias_forward(out, P.down_bias);
   return out;
 }
 
@@ -391,10 +421,19 @@ Tensor LlamaModel::head_norm_backward(const Tensor& dout, const Tensor& x, const
   return dx;
 }
 
-// gate, up, h [n, F] of n tokens' post-attention-norm outputs xn [n, C].
+// gate, up, h [n, F] of n tokens' post-attention-norm outputs xn [n, C]; the GELU MLP: up (with its
+// bias) and h = gelu(up), no gate.
 void LlamaModel::mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h) {
   const LlamaLayerParams& P = layer_params(l);
   const int64_t n = xn.dim(0), F = config_.intermediate_size;
+  if (config_.mlp == MlpKind::kGelu) {
+    up = Tensor::empty({n, F}, dtype_, device_);
+    h = Tensor::empty({n, F}, dtype_, device_);
+    linear_forward(up, xn, P.up_proj);
+    if (config_.mlp_bias) bias_forward(up, P.up_bias);
+    gelu_forward(h, up, gelu_kind(config_.gelu));
+    return;
+  }
   gate = Tensor::empty({n, F}, dtype_, device_);
   up = Tensor::empty({n, F}, dtype_, device_);
   h = Tensor::empty({n, F}, dtype_, device_);
@@ -412,11 +451,39 @@ void LlamaModel::mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor
   const int64_t n = xn.dim(0), F = config_.intermediate_size;
   Tensor dh = Tensor::empty({n, F}, dtype_, device_);
   linear_backward(dh, G.down_proj, dx_out, h, P.down_proj, 0.f);
+  if (config_.mlp == MlpKind::kGelu) {  // (the down bias's gradient is the caller's: once, over all tiles)
+    gelu_backward(dh, dh, up, gelu_kind(config_.gelu));  // dh is now d(up)
+    if (config_.mlp_bias) bias_backward(G.up_bias, dh);
+    linear_backward(dxn, G.up_proj, dh, xn, P.up_proj, 0.f);
+    return;
+  }
   Tensor dgate = Tensor::empty({n, F}, dtype_, device_);
   Tensor dup = Tensor::empty({n, F}, dtype_, device_);
   swiglu_backward(dgate, dup, dh, gate, up);
   linear_backward(dxn, G.gate_proj, dgate, xn, P.gate_proj, 0.f);
   linear_backward(dxn, G.up_proj, dup, xn, P.up_proj, 1.f);
+}
+
+void LlamaModel::norm_forward(Tensor& out, Tensor& rstd, Tensor& mean, const Tensor& x, const Tensor& weight,
+                              const Tensor& bias) const {
+  const int64_t T = x.dim(0);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  rstd = Tensor::empty({T}, DType::kF32, device_);
+  if (config_.norm == NormKind::kRmsNorm) {
+    rmsnorm_forward(out, rstd, x, weight, eps);
+    return;
+  }
+  mean = Tensor::empty({T}, DType::kF32, device_);
+  layernorm_forward(out, mean, rstd, x, weight, bias, eps);
+}
+
+void LlamaModel::norm_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& x,
+                               const Tensor& weight, const Tensor& mean, const Tensor& rstd) const {
+  if (config_.norm == NormKind::kRmsNorm) {
+    rmsnorm_backward(dx, dweight, dout, x, weight, rstd);
+    return;
+  }
+  layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd);
 }
 
 LossStats PendingLoss::get() {
@@ -454,6 +521,11 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
 
   Tensor x = Tensor::empty({T, C}, act, device_);
   embedding_forward(x, batch.input_ids, params_.embed_tokens);
+  if (c.positions == PositionKind::kLearned) {  // x += wpe[position_ids]
+    Tensor pos = Tensor::empty({T, C}, act, device_);
+    embedding_forward(pos, batch.position_ids, params_.embed_positions);
+    add_inplace(x, pos);
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerActs& s = a.layers[l];
     acquire_layer(l, l + 1 < c.num_layers ? l + 1 : -1);
@@ -478,9 +550,8 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
     }
   }
   a.x_final = x;
-  a.rstd_f = Tensor::empty({T}, DType::kF32, device_);
   a.xn_f = Tensor::empty({T, C}, act, device_);
-  rmsnorm_forward(a.xn_f, a.rstd_f, x, params_.final_norm, static_cast<float>(c.rms_norm_eps));
+  norm_forward(a.xn_f, a.rstd_f, a.mean_f, x, params_.final_norm, params_.final_norm_bias);
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
   Tensor losses = Tensor::empty({T}, DType::kF32, device_);
   if (tiled_loss(T) && logits_out == nullptr) {
@@ -510,9 +581,8 @@ void LlamaModel::backward(float dloss) {
   const DType act = dtype_;
 
   if (grad_sink_) {  // partitioned: this backward's edge gradients only (the sink accumulates)
-    grads_.embed_tokens.zero();
-    grads_.final_norm.zero();
-    if (grads_.lm_head.defined()) grads_.lm_head.zero();
+    for (auto& [name, g] : grads_.named())
+      if (name.rfind("model.layers.", 0) != 0) g->zero();
   }
   // LM head and final norm (per tile when forward tiled the loss).
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
@@ -536,7 +606,7 @@ void LlamaModel::backward(float dloss) {
     }
   }
   Tensor dx = Tensor::empty({T, C}, act, device_);  // gradient of the residual stream
-  rmsnorm_backward(dx, grads_.final_norm, dxn, a.x_final, params_.final_norm, a.rstd_f);
+  norm_backward(dx, grads_.final_norm, grads_.final_norm_bias, dxn, a.x_final, params_.final_norm, a.mean_f, a.rstd_f);
 
   Tensor dtmp = Tensor::empty({T, C}, act, device_);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
@@ -563,7 +633,8 @@ void LlamaModel::backward(float dloss) {
         mlp_tile_backward(l, dx.rows(t0, t1), xn, gate, up, h, dxn_t);
       }
     }
-    rmsnorm_backward(dtmp, G.post_norm, dxn, s.x_mid, P.post_norm, s.rstd2);
+    if (c.mlp_bias) bias_backward(G.down_bias, dx);
+    norm_backward(dtmp, G.post_norm, G.post_norm_bias, dxn, s.x_mid, P.post_norm, s.mean2, s.rstd2);
     add_inplace(dx, dtmp);  // dx is now d(x_mid)
     if (c.o_bias) bias_backward(G.o_bias, dx);
     // Attention: x_mid = x_in + attn_out @ Wo^T.
@@ -574,8 +645,10 @@ void LlamaModel::backward(float dloss) {
     Tensor dv = Tensor::empty({T, Hkv, D}, act, device_);
     a.attention->backward(*s.attn_ctx, dattn.view({T, H, D}), dq, dk, dv);
     s.attn_ctx.reset();
-    rope_backward(dq, a.batch.position_ids, inv_freq_);
-    rope_backward(dk, a.batch.position_ids, inv_freq_);
+    if (c.positions == PositionKind::kRope) {
+      rope_backward(dq, a.batch.position_ids, inv_freq_);
+      rope_backward(dk, a.batch.position_ids, inv_freq_);
+    }
     if (c.qk_norm) {  // dq, dk become the gradients of the projections' outputs
       dq = head_norm_backward(dq, s.q_raw, P.q_norm, G.q_norm, s.rstd_q);
       dk = head_norm_backward(dk, s.k_raw, P.k_norm, G.k_norm, s.rstd_k);
@@ -588,13 +661,14 @@ void LlamaModel::backward(float dloss) {
     linear_backward(dxn, G.q_proj, dq.view({T, H * D}), s.xn1, P.q_proj, 0.f);
     linear_backward(dxn, G.k_proj, dk.view({T, Hkv * D}), s.xn1, P.k_proj, 1.f);
     linear_backward(dxn, G.v_proj, dv.view({T, Hkv * D}), s.xn1, P.v_proj, 1.f);
-    rmsnorm_backward(dtmp, G.input_norm, dxn, s.x_in, P.input_norm, s.rstd1);
+    norm_backward(dtmp, G.input_norm, G.input_norm_bias, dxn, s.x_in, P.input_norm, s.mean1, s.rstd1);
     add_inplace(dx, dtmp);  // dx is now d(x_in)
     s = LayerActs();
     release_layer(l);
     if (grad_sink_) grad_sink_(l, grad_block_);
   }
   embedding_backward(grads_.embed_tokens, dx, a.batch.input_ids);
+  if (c.positions == PositionKind::kLearned) embedding_backward(grads_.embed_positions, dx, a.batch.position_ids);
   acts_.reset();
   if (grad_sink_) grad_sink_(-1, Tensor());
 }

@@ -1,6 +1,11 @@
 // Llama forward and hand-written backward over this rank's tokens [T, C] (batches folded into
 // tokens; documents separated by the attention's mask metadata). The model knows nothing of
 // sequence parallelism: attention goes through the Attention interface it is handed.
+// One implementation for every family (arch/llama_config.h): the GPT family (gpt2) is the same
+// decoder with LayerNorm (bias) for RMSNorm, learned position embeddings added to the token
+// embeddings for RoPE, and a GELU MLP (up, down, biases) for SwiGLU. Its tensors keep the
+// llama-style names inside seqpar; train/hf_model.h maps them to GPT-2's (transformer.h.{l}...,
+// fused c_attn, Conv1D [in, out] layout) at the checkpoint boundary.
 #pragma once
 
 #include <functional>
@@ -23,9 +28,9 @@ struct LlamaLayerParams {
   Tensor v_proj;      // [Hkv*D, C]  self_attn.v_proj.weight
   Tensor o_proj;      // [C, H*D]    self_attn.o_proj.weight
   Tensor post_norm;   // [C]         post_attention_layernorm.weight
-  Tensor gate_proj;   // [F, C]      mlp.gate_proj.weight
-  Tensor up_proj;     // [F, C]      mlp.up_proj.weight
-  Tensor down_proj;   // [C, F]      mlp.down_proj.weight
+  Tensor gate_proj;   // [F, C]      mlp.gate_proj.weight (SwiGLU only; undefined for the GELU MLP)
+  Tensor up_proj;     // [F, C]      mlp.up_proj.weight   (gpt2: mlp.c_fc)
+  Tensor down_proj;   // [C, F]      mlp.down_proj.weight (gpt2: mlp.c_proj)
   // The families' options (arch/llama_config.h), undefined when the config has none:
   Tensor q_bias;  // [H*D]    self_attn.q_proj.bias   (qkv_bias)
   Tensor k_bias;  // [Hkv*D]  self_attn.k_proj.bias
@@ -33,17 +38,25 @@ struct LlamaLayerParams {
   Tensor o_bias;  // [C]      self_attn.o_proj.bias   (o_bias)
   Tensor q_norm;  // [D]      self_attn.q_norm.weight (qk_norm: RMSNorm over each q head)
   Tensor k_norm;  // [D]      self_attn.k_norm.weight
+  Tensor up_bias;          // [F]  mlp.up_proj.bias                (mlp_bias)
+  Tensor down_bias;        // [C]  mlp.down_proj.bias
+  Tensor input_norm_bias;  // [C]  input_layernorm.bias            (norm_bias: LayerNorm)
+  Tensor post_norm_bias;   // [C]  post_attention_layernorm.bias
 };
 
 // Parameters (or their gradients) under Hugging Face's names. With tied embeddings lm_head is
 // undefined and the LM head reads embed_tokens.
 struct LlamaParams {
   Tensor embed_tokens;  // [V, C]  model.embed_tokens.weight
+  Tensor embed_positions;  // [P, C]  model.embed_positions.weight (learned positions; P = n_positions)
   std::vector<LlamaLayerParams> layers;
   Tensor final_norm;  // [C]     model.norm.weight
+  Tensor final_norm_bias;  // [C]  model.norm.bias (norm_bias)
   Tensor lm_head;     // [V, C]  lm_head.weight (undefined when tied)
 
-  // Every tensor with its HF name, in HF's named_parameters() order.
+  // Every tensor with its name, in HF's named_parameters() order (for Llama-style families HF's own
+  // names; the optional tensors are listed when defined, so a container to fill must come from
+  // skeleton(), zeros() or a copy of one).
   std::vector<std::pair<std::string, Tensor*>> named();
   std::vector<std::pair<std::string, const Tensor*>> named() const;
   // The HF shape of every parameter of this config, in the same order.
@@ -52,14 +65,18 @@ struct LlamaParams {
   // (each starting at a multiple of kFlatAlign elements, the gaps zero), so that one collective
   // can reduce them all.
   static LlamaParams zeros(const LlamaConfig& config, DType dtype, Device device, bool one_buffer = false);
+  // An empty container of this config's tensors: the layers sized and every tensor the config has
+  // beyond the always-present ones defined as a one-element placeholder, so that named() lists
+  // exactly shapes() (the caller then assigns every tensor).
+  static LlamaParams skeleton(const LlamaConfig& config);
 
   static constexpr int64_t kFlatAlign = 64;
   // n rounded up to a multiple of kFlatAlign: a tensor's extent in the one buffer.
   static int64_t padded(int64_t n) { return (n + kFlatAlign - 1) / kFlatAlign * kFlatAlign; }
-  // Where the parts sit in the one buffer (element offsets): the embedding at 0, decoder layer l at
-  // layers + l × layer_elems (its tensors, nine plus the family's biases and q/k norms, padded, in
-  // named() order), the final norm, then
-  // the LM head (untied models); total elements.
+  // Where the parts sit in the one buffer (element offsets): the embedding at 0 (and the position
+  // embedding after it: learned positions), decoder layer l at layers + l × layer_elems (its
+  // tensors, padded, in named() order), the final norm (and its bias), then the LM head (untied
+  // models); total elements.
   struct FlatLayout {
     int64_t layers = 0, layer_elems = 0, final_norm = 0, lm_head = 0, total = 0;
   };
@@ -74,7 +91,7 @@ struct LlamaParams {
 // One rank's tokens. All i32 [T] on the model's device (or host for the CPU).
 struct LlamaBatch {
   Tensor input_ids;
-  Tensor position_ids;  // RoPE positions (global, restarting per document)
+  Tensor position_ids;  // RoPE positions / rows of the learned position embedding (restarting per document)
   Tensor targets;       // labels already shifted; -100 = no loss
 };
 
@@ -191,6 +208,13 @@ class LlamaModel {
   Tensor head_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dweight,
                             const Tensor& rstd);
   void mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h);
+  // The config's norm (RMSNorm, or LayerNorm with its bias) of x into out; rstd (and mean, LayerNorm)
+  // f32 [T] allocated here for the backward.
+  void norm_forward(Tensor& out, Tensor& rstd, Tensor& mean, const Tensor& x, const Tensor& weight,
+                    const Tensor& bias) const;
+  // dx (=) from dout; dweight, dbias (LayerNorm) +=.
+  void norm_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& x,
+                     const Tensor& weight, const Tensor& mean, const Tensor& rstd) const;
   // Layer l's weights while acquired (acquire_layer .. release_layer).
   const LlamaLayerParams& layer_params(int64_t l) const;
   void acquire_layer(int64_t l, int64_t next);

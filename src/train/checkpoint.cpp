@@ -22,9 +22,10 @@
 
 #include "core/log.h"
 #include "io/hf_config.h"
-#include "train/checksum.h"
 #include "io/input_file.h"
+#include "train/checksum.h"
 #include "train/config_resolve.h"
+#include "train/hf_model.h"
 
 namespace seqpar {
 
@@ -783,11 +784,12 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   fs::create_directories(out_dir, ec);
   SEQPAR_INPUT_CHECK(!ec && fs::is_directory(out_dir), "--out={}: cannot create the directory: {}", out_dir,
                      ec ? ec.message() : "not a directory");
+  // HF's names and layout (train/hf_model.h: GPT-2's c_attn, Conv1D), from seqpar's.
+  std::vector<std::pair<std::string, const Tensor*>> named;
+  for (auto& [name, shape] : LlamaParams::shapes(ck.model_config)) named.emplace_back(name, &ck.model.at(name));
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& [name, shape] : LlamaParams::shapes(ck.model_config)) {
-    const Tensor& t = ck.model.at(name);
+  for (auto& [name, t] : to_hf_tensors(ck.model_config, named))
     tensors.emplace_back(name, dtype == DType::kF32 ? t : t.to_dtype(dtype));
-  }
   write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   write_file_atomic((fs::path(out_dir) / "config.json").string(),
                     hf_llama_config_json(ck.model_config, dtype == DType::kF32 ? "float32" : "bfloat16"));

@@ -51,8 +51,7 @@ void ShardedLayerWeights::invalidate() {
 // Layer l's tensors as views into its region (in the buffer's order, LlamaParams::shapes), by name:
 // generic over the tensors a layer has.
 LlamaLayerParams ShardedLayerWeights::views(int64_t l, const Tensor& region) const {
-  LlamaParams p;
-  p.layers.resize(config_.num_layers);
+  LlamaParams p = LlamaParams::skeleton(config_);  // (every optional tensor the config has, named)
   std::map<std::string, Tensor*> by_name;
   for (auto& [name, t] : p.named()) by_name[name] = t;
   const std::string prefix = fmt::format("model.layers.{}.", l);

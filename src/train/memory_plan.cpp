@@ -189,7 +189,8 @@ long double plan_bytes_bound(const MemoryPlanInput& in) {
   const long double H = m.num_heads, Hkv = m.num_kv_heads, D = m.head_dim, U = in.ulysses_degree;
   const long double T = static_cast<long double>(in.micro_batch) * in.seq_len / in.sp + 1;
   const long double per_token_layer = 64 * (C + F + (H + 2 * Hkv) * D + H + 16) * (U + 1);
-  const long double params = 2 * V * C + C + L * (2 * C + 3 * F * C + 2 * (H + Hkv) * D * C);
+  const long double P = m.positions == PositionKind::kLearned ? m.max_position_embeddings : 0;  // wpe rows
+  const long double params = 2 * V * C + P * C + 2 * C + L * (4 * C + 3 * F * C + 2 * F + 2 * (H + Hkv) * D * C);
   return (L + 4) * T * per_token_layer + 64 * T * V + 32 * params + (1 << 27);
 }
 
@@ -217,6 +218,7 @@ void check_plan_input(const MemoryPlanInput& in) {
   const LlamaConfig& m = in.model;
   m.validate();
   SEQPAR_INPUT_CHECK(in.seq_len >= 1, "seq_len={} must be >= 1", in.seq_len);
+  m.check_positions(in.seq_len);  // learned positions: no longer than n_positions
   SEQPAR_INPUT_CHECK(in.micro_batch >= 1, "micro_batch={} must be >= 1", in.micro_batch);
   SEQPAR_INPUT_CHECK(in.sp >= 1, "sp={} must be >= 1", in.sp);
   SEQPAR_INPUT_CHECK(in.ulysses_degree >= 1 && in.sp % in.ulysses_degree == 0,
@@ -264,7 +266,10 @@ void add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   const int64_t n_flat = layout.total;
   const Placement pl = placement_of(in);
   const int64_t shard = pl.layout.shard_len;                          // a rank's pieces (flat optimizer, ZeRO-3 store)
-  const int64_t edges = (m.tie_word_embeddings ? 1 : 2) * V * C + C;  // own tensors, unpadded
+  // The edges' own tensors, unpadded: embedding (and the learned position embedding), final norm
+  // (and its bias), LM head.
+  const int64_t edges = (m.tie_word_embeddings ? 1 : 2) * V * C + C + (m.norm_bias ? C : 0) +
+                        (m.positions == PositionKind::kLearned ? m.max_position_embeddings * C : 0);
   const std::string w = in.cuda ? "bf16" : "f32";
   if (pl.stage3) {
     // The resident edges; the store of this rank's pieces (on the GPU unless offloaded); the two
@@ -361,11 +366,15 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t ctx =
       in.sp == 1 ? a * H * D + 2 * a * Hkv * D + 4 * H : (U == 1 ? a * H * D + 2 * a * Hkv * D : 0) + sp_fwd.ctx;
   const bool tiled_mlp = in.memory.mlp_tile_tokens > 0 && in.memory.mlp_tile_tokens < T;
-  const int64_t mlp_kept = tiled_mlp ? 0 : 3 * a * F;  // gate, up, h
+  // The MLP's [T, F] tensors: gate, up, h (SwiGLU) or up, h (GELU: no gate).
+  const int64_t mlp_mats = m.mlp == MlpKind::kSwiGlu ? 3 : 2;
+  const int64_t mlp_kept = tiled_mlp ? 0 : mlp_mats * a * F;
+  // LayerNorm saves the mean beside the rstd (f32 per token), RMSNorm the rstd only.
+  const int64_t norm_stats = m.norm == NormKind::kLayerNorm ? 8 : 4;
   // Qwen3's q/k norms: their inputs and f32 rstd (kept with checkpoint_keep_attention too).
   const int64_t qk_norm = m.qk_norm ? a * (H + Hkv) * D + 4 * (H + Hkv) : 0;
-  // x_in, rstd1, xn1, ctx, attn_out, x_mid, rstd2, xn2, MLP.
-  const int64_t full = a * C + 4 + a * C + ctx + a * H * D + a * C + 4 + a * C + mlp_kept + qk_norm;
+  // x_in, rstd1 (mean1), xn1, ctx, attn_out, x_mid, rstd2 (mean2), xn2, MLP.
+  const int64_t full = a * C + norm_stats + a * C + ctx + a * H * D + a * C + norm_stats + a * C + mlp_kept + qk_norm;
   int64_t kept = full;
   if (in.memory.activation_checkpointing)
     kept = in.memory.checkpoint_keep_attention ? a * C + ctx + a * H * D + qk_norm : a * C;
@@ -376,7 +385,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t on_device_layers = offload ? std::min<int64_t>(L, 2) : L;
   p.host_offload_bytes = offload ? L * a * C * T : 0;
   const int64_t layers_kept = L * (offload ? kept - a * C : kept) * T + on_device_layers * (offload ? a * C * T : 0);
-  const int64_t final_acts = (a * C + 4 + a * C) * T;  // x_final, rstd_f, xn_f (kept through backward)
+  const int64_t final_acts =
+      (a * C + norm_stats + a * C) * T;  // x_final, rstd_f (mean_f), xn_f (kept through backward)
 
   // ---- phases --------------------------------------------------------------------------------
   const bool tiled_loss = in.memory.loss_tile_tokens > 0 && in.memory.loss_tile_tokens < T;
@@ -387,7 +397,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   int64_t forward = layers_kept + final_acts + std::max(fwd_layer + layer_gather, a * V * loss_rows + 4 * T);
   // The layer's q, k, v, attn_out and the layers below while its attention runs: with sequence
   // parallelism, its buffers on top (the context among them).
-  const int64_t attn_inputs = (4 + a * C + a * H * D + 2 * a * Hkv * D + a * H * D) * T;  // rstd1, xn1, q, k, v, out
+  const int64_t attn_inputs =
+      (norm_stats + a * C + a * H * D + 2 * a * Hkv * D + a * H * D) * T;  // rstd1 (mean1), xn1, q, k, v, out
   if (in.sp > 1) forward = std::max(forward, (L - 1) * kept * T + a * C * T + attn_inputs + sp_fwd.peak * T);
   // Loss backward: logits and dlogits (whole or one tile) and dxn.
   const int64_t loss_bwd = layers_kept + final_acts + 2 * a * V * loss_rows + a * C * T;
@@ -396,7 +407,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // and attention's (dattn, dq, dk, dv, the sequence-parallel gathered dout / dq / dk / dv, the
   // CUDA flash backward's f32 dq accumulator and row statistics).
   const int64_t recompute = (full - kept) * T;
-  const int64_t mlp_t = tiled_mlp ? 6 * a * F * in.memory.mlp_tile_tokens : 3 * a * F * T;
+  // SwiGLU: dh, dgate, dup (per tile also gate, up, h); GELU: dh, made d(up) in place (per tile also
+  // up, h).
+  const int64_t mlp_grads = m.mlp == MlpKind::kSwiGlu ? 3 : 1;
+  const int64_t mlp_t = tiled_mlp ? (mlp_mats + mlp_grads) * a * F * in.memory.mlp_tile_tokens : mlp_grads * a * F * T;
   int64_t attn_t = (2 * a * H * D + 2 * a * Hkv * D) * T;
   if (in.sp > 1) attn_t += sp_bwd * T;  // the walk above counts the backend's workspace
   if (in.sp == 1 && in.cuda) attn_t += (4 * H * D + 8 * H) * T;

@@ -341,11 +341,7 @@ void all_gather_region(Communicator& comm, const ShardLayout& layout, size_t k, 
 
 LlamaParams params_over(const LlamaConfig& config, const Tensor& flat) {
   SEQPAR_CHECK_EQ(flat.numel(), LlamaParams::flat_layout(config).total, "params_over: buffer size");
-  LlamaParams p;
-  p.layers.resize(config.num_layers);
-  const LlamaParams::FlatLayout f = LlamaParams::flat_layout(config);
-  if (!config.tie_word_embeddings)  // (named() lists it only when defined)
-    p.lm_head = flat.rows(f.lm_head, f.lm_head + config.vocab_size * config.hidden_size);
+  LlamaParams p = LlamaParams::skeleton(config);  // (named() lists the optional tensors once defined)
   const auto shapes = LlamaParams::shapes(config);
   const auto offsets = flat_offsets(config);
   auto named = p.named();

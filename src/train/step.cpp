@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -25,10 +26,12 @@ void prepare_model(LlamaModel& model, const TrainConfig& cfg, const LlamaParams&
   model.set_checkpoint_offload(cfg.memory.checkpoint_offload);
   model.set_mlp_tile_tokens(cfg.memory.mlp_tile_tokens);
   model.set_loss_tile_tokens(cfg.memory.loss_tile_tokens);
-  auto dst = model.params().named();
-  auto src = initial.named();
-  for (size_t i = 0; i < dst.size(); ++i)
-    if (dst[i].second->defined()) dst[i].second->copy_from(src[i].second->to_dtype(dst[i].second->dtype()));
+  // By name: without resident layers the model lists its edges only (and a family's optional edge
+  // tensors, e.g. gpt2's position embedding and final norm bias, sit among them).
+  std::map<std::string, const Tensor*> src;
+  for (const auto& [name, t] : initial.named()) src[name] = t;
+  for (auto& [name, t] : model.params().named())
+    if (t->defined()) t->copy_from(src.at(name)->to_dtype(t->dtype()));
 }
 
 // CPU threads of one rank's offloaded optimizer step: the machine's cores shared by the ranks of
@@ -102,19 +105,21 @@ void TrainStep::partition_gradients() {
       add_inplace(dst, t.view({t.numel()}).rows(lo - offset, hi - offset));
     }
   };
-  model_.set_grad_sink([this, take, at](int64_t l, const Tensor& block) {
+  std::map<std::string, int64_t> offset;  // every tensor's offset in the whole buffer
+  for (const auto& [name, where] : flat_offsets(model_.config())) offset[name] = where;
+  model_.set_grad_sink([this, take, at, offset](int64_t l, const Tensor& block) {
     if (l >= 0) {
       Tensor b = block;
       world_.all_reduce(b, ReduceOp::kSum);
       take(b, at.layers + l * at.layer_elems);
       return;
     }
-    LlamaParams& g = model_.grads();
-    for (auto [t, offset] :
-         {std::pair<Tensor*, int64_t>{&g.embed_tokens, 0}, {&g.final_norm, at.final_norm}, {&g.lm_head, at.lm_head}}) {
-      if (!t->defined()) continue;
+    // The edges (embedding, position embedding, final norm and its bias, LM head), each at its
+    // offset in the buffer's layout.
+    for (auto& [name, t] : model_.grads().named()) {
+      if (name.rfind("model.layers.", 0) == 0) continue;
       world_.all_reduce(*t, ReduceOp::kSum);
-      take(*t, offset);
+      take(*t, offset.at(name));
     }
   });
 }

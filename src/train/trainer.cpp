@@ -69,7 +69,8 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std) {
     SEQPAR_CHECK(t.device().is_cpu() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16),
                  "init_llama_params: {} is {} on {} (f32 or bf16 on the CPU)", named[k].first, dtype_name(t.dtype()),
                  t.device().str());
-    const bool is_norm = named[k].first.find("norm.weight") != std::string::npos;  // biases draw like weights
+    const bool is_norm = named[k].first.find("norm.weight") != std::string::npos;  // biases draw like weights,
+    const bool is_norm_bias = named[k].first.find("norm.bias") != std::string::npos;  // LayerNorm's start at 0
     const uint64_t key = mix64(seed ^ mix64(0x9e3779b97f4a7c15ull * (k + 1)));
     const int64_t n = t.numel(), pairs = (n + 1) / 2;
     float* f32 = t.dtype() == DType::kF32 ? t.data<float>() : nullptr;
@@ -81,9 +82,9 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std) {
     };
     auto fill = [&](int64_t lo, int64_t hi) {  // pairs [lo, hi)
       for (int64_t j = lo; j < hi; ++j) {
-        if (is_norm) {
-          put(2 * j, 1.f);
-          put(2 * j + 1, 1.f);
+        if (is_norm || is_norm_bias) {
+          put(2 * j, is_norm ? 1.f : 0.f);
+          put(2 * j + 1, is_norm ? 1.f : 0.f);
           continue;
         }
         const uint64_t c = key + 2 * static_cast<uint64_t>(j);
@@ -339,6 +340,13 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   model_config_ = cfg_.model_dir.empty() ? cfg_.model : load_hf_llama_config(cfg_.model_dir);
   const LlamaConfig& mc = model_config_;
   validate_sp_heads(mc.num_heads, mc.num_kv_heads, s.sp_shape.ulysses);
+  // Learned positions (gpt2): no sequence beyond n_positions (a row of a given batch is one document,
+  // positions 0 .. its length - 1; a token file's documents are at most seq_len long).
+  int64_t longest = s.seq_len;
+  if (s.batch)
+    for (const Sequence& row : *s.batch)
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(row.input_ids.size()));
+  mc.check_positions(longest, s.batch ? "seq_len (the batch's longest row)" : "seq_len");
   if (cfg_.device.is_cuda()) {
     SEQPAR_INPUT_CHECK(cuda_built(), "device={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)",
                        cfg_.device.str());
@@ -458,8 +466,7 @@ void Trainer::setup_model() {
   if (s.ckpt) {
     s.initial = params_from_tensors(s.ckpt->model_config, s.ckpt->model, s.ckpt->dir, dtype);
   } else if (!cfg_.model_dir.empty()) {
-    check_params_in(model_config_, read_hf_checkpoint_headers(cfg_.model_dir), cfg_.model_dir);
-    s.initial = params_from_tensors(model_config_, read_hf_checkpoint(cfg_.model_dir), cfg_.model_dir, dtype);
+    s.initial = load_hf_params(cfg_.model_dir, model_config_, dtype);
   } else {
     s.initial = LlamaParams::zeros(model_config_, dtype, Device::cpu());
     init_llama_params(s.initial, cfg_.seed, cfg_.init_std);
@@ -894,12 +901,14 @@ std::vector<std::pair<std::string, Tensor>> Trainer::run_batch(bool optimizer_st
     const int64_t V = model_config_.vocab_size;
     out.emplace_back("logits", stream.rows(0, B * S).clone().view({B, S, V}));
     out.emplace_back("loss", Tensor::from_vector<float>({1}, {static_cast<float>(loss.loss)}));
-    for (auto& [name, g] : rank.model().grads().named()) out.emplace_back("grad." + name, g->to(Device::cpu()));
+    // In the HF checkpoint's names and layout (train/hf_model.h: GPT-2's differ from seqpar's).
+    const LlamaParams& grads = rank.model().grads();
+    for (auto& [name, g] : to_hf_tensors(model_config_, grads.named())) out.emplace_back("grad." + name, g);
     if (optimizer_step) {
       out.emplace_back("grad_norm", Tensor::from_vector<float>({1}, {static_cast<float>(norm)}));
       // The f32 weights (the master copy on bf16 models).
-      for (auto& [name, p] : rank.optimizer().weights(rank.model().params()).named())
-        out.emplace_back("param." + name, p->to(Device::cpu()));
+      const LlamaParams& weights = rank.optimizer().weights(rank.model().params());
+      for (auto& [name, p] : to_hf_tensors(model_config_, weights.named())) out.emplace_back("param." + name, p);
     }
     std::lock_guard<std::mutex> lock(s.mu);
     s.batch_out = std::move(out);

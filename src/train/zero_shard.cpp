@@ -1,6 +1,7 @@
 #include "train/zero_shard.h"
 
 #include <algorithm>
+#include <map>
 
 #include "kernels/ops.h"
 
@@ -80,15 +81,24 @@ template <typename Params, typename Fn>
 void for_overlaps(Params& p, const LlamaConfig& config, int64_t lo, int64_t hi, Fn fn) {
   const auto offsets = flat_offsets(config);
   const auto shapes = LlamaParams::shapes(config);
+  // By name: a container may list fewer tensors than the config has (the model's edges under
+  // ZeRO-3 hold no layer's optional tensors); those absent are not held, like undefined ones.
   auto named = p.named();
-  SEQPAR_CHECK_EQ(named.size(), offsets.size(), "flat range: the parameters' names and the config's shapes");
-  for (size_t i = 0; i < named.size(); ++i) {
-    SEQPAR_CHECK_EQ(named[i].first, offsets[i].first, "flat range: parameter order");
+  std::map<std::string, decltype(named[0].second)> by_name;
+  for (auto& [name, t] : named) by_name[name] = t;
+  SEQPAR_CHECK(by_name.size() <= offsets.size(), "flat range: {} tensors, the config has {}", by_name.size(),
+               offsets.size());
+  size_t found = 0;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    auto it = by_name.find(offsets[i].first);
+    if (it == by_name.end()) continue;
+    ++found;
     const int64_t at = offsets[i].second;
     const int64_t n = shape_numel(shapes[i].second);
     const int64_t a = std::max(lo, at), b = std::min(hi, at + n);
-    if (a < b) fn(named[i].second, a - at, b - at, a - lo, b - lo);
+    if (a < b) fn(it->second, a - at, b - at, a - lo, b - lo);
   }
+  SEQPAR_CHECK_EQ(found, by_name.size(), "flat range: a tensor the config does not have");
 }
 
 // t in `dtype`, on t's device (cast on a GPU; the CPU converts in place of a copy).

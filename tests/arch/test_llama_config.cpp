@@ -195,5 +195,52 @@ TEST(LlamaPreset, FamiliesHaveTheirPublishedShapes) {
   EXPECT_THROW(llama_preset("qwen9"), InputError);
 }
 
+// Megatron-DeepSpeed's sequence-parallel GPT scripts' sizes, and the GPT family's rules.
+TEST(LlamaPreset, GptPresetsHaveMegatronsShapes) {
+  const LlamaConfig g = llama_preset("gpt-1.3b-32k");
+  EXPECT_EQ(g.family, ModelFamily::kGpt2);
+  EXPECT_EQ(g.num_layers, 24);
+  EXPECT_EQ(g.hidden_size, 2048);
+  EXPECT_EQ(g.num_heads, 16);
+  EXPECT_EQ(g.head_dim, 128);
+  EXPECT_EQ(g.intermediate_size, 8192);
+  EXPECT_EQ(g.max_position_embeddings, 32768);
+  EXPECT_EQ(g.vocab_size, 50304);
+  EXPECT_TRUE(g.tie_word_embeddings);
+  EXPECT_EQ(g.positions, PositionKind::kLearned);
+  EXPECT_EQ(g.norm, NormKind::kLayerNorm);
+  EXPECT_EQ(g.mlp, MlpKind::kGelu);
+  const LlamaConfig b = llama_preset("gpt-30b-32k");
+  EXPECT_EQ(b.num_layers, 64);
+  EXPECT_EQ(b.hidden_size, 6144);
+  EXPECT_EQ(b.num_heads, 64);
+  EXPECT_EQ(b.head_dim, 96);
+  EXPECT_EQ(b.intermediate_size, 24576);
+  EXPECT_NO_THROW(g.check_positions(32768));
+  EXPECT_INPUT_ERROR(g.check_positions(32769), "seq_len=32769 is longer than the model's n_positions=32768");
+  EXPECT_NO_THROW(llama_preset("llama-3.2-1b").check_positions(int64_t{1} << 30));  // RoPE: no table
+}
+
+TEST(LlamaConfig, GptRules) {
+  LlamaConfig c = small();
+  c.num_kv_heads = c.num_heads;
+  c.max_position_embeddings = 64;
+  make_gpt2(c, "gelu");
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.gelu, GeluForm::kErf);
+  LlamaConfig bad = c;
+  bad.tie_word_embeddings = false;
+  EXPECT_INPUT_ERROR(bad.validate(), "a gpt2 model has LayerNorm with bias");
+  bad = c;
+  bad.activation_function = "gelu_fast";
+  EXPECT_INPUT_ERROR(bad.validate(), "activation_function='gelu_fast' is not supported");
+  bad = c;
+  bad.max_position_embeddings = kMaxLearnedPositions + 1;
+  EXPECT_INPUT_ERROR(bad.validate(), "the most rows seqpar accepts for a learned position embedding");
+  LlamaConfig rms = small();
+  rms.norm_bias = true;
+  EXPECT_INPUT_ERROR(rms.validate(), "norm biases need LayerNorm");
+}
+
 }  // namespace
 }  // namespace seqpar

@@ -1,5 +1,6 @@
 // `seqpar fwdbwd` against Hugging Face transformers: for every fixture in tests/fixtures/hf
-// (written by tools/make_hf_fixtures.py: a small Llama checkpoint, a batch, and transformers'
+// (written by tools/make_hf_fixtures.py and, the gpt2_* ones, tools/make_gpt2_fixtures.py: a small
+// checkpoint, a batch, and transformers'
 // float64 logits, loss, gradients, grad norm and parameters after one clipped AdamW step), the
 // binary's output must match within ||a - b|| / ||b|| <= 1e-4 (logits, grad.*) and 1e-5 (loss,
 // grad_norm, param.*). Then the CLI's refusals of broken checkpoints and batches.
@@ -27,11 +28,13 @@ using seqpar::SafetensorsData;
 using seqpar::Tensor;
 
 // Every case the generator writes; FixtureSet.MatchesTheGenerator keeps this list honest.
-const std::vector<std::string> kCases = {"gqa_untied",   "mha_tied",    "gqa_llama3_rope",   "bf16_weights",
-                                         "v4_spelling", "llama3_v4_spelling", "gqa_d64",
+const std::vector<std::string> kCases = {"gqa_untied", "mha_tied", "gqa_llama3_rope", "bf16_weights", "v4_spelling",
+                                         "llama3_v4_spelling", "gqa_d64",
                                          // the families (issue 17)
                                          "qwen2_untied", "qwen2_tied_window", "qwen3_head_dim", "qwen3_bias_window",
-                                         "mistral_window", "mistral_full_tied", "mistral_d64_window"};
+                                         "mistral_window", "mistral_full_tied", "mistral_d64_window",
+                                         // the GPT family (issue 16; tools/make_gpt2_fixtures.py)
+                                         "gpt2_gelu_new", "gpt2_gelu_erf", "gpt2_near_positions", "gpt2_d64"};
 
 constexpr double kTolLoose = 1e-4;  // logits, grad.*: f32 sums of many terms
 constexpr double kTolTight = 1e-5;  // loss, grad_norm, param.*
@@ -178,7 +181,9 @@ TEST_P(FwdBwdHfSp, MatchesTransformers) {
   const auto& [name, mode] = GetParam();
   const std::string dir = fixture_dir(name);
   CliRun r = run_fwdbwd(dir, dir + "/input.safetensors", optimizer_flags(dir) + mode.flags);
-  const int64_t heads = read_json(dir + "/config.json")["num_attention_heads"].get<int64_t>();
+  const nlohmann::json config = read_json(dir + "/config.json");
+  const int64_t heads = config.contains("n_head") ? config["n_head"].get<int64_t>()  // gpt2
+                                                  : config["num_attention_heads"].get<int64_t>();
   if (std::string(mode.label) == "ulysses4" && heads < 4) {
     // Fewer query heads than Ulysses ranks: refused before any work, naming both.
     EXPECT_NE(r.rc, 0);
@@ -195,6 +200,38 @@ TEST_P(FwdBwdHfSp, MatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FwdBwdHfSp,
                          ::testing::Combine(::testing::ValuesIn(kCases), ::testing::ValuesIn(kSpModes)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, SpMode>>& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param).label;
+                         });
+
+// The GPT family with the memory levers: activation checkpointing (also keeping attention, also
+// with checkpoint offload), the tiled MLP and the tiled loss (tiles that do not divide the shard), alone and with sequence
+// parallelism, give transformers' numbers as the plain run does.
+class FwdBwdHfGptLevers : public ::testing::TestWithParam<std::tuple<std::string, SpMode>> {};
+
+TEST_P(FwdBwdHfGptLevers, MatchTransformers) {
+  const auto& [name, lever] = GetParam();
+  const std::string dir = fixture_dir(name);
+  for (const char* sp : {"", " --sp 2 --sp-mode ring", " --sp 4 --sp-mode hybrid --ulysses-degree 2"}) {
+    CliRun r = run_fwdbwd(dir, dir + "/input.safetensors", optimizer_flags(dir) + lever.flags + sp);
+    ASSERT_EQ(r.rc, 0) << r.output;
+    compare_with_expected(name, seqpar::read_safetensors(r.out_path), /*optimizer_step=*/true,
+                          std::string(", ") + lever.label + sp);
+    fs::remove_all(fs::path(r.out_path).parent_path());
+  }
+}
+
+const std::vector<SpMode> kGptLevers = {
+    {"checkpointing", " --activation-checkpointing"},
+    {"checkpointing_keep_attention", " --activation-checkpointing --checkpoint-keep-attention"},
+    {"tiled_mlp_and_loss", " --tiled-mlp-tokens 5 --tiled-loss-tokens 7"},
+    {"checkpoint_offload", " --activation-checkpointing --checkpoint-offload"},
+    {"all", " --activation-checkpointing --tiled-mlp-tokens 3 --tiled-loss-tokens 4"},
+};
+
+INSTANTIATE_TEST_SUITE_P(Gpt2, FwdBwdHfGptLevers,
+                         ::testing::Combine(::testing::Values("gpt2_gelu_new", "gpt2_gelu_erf"),
+                                            ::testing::ValuesIn(kGptLevers)),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, SpMode>>& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param).label;
                          });
@@ -318,6 +355,53 @@ TEST(FwdBwdHfRefusals, LabelsShapeDiffersFromInputIds) {
   std::vector<int32_t> short_labels(static_cast<size_t>(B * (S - 1)), 7);
   write_input(dir + "/bad_input.safetensors", ids, Tensor::from_vector<int32_t>({B, S - 1}, short_labels));
   expect_refusal(dir, dir + "/bad_input.safetensors", {"labels", "input_ids", fmt::format("[{}, {}]", B, S - 1)});
+}
+
+// A batch longer than the model's n_positions (the learned position table) is refused before any
+// work, naming both; a GPT-2 checkpoint missing a tensor names it by its GPT-2 name.
+TEST(FwdBwdHfRefusals, Gpt2SequenceBeyondNPositions) {
+  const std::string dir = copy_fixture("gpt2_near_positions");  // S = n_positions = 20
+  nlohmann::json config = read_json(dir + "/config.json");
+  config["n_positions"] = 19;
+  config["n_ctx"] = 19;
+  write_json(dir + "/config.json", config);
+  rewrite_checkpoint(dir, [&](auto& tensors) {
+    for (auto& [tname, t] : tensors)
+      if (tname == "transformer.wpe.weight") t = t.rows(0, 19).clone();
+  });
+  expect_refusal(dir, dir + "/input.safetensors", {"seq_len (the batch's longest row)=20", "n_positions=19"});
+}
+
+TEST(FwdBwdHfRefusals, Gpt2CheckpointMissingAParameter) {
+  const std::string dir = copy_fixture("gpt2_gelu_new");
+  const std::string victim = "transformer.h.1.attn.c_attn.bias";
+  rewrite_checkpoint(dir, [&](auto& tensors) {
+    auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == victim; });
+    ASSERT_NE(it, tensors.end());
+    tensors.erase(it);
+  });
+  expect_refusal(dir, dir + "/input.safetensors", {victim, "missing"});
+}
+
+// A checkpoint saved from GPT2Model (no "transformer." prefix, the attention-mask buffers older
+// transformers wrote beside the weights, as OpenAI's original GPT-2 files hold them) gives the
+// same numbers: the names map onto the same tensors.
+TEST(FwdBwdHfGpt2, BareGpt2ModelNamesLoad) {
+  const std::string dir = copy_fixture("gpt2_gelu_new");
+  rewrite_checkpoint(dir, [&](auto& tensors) {
+    for (auto& [tname, t] : tensors) {
+      ASSERT_EQ(tname.rfind("transformer.", 0), 0u) << tname;
+      tname = tname.substr(std::string("transformer.").size());
+    }
+    tensors.emplace_back("h.0.attn.bias", Tensor::zeros({1, 1, 4, 4}, seqpar::DType::kF32));
+  });
+  CliRun r = run_fwdbwd(dir, dir + "/input.safetensors", optimizer_flags(dir));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(r.output.find("ignoring unexpected tensor"), std::string::npos) << r.output;
+  compare_with_expected("gpt2_gelu_new", seqpar::read_safetensors(r.out_path), /*optimizer_step=*/true,
+                        ", GPT2Model names");
+  fs::remove_all(fs::path(r.out_path).parent_path());
+  fs::remove_all(fs::path(dir).parent_path());
 }
 
 }  // namespace

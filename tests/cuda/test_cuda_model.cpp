@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "attention/attention_backend.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -61,7 +62,7 @@ void expect_close(const SafetensorsData& got, const SafetensorsData& ref, const 
   std::printf("%s: worst relative error %.3g (%s)\n", what.c_str(), worst, worst_name.c_str());
 }
 
-// The fixtures whose head_dim the CUDA attention kernels support (64 or 128); the others (head
+// The fixtures whose head_dim the CUDA attention kernels support (64, 96 or 128); the others (head
 // dims 8 and 16, chosen to keep the CPU fixtures tiny) are the CPU path's.
 std::vector<std::string> fixtures() {
   std::vector<std::string> out;
@@ -69,10 +70,11 @@ std::vector<std::string> fixtures() {
     if (!fs::exists(e.path() / "expected.safetensors")) continue;
     std::ifstream in(e.path() / "config.json");
     auto cfg = nlohmann::json::parse(in);
-    const int64_t D = cfg.contains("head_dim") && !cfg["head_dim"].is_null()
-                          ? cfg["head_dim"].get<int64_t>()
-                          : cfg["hidden_size"].get<int64_t>() / cfg["num_attention_heads"].get<int64_t>();
-    if (D == 64 || D == 128) out.push_back(e.path().string());
+    const bool gpt2 = cfg.contains("n_embd");  // GPT2Config's keys (gpt2_d64 is the GPU's GPT case)
+    const int64_t D = cfg.contains("head_dim") && !cfg["head_dim"].is_null() ? cfg["head_dim"].get<int64_t>()
+                      : gpt2 ? cfg["n_embd"].get<int64_t>() / cfg["n_head"].get<int64_t>()
+                             : cfg["hidden_size"].get<int64_t>() / cfg["num_attention_heads"].get<int64_t>();
+    if (cuda_attention_head_dim(D)) out.push_back(e.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;

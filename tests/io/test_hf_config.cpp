@@ -202,13 +202,14 @@ TEST(HfConfig, RefusesWhatSeqparsLlamaIsNot) {
   j["attention_dropout"] = 0.1;
   EXPECT_INPUT_ERROR(parse(j), "cfg.json: attention_dropout=0.1 is not supported");
   j = minimal();
-  j["architectures"] = {"GPT2LMHeadModel"};
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: architectures=[\"GPT2LMHeadModel\"] names none of LlamaForCausalLM");
+  j["architectures"] = {"BertForMaskedLM"};
+  EXPECT_INPUT_ERROR(parse(j), "cfg.json: architectures=[\"BertForMaskedLM\"] names none of LlamaForCausalLM");
   j["architectures"] = "LlamaForCausalLM";
   EXPECT_INPUT_ERROR(parse(j), "field 'architectures' must be a list of strings, got string");
   j = minimal();
   j["model_type"] = "gemma";
-  EXPECT_INPUT_ERROR(parse(j), "cfg.json: model_type='gemma' is not supported (supported: llama, qwen2, qwen3, mistral)");
+  EXPECT_INPUT_ERROR(parse(j),
+                     "cfg.json: model_type='gemma' is not supported (supported: llama, qwen2, qwen3, mistral, gpt2)");
   j["model_type"] = "mistral";
   j["architectures"] = {"LlamaForCausalLM", "Other"};  // a known class, but not model_type's
   EXPECT_INPUT_ERROR(parse(j), "does not match model_type='mistral'");
@@ -407,6 +408,107 @@ TEST(HfConfig, WriterRefusesInvalidConfigs) {
   EXPECT_INPUT_ERROR(hf_llama_config_json(c, "int8"), "torch_dtype='int8' is not supported");
   c.num_kv_heads = 3;
   EXPECT_INPUT_ERROR(hf_llama_config_json(c), "num_attention_heads=4 must be a multiple of num_key_value_heads=3");
+}
+
+// ---- gpt2 (GPT2LMHeadModel) ----------------------------------------------------------------
+
+// GPT2Config as transformers 5.x saves it (tests/fixtures/hf/gpt2_gelu_new/config.json's keys).
+json gpt2_minimal() {
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", 96},
+          {"n_embd", 32},
+          {"n_layer", 2},
+          {"n_head", 4},
+          {"n_positions", 64},
+          {"n_inner", nullptr},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", 1e-05},
+          {"scale_attn_weights", true},
+          {"scale_attn_by_inverse_layer_idx", false},
+          {"reorder_and_upcast_attn", false},
+          {"add_cross_attention", false},
+          {"tie_word_embeddings", true},
+          {"resid_pdrop", 0.1},
+          {"summary_type", "cls_index"}};
+}
+
+TEST(HfConfig, Gpt2AsTransformersWritesIt) {
+  const LlamaConfig c = parse(gpt2_minimal());
+  EXPECT_EQ(c.family, ModelFamily::kGpt2);
+  EXPECT_EQ(c.vocab_size, 96);
+  EXPECT_EQ(c.hidden_size, 32);
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(c.num_heads, 4);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.intermediate_size, 128);  // n_inner null: 4 * n_embd
+  EXPECT_EQ(c.max_position_embeddings, 64);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_EQ(c.norm, NormKind::kLayerNorm);
+  EXPECT_TRUE(c.norm_bias);
+  EXPECT_EQ(c.positions, PositionKind::kLearned);
+  EXPECT_EQ(c.mlp, MlpKind::kGelu);
+  EXPECT_EQ(c.gelu, GeluForm::kTanh);
+  EXPECT_TRUE(c.mlp_bias && c.qkv_bias && c.o_bias && c.tie_word_embeddings && !c.qk_norm);
+  json j = gpt2_minimal();
+  j["n_inner"] = 48;
+  j["activation_function"] = "gelu";
+  j.erase("layer_norm_epsilon");
+  const LlamaConfig e = parse(j);
+  EXPECT_EQ(e.intermediate_size, 48);
+  EXPECT_EQ(e.gelu, GeluForm::kErf);
+  EXPECT_DOUBLE_EQ(e.rms_norm_eps, 1e-5);  // GPT2Config's default
+  j["activation_function"] = "gelu_pytorch_tanh";
+  EXPECT_EQ(parse(j).gelu, GeluForm::kTanh);
+  // The committed fixtures, as transformers wrote them.
+  for (const char* name : {"gpt2_gelu_new", "gpt2_gelu_erf", "gpt2_near_positions", "gpt2_d64"}) {
+    const LlamaConfig f = load_hf_llama_config(testing::source_path(std::string("tests/fixtures/hf/") + name));
+    EXPECT_EQ(f.family, ModelFamily::kGpt2) << name;
+  }
+}
+
+TEST(HfConfig, Gpt2RefusesWhatSeqparsGpt2IsNot) {
+  auto with = [](const char* key, json value) {
+    json j = gpt2_minimal();
+    j[key] = std::move(value);
+    return j;
+  };
+  EXPECT_INPUT_ERROR(parse(with("scale_attn_by_inverse_layer_idx", true)),
+                     "cfg.json: scale_attn_by_inverse_layer_idx=true is not supported by seqpar's gpt2");
+  EXPECT_INPUT_ERROR(parse(with("reorder_and_upcast_attn", true)),
+                     "cfg.json: reorder_and_upcast_attn=true is not supported by seqpar's gpt2");
+  EXPECT_INPUT_ERROR(parse(with("add_cross_attention", true)), "add_cross_attention=true is not supported");
+  EXPECT_INPUT_ERROR(parse(with("scale_attn_weights", false)), "scale_attn_weights=false is not supported");
+  EXPECT_INPUT_ERROR(parse(with("tie_word_embeddings", false)), "tie_word_embeddings=false is not supported");
+  EXPECT_INPUT_ERROR(parse(with("activation_function", "relu")),
+                     "activation_function='relu' is not supported (supported: gelu, gelu_new, gelu_pytorch_tanh)");
+  EXPECT_INPUT_ERROR(parse(with("n_embd", 30)), "n_embd=30 must be a multiple of n_head=4");
+  EXPECT_INPUT_ERROR(parse(with("n_positions", 0)), "max_position_embeddings=0 must be positive");
+  json j = gpt2_minimal();
+  j.erase("n_positions");
+  EXPECT_INPUT_ERROR(parse(j), "field 'n_positions' is missing");
+}
+
+TEST(HfConfig, Gpt2RoundTrip) {
+  for (const char* act : {"gelu_new", "gelu", "gelu_pytorch_tanh"}) {
+    json j = gpt2_minimal();
+    j["activation_function"] = act;
+    j["n_inner"] = 40;
+    const LlamaConfig c = parse(j);
+    const json written = json::parse(hf_llama_config_json(c, "bfloat16"));
+    EXPECT_EQ(written["model_type"], "gpt2");
+    EXPECT_EQ(written["architectures"], json({"GPT2LMHeadModel"}));
+    EXPECT_EQ(written["activation_function"], act);
+    EXPECT_EQ(written["n_inner"], 40);
+    EXPECT_EQ(written["dtype"], "bfloat16");
+    const LlamaConfig back = parse(written);
+    EXPECT_EQ(back.intermediate_size, 40);
+    EXPECT_EQ(back.activation_function, act);
+    EXPECT_EQ(back.gelu, c.gelu);
+    EXPECT_EQ(back.max_position_embeddings, c.max_position_embeddings);
+    EXPECT_DOUBLE_EQ(back.rms_norm_eps, c.rms_norm_eps);
+  }
 }
 
 }  // namespace

@@ -21,7 +21,8 @@
 namespace seqpar {
 namespace {
 
-LlamaConfig plan_model(int64_t vocab) {
+// gpt: the same sizes as a GPT-2 (LayerNorm, learned positions, GELU MLP, MHA, tied).
+LlamaConfig plan_model(int64_t vocab, bool gpt = false) {
   LlamaConfig c;
   c.vocab_size = vocab;
   c.hidden_size = 128;
@@ -32,6 +33,10 @@ LlamaConfig plan_model(int64_t vocab) {
   c.head_dim = 32;
   c.max_position_embeddings = 4096;
   c.rope.theta = 10000.0;
+  if (gpt) {
+    c.max_position_embeddings = 1024;
+    make_gpt2(c, "gelu_new");
+  }
   return c;
 }
 
@@ -46,13 +51,14 @@ struct Setting {
   int ulysses_degree = 0;  // hybrid only
   bool offload = false;    // checkpoint offload (with ckpt)
   bool offload_opt = false, offload_param = false;  // optimizer offload; parameter offload (zero 3)
+  bool gpt = false;                                 // the GPT family's layer (plan_model)
 };
 
 // The CPU allocator's peak per rank over two training steps of `s` (ranks are threads sharing the
 // allocator: the peak over sp ranks, divided by sp).
 double measured_peak_per_rank(const Setting& s, const std::string& data, int64_t S) {
   TrainConfig c;
-  c.model = plan_model(s.vocab);
+  c.model = plan_model(s.vocab, s.gpt);
   c.data_path = data;
   c.shuffle = false;
   c.task.seq_len = S;
@@ -82,7 +88,7 @@ double measured_peak_per_rank(const Setting& s, const std::string& data, int64_t
 
 MemoryPlanInput plan_input(const Setting& s, int64_t S) {
   MemoryPlanInput in;
-  in.model = plan_model(s.vocab);
+  in.model = plan_model(s.vocab, s.gpt);
   in.seq_len = S;
   in.sp = s.sp;
   in.world = s.sp;
@@ -133,6 +139,14 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
       {"ulysses 2, ZeRO-3", 2, SpMode::kUlysses, false, false, 0, 0, 3},
       {"ring 2, checkpointing, ZeRO-3 + parameter offload", 2, SpMode::kRing, true, false, 0, 0, 3, 512, 0, false,
        false, true},
+      // The GPT family: LayerNorm's mean beside the rstd, the GELU MLP's two [T, F] tensors, wpe.
+      {"gpt: all activations kept", 1, SpMode::kUlysses, false, false, 0, 0, 0, 512, 0, false, false, false, true},
+      {"gpt: checkpointing", 1, SpMode::kUlysses, true, false, 0, 0, 0, 512, 0, false, false, false, true},
+      {"gpt: tiled MLP and loss", 1, SpMode::kUlysses, false, false, 128, 128, 0, 512, 0, false, false, false, true},
+      {"gpt: ulysses 2, ZeRO-2", 2, SpMode::kUlysses, false, false, 0, 0, 2, 512, 0, false, false, false, true},
+      {"gpt: ulysses 2, checkpointing, ZeRO-3", 2, SpMode::kUlysses, true, false, 0, 0, 3, 512, 0, false, false, false,
+       true},
+      {"gpt: ring 2, ZeRO-1", 2, SpMode::kRing, false, false, 0, 0, 1, 512, 0, false, false, false, true},
   };
   for (const Setting& s : settings) {
     const double measured = measured_peak_per_rank(s, data, S);
@@ -244,6 +258,43 @@ TEST(MemoryPlan, LongestFittingSequence) {
   EXPECT_GT(plan_memory(in).peak_bytes, capacity);
   // Too little memory for the weights alone: nothing fits.
   EXPECT_EQ(longest_fitting_seq_len(in, 1ll << 30, g), 0);
+}
+
+// `seqpar plan --preset gpt-30b-32k --seq-len 32768 --gpus 4|8|16 --zero-stage 3` (Ulysses over all
+// GPUs, checkpointing as the Megatron-DeepSpeed script's --checkpoint-activations): the plan is
+// made, ZeRO-3 shares the model states, so more GPUs need less memory each, and a sequence beyond
+// n_positions is refused naming both.
+TEST(MemoryPlan, Gpt30bPresetAt32kWithZero3) {
+  int64_t last = 0;
+  for (int gpus : {4, 8, 16}) {
+    MemoryPlanInput in;
+    in.model = llama_preset("gpt-30b-32k");
+    in.seq_len = 32768;
+    in.sp = gpus;
+    in.world = gpus;
+    in.ulysses_degree = gpus;
+    in.memory.zero_stage = 3;
+    in.memory.activation_checkpointing = true;
+    const MemoryPlan p = plan_memory(in);
+    EXPECT_GT(p.peak_bytes, 0) << gpus;
+    if (last > 0) EXPECT_LT(p.peak_bytes, last) << gpus;
+    last = p.peak_bytes;
+  }
+  MemoryPlanInput in;
+  in.model = llama_preset("gpt-1.3b-32k");
+  in.seq_len = 32769;
+  EXPECT_THROW(
+      {
+        try {
+          plan_memory(in);
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("seq_len=32769 is longer than the model's n_positions=32768"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      InputError);
 }
 
 }  // namespace

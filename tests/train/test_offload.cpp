@@ -83,10 +83,11 @@ SafetensorsData final_weights(TrainConfig c, const std::string& dir) {
   return read_safetensors(r.checkpoints.back() + "/model.safetensors");
 }
 
-// The largest |a - b| over every tensor (same names and shapes required).
-double max_abs_diff(const SafetensorsData& a, const SafetensorsData& b) {
+// The largest |a - b| over every tensor of `model` (same names and shapes required).
+double max_abs_diff(const SafetensorsData& a, const SafetensorsData& b,
+                    const LlamaConfig& model = demo_model_config()) {
   double worst = 0;
-  for (const auto& [name, shape] : LlamaParams::shapes(demo_model_config())) {
+  for (const auto& [name, shape] : LlamaParams::shapes(model)) {
     const std::vector<float> x = a.at(name).to_f32_vector(), y = b.at(name).to_f32_vector();
     EXPECT_EQ(x.size(), y.size()) << name;
     for (size_t i = 0; i < std::min(x.size(), y.size()); ++i)
@@ -114,6 +115,46 @@ TEST(Offload, OffloadAndStage3TrainAsStage0) {
       }
     }
   }
+}
+
+// The GPT family (gpt2: the position embedding and the final norm's bias among the edges, biases and
+// LayerNorm biases in every layer, no gate) trains the same under every lever as at stage 0; the
+// same for a family with optional tensors in every layer only (qwen3: q/k norms, q/k/v/o biases).
+void expect_every_lever_trains_as_stage0(const LlamaConfig& gpt, const char* edge) {
+  for (const Mesh& m : {kMeshes[0], kMeshes[2], kMeshes[3]}) {
+    SCOPED_TRACE(m.name);
+    const std::string root = testing::temp_dir();
+    TrainConfig base = tiny_run(m);
+    base.model = gpt;
+    const SafetensorsData plain = final_weights(base, root + "/plain");
+    EXPECT_NE(plain.find(edge), nullptr);
+    for (const Levers& l : kLevers) {
+      SCOPED_TRACE(l.name);
+      const SafetensorsData got =
+          final_weights(with_levers(base, l), root + "/" + std::to_string(l.zero) + offload_device_name(l.opt) +
+                                                  offload_device_name(l.param));
+      const double diff = max_abs_diff(got, plain, gpt);
+      if (l.exact) {
+        EXPECT_EQ(diff, 0.0);
+      } else {
+        EXPECT_LE(diff, 1e-6);
+      }
+    }
+  }
+}
+
+TEST(Offload, GptTrainsUnderEveryLeverAsStage0) {
+  LlamaConfig gpt = demo_model_config();
+  gpt.num_kv_heads = gpt.num_heads;
+  make_gpt2(gpt, "gelu_new");
+  expect_every_lever_trains_as_stage0(gpt, "model.embed_positions.weight");
+}
+
+TEST(Offload, Qwen3TrainsUnderEveryLeverAsStage0) {
+  LlamaConfig qwen = demo_model_config();
+  qwen.family = ModelFamily::kQwen3;
+  qwen.qk_norm = qwen.qkv_bias = qwen.o_bias = true;
+  expect_every_lever_trains_as_stage0(qwen, "model.layers.1.self_attn.k_norm.weight");
 }
 
 // The trained weights differ from the initial ones by far more than the tolerance above (so that
