@@ -364,11 +364,21 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
     SEQPAR_INPUT_CHECK(*o.chat_format == "llama3", "--chat-format={}: the only built-in chat format is llama3",
                        *o.chat_format);
 
-  const auto tok = Tokenizer::load(o.tokenizer);
-  const TokenizerConfig cfg = read_tokenizer_config(o.tokenizer);
+  const bool gpt2_files = !o.vocab_file.empty() || !o.merge_file.empty();
+  SEQPAR_INPUT_CHECK(!gpt2_files || o.tokenizer.empty(),
+                     "--tokenizer={} and --vocab-file/--merge-file both name a tokenizer: give one of them", o.tokenizer);
+  SEQPAR_INPUT_CHECK(!gpt2_files || (!o.vocab_file.empty() && !o.merge_file.empty()),
+                     "--vocab-file and --merge-file go together (GPT-2's vocab.json and merges.txt): {} is missing",
+                     o.vocab_file.empty() ? "--vocab-file" : "--merge-file");
+  SEQPAR_INPUT_CHECK(gpt2_files || !o.tokenizer.empty(),
+                     "--tokenizer: a tokenizer is needed (tokenizer.json or tokenizer.model, or --vocab-file with "
+                     "--merge-file)");
+  const auto tok = gpt2_files ? Tokenizer::load_gpt2_files(o.vocab_file, o.merge_file) : Tokenizer::load(o.tokenizer);
+  const TokenizerConfig cfg = read_tokenizer_config(gpt2_files ? o.vocab_file : o.tokenizer);
   int32_t eos = -1;
   if (o.append_eos) {
-    const std::optional<std::string> name = o.eos_token ? o.eos_token : cfg.eos_token;
+    std::optional<std::string> name = o.eos_token ? o.eos_token : cfg.eos_token;
+    if (!name && gpt2_files) name = "<|endoftext|>";  // Megatron's GPT2BPETokenizer.eod
     SEQPAR_INPUT_CHECK(name.has_value(), "--append-eos: no EOS token: {} has no eos_token; name one with --eos-token",
                        cfg.path.empty() ? "there is no tokenizer_config.json next to " + o.tokenizer : cfg.path);
     const auto id = tok->token_to_id(*name);

@@ -39,7 +39,8 @@ TextUnit parse_text_unit(const std::string& s, const std::string& setting);
 inline constexpr int kMaxPrepareThreads = 256;
 
 struct PrepareDataOptions {
-  std::string tokenizer;            // tokenizer.json / tokenizer.model
+  std::string tokenizer;            // tokenizer.json / tokenizer.model; or, empty:
+  std::string vocab_file, merge_file;  // GPT-2's vocab.json + merges.txt (Megatron's --vocab-file / --merge-file)
   std::vector<std::string> inputs;  // files, read in order
   std::string output;               // token file, written atomically
   DataFormat format = DataFormat::kText;
@@ -47,8 +48,10 @@ struct PrepareDataOptions {
   std::string text_field = "text";
   int threads = 0;                          // 0: all hardware threads (at most 16); at most kMaxPrepareThreads
   bool add_special_tokens = true;           // the tokenizer's template tokens (BOS) on each document
-  bool append_eos = false;                  // an EOS token after each document (trained in SFT)
-  std::optional<std::string> eos_token;     // default: eos_token of tokenizer_config.json
+  bool append_eos = false;                  // an EOS token after each document (trained in SFT); Megatron's
+                                            // --append-eod: the documents concatenated with it between them
+  std::optional<std::string> eos_token;     // default: eos_token of tokenizer_config.json; with vocab_file,
+                                            // <|endoftext|> (Megatron's eod) when that file has none
   std::optional<std::string> chat_format;   // "llama3": render SFT `messages` with the built-in format
   int64_t chunk_bytes = 1 << 20;            // input bytes per work unit (tests make it small)
   bool progress = true;                     // progress line on stderr
