@@ -237,6 +237,16 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
     c.bf16_enabled = r.boolean("enabled", kAuto);
     for (std::string& k : r.unread()) unread.push_back(k);
   }
+  // DeepSpeed's prescale_gradients divides the gradients by the world before the all-reduce instead
+  // of after (against fp16 overflow in the reduction); seqpar reduces f32 gradients, where the two
+  // orders give the same mean.
+  if (top.has("prescale_gradients")) {
+    const DsValue<bool> v = top.boolean("prescale_gradients", false);
+    if (v.is_set() && v.value)
+      c.warnings.push_back(fmt::format("{}: prescale_gradients=true is not needed: seqpar all-reduces f32 gradients "
+                                       "and divides once, which is the same mean as dividing first",
+                                       c.source));
+  }
   // fp16 with DeepSpeed's loss scaler (Megatron-DeepSpeed's and most Accelerate templates): taken,
   // with a note saying what seqpar does instead. seqpar's GPU path computes in bf16 with f32 master
   // weights; bf16 keeps f32's exponent range, so gradients do not underflow and there is no scale
