@@ -60,7 +60,8 @@ void add_prepare_data_command(CLI::App& app, int& rc) {
   c->add_flag("--no-special-tokens", args->no_special_tokens,
               "do not add the tokenizer's template tokens (e.g. BOS) to each document");
   c->add_option("--chat-format", args->chat_format,
-                "sft format: render chat 'messages' with a built-in format: llama3 (Jinja templates are not run)");
+                "sft format: render chat 'messages' with a built-in format: llama3 | chatml (Qwen's turns) | qwen2.5 "
+                "(ChatML with Qwen2.5-Instruct's default system message); Jinja templates are not run");
   c->add_flag("--quiet", args->quiet, "no progress line on stderr");
   c->callback([args, &rc] {
     run(*args);

@@ -242,10 +242,10 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
   // orders give the same mean.
   if (top.has("prescale_gradients")) {
     const DsValue<bool> v = top.boolean("prescale_gradients", false);
-    if (v.is_set() && v.value)
-      c.warnings.push_back(fmt::format("{}: prescale_gradients=true is not needed: seqpar all-reduces f32 gradients "
-                                       "and divides once, which is the same mean as dividing first",
-                                       c.source));
+    if (v.is_set())
+      c.warnings.push_back(fmt::format("{}: prescale_gradients={} has nothing to set: seqpar all-reduces f32 "
+                                       "gradients and divides once, the same mean as dividing first",
+                                       c.source, v.value ? "true" : "false"));
   }
   // fp16 with DeepSpeed's loss scaler (Megatron-DeepSpeed's and most Accelerate templates): taken,
   // with a note saying what seqpar does instead. seqpar's GPU path computes in bf16 with f32 master

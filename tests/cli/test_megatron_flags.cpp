@@ -14,13 +14,13 @@ namespace {
 
 #define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
 
-struct Run {
+struct Outcome {
   int rc;
   std::string out;
 };
 
-Run train(const std::string& args) {
-  Run r;
+Outcome train(const std::string& args) {
+  Outcome r;
   r.rc = testing::run_command(testing::binary_path() + " train " + args, &r.out);
   return r;
 }
@@ -41,7 +41,7 @@ const std::string kScript =
     "--checkpoint-activations --zero-stage 1 --log-interval 10 --fp16";
 
 TEST(MegatronFlags, EachBecomesItsSettingWithItsSource) {
-  const Run r = train(kScript + " --print-config");
+  const Outcome r = train(kScript + " --print-config");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_TRUE(line(r.out, "model", "preset tiny, random init", "seqpar default")) << r.out;
   EXPECT_TRUE(line(r.out, "num_layers", "3", "--num-layers")) << r.out;
@@ -78,7 +78,7 @@ TEST(MegatronFlags, EachBecomesItsSettingWithItsSource) {
 }
 
 TEST(MegatronFlags, TheTinyScriptTrains) {
-  const Run r = train(
+  const Outcome r = train(
       "--preset tiny --num-layers 2 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 128 --seq-length 128 "
       "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 2 --ds-sequence-parallel-size 2 "
       "--lr 2e-4 --min-lr 1e-6 --lr-decay-style cosine --lr-warmup-iters 2 --train-iters 4 --clip-grad 1.0 "
@@ -91,7 +91,7 @@ TEST(MegatronFlags, TheTinyScriptTrains) {
 }
 
 TEST(MegatronFlags, RefusalsNameTheFlagAndTheReason) {
-  Run r = train("--sequence-parallel --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --print-config");
+  Outcome r = train("--sequence-parallel --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --print-config");
   ASSERT_NE(r.rc, 0);
   EXPECT_HAS(r.out, "3 problems in the configuration");
   EXPECT_HAS(r.out, "--sequence-parallel (Megatron-DeepSpeed) is not supported: --sequence-parallel is Megatron-LM's "
@@ -142,7 +142,7 @@ TEST(MegatronFlags, RefusalsNameTheFlagAndTheReason) {
 TEST(MegatronFlags, TheirDeepSpeedJsonWithFp16IsTakenWithANote) {
   const std::string file =
       testing::source_path("tests/fixtures/configs/megatron-deepspeed/ds_config_gbs16_mbs1_log1_zero3.json");
-  const Run r = train("--deepspeed " + file + " --ds-sequence-parallel-size 4 --print-config");
+  const Outcome r = train("--deepspeed " + file + " --ds-sequence-parallel-size 4 --print-config");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_TRUE(line(r.out, "bf16", "true", file + ": fp16.enabled (taken as bf16)")) << r.out;
   EXPECT_HAS(r.out, "'fp16.enabled'=true is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with "
