@@ -326,7 +326,17 @@ void parse_optimizer(Reader& top, DsConfig& c, std::vector<std::string>& unread,
     // implementation of the same algorithm.
     DsValue<bool> w_mode = rp.boolean("adam_w_mode", false);
     if (w_mode.is_set()) opt.adam_w_mode = opt.type == "AdamW" || w_mode.value;
-    rp.boolean("torch_adam", false);
+    const DsValue<bool> torch_adam = rp.boolean("torch_adam", false);
+    // Both pick among DeepSpeed's implementations (fused, CPU, torch's) of the same update: named,
+    // so a reader of the output sees them taken.
+    std::string impl;
+    if (torch_adam.is_set()) impl += fmt::format("optimizer.params.torch_adam={}", torch_adam.value);
+    if (w_mode.is_set() && (opt.type == "AdamW" || w_mode.value))
+      impl += fmt::format("{}optimizer.params.adam_w_mode={}", impl.empty() ? "" : ", ", w_mode.value);
+    if (!impl.empty())
+      c.warnings.push_back(fmt::format("{}: {} pick an implementation of AdamW in DeepSpeed; seqpar runs its own "
+                                       "(torch semantics: decoupled weight decay, bias correction)",
+                                       c.source, impl));
     DsValue<bool> bias_correction = rp.boolean("bias_correction", false);
     SEQPAR_INPUT_CHECK(!bias_correction.is_set() || bias_correction.value,
                        "{}: 'optimizer.params.bias_correction'=false is not supported: seqpar's AdamW always applies "
