@@ -398,7 +398,8 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
 
   const bool gpt2_files = !o.vocab_file.empty() || !o.merge_file.empty();
   SEQPAR_INPUT_CHECK(!gpt2_files || o.tokenizer.empty(),
-                     "--tokenizer={} and --vocab-file/--merge-file both name a tokenizer: give one of them", o.tokenizer);
+                     "--tokenizer={} and --vocab-file/--merge-file both name a tokenizer: give one of them",
+                     o.tokenizer);
   SEQPAR_INPUT_CHECK(!gpt2_files || (!o.vocab_file.empty() && !o.merge_file.empty()),
                      "--vocab-file and --merge-file go together (GPT-2's vocab.json and merges.txt): {} is missing",
                      o.vocab_file.empty() ? "--vocab-file" : "--merge-file");

@@ -39,7 +39,7 @@ TextUnit parse_text_unit(const std::string& s, const std::string& setting);
 inline constexpr int kMaxPrepareThreads = 256;
 
 struct PrepareDataOptions {
-  std::string tokenizer;            // tokenizer.json / tokenizer.model; or, empty:
+  std::string tokenizer;               // tokenizer.json / tokenizer.model; or, empty:
   std::string vocab_file, merge_file;  // GPT-2's vocab.json + merges.txt (Megatron's --vocab-file / --merge-file)
   std::vector<std::string> inputs;  // files, read in order
   std::string output;               // token file, written atomically
@@ -93,7 +93,8 @@ RenderedChat render_chat_llama3(const std::vector<ChatMessage>& messages, const 
 // <|im_end|>, every other role.
 RenderedChat render_chat_chatml(const std::vector<ChatMessage>& messages, const std::string& default_system);
 // Qwen2.5-Instruct's default system message (--chat-format qwen2.5).
-inline constexpr const char* kQwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+inline constexpr const char* kQwen25DefaultSystem =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 // One SFT / text document: ids and their loss mask (empty for a document without mask).
 struct TokenizedDoc {

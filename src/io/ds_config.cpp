@@ -243,9 +243,10 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
   if (top.has("prescale_gradients")) {
     const DsValue<bool> v = top.boolean("prescale_gradients", false);
     if (v.is_set())
-      c.warnings.push_back(fmt::format("{}: prescale_gradients={} has nothing to set: seqpar all-reduces f32 "
-                                       "gradients and divides once, the same mean as dividing first",
-                                       c.source, v.value ? "true" : "false"));
+      c.warnings.push_back(
+          fmt::format("{}: prescale_gradients={} has nothing to set: seqpar all-reduces f32 "
+                      "gradients and divides once, the same mean as dividing first",
+                      c.source, v.value ? "true" : "false"));
   }
   // fp16 with DeepSpeed's loss scaler (Megatron-DeepSpeed's and most Accelerate templates): taken,
   // with a note saying what seqpar does instead. seqpar's GPU path computes in bf16 with f32 master
@@ -280,8 +281,8 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
     } else if (!scaler.empty()) {
       std::string keys;
       for (const std::string& k : scaler) keys += (keys.empty() ? "" : ", ") + k;
-      c.warnings.push_back(fmt::format("{}: {} are not used: fp16 is not enabled (and seqpar needs no loss scaling)",
-                                       c.source, keys));
+      c.warnings.push_back(
+          fmt::format("{}: {} are not used: fp16 is not enabled (and seqpar needs no loss scaling)", c.source, keys));
     }
     for (std::string& k : r.unread()) unread.push_back(k);
   }
@@ -334,9 +335,10 @@ void parse_optimizer(Reader& top, DsConfig& c, std::vector<std::string>& unread,
     if (w_mode.is_set() && (opt.type == "AdamW" || w_mode.value))
       impl += fmt::format("{}optimizer.params.adam_w_mode={}", impl.empty() ? "" : ", ", w_mode.value);
     if (!impl.empty())
-      c.warnings.push_back(fmt::format("{}: {} pick an implementation of AdamW in DeepSpeed; seqpar runs its own "
-                                       "(torch semantics: decoupled weight decay, bias correction)",
-                                       c.source, impl));
+      c.warnings.push_back(
+          fmt::format("{}: {} pick an implementation of AdamW in DeepSpeed; seqpar runs its own "
+                      "(torch semantics: decoupled weight decay, bias correction)",
+                      c.source, impl));
     DsValue<bool> bias_correction = rp.boolean("bias_correction", false);
     SEQPAR_INPUT_CHECK(!bias_correction.is_set() || bias_correction.value,
                        "{}: 'optimizer.params.bias_correction'=false is not supported: seqpar's AdamW always applies "

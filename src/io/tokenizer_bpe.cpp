@@ -718,10 +718,10 @@ std::shared_ptr<const Tokenizer> load_gpt2_files(const std::string& vocab_path, 
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
     const size_t sp = line.find(' ');
-    SEQPAR_INPUT_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
-                           line.find(' ', sp + 1) == std::string::npos,
-                       "--merge-file '{}':{}: '{}' must be two tokens separated by one space (GPT-2's merges.txt)",
-                       merges_path, line_no, line);
+    SEQPAR_INPUT_CHECK(
+        sp != std::string::npos && sp > 0 && sp + 1 < line.size() && line.find(' ', sp + 1) == std::string::npos,
+        "--merge-file '{}':{}: '{}' must be two tokens separated by one space (GPT-2's merges.txt)", merges_path,
+        line_no, line);
     merges.push_back(std::move(line));
   }
   json root = {{"model", {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}}},

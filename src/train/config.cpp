@@ -317,15 +317,16 @@ void declare_model(std::vector<SettingDecl>& s) {
   s.push_back(with(decl(
                        "preset", G::kModel, {"--preset"}, +[](TrainConfig& c) -> std::string& { return c.preset; },
                        "a known architecture, randomly initialised, instead of the built-in tiny Llama (not with "
-                       "--model): " + preset_choices() + "; the size flags override its fields"),
+                       "--model): " +
+                           preset_choices() + "; the size flags override its fields"),
                    kTrainCommand));
   s.back().empty_text = "(none)";
   s.back().choices = llama_preset_names();
   s.back().set = [](TrainConfig& c, const std::string& v, const std::string& flag) {
     if (!v.empty()) {
       const auto& names = llama_preset_names();
-      SEQPAR_INPUT_CHECK(std::find(names.begin(), names.end(), v) != names.end(), "{}={}: not a known preset: {}",
-                         flag, v, preset_choices());
+      SEQPAR_INPUT_CHECK(std::find(names.begin(), names.end(), v) != names.end(), "{}={}: not a known preset: {}", flag,
+                         v, preset_choices());
       c.model = llama_preset(v);
     }
     c.preset = v;
@@ -578,12 +579,12 @@ void declare_schedule(std::vector<SettingDecl>& s) {
                        "steps", G::kSchedule, {"--steps"}, +[](TrainConfig& c) -> int64_t& { return c.steps; },
                        "optimizer steps (>= 1)"),
                    kTrainBench, R::kWarn));
-  s.push_back(with(decl(
-                       "train_tokens", G::kSchedule, {"--train-tokens"},
-                       +[](TrainConfig& c) -> int64_t& { return c.train_tokens; },
-                       "run length in tokens: steps = ceil(train_tokens / tokens per step), tokens per step = "
-                       "global batch × seq_len (0 = --steps)"),
-                   kTrainCommand, R::kWarn));
+  s.push_back(with(
+      decl(
+          "train_tokens", G::kSchedule, {"--train-tokens"}, +[](TrainConfig& c) -> int64_t& { return c.train_tokens; },
+          "run length in tokens: steps = ceil(train_tokens / tokens per step), tokens per step = "
+          "global batch × seq_len (0 = --steps)"),
+      kTrainCommand, R::kWarn));
   s.back().print_when_given = true;
   s.push_back(with(
       decl(
@@ -1017,9 +1018,9 @@ std::string settings_markdown_table(const TrainConfig& defaults) {
                        code(d.deepspeed), code(d.accelerate), def, cell(d.help));
   }
   for (const ForeignFlag& f : foreign_flags())
-    out += fmt::format("| ({}) | - | {} ({}) | | | | {} |\n", f.refused ? "refused" : "accepted, no effect",
-                       code(f.flag), f.tool,
-                       cell((f.accepted.empty() ? std::string() : fmt::format("{} accepted; ", f.accepted)) + f.reason));
+    out += fmt::format(
+        "| ({}) | - | {} ({}) | | | | {} |\n", f.refused ? "refused" : "accepted, no effect", code(f.flag), f.tool,
+        cell((f.accepted.empty() ? std::string() : fmt::format("{} accepted; ", f.accepted)) + f.reason));
   return out;
 }
 

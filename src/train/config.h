@@ -10,16 +10,16 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "arch/llama_config.h"
-#include "core/error.h"
 #include "attention/attention_backend.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "data/recall_task.h"
 #include "parallel/kernel_policy.h"
 #include "parallel/sp_attention.h"
@@ -219,9 +219,9 @@ enum SettingCommand : unsigned { kTrainCommand = 1u, kFwdBwdCommand = 2u, kBench
 // command-line option, whose value becomes the setting's (translated when the two spell values
 // differently), so --print-config names the flag the user gave.
 struct FlagAlias {
-  std::string flag;                // "--clip-grad"
-  std::string tool;                // "Megatron-DeepSpeed"
-  bool is_switch = false;          // a flag without a value: it sets switch_value
+  std::string flag;        // "--clip-grad"
+  std::string tool;        // "Megatron-DeepSpeed"
+  bool is_switch = false;  // a flag without a value: it sets switch_value
   std::string switch_value = "true";
   // The alias's value -> the setting's text form (InputError naming the alias, the value and the
   // values it takes); null: the same text.

@@ -323,9 +323,10 @@ class Resolver {
       SEQPAR_CHECK(ff != nullptr, "no foreign flag {}", flag);
       if (ff->takes_value && value == ff->accepted) continue;
       if (ff->refused) {
-        p.add(ff->takes_value ? fmt::format("{}={} ({}) is not supported: {}{}", flag, value, ff->tool, ff->reason,
-                                            ff->accepted.empty() ? "" : fmt::format(" (only {} is accepted)", ff->accepted))
-                              : fmt::format("{} ({}) is not supported: {}", flag, ff->tool, ff->reason));
+        p.add(ff->takes_value
+                  ? fmt::format("{}={} ({}) is not supported: {}{}", flag, value, ff->tool, ff->reason,
+                                ff->accepted.empty() ? "" : fmt::format(" (only {} is accepted)", ff->accepted))
+                  : fmt::format("{} ({}) is not supported: {}", flag, ff->tool, ff->reason));
       } else if (noted.insert(flag).second) {
         out_.warnings.push_back(fmt::format("{} ({}) has no effect: {}", flag, ff->tool, ff->reason));
       }
@@ -346,8 +347,7 @@ class Resolver {
       }
       if (!flag_of("head_dim") && t.model.num_heads > 0 && t.model.hidden_size % t.model.num_heads == 0) {
         t.model.head_dim = t.model.hidden_size / t.model.num_heads;
-        origin_.at("head_dim") =
-            Origin{ConfigLayer::kFlag, "derived: hidden_size / num_heads (--num-attention-heads)"};
+        origin_.at("head_dim") = Origin{ConfigLayer::kFlag, "derived: hidden_size / num_heads (--num-attention-heads)"};
       }
     }
     if (const auto f = flag_of("sp"); f == std::optional<std::string>("--ds-sequence-parallel-size"))
@@ -541,8 +541,7 @@ class Resolver {
                          "= {}, so {} cannot be derived ({})",
                          want_name, want, want_src, other_name, other, dp, per, name, dp_text);
       field = static_cast<int>(want / per);
-      origin_.at(name) =
-          Origin{want_layer, fmt::format("derived: {} / ({} × dp_world)", want_name, other_name)};
+      origin_.at(name) = Origin{want_layer, fmt::format("derived: {} / ({} × dp_world)", want_name, other_name)};
     };
     const bool micro = specified("micro_batch"), accum = specified("grad_accum");
     if (micro && !accum) {
@@ -561,8 +560,8 @@ class Resolver {
                        "{}={} ({}) must equal train_micro_batch_size_per_gpu × "
                        "gradient_accumulation_steps × dp_world = {} × {} × {} = {}, where {} (micro_batch from {}, "
                        "grad_accum from {}, sp from {})",
-                       want_name, want, want_src, t.micro_batch, t.grad_accum, dp, product, dp_text, source_text("micro_batch"),
-                       source_text("grad_accum"), source_text("sp"));
+                       want_name, want, want_src, t.micro_batch, t.grad_accum, dp, product, dp_text,
+                       source_text("micro_batch"), source_text("grad_accum"), source_text("sp"));
     out_.train_batch_size = want;
     tb = Origin{want_layer, want_src};
   }

@@ -1,8 +1,7 @@
 // examples/megatron-deepspeed/ run as documented: both scripts on the CPU at a tiny size, through
 // seqpar launch, with their DeepSpeed JSON (fp16) and every Megatron flag they pass.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>

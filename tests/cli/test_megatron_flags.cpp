@@ -64,12 +64,16 @@ TEST(MegatronFlags, EachBecomesItsSettingWithItsSource) {
   EXPECT_TRUE(line(r.out, "clip", "1", "--clip-grad")) << r.out;
   EXPECT_TRUE(line(r.out, "log_every", "10", "--log-interval")) << r.out;
   // Tokens -> steps by tokens per step = global batch × seq_len = 4 × 256 = 1024.
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  steps +98 +derived: ceil\(train_tokens / tokens per step\) = ceil\(100000 / 1024\))")))
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(\n  steps +98 +derived: ceil\(train_tokens / tokens per step\) = ceil\(100000 / 1024\))")))
       << r.out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  warmup_steps +3 +derived: ceil\(warmup_tokens / tokens per step\) = ceil\(3000 / 1024\))")))
+  EXPECT_TRUE(std::regex_search(
+      r.out,
+      std::regex(R"(\n  warmup_steps +3 +derived: ceil\(warmup_tokens / tokens per step\) = ceil\(3000 / 1024\))")))
       << r.out;
   EXPECT_TRUE(line(r.out, "lr_schedule", "linear_cosine", "--lr-decay-style")) << r.out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n  min_lr_ratio +0\.005\d* +derived: min_lr / lr = 1e-06 / 0\.0002 )")))
+  EXPECT_TRUE(
+      std::regex_search(r.out, std::regex(R"(\n  min_lr_ratio +0\.005\d* +derived: min_lr / lr = 1e-06 / 0\.0002 )")))
       << r.out;
   // The accepted flags without effect are noted, once each.
   EXPECT_HAS(r.out, "--fp16 (Megatron-DeepSpeed) has no effect: seqpar computes in bf16 on the GPU");
@@ -91,15 +95,18 @@ TEST(MegatronFlags, TheTinyScriptTrains) {
 }
 
 TEST(MegatronFlags, RefusalsNameTheFlagAndTheReason) {
-  Outcome r = train("--sequence-parallel --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --print-config");
+  Outcome r =
+      train("--sequence-parallel --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --print-config");
   ASSERT_NE(r.rc, 0);
   EXPECT_HAS(r.out, "3 problems in the configuration");
-  EXPECT_HAS(r.out, "--sequence-parallel (Megatron-DeepSpeed) is not supported: --sequence-parallel is Megatron-LM's "
-                    "sequence parallel optimization");
+  EXPECT_HAS(r.out,
+             "--sequence-parallel (Megatron-DeepSpeed) is not supported: --sequence-parallel is Megatron-LM's "
+             "sequence parallel optimization");
   EXPECT_HAS(r.out, "it needs tensor parallelism");
   EXPECT_HAS(r.out, "is --ds-sequence-parallel-size N (seqpar's --sp N)");
-  EXPECT_HAS(r.out, "--tensor-model-parallel-size=2 (Megatron-DeepSpeed) is not supported: seqpar has no tensor or "
-                    "pipeline parallelism");
+  EXPECT_HAS(r.out,
+             "--tensor-model-parallel-size=2 (Megatron-DeepSpeed) is not supported: seqpar has no tensor or "
+             "pipeline parallelism");
   EXPECT_HAS(r.out, "--pipeline-model-parallel-size=4 (Megatron-DeepSpeed) is not supported");
   EXPECT_HAS(r.out, "(only 1 is accepted)");
   r = train("--preset tiny --global-batch-size 3 --micro-batch-size 2 --print-config");
@@ -115,8 +122,9 @@ TEST(MegatronFlags, RefusalsNameTheFlagAndTheReason) {
   r = train("--preset tiny --lr-decay-style constant --lr-warmup-iters 5 --print-config");
   ASSERT_NE(r.rc, 0);
   EXPECT_HAS(r.out, "--lr-decay-style constant has no warmup in seqpar, but warmup_steps=5 (--lr-warmup-iters)");
-  r = train("--preset tiny --train-iters 5 --train-tokens 1000 --clip 1 --clip-grad 1 --min-lr 1e-5 --min-lr-ratio 0.1 "
-            "--print-config");
+  r = train(
+      "--preset tiny --train-iters 5 --train-tokens 1000 --clip 1 --clip-grad 1 --min-lr 1e-5 --min-lr-ratio 0.1 "
+      "--print-config");
   ASSERT_NE(r.rc, 0);
   EXPECT_HAS(r.out, "--clip and --clip-grad both set clip: give one of them");
   EXPECT_HAS(r.out, "train_tokens=1000 (--train-tokens) and steps=5 (--train-iters) both give the length");
@@ -145,10 +153,11 @@ TEST(MegatronFlags, TheirDeepSpeedJsonWithFp16IsTakenWithANote) {
   const Outcome r = train("--deepspeed " + file + " --ds-sequence-parallel-size 4 --print-config");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_TRUE(line(r.out, "bf16", "true", file + ": fp16.enabled (taken as bf16)")) << r.out;
-  EXPECT_HAS(r.out, "'fp16.enabled'=true is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with "
-                    "f32 master weights and moments; bf16 has f32's exponent range, so no loss scaling is needed and "
-                    "the loss scaler's settings are not used (fp16.loss_scale=0, fp16.min_loss_scale=1, "
-                    "fp16.initial_scale_power=11, fp16.loss_scale_window=500, fp16.hysteresis=2)");
+  EXPECT_HAS(r.out,
+             "'fp16.enabled'=true is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with "
+             "f32 master weights and moments; bf16 has f32's exponent range, so no loss scaling is needed and "
+             "the loss scaler's settings are not used (fp16.loss_scale=0, fp16.min_loss_scale=1, "
+             "fp16.initial_scale_power=11, fp16.loss_scale_window=500, fp16.hysteresis=2)");
   EXPECT_TRUE(line(r.out, "zero_stage", "3", file + ": zero_optimization.stage")) << r.out;
   // train_batch_size 16 = micro 1 × grad_accum × dp 1 (world = sp = 4): grad_accum 16.
   EXPECT_TRUE(line(r.out, "grad_accum", "16", "derived: train_batch_size / (micro_batch × dp_world)")) << r.out;

@@ -3,9 +3,8 @@
 // text and ids, and the loss on the assistant turns only.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/prepare_data.h"
@@ -107,7 +106,8 @@ TEST(PrepareDataChatml, SftFileWithQwenFormat) {
   }
   // A role Qwen2.5's template renders with its own markup (tool) is refused by name; an unknown
   // format, and ChatML on a tokenizer without its tokens, too.
-  write_file(dir + "/tool.jsonl", R"({"messages": [{"role": "tool", "content": "42"}]})" "\n");
+  write_file(dir + "/tool.jsonl", R"({"messages": [{"role": "tool", "content": "42"}]})"
+                                  "\n");
   o.inputs = {dir + "/tool.jsonl"};
   o.chat_format = "qwen2.5";
   try {

@@ -3,10 +3,9 @@
 // token between them; the stream equals HF's ids (tests/fixtures/tokenizer/gen_gpt2_files.py).
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/prepare_data.h"
@@ -82,8 +81,8 @@ TEST(PrepareDataMegatron, CommandLineTakesMegatronsFlagNames) {
   }
   EXPECT_EQ(stream, fx["append_eod_stream"].get<std::vector<int32_t>>());
   // A tokenizer named twice, or half of GPT-2's pair, is refused by name.
-  const std::string base = testing::binary_path() + " prepare-data --input " + dir + "/corpus.jsonl --output " + dir +
-                           "/u.bin --quiet";
+  const std::string base =
+      testing::binary_path() + " prepare-data --input " + dir + "/corpus.jsonl --output " + dir + "/u.bin --quiet";
   EXPECT_NE(testing::run_command(base + files + " --tokenizer " + source_path(kDir + "vocab.json"), &out), 0);
   EXPECT_NE(out.find("and --vocab-file/--merge-file both name a tokenizer: give one of them"), std::string::npos)
       << out;

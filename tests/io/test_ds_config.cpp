@@ -184,8 +184,9 @@ TEST(DsConfig, UnknownKeysAreNamedInOneWarning) {
   // prescale_gradients is read, and said to have nothing to set (f32 gradients, one division).
   const DsConfig pre = parse_ds_config(R"({"prescale_gradients": false})", "u.json");
   ASSERT_EQ(pre.warnings.size(), 1u);
-  EXPECT_EQ(pre.warnings[0], "u.json: prescale_gradients=false has nothing to set: seqpar all-reduces f32 gradients "
-                             "and divides once, the same mean as dividing first");
+  EXPECT_EQ(pre.warnings[0],
+            "u.json: prescale_gradients=false has nothing to set: seqpar all-reduces f32 gradients "
+            "and divides once, the same mean as dividing first");
 }
 
 // fp16 with DeepSpeed's dynamic loss scaler (Megatron-DeepSpeed's and Accelerate's templates) is
@@ -196,16 +197,18 @@ TEST(DsConfig, Fp16IsTakenAsBf16WithANote) {
                                      "r.json");
   EXPECT_TRUE(c.fp16_enabled.is_set() && c.fp16_enabled.value);
   ASSERT_EQ(c.warnings.size(), 1u);
-  EXPECT_EQ(c.warnings[0],
-            "r.json: 'fp16.enabled'=true is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with f32 "
-            "master weights and moments; bf16 has f32's exponent range, so no loss scaling is needed and the loss "
-            "scaler's settings are not used (fp16.loss_scale=0, fp16.min_loss_scale=1, fp16.initial_scale_power=11, "
-            "fp16.loss_scale_window=500, fp16.hysteresis=2)");
+  EXPECT_EQ(
+      c.warnings[0],
+      "r.json: 'fp16.enabled'=true is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with f32 "
+      "master weights and moments; bf16 has f32's exponent range, so no loss scaling is needed and the loss "
+      "scaler's settings are not used (fp16.loss_scale=0, fp16.min_loss_scale=1, fp16.initial_scale_power=11, "
+      "fp16.loss_scale_window=500, fp16.hysteresis=2)");
   // Off (or "auto": HF Trainer's --fp16 is off by default) with scaler keys: they are named as unused.
   const DsConfig off = parse_ds_config(R"({"fp16": {"enabled": "auto", "loss_scale": 0}})", "r.json");
   ASSERT_EQ(off.warnings.size(), 1u);
-  EXPECT_EQ(off.warnings[0], "r.json: fp16.loss_scale=0 are not used: fp16 is not enabled (and seqpar needs no loss "
-                             "scaling)");
+  EXPECT_EQ(off.warnings[0],
+            "r.json: fp16.loss_scale=0 are not used: fp16 is not enabled (and seqpar needs no loss "
+            "scaling)");
   // The scaler's keys are typed as DeepSpeed types them.
   EXPECT_INPUT_ERROR(parse_ds_config(R"({"fp16": {"enabled": true, "loss_scale_window": "many"}})", "r.json"),
                      "r.json: 'fp16.loss_scale_window' must be an integer >= 0");

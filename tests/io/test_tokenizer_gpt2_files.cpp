@@ -65,11 +65,11 @@ TEST(TokenizerGpt2Files, SameAsTheTokenizerJsonSpelling) {
     merges.push_back(text.substr(at, end - at));
     at = end + 1;
   }
-  const json root = {
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
-      {"added_tokens", json::array({{{"id", vocab["<|endoftext|>"]}, {"content", "<|endoftext|>"}, {"special", true}}})},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"decoder", {{"type", "ByteLevel"}}}};
+  const json root = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+                     {"added_tokens",
+                      json::array({{{"id", vocab["<|endoftext|>"]}, {"content", "<|endoftext|>"}, {"special", true}}})},
+                     {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+                     {"decoder", {{"type", "ByteLevel"}}}};
   const std::string dir = testing::temp_dir();
   write_bytes(dir + "/tokenizer.json", root.dump());
   const auto json_tok = Tokenizer::load(dir + "/tokenizer.json");
