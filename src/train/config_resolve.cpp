@@ -159,6 +159,9 @@ class Resolver {
         d.set(out_.train, d.get(own), d.name);  // the demo's value is the demo's only
       }
     }
+    // A preset is the built-in model's architecture: the model's source.
+    if (!cli.values.preset.empty() && cli.values.model_dir.empty() && origin_["model"].layer == ConfigLayer::kDefault)
+      origin_["model"] = origin_.at("preset");
     for (const SettingDef& d : kDerived) origin_[d.name] = Origin{};
     if (!cli.source_defaults)
       for (const SettingDef& d : kDerived) origin_[d.name].text = "default";
@@ -385,10 +388,11 @@ class Resolver {
                            source_text("min_lr"), lr, source_text("lr"));
       if (!f && lr > 0 && t.min_lr <= lr) {
         t.min_lr_ratio = static_cast<float>(t.min_lr / static_cast<double>(lr));
-        t.lr_schedule.cos_min_ratio = t.min_lr_ratio;
+        t.lr_schedule.cos_min_ratio = t.min_lr_ratio;  // (WarmupCosineLR's floor too, as --min-lr-ratio sets it)
         origin_.at("min_lr_ratio") =
             Origin{ConfigLayer::kFlag, fmt::format("derived: min_lr / lr = {} / {} ({}, {})", t.min_lr, lr,
                                                    source_text("min_lr"), source_text("lr"))};
+        origin_.at("cos_min_ratio") = origin_.at("min_lr_ratio");
       }
     } else {
       SEQPAR_PROBLEM_CHECK(p, t.min_lr == -1, "min_lr={} ({}) must be >= 0", t.min_lr, source_text("min_lr"));

@@ -43,7 +43,7 @@ const std::string kScript =
 TEST(MegatronFlags, EachBecomesItsSettingWithItsSource) {
   const Outcome r = train(kScript + " --print-config");
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_TRUE(line(r.out, "model", "preset tiny, random init", "seqpar default")) << r.out;
+  EXPECT_TRUE(line(r.out, "model", "preset tiny, random init", "--preset")) << r.out;
   EXPECT_TRUE(line(r.out, "num_layers", "3", "--num-layers")) << r.out;
   EXPECT_TRUE(line(r.out, "intermediate_size", "256", "--ffn-hidden-size")) << r.out;
   EXPECT_TRUE(line(r.out, "num_heads", "4", "--num-attention-heads")) << r.out;
@@ -161,6 +161,11 @@ TEST(MegatronFlags, TheirDeepSpeedJsonWithFp16IsTakenWithANote) {
   EXPECT_TRUE(line(r.out, "zero_stage", "3", file + ": zero_optimization.stage")) << r.out;
   // train_batch_size 16 = micro 1 × grad_accum × dp 1 (world = sp = 4): grad_accum 16.
   EXPECT_TRUE(line(r.out, "grad_accum", "16", "derived: train_batch_size / (micro_batch × dp_world)")) << r.out;
+  // --global-batch-size is the same number as train_batch_size: the flag wins, with a warning.
+  const Outcome g = train("--deepspeed " + file + " --ds-sequence-parallel-size 4 --global-batch-size 8 --print-config");
+  ASSERT_EQ(g.rc, 0) << g.out;
+  EXPECT_TRUE(line(g.out, "grad_accum", "8", "derived: global_batch_size / (micro_batch × dp_world)")) << g.out;
+  EXPECT_HAS(g.out, "train_batch_size: " + file + ": train_batch_size=16 is overridden by --global-batch-size=8");
 }
 
 }  // namespace
