@@ -108,6 +108,7 @@ args=(
   --use-flash-attn-triton                     # attn_implementation flash_attention_2: seqpar's flash kernel
   --checkpoint-activations                    # activation_checkpointing
   --fp16                                      # accepted, a note: bf16 compute, f32 master weights
+  --hysteresis 2                              # accepted, a note: fp16's loss scaler, not needed in bf16
   --log-interval "$LOG_INTERVAL"              # log_every
   --eval-interval "$EVAL_INTERVAL"            # eval_every
   --eval-iters "$EVAL_ITERS"                  # eval_batches
@@ -120,7 +121,7 @@ if [ -n "$DATA" ]; then args+=(--data "$DATA"); fi  # theirs: --data-path PREFIX
 # Not passed, with why (docs/coming-from-megatron-deepspeed.md): --train-samples and
 # --exit-duration-in-mins (termination conditions set far beyond --train-tokens); --lr-decay-tokens
 # (= train tokens: seqpar decays over the run); --override-opt_param-scheduler, --split 949,50,1
-# (seqpar evaluates on --eval-data), --hysteresis 2 (fp16's loss scaler), --num-workers 0,
+# (seqpar evaluates on --eval-data), --num-workers 0,
 # --no-async-tensor-model-parallel-allreduce (tensor parallelism), --load (seqpar: --resume auto), the
 # tensorboard flags (seqpar: --metrics-out FILE.jsonl and its .svg plot), --log-optimizer-states-to-
 # tensorboard, --deepspeed-activation-checkpointing (the same as --checkpoint-activations).

@@ -771,7 +771,7 @@ std::vector<ForeignFlag> declare_foreign() {
       "seqpar has no tensor or pipeline parallelism: it splits the sequence (--sp / --ds-sequence-parallel-size, "
       "DeepSpeed-Ulysses, or ring and hybrid), the optimizer state, gradients and weights (--zero-stage 1-3) and "
       "replicates the rest over data parallelism";
-  return {
+  std::vector<ForeignFlag> flags = {
       {"--tensor-model-parallel-size", kMegatron, true, "1", true, no_tp},
       {"--pipeline-model-parallel-size", kMegatron, true, "1", true, no_tp},
       {"--no-pipeline-parallel", kMegatron, false, "", false,
@@ -786,7 +786,16 @@ std::vector<ForeignFlag> declare_foreign() {
        "seqpar computes in bf16 on the GPU (f32 on the CPU) with f32 master weights and moments; bf16 has "
        "f32's exponent range, so no loss scaling is needed (--loss-scale, --initial-loss-scale, --hysteresis have "
        "nothing to set)"},
+      {"--bf16", kMegatron, false, "", false,
+       "seqpar computes in bf16 on the GPU already (f32 on the CPU), with f32 master weights and moments"},
   };
+  // fp16's dynamic loss scaler (megatron/arguments.py's mixed-precision group).
+  for (const char* flag :
+       {"--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"})
+    flags.push_back({flag, kMegatron, true, "", false,
+                     "a setting of fp16's loss scaler: seqpar computes in bf16 with f32 master weights, which needs no "
+                     "loss scaling"});
+  return flags;
 }
 
 // Every numeric setting's rule, checked on each value whatever its source.

@@ -331,7 +331,8 @@ class Resolver {
                                 ff->accepted.empty() ? "" : fmt::format(" (only {} is accepted)", ff->accepted))
                   : fmt::format("{} ({}) is not supported: {}", flag, ff->tool, ff->reason));
       } else if (noted.insert(flag).second) {
-        out_.warnings.push_back(fmt::format("{} ({}) has no effect: {}", flag, ff->tool, ff->reason));
+        out_.warnings.push_back(fmt::format("{}{} ({}) has no effect: {}", flag,
+                                            ff->takes_value ? " " + value : std::string(), ff->tool, ff->reason));
       }
     }
   }

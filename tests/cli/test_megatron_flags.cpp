@@ -38,7 +38,7 @@ const std::string kScript =
     "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --no-pipeline-parallel --lr 2e-4 --min-lr 1e-6 "
     "--lr-decay-style cosine --lr-warmup-tokens 3000 --train-tokens 100000 --weight-decay 0.1 --clip-grad 1.0 "
     "--adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.013 --seed 1234 --use-flash-attn-triton "
-    "--checkpoint-activations --zero-stage 1 --log-interval 10 --fp16";
+    "--checkpoint-activations --zero-stage 1 --log-interval 10 --fp16 --hysteresis 2";
 
 TEST(MegatronFlags, EachBecomesItsSettingWithItsSource) {
   const Outcome r = train(kScript + " --print-config");
@@ -78,6 +78,7 @@ TEST(MegatronFlags, EachBecomesItsSettingWithItsSource) {
   // The accepted flags without effect are noted, once each.
   EXPECT_HAS(r.out, "--fp16 (Megatron-DeepSpeed) has no effect: seqpar computes in bf16 on the GPU");
   EXPECT_HAS(r.out, "--no-pipeline-parallel (Megatron-DeepSpeed) has no effect");
+  EXPECT_HAS(r.out, "--hysteresis 2 (Megatron-DeepSpeed) has no effect: a setting of fp16's loss scaler");
   EXPECT_EQ(r.out.find("--tensor-model-parallel-size"), std::string::npos) << r.out;  // = 1: nothing to say
 }
 
