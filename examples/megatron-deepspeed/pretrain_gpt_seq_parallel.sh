@@ -98,8 +98,8 @@ args=(
   --min-lr "$MIN_LR"                          # min_lr_ratio = min_lr / lr
   --lr-decay-style cosine                     # lr_schedule linear_cosine (linear warmup, cosine to the floor)
   --lr-warmup-tokens "$LR_WARMUP_TOKENS"      # warmup_steps = ceil(tokens / (global batch × seq_len))
-  --train-tokens "$TRAIN_TOKENS"              # steps = ceil(tokens / (global batch × seq_len)); the cosine
-                                              # decays over the run, as their --lr-decay-tokens = train tokens
+  --train-tokens "$TRAIN_TOKENS"              # steps = ceil(tokens / (global batch × seq_len))
+  --lr-decay-tokens "$TRAIN_TOKENS"           # accepted: = the run's length (seqpar decays over the run)
   --adam-beta1 0.9                            # beta1
   --adam-beta2 0.95                           # beta2
   --weight-decay 0.1                          # weight_decay
@@ -119,8 +119,8 @@ args=(
 )
 if [ -n "$DATA" ]; then args+=(--data "$DATA"); fi  # theirs: --data-path PREFIX --data-impl mmap
 # Not passed, with why (docs/coming-from-megatron-deepspeed.md): --train-samples and
-# --exit-duration-in-mins (termination conditions set far beyond --train-tokens); --lr-decay-tokens
-# (= train tokens: seqpar decays over the run); --override-opt_param-scheduler, --split 949,50,1
+# --exit-duration-in-mins (termination conditions set far beyond --train-tokens);
+# --override-opt_param-scheduler, --split 949,50,1
 # (seqpar evaluates on --eval-data), --num-workers 0,
 # --no-async-tensor-model-parallel-allreduce (tensor parallelism), --load (seqpar: --resume auto), the
 # tensorboard flags (seqpar: --metrics-out FILE.jsonl and its .svg plot), --log-optimizer-states-to-

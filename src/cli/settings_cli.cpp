@@ -65,7 +65,10 @@ void add_setting_options(CLI::App& cmd, TrainConfig& values, unsigned command) {
   // Other tools' flags without a setting: recorded, and refused or noted by config_resolve.
   TrainConfig* out = &values;
   for (const ForeignFlag& f : foreign_flags()) {
-    const std::string help = fmt::format("({}) {}{}", f.tool, f.refused ? "refused" : "accepted without effect",
+    const std::string help = fmt::format("({}) {}{}", f.tool,
+                                         f.checked   ? "accepted when it equals the run's length"
+                                         : f.refused ? "refused"
+                                                     : "accepted without effect",
                                          f.accepted.empty() ? "" : " (" + f.accepted + " is accepted)");
     const std::string flag = f.flag;
     if (f.takes_value) {

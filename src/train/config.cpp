@@ -789,6 +789,14 @@ std::vector<ForeignFlag> declare_foreign() {
       {"--bf16", kMegatron, false, "", false,
        "seqpar computes in bf16 on the GPU already (f32 on the CPU), with f32 master weights and moments"},
   };
+  // Megatron decays the lr over --lr-decay-iters / --lr-decay-tokens (default: the run); seqpar's
+  // schedules decay over the whole run, so the value is accepted when it is the run's length.
+  for (const char* flag : {"--lr-decay-iters", "--lr-decay-tokens"}) {
+    ForeignFlag f{flag, kMegatron, true, "", false,
+                  "seqpar's schedules decay over the whole run: accepted when it equals the run's length"};
+    f.checked = true;
+    flags.push_back(f);
+  }
   // fp16's dynamic loss scaler (megatron/arguments.py's mixed-precision group).
   for (const char* flag :
        {"--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"})
@@ -1028,7 +1036,8 @@ std::string settings_markdown_table(const TrainConfig& defaults) {
   }
   for (const ForeignFlag& f : foreign_flags())
     out += fmt::format(
-        "| ({}) | - | {} ({}) | | | | {} |\n", f.refused ? "refused" : "accepted, no effect", code(f.flag), f.tool,
+        "| ({}) | - | {} ({}) | | | | {} |\n",
+        f.checked ? "checked" : f.refused ? "refused" : "accepted, no effect", code(f.flag), f.tool,
         cell((f.accepted.empty() ? std::string() : fmt::format("{} accepted; ", f.accepted)) + f.reason));
   return out;
 }

@@ -277,6 +277,9 @@ struct ForeignFlag {
   std::string accepted;  // with takes_value: the one value accepted silently ("" : none)
   bool refused = true;
   std::string reason;
+  // config_resolve checks the value against the settings (the decay lengths: accepted when they
+  // equal the run's), instead of refusing or noting it.
+  bool checked = false;
 };
 const std::vector<ForeignFlag>& foreign_flags();
 

@@ -3,6 +3,7 @@
 #include "train/config_resolve.h"
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <filesystem>
@@ -324,7 +325,7 @@ class Resolver {
       for (const ForeignFlag& x : foreign_flags())
         if (x.flag == flag) ff = &x;
       SEQPAR_CHECK(ff != nullptr, "no foreign flag {}", flag);
-      if (ff->takes_value && value == ff->accepted) continue;
+      if (ff->checked || (ff->takes_value && value == ff->accepted)) continue;
       if (ff->refused) {
         p.add(ff->takes_value
                   ? fmt::format("{}={} ({}) is not supported: {}{}", flag, value, ff->tool, ff->reason,
@@ -376,6 +377,26 @@ class Resolver {
     };
     steps_of("train_tokens", t.train_tokens, "steps", t.steps);
     steps_of("warmup_tokens", t.warmup_tokens, "warmup_steps", t.warmup_steps);
+    // Megatron's decay length: seqpar decays over the run, so it must be the run's length.
+    for (const auto& [flag, value] : cli_.values.foreign_given) {
+      if (flag != "--lr-decay-iters" && flag != "--lr-decay-tokens") continue;
+      int64_t n = 0;
+      const char* end = value.data() + value.size();
+      const auto [ptr, ec] = std::from_chars(value.data(), end, n);
+      if (ec != std::errc() || ptr != end || n < 1) {
+        p.add(fmt::format("{}={}: expected a whole number >= 1", flag, value));
+        continue;
+      }
+      const bool tokens = flag == "--lr-decay-tokens";
+      if (tokens && tokens_per_step <= 0) continue;  // the batch's own error says why
+      const int64_t decay_steps = tokens ? (n + tokens_per_step - 1) / tokens_per_step : n;
+      SEQPAR_PROBLEM_CHECK(p, decay_steps == t.steps,
+                           "{}={} decays the lr over {} steps{}, but the run has steps={} ({}): seqpar's schedules "
+                           "decay over the whole run; give the run's length, or leave {} out",
+                           flag, value, decay_steps,
+                           tokens ? fmt::format(" (ceil({} / tokens per step); {})", n, per_step) : std::string(),
+                           t.steps, source_text("steps"), flag);
+    }
     if (t.warmup_tokens > 0 && !flag_of("warmup_steps")) {
       t.lr_schedule.warmup_num_steps = t.warmup_steps;
       origin_.at("warmup_num_steps") = origin_.at("warmup_steps");

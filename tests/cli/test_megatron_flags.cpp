@@ -36,7 +36,8 @@ const std::string kScript =
     "--preset tiny --num-layers 3 --hidden-size 128 --num-attention-heads 4 --ffn-hidden-size 256 --seq-length 256 "
     "--max-position-embeddings 256 --micro-batch-size 1 --global-batch-size 4 --ds-sequence-parallel-size 2 "
     "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --no-pipeline-parallel --lr 2e-4 --min-lr 1e-6 "
-    "--lr-decay-style cosine --lr-warmup-tokens 3000 --train-tokens 100000 --weight-decay 0.1 --clip-grad 1.0 "
+    "--lr-decay-style cosine --lr-warmup-tokens 3000 --train-tokens 100000 --lr-decay-tokens 100000 "
+    "--weight-decay 0.1 --clip-grad 1.0 "
     "--adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.013 --seed 1234 --use-flash-attn-triton "
     "--checkpoint-activations --zero-stage 1 --log-interval 10 --fp16 --hysteresis 2";
 
@@ -130,6 +131,17 @@ TEST(MegatronFlags, RefusalsNameTheFlagAndTheReason) {
   EXPECT_HAS(r.out, "--clip and --clip-grad both set clip: give one of them");
   EXPECT_HAS(r.out, "train_tokens=1000 (--train-tokens) and steps=5 (--train-iters) both give the length");
   EXPECT_HAS(r.out, "min_lr=1e-05 (--min-lr) and min_lr_ratio=0.1 (--min-lr-ratio) both set the floor");
+  // Megatron's decay length is accepted only as the run's: seqpar decays over the whole run.
+  r = train("--preset tiny --train-iters 10 --lr-decay-iters 8 --print-config");
+  ASSERT_NE(r.rc, 0);
+  EXPECT_HAS(r.out, "--lr-decay-iters=8 decays the lr over 8 steps, but the run has steps=10 (--train-iters): "
+                    "seqpar's schedules decay over the whole run");
+  r = train("--preset tiny --seq-length 128 --global-batch-size 2 --micro-batch-size 1 --train-iters 10 "
+            "--lr-decay-tokens 2000 --print-config");
+  ASSERT_NE(r.rc, 0);
+  EXPECT_HAS(r.out, "--lr-decay-tokens=2000 decays the lr over 8 steps (ceil(2000 / tokens per step); tokens per "
+                    "step = train_batch_size × seq_len = 2 × 128 = 256), but the run has steps=10");
+  EXPECT_EQ(train("--preset tiny --train-iters 10 --lr-decay-iters 10 --print-config").rc, 0);
   r = train("--preset tiny --ds-sequence-parallel-size 2 --sp-mode ring --print-config");
   ASSERT_NE(r.rc, 0);
   EXPECT_HAS(r.out, "--ds-sequence-parallel-size is DeepSpeed-Ulysses, but sp_mode=ring (--sp-mode)");
