@@ -792,8 +792,12 @@ std::vector<ForeignFlag> declare_foreign() {
   // Megatron decays the lr over --lr-decay-iters / --lr-decay-tokens (default: the run); seqpar's
   // schedules decay over the whole run, so the value is accepted when it is the run's length.
   for (const char* flag : {"--lr-decay-iters", "--lr-decay-tokens"}) {
-    ForeignFlag f{flag, kMegatron, true, "", false,
-                  "seqpar's schedules decay over the whole run: accepted when it equals the run's length"};
+    ForeignFlag f;
+    f.flag = flag;
+    f.tool = kMegatron;
+    f.takes_value = true;
+    f.refused = false;
+    f.reason = "seqpar's schedules decay over the whole run: accepted when it equals the run's length";
     f.checked = true;
     flags.push_back(f);
   }
@@ -1035,10 +1039,13 @@ std::string settings_markdown_table(const TrainConfig& defaults) {
                        code(d.deepspeed), code(d.accelerate), def, cell(d.help));
   }
   for (const ForeignFlag& f : foreign_flags())
-    out += fmt::format(
-        "| ({}) | - | {} ({}) | | | | {} |\n",
-        f.checked ? "checked" : f.refused ? "refused" : "accepted, no effect", code(f.flag), f.tool,
-        cell((f.accepted.empty() ? std::string() : fmt::format("{} accepted; ", f.accepted)) + f.reason));
+    out +=
+        fmt::format("| ({}) | - | {} ({}) | | | | {} |\n",
+                    f.checked   ? "checked"
+                    : f.refused ? "refused"
+                                : "accepted, no effect",
+                    code(f.flag), f.tool,
+                    cell((f.accepted.empty() ? std::string() : fmt::format("{} accepted; ", f.accepted)) + f.reason));
   return out;
 }
 

@@ -134,13 +134,16 @@ TEST(MegatronFlags, RefusalsNameTheFlagAndTheReason) {
   // Megatron's decay length is accepted only as the run's: seqpar decays over the whole run.
   r = train("--preset tiny --train-iters 10 --lr-decay-iters 8 --print-config");
   ASSERT_NE(r.rc, 0);
-  EXPECT_HAS(r.out, "--lr-decay-iters=8 decays the lr over 8 steps, but the run has steps=10 (--train-iters): "
-                    "seqpar's schedules decay over the whole run");
-  r = train("--preset tiny --seq-length 128 --global-batch-size 2 --micro-batch-size 1 --train-iters 10 "
-            "--lr-decay-tokens 2000 --print-config");
+  EXPECT_HAS(r.out,
+             "--lr-decay-iters=8 decays the lr over 8 steps, but the run has steps=10 (--train-iters): "
+             "seqpar's schedules decay over the whole run");
+  r = train(
+      "--preset tiny --seq-length 128 --global-batch-size 2 --micro-batch-size 1 --train-iters 10 "
+      "--lr-decay-tokens 2000 --print-config");
   ASSERT_NE(r.rc, 0);
-  EXPECT_HAS(r.out, "--lr-decay-tokens=2000 decays the lr over 8 steps (ceil(2000 / tokens per step); tokens per "
-                    "step = train_batch_size × seq_len = 2 × 128 = 256), but the run has steps=10");
+  EXPECT_HAS(r.out,
+             "--lr-decay-tokens=2000 decays the lr over 8 steps (ceil(2000 / tokens per step); tokens per "
+             "step = train_batch_size × seq_len = 2 × 128 = 256), but the run has steps=10");
   EXPECT_EQ(train("--preset tiny --train-iters 10 --lr-decay-iters 10 --print-config").rc, 0);
   r = train("--preset tiny --ds-sequence-parallel-size 2 --sp-mode ring --print-config");
   ASSERT_NE(r.rc, 0);
