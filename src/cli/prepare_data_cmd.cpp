@@ -36,8 +36,10 @@ void add_prepare_data_command(CLI::App& app, int& rc) {
   PrepareDataOptions& o = args->options;
   CLI::App* c = app.add_subcommand(
       "prepare-data", "Tokenize text, JSONL or SFT JSONL files into a token file (document boundaries, SFT loss mask)");
-  c->add_option("--tokenizer", o.tokenizer, "HF tokenizer.json (byte-level BPE) or SentencePiece tokenizer.model")
-      ->required();
+  c->add_option("--tokenizer", o.tokenizer, "HF tokenizer.json (byte-level BPE) or SentencePiece tokenizer.model");
+  c->add_option("--vocab-file", o.vocab_file,
+                "GPT-2's vocab.json, with --merge-file (Megatron's GPT2BPETokenizer files), instead of --tokenizer");
+  c->add_option("--merge-file", o.merge_file, "GPT-2's merges.txt, with --vocab-file");
   c->add_option("--input", o.inputs, "input files, read in order")->required();
   c->add_option("--output", o.output, "output token file (written atomically)")->required();
   c->add_option("--format", args->format,
@@ -48,14 +50,18 @@ void add_prepare_data_command(CLI::App& app, int& rc) {
                 "text format: what a document is: paragraph (blank-line separated) | line | file")
       ->capture_default_str();
   c->add_option("--text-field", o.text_field, "jsonl format: the field holding the text")->capture_default_str();
-  c->add_option("--threads", o.threads, "tokenizer threads (0 = all hardware threads, at most 16)")
+  c->add_option("--threads,--workers", o.threads, "tokenizer threads (0 = all hardware threads, at most 16)")
       ->capture_default_str();
-  c->add_flag("--append-eos", o.append_eos, "append the EOS token to every document (trained in SFT)");
-  c->add_option("--eos-token", args->eos_token, "the EOS token (default: eos_token of tokenizer_config.json)");
+  c->add_flag("--append-eos,--append-eod", o.append_eos,
+              "append the EOS token to every document, so the documents are concatenated with it between them as "
+              "Megatron's --append-eod does (trained in SFT)");
+  c->add_option("--eos-token", args->eos_token,
+                "the EOS token (default: eos_token of tokenizer_config.json; with --vocab-file: <|endoftext|>)");
   c->add_flag("--no-special-tokens", args->no_special_tokens,
               "do not add the tokenizer's template tokens (e.g. BOS) to each document");
   c->add_option("--chat-format", args->chat_format,
-                "sft format: render chat 'messages' with a built-in format: llama3 (Jinja templates are not run)");
+                "sft format: render chat 'messages' with a built-in format: llama3 | chatml (Qwen's turns) | qwen2.5 "
+                "(ChatML with Qwen2.5-Instruct's default system message); Jinja templates are not run");
   c->add_flag("--quiet", args->quiet, "no progress line on stderr");
   c->callback([args, &rc] {
     run(*args);

@@ -58,9 +58,13 @@ void run(TrainArgs& a, const CLI::App& command) {
   TrainConfig& c = resolved.train;
   c.kernels = process_kernel_policy();
   for (const SettingDecl& d : train_settings())
-    SEQPAR_PROBLEM_CHECK(problems, !d.builtin_model_only || c.model_dir.empty() || !cli.given.count(d.flag()),
-                         "{} sizes the built-in model; with --model={} the sizes come from its config.json", d.flag(),
-                         c.model_dir);
+    if (d.builtin_model_only && !c.model_dir.empty())
+      for (const std::string& f : d.flags_given(cli.given))
+        problems.add(fmt::format("{} sizes the built-in model; with --model={} the sizes come from its config.json", f,
+                                 c.model_dir));
+  SEQPAR_PROBLEM_CHECK(problems, c.preset.empty() || c.model_dir.empty(),
+                       "--preset={} is a randomly initialised architecture, --model={} a checkpoint: give one of them",
+                       c.preset, c.model_dir);
   Problems rules;
   c.validate(rules);
   add_sources(rules, resolved);

@@ -100,6 +100,22 @@ RenderedChat render_chat_llama3(const std::vector<ChatMessage>& messages, const 
   return r;
 }
 
+RenderedChat render_chat_chatml(const std::vector<ChatMessage>& messages, const std::string& default_system) {
+  RenderedChat r;
+  auto turn = [&](const std::string& role, const std::string& content) {
+    r.text += "<|im_start|>" + role + "\n";
+    const size_t begin = r.text.size();
+    r.text += content + "<|im_end|>";
+    if (role == "assistant") r.trained.emplace_back(begin, r.text.size());
+    r.text += "\n";
+  };
+  if (!default_system.empty() && (messages.empty() || messages[0].role != "system")) turn("system", default_system);
+  for (const ChatMessage& m : messages) turn(m.role, m.content);
+  return r;
+}
+
+static const char* chat_formats() { return "llama3, chatml, qwen2.5"; }
+
 TokenizedDoc tokenize_prompt_completion(const Tokenizer& tok, const std::string& prompt,
                                         const std::string& completion, bool add_special_tokens, int32_t eos) {
   // The suffix tokens of a template start at text.size(): the span's end is one past it.
@@ -150,6 +166,21 @@ class Pipeline {
   Pipeline(const PrepareDataOptions& o, const Tokenizer& tok, int32_t eos, std::optional<std::string> bos_for_chat,
            std::string chat_error)
       : o_(o), tok_(tok), eos_(eos), chat_bos_(std::move(bos_for_chat)), chat_error_(std::move(chat_error)) {}
+
+  // The chat format's rendering (--chat-format): checks the roles it can render.
+  RenderedChat render(const std::vector<ChatMessage>& msgs) const {
+    const std::string& f = *o_.chat_format;
+    if (f == "llama3") return render_chat_llama3(msgs, *chat_bos_);
+    if (f == "chatml") return render_chat_chatml(msgs, "");
+    // Qwen2.5-Instruct's template without tools: system (its default when the first message is not
+    // one), user and assistant turns; tool calls and tool results have their own markup there.
+    for (size_t i = 0; i < msgs.size(); ++i)
+      SEQPAR_INPUT_CHECK(msgs[i].role == "system" || msgs[i].role == "user" || msgs[i].role == "assistant",
+                         "messages[{}]: role '{}' is not one --chat-format qwen2.5 renders (system, user, assistant; "
+                         "--chat-format chatml renders any role as a plain turn)",
+                         i, msgs[i].role);
+    return render_chat_chatml(msgs, kQwen25DefaultSystem);
+  }
 
   ChunkResult process(const Chunk& c) const {
     ChunkResult r;
@@ -213,7 +244,7 @@ class Pipeline {
                            type_name(ms[i]));
         msgs.push_back({str(ms[i], "role", at), str(ms[i], "content", at)});
       }
-      r.docs.push_back(tokenize_chat(tok_, render_chat_llama3(msgs, *chat_bos_), eos_));
+      r.docs.push_back(tokenize_chat(tok_, render(msgs), eos_));
       return;
     }
     SEQPAR_INPUT_CHECK(j.contains("prompt") || j.contains("completion"),
@@ -361,14 +392,26 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
                        "--output '{}' is also an --input: refusing to overwrite the data being read", o.output);
   }
   if (o.chat_format)
-    SEQPAR_INPUT_CHECK(*o.chat_format == "llama3", "--chat-format={}: the only built-in chat format is llama3",
-                       *o.chat_format);
+    SEQPAR_INPUT_CHECK(*o.chat_format == "llama3" || *o.chat_format == "chatml" || *o.chat_format == "qwen2.5",
+                       "--chat-format={}: not a built-in chat format (built in: {}; Jinja templates are not run)",
+                       *o.chat_format, chat_formats());
 
-  const auto tok = Tokenizer::load(o.tokenizer);
-  const TokenizerConfig cfg = read_tokenizer_config(o.tokenizer);
+  const bool gpt2_files = !o.vocab_file.empty() || !o.merge_file.empty();
+  SEQPAR_INPUT_CHECK(!gpt2_files || o.tokenizer.empty(),
+                     "--tokenizer={} and --vocab-file/--merge-file both name a tokenizer: give one of them",
+                     o.tokenizer);
+  SEQPAR_INPUT_CHECK(!gpt2_files || (!o.vocab_file.empty() && !o.merge_file.empty()),
+                     "--vocab-file and --merge-file go together (GPT-2's vocab.json and merges.txt): {} is missing",
+                     o.vocab_file.empty() ? "--vocab-file" : "--merge-file");
+  SEQPAR_INPUT_CHECK(gpt2_files || !o.tokenizer.empty(),
+                     "--tokenizer: a tokenizer is needed (tokenizer.json or tokenizer.model, or --vocab-file with "
+                     "--merge-file)");
+  const auto tok = gpt2_files ? Tokenizer::load_gpt2_files(o.vocab_file, o.merge_file) : Tokenizer::load(o.tokenizer);
+  const TokenizerConfig cfg = read_tokenizer_config(gpt2_files ? o.vocab_file : o.tokenizer);
   int32_t eos = -1;
   if (o.append_eos) {
-    const std::optional<std::string> name = o.eos_token ? o.eos_token : cfg.eos_token;
+    std::optional<std::string> name = o.eos_token ? o.eos_token : cfg.eos_token;
+    if (!name && gpt2_files) name = "<|endoftext|>";  // Megatron's GPT2BPETokenizer.eod
     SEQPAR_INPUT_CHECK(name.has_value(), "--append-eos: no EOS token: {} has no eos_token; name one with --eos-token",
                        cfg.path.empty() ? "there is no tokenizer_config.json next to " + o.tokenizer : cfg.path);
     const auto id = tok->token_to_id(*name);
@@ -379,7 +422,13 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
   // Chat `messages` need a template: the built-in Llama-3 one, asked for by --chat-format.
   std::string chat_error;
   std::optional<std::string> chat_bos;
-  if (o.chat_format) {
+  const bool chatml_template = cfg.chat_template && cfg.chat_template->find("<|im_start|>") != std::string::npos;
+  if (o.chat_format && *o.chat_format != "llama3") {
+    for (const char* t : {"<|im_start|>", "<|im_end|>"})
+      SEQPAR_INPUT_CHECK(tok->token_to_id(t).has_value(),
+                         "--chat-format={}: the tokenizer {} has no '{}' token: it is not a ChatML (Qwen) tokenizer",
+                         *o.chat_format, o.tokenizer, t);
+  } else if (o.chat_format) {
     chat_bos = cfg.bos_token.value_or("<|begin_of_text|>");
     for (const char* t : {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"})
       SEQPAR_INPUT_CHECK(tok->token_to_id(t).has_value(),
@@ -387,6 +436,13 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
                          o.tokenizer, t);
     SEQPAR_INPUT_CHECK(chat_bos->empty() || tok->token_to_id(*chat_bos).has_value(),
                        "--chat-format=llama3: bos_token '{}' of {} is not in the vocabulary", *chat_bos, cfg.path);
+  } else if (chatml_template) {
+    chat_error = fmt::format(
+        "chat 'messages' need the chat_template of {}, a ChatML (<|im_start|>) template, and Jinja chat templates "
+        "are not run; pass --chat-format qwen2.5 (Qwen2.5-Instruct's turns, its default system message) or "
+        "--chat-format chatml (the turns only) to render them with seqpar's built-in ChatML (docs/prepare-data.md), "
+        "or give 'prompt' and 'completion'",
+        cfg.path);
   } else if (cfg.chat_template) {
     chat_error = fmt::format(
         "chat 'messages' need the chat_template of {}, and Jinja chat templates are not supported; pass "

@@ -39,7 +39,8 @@ TextUnit parse_text_unit(const std::string& s, const std::string& setting);
 inline constexpr int kMaxPrepareThreads = 256;
 
 struct PrepareDataOptions {
-  std::string tokenizer;            // tokenizer.json / tokenizer.model
+  std::string tokenizer;               // tokenizer.json / tokenizer.model; or, empty:
+  std::string vocab_file, merge_file;  // GPT-2's vocab.json + merges.txt (Megatron's --vocab-file / --merge-file)
   std::vector<std::string> inputs;  // files, read in order
   std::string output;               // token file, written atomically
   DataFormat format = DataFormat::kText;
@@ -47,9 +48,11 @@ struct PrepareDataOptions {
   std::string text_field = "text";
   int threads = 0;                          // 0: all hardware threads (at most 16); at most kMaxPrepareThreads
   bool add_special_tokens = true;           // the tokenizer's template tokens (BOS) on each document
-  bool append_eos = false;                  // an EOS token after each document (trained in SFT)
-  std::optional<std::string> eos_token;     // default: eos_token of tokenizer_config.json
-  std::optional<std::string> chat_format;   // "llama3": render SFT `messages` with the built-in format
+  bool append_eos = false;                  // an EOS token after each document (trained in SFT); Megatron's
+                                            // --append-eod: the documents concatenated with it between them
+  std::optional<std::string> eos_token;     // default: eos_token of tokenizer_config.json; with vocab_file,
+                                            // <|endoftext|> (Megatron's eod) when that file has none
+  std::optional<std::string> chat_format;   // "llama3" | "chatml" | "qwen2.5": render SFT `messages` built in
   int64_t chunk_bytes = 1 << 20;            // input bytes per work unit (tests make it small)
   bool progress = true;                     // progress line on stderr
 };
@@ -82,6 +85,16 @@ struct RenderedChat {
 // where TRIM is Jinja's `trim` (python str.strip()). Trained: the content and <|eot_id|> of every
 // assistant message; masked: the BOS, the headers, every other role.
 RenderedChat render_chat_llama3(const std::vector<ChatMessage>& messages, const std::string& bos_token);
+
+// Qwen's ChatML: for each message <|im_start|>ROLE\n CONTENT <|im_end|>\n, CONTENT as it is (no trim);
+// `default_system` (when not empty) as a first system turn if the first message is not a system
+// one, as Qwen2.5-Instruct's template does. Trained: the content and <|im_end|> of every assistant
+// turn (the turn's end, which the model must learn to emit); masked: the headers, the newline after
+// <|im_end|>, every other role.
+RenderedChat render_chat_chatml(const std::vector<ChatMessage>& messages, const std::string& default_system);
+// Qwen2.5-Instruct's default system message (--chat-format qwen2.5).
+inline constexpr const char* kQwen25DefaultSystem =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 // One SFT / text document: ids and their loss mask (empty for a document without mask).
 struct TokenizedDoc {

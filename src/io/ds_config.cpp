@@ -237,15 +237,53 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
     c.bf16_enabled = r.boolean("enabled", kAuto);
     for (std::string& k : r.unread()) unread.push_back(k);
   }
+  // DeepSpeed's prescale_gradients divides the gradients by the world before the all-reduce instead
+  // of after (against fp16 overflow in the reduction); seqpar reduces f32 gradients, where the two
+  // orders give the same mean.
+  if (top.has("prescale_gradients")) {
+    const DsValue<bool> v = top.boolean("prescale_gradients", false);
+    if (v.is_set())
+      c.warnings.push_back(
+          fmt::format("{}: prescale_gradients={} has nothing to set: seqpar all-reduces f32 "
+                      "gradients and divides once, the same mean as dividing first",
+                      c.source, v.value ? "true" : "false"));
+  }
+  // fp16 with DeepSpeed's loss scaler (Megatron-DeepSpeed's and most Accelerate templates): taken,
+  // with a note saying what seqpar does instead. seqpar's GPU path computes in bf16 with f32 master
+  // weights; bf16 keeps f32's exponent range, so gradients do not underflow and there is no scale
+  // to find: the scaler's keys are read (checked as DeepSpeed types them) and named as unused.
   if (const json* f = top.object("fp16")) {
     Reader r(*f, c.source, "fp16.");
-    DsValue<bool> enabled = r.boolean("enabled", kAuto);
-    SEQPAR_INPUT_CHECK(
-        !(enabled.is_set() && enabled.value),
-        "{}: 'fp16.enabled'=true is not supported: fp16 needs dynamic loss scaling, which seqpar does "
-        "not implement; use \"bf16\": {{\"enabled\": true}} (bf16 has fp32's exponent range and needs no "
-        "loss scaling)",
-        c.source);
+    c.fp16_enabled = r.boolean("enabled", kAuto);
+    std::vector<std::string> scaler;
+    auto note = [&](const std::string& key, const std::string& value) {
+      scaler.push_back(fmt::format("fp16.{}={}", key, value));
+    };
+    for (const char* k : {"loss_scale", "min_loss_scale"}) {
+      DsValue<double> v = r.number(k, 0, HUGE_VAL, kAuto);
+      if (v.is_set()) note(k, fmt::format("{}", v.value));
+    }
+    for (const char* k : {"initial_scale_power", "loss_scale_window", "hysteresis"}) {
+      DsValue<int64_t> v = r.integer(k, 0, INT64_MAX, kAuto);
+      if (v.is_set()) note(k, fmt::format("{}", v.value));
+    }
+    for (const char* k : {"consecutive_hysteresis", "auto_cast", "fp16_master_weights_and_grads"}) {
+      DsValue<bool> v = r.boolean(k, false);
+      if (v.is_set()) note(k, v.value ? "true" : "false");
+    }
+    if (c.fp16_enabled.is_set() && c.fp16_enabled.value) {
+      std::string keys;
+      for (const std::string& k : scaler) keys += (keys.empty() ? "" : ", ") + k;
+      c.warnings.push_back(fmt::format(
+          "{}: 'fp16.enabled'=true is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with f32 "
+          "master weights and moments; bf16 has f32's exponent range, so no loss scaling is needed{}",
+          c.source, keys.empty() ? std::string() : " and the loss scaler's settings are not used (" + keys + ")"));
+    } else if (!scaler.empty()) {
+      std::string keys;
+      for (const std::string& k : scaler) keys += (keys.empty() ? "" : ", ") + k;
+      c.warnings.push_back(
+          fmt::format("{}: {} are not used: fp16 is not enabled (and seqpar needs no loss scaling)", c.source, keys));
+    }
     for (std::string& k : r.unread()) unread.push_back(k);
   }
 }
@@ -289,7 +327,18 @@ void parse_optimizer(Reader& top, DsConfig& c, std::vector<std::string>& unread,
     // implementation of the same algorithm.
     DsValue<bool> w_mode = rp.boolean("adam_w_mode", false);
     if (w_mode.is_set()) opt.adam_w_mode = opt.type == "AdamW" || w_mode.value;
-    rp.boolean("torch_adam", false);
+    const DsValue<bool> torch_adam = rp.boolean("torch_adam", false);
+    // Both pick among DeepSpeed's implementations (fused, CPU, torch's) of the same update: named,
+    // so a reader of the output sees them taken.
+    std::string impl;
+    if (torch_adam.is_set()) impl += fmt::format("optimizer.params.torch_adam={}", torch_adam.value);
+    if (w_mode.is_set() && (opt.type == "AdamW" || w_mode.value))
+      impl += fmt::format("{}optimizer.params.adam_w_mode={}", impl.empty() ? "" : ", ", w_mode.value);
+    if (!impl.empty())
+      c.warnings.push_back(
+          fmt::format("{}: {} pick an implementation of AdamW in DeepSpeed; seqpar runs its own "
+                      "(torch semantics: decoupled weight decay, bias correction)",
+                      c.source, impl));
     DsValue<bool> bias_correction = rp.boolean("bias_correction", false);
     SEQPAR_INPUT_CHECK(!bias_correction.is_set() || bias_correction.value,
                        "{}: 'optimizer.params.bias_correction'=false is not supported: seqpar's AdamW always applies "

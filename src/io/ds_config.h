@@ -4,7 +4,7 @@
 // cannot honour. docs/configs.md lists every key and its effect.
 //
 // Errors (InputError) name the file, the dotted key, the expected type and the value found, or
-// the reason a setting is refused (fp16, NVMe offload, L2-mode Adam, ...). Keys seqpar does not
+// the reason a setting is refused (NVMe offload, L2-mode Adam, ...). Keys seqpar does not
 // read, and settings it reads without acting on them (the stage-3 tuning knobs), become warnings.
 #pragma once
 
@@ -66,6 +66,9 @@ struct DsConfig {
   DsValue<std::string> offload_optimizer_device, offload_param_device;
   DsValue<bool> offload_param_pin_memory;
   DsValue<bool> bf16_enabled;   // bf16.enabled (or the older "bfloat16")
+  // fp16.enabled: taken as bf16 with a warning (no loss scaling is needed; the scaler's keys are
+  // read and named as unused).
+  DsValue<bool> fp16_enabled;
   DsOptimizer optimizer;
   DsScheduler scheduler;
   DsValue<double> gradient_clipping;

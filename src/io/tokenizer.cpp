@@ -270,4 +270,13 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& path) {
   return tokenizer_detail::load_hf_tokenizer(path);
 }
 
+std::shared_ptr<const Tokenizer> Tokenizer::load_gpt2_files(const std::string& vocab_json,
+                                                            const std::string& merges_txt) {
+  SEQPAR_INPUT_CHECK(std::filesystem::exists(vocab_json), "--vocab-file '{}': no such file", vocab_json);
+  SEQPAR_INPUT_CHECK(std::filesystem::exists(merges_txt), "--merge-file '{}': no such file", merges_txt);
+  check_input_file(vocab_json, kTokenizerInput);
+  check_input_file(merges_txt, kTokenizerInput);
+  return tokenizer_detail::load_gpt2_files(vocab_json, merges_txt);
+}
+
 }  // namespace seqpar

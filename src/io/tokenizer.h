@@ -1,6 +1,7 @@
 // Tokenizers: text <-> token ids, with no Python at run time.
 //
 // Supported (docs/prepare-data.md has the full list):
+//   - GPT-2's vocab.json + merges.txt (Tokenizer::load_gpt2_files), the same BPE.
 //   - Hugging Face `tokenizer.json` with a byte-level BPE model (GPT-2, Llama-3, Qwen2 style):
 //     normalizer none; pre-tokenizer ByteLevel (its GPT-2 regex or none), or a Sequence of Split
 //     (the GPT-2, Llama-3 or Qwen2 regex, behaviour Isolated) followed by ByteLevel; BPE merges
@@ -28,6 +29,12 @@ class Tokenizer {
  public:
   // Loads `path`: a HF tokenizer.json, or a SentencePiece model (a name ending in ".model").
   static std::shared_ptr<const Tokenizer> load(const std::string& path);
+  // GPT-2's byte-level BPE from its original files, as Megatron's GPT2BPETokenizer and HF's
+  // GPT2Tokenizer(vocab_file, merges_file) read them: vocab.json ({token: id}) and merges.txt (one
+  // "a b" merge per line, ranked by line, after an optional "#version" line); ByteLevel pre-
+  // tokenizer with the GPT-2 regex and no prefix space, ByteLevel decoder, no template tokens;
+  // <|endoftext|> (when the vocabulary has it) a special token. The same BPE as tokenizer.json.
+  static std::shared_ptr<const Tokenizer> load_gpt2_files(const std::string& vocab_json, const std::string& merges_txt);
   virtual ~Tokenizer() = default;
 
   // text (UTF-8; an InputError names the byte offset of invalid UTF-8) -> ids, as HF
@@ -102,6 +109,7 @@ char32_t byte_to_unicode(uint8_t b);
 
 // The loaders behind Tokenizer::load (tokenizer_bpe.cpp, tokenizer_sentencepiece.cpp).
 std::shared_ptr<const Tokenizer> load_hf_tokenizer(const std::string& path);
+std::shared_ptr<const Tokenizer> load_gpt2_files(const std::string& vocab_json, const std::string& merges_txt);
 std::shared_ptr<const Tokenizer> load_sentencepiece_tokenizer(const std::string& path);
 bool sentencepiece_available();  // built with libsentencepiece
 

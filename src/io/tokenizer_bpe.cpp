@@ -690,4 +690,50 @@ std::shared_ptr<const Tokenizer> load_hf_tokenizer(const std::string& path) {
   return std::make_shared<HfBpeTokenizer>(path, root);
 }
 
+// vocab.json + merges.txt -> the tokenizer.json that HF's GPT2Tokenizer builds from them (BPE with
+// no unk, ByteLevel pre-tokenizer: GPT-2 regex, no prefix space; ByteLevel decoder), so both
+// spellings of GPT-2 share one BPE.
+std::shared_ptr<const Tokenizer> load_gpt2_files(const std::string& vocab_path, const std::string& merges_path) {
+  const std::string vocab_text = read_input_file(vocab_path, kTokenizerInput);
+  check_json_depth(vocab_text, fmt::format("--vocab-file '{}'", vocab_path));
+  json vocab;
+  try {
+    vocab = json::parse(vocab_text);
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("--vocab-file '{}': not valid JSON ({})", vocab_path, e.what()));
+  }
+  SEQPAR_INPUT_CHECK(vocab.is_object(), "--vocab-file '{}': must be a JSON object {{token: id}} (GPT-2's vocab.json)",
+                     vocab_path);
+  // merges.txt: "#version: ..." first (tokenizers' BPE skips it), then one merge a line, its rank
+  // the line's order; blank lines (the file's last newline) carry nothing.
+  const std::string merges_text = read_input_file(merges_path, kTokenizerInput);
+  json merges = json::array();
+  size_t line_no = 0;
+  for (size_t at = 0; at < merges_text.size();) {
+    size_t end = merges_text.find('\n', at);
+    if (end == std::string::npos) end = merges_text.size();
+    std::string line = merges_text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+    const size_t sp = line.find(' ');
+    SEQPAR_INPUT_CHECK(
+        sp != std::string::npos && sp > 0 && sp + 1 < line.size() && line.find(' ', sp + 1) == std::string::npos,
+        "--merge-file '{}':{}: '{}' must be two tokens separated by one space (GPT-2's merges.txt)", merges_path,
+        line_no, line);
+    merges.push_back(std::move(line));
+  }
+  json root = {{"model", {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}}},
+               {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+               {"decoder", {{"type", "ByteLevel"}}}};
+  constexpr const char* kEndOfText = "<|endoftext|>";  // HF's unk/bos/eos, Megatron's eod
+  if (root["model"]["vocab"].contains(kEndOfText))
+    root["added_tokens"] = json::array({{{"id", root["model"]["vocab"][kEndOfText]},
+                                         {"content", kEndOfText},
+                                         {"special", true},
+                                         {"normalized", false}}});
+  return std::make_shared<HfBpeTokenizer>(vocab_path + " + " + merges_path, root);
+}
+
 }  // namespace seqpar::tokenizer_detail

@@ -1,6 +1,7 @@
 // The one declaration of every training setting (train/config.h), and TrainConfig's rules.
 #include "train/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -311,6 +312,27 @@ void declare_model(std::vector<SettingDecl>& s) {
                        "HF model directory to start from (config.json + *.safetensors); empty: the built-in tiny "
                        "Llama, randomly initialised"),
                    kTrainBench));
+  // Declared before the sizes: the command line applies options in declaration order, so the size
+  // flags override the preset's fields.
+  s.push_back(with(decl(
+                       "preset", G::kModel, {"--preset"}, +[](TrainConfig& c) -> std::string& { return c.preset; },
+                       "a known architecture, randomly initialised, instead of the built-in tiny Llama (not with "
+                       "--model): " +
+                           preset_choices() + "; the size flags override its fields"),
+                   kTrainCommand));
+  s.back().empty_text = "(none)";
+  s.back().choices = llama_preset_names();
+  s.back().set = [](TrainConfig& c, const std::string& v, const std::string& flag) {
+    if (!v.empty()) {
+      const auto& names = llama_preset_names();
+      SEQPAR_INPUT_CHECK(std::find(names.begin(), names.end(), v) != names.end(), "{}={}: not a known preset: {}", flag,
+                         v, preset_choices());
+      c.model = llama_preset(v);
+    }
+    c.preset = v;
+  };
+  // A checkpoint records the model's every field: its preset is the name only.
+  s.back().from_json = [](TrainConfig& c, const json& j) { c.preset = from_json_value<std::string>(j, "preset"); };
   s.push_back(decl(
       "hidden_size", G::kModel, {"--hidden-size"}, +[](TrainConfig& c) -> int64_t& { return c.model.hidden_size; },
       "built-in model: hidden size"));
@@ -329,6 +351,14 @@ void declare_model(std::vector<SettingDecl>& s) {
   s.push_back(decl(
       "head_dim", G::kModel, {"--head-dim"}, +[](TrainConfig& c) -> int64_t& { return c.model.head_dim; },
       "built-in model: head dim (CUDA needs 64 or 128)"));
+  s.push_back(decl(
+      "max_position_embeddings", G::kModel, {"--max-position-embeddings"},
+      +[](TrainConfig& c) -> int64_t& { return c.model.max_position_embeddings; },
+      "built-in model: the longest sequence it is built for (HF max_position_embeddings; a learned-position "
+      "model's table size)"));
+  s.push_back(decl(
+      "init_std", G::kModel, {"--init-std"}, +[](TrainConfig& c) -> float& { return c.init_std; },
+      "standard deviation of the random init (HF initializer_range; without --model only)"));
   s.push_back(with(
       decl(
           "attn_implementation", G::kModel, {"--attn-implementation"},
@@ -339,7 +369,8 @@ void declare_model(std::vector<SettingDecl>& s) {
           "", "parallelism_config.sp_attn_implementation"),
       kAll));
   find_in(s, "model").empty_text = "built-in demo Llama";
-  for (const char* size : {"hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"})
+  for (const char* size : {"hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                           "max_position_embeddings"})
     find_in(s, size).builtin_model_only = true;
 }
 
@@ -371,6 +402,14 @@ void declare_data(std::vector<SettingDecl>& s) {
                        "micro-batches accumulated per step", "gradient_accumulation_steps",
                        "deepspeed_config.gradient_accumulation_steps"),
                    kTrainCommand, R::kMustMatch));
+  s.push_back(with(decl(
+                       "global_batch_size", G::kData, {"--global-batch-size"},
+                       +[](TrainConfig& c) -> int64_t& { return c.global_batch; },
+                       "sequences per optimizer step over all data-parallel ranks (Megatron's global batch, "
+                       "DeepSpeed's train_batch_size): grad_accum = global_batch_size / (micro_batch × dp), which "
+                       "must divide (0 = micro_batch × grad_accum × dp)"),
+                   kTrainCommand));
+  s.back().print_when_given = true;
   s.push_back(decl(
       "eval_batches", G::kData, {"--eval-batches"}, +[](TrainConfig& c) -> int& { return c.eval_batches; },
       "batches per evaluation (recall task), micro-batches per data-parallel rank (--eval-data)"));
@@ -542,9 +581,31 @@ void declare_schedule(std::vector<SettingDecl>& s) {
                    kTrainBench, R::kWarn));
   s.push_back(with(
       decl(
+          "train_tokens", G::kSchedule, {"--train-tokens"}, +[](TrainConfig& c) -> int64_t& { return c.train_tokens; },
+          "run length in tokens: steps = ceil(train_tokens / tokens per step), tokens per step = "
+          "global batch × seq_len (0 = --steps)"),
+      kTrainCommand, R::kWarn));
+  s.back().print_when_given = true;
+  s.push_back(with(
+      decl(
           "warmup_steps", G::kSchedule, {"--warmup-steps"}, +[](TrainConfig& c) -> int64_t& { return c.warmup_steps; },
           "linear warmup steps (also DeepSpeed's warmup_num_steps)", "scheduler.params.warmup_num_steps"),
       kTrainCommand, R::kWarn));
+  s.push_back(with(decl(
+                       "warmup_tokens", G::kSchedule, {"--warmup-tokens"},
+                       +[](TrainConfig& c) -> int64_t& { return c.warmup_tokens; },
+                       "warmup length in tokens: warmup_steps = ceil(warmup_tokens / tokens per step) (0 = "
+                       "--warmup-steps)"),
+                   kTrainCommand, R::kWarn));
+  s.back().print_when_given = true;
+  s.push_back(with(decl(
+                       "min_lr", G::kSchedule, {"--min-lr"}, +[](TrainConfig& c) -> double& { return c.min_lr; },
+                       "the cosine schedule's floor as a learning rate: min_lr_ratio = min_lr / lr (>= 0; unset: "
+                       "--min-lr-ratio)"),
+                   kTrainCommand, R::kWarn));
+  s.back().print_when_given = true;
+  s.back().empty_text = "(none: min_lr_ratio)";
+  s.back().get = [](const TrainConfig& c) { return c.min_lr < 0 ? std::string() : text_of(c.min_lr); };
   s.push_back(with(
       decl(
           "min_lr_ratio", G::kSchedule, {"--min-lr-ratio"}, +[](TrainConfig& c) -> float& { return c.min_lr_ratio; },
@@ -640,6 +701,115 @@ void declare_logging(std::vector<SettingDecl>& s) {
                    kTrainBench));
 }
 
+// ---- other tools' flags --------------------------------------------------------------------
+
+constexpr const char* kMegatron = "Megatron-DeepSpeed";
+
+FlagAlias& megatron(std::vector<SettingDecl>& s, const std::string& name, const std::string& flag) {
+  SettingDecl& d = find_in(s, name);
+  FlagAlias a;
+  a.flag = flag;
+  a.tool = kMegatron;
+  a.is_switch = d.is_switch;
+  d.aliases.push_back(std::move(a));
+  return d.aliases.back();
+}
+
+// Megatron-DeepSpeed's pretrain_gpt.py flags (megatron/arguments.py) that are seqpar settings.
+// docs/coming-from-megatron-deepspeed.md is the user's table of all of them. Where Megatron and
+// seqpar spell a flag alike (--num-layers, --hidden-size, --lr, --seed, --weight-decay,
+// --zero-stage, --global-batch-size, --min-lr, --train-tokens) it is the setting's own flag.
+void declare_megatron_aliases(std::vector<SettingDecl>& s) {
+  megatron(s, "num_heads", "--num-attention-heads").note =
+      "also num_kv_heads = num_heads and head_dim = hidden_size / num_heads unless given (Megatron's defaults)";
+  megatron(s, "num_kv_heads", "--num-key-value-heads");
+  megatron(s, "intermediate_size", "--ffn-hidden-size");
+  megatron(s, "seq_len", "--seq-length");
+  megatron(s, "micro_batch", "--micro-batch-size");
+  megatron(s, "sp", "--ds-sequence-parallel-size").note = "DeepSpeed-Ulysses: sp_mode ulysses";
+  megatron(s, "beta1", "--adam-beta1");
+  megatron(s, "beta2", "--adam-beta2");
+  megatron(s, "eps", "--adam-eps");
+  megatron(s, "clip", "--clip-grad");
+  megatron(s, "init_std", "--init-method-std");
+  megatron(s, "steps", "--train-iters");
+  megatron(s, "warmup_steps", "--lr-warmup-iters");
+  megatron(s, "warmup_tokens", "--lr-warmup-tokens");
+  megatron(s, "log_every", "--log-interval");
+  megatron(s, "eval_every", "--eval-interval");
+  megatron(s, "eval_batches", "--eval-iters");
+  megatron(s, "save_every", "--save-interval");
+  megatron(s, "save_dir", "--save");
+  megatron(s, "activation_checkpointing", "--checkpoint-activations");
+  megatron(s, "activation_checkpointing", "--deepspeed-activation-checkpointing");
+  // Megatron's three flash-attention flags pick a Python package (flash-attn 1, its Triton kernel,
+  // flash-attn 2); seqpar has one flash kernel of its own.
+  for (const char* flag : {"--use-flash-attn", "--use-flash-attn-triton", "--use-flash-attn-v2"}) {
+    FlagAlias& a = megatron(s, "attn_implementation", flag);
+    a.is_switch = true;
+    a.switch_value = "flash_attention_2";
+    a.note = "attn_implementation flash_attention_2: seqpar's flash kernel";
+  }
+  // cosine: linear warmup from 0, cosine decay to min_lr (seqpar's linear_cosine, which reaches
+  // each value one step earlier than Megatron, whose first iteration trains at lr 0 during warmup);
+  // linear: linear decay (seqpar's linear, to 0); constant: the lr throughout.
+  FlagAlias& style = megatron(s, "lr_schedule", "--lr-decay-style");
+  style.note = "cosine -> linear_cosine, linear -> linear (decays to 0: --min-lr must be 0), constant -> constant";
+  style.translate = [](const std::string& v) -> std::string {
+    if (v == "cosine") return "linear_cosine";
+    if (v == "linear" || v == "constant") return v;
+    throw InputError(fmt::format(
+        "--lr-decay-style={}: seqpar has cosine (its linear_cosine), linear and constant; Megatron's {} schedule is "
+        "not implemented (Megatron-DeepSpeed's choices: constant, linear, cosine, inverse-square-root)",
+        v, v));
+  };
+}
+
+// Flags of other tools with no setting behind them: a reason instead of "unknown option".
+std::vector<ForeignFlag> declare_foreign() {
+  const std::string no_tp =
+      "seqpar has no tensor or pipeline parallelism: it splits the sequence (--sp / --ds-sequence-parallel-size, "
+      "DeepSpeed-Ulysses, or ring and hybrid), the optimizer state, gradients and weights (--zero-stage 1-3) and "
+      "replicates the rest over data parallelism";
+  std::vector<ForeignFlag> flags = {
+      {"--tensor-model-parallel-size", kMegatron, true, "1", true, no_tp},
+      {"--pipeline-model-parallel-size", kMegatron, true, "1", true, no_tp},
+      {"--no-pipeline-parallel", kMegatron, false, "", false,
+       "seqpar has no pipeline parallelism, so there is nothing to turn off"},
+      {"--sequence-parallel", kMegatron, false, "", true,
+       "--sequence-parallel is Megatron-LM's sequence parallel optimization, which splits the LayerNorm and dropout "
+       "activations over the tensor-parallel group: it needs tensor parallelism (Megatron-DeepSpeed turns it off "
+       "when --tensor-model-parallel-size is 1, and it cannot be combined with --ds-sequence-parallel-size), and "
+       "seqpar has none. DeepSpeed's sequence parallelism (Ulysses), which splits the whole sequence, is "
+       "--ds-sequence-parallel-size N (seqpar's --sp N)"},
+      {"--fp16", kMegatron, false, "", false,
+       "seqpar computes in bf16 on the GPU (f32 on the CPU) with f32 master weights and moments; bf16 has "
+       "f32's exponent range, so no loss scaling is needed (--loss-scale, --initial-loss-scale, --hysteresis have "
+       "nothing to set)"},
+      {"--bf16", kMegatron, false, "", false,
+       "seqpar computes in bf16 on the GPU already (f32 on the CPU), with f32 master weights and moments"},
+  };
+  // Megatron decays the lr over --lr-decay-iters / --lr-decay-tokens (default: the run); seqpar's
+  // schedules decay over the whole run, so the value is accepted when it is the run's length.
+  for (const char* flag : {"--lr-decay-iters", "--lr-decay-tokens"}) {
+    ForeignFlag f;
+    f.flag = flag;
+    f.tool = kMegatron;
+    f.takes_value = true;
+    f.refused = false;
+    f.reason = "seqpar's schedules decay over the whole run: accepted when it equals the run's length";
+    f.checked = true;
+    flags.push_back(f);
+  }
+  // fp16's dynamic loss scaler (megatron/arguments.py's mixed-precision group).
+  for (const char* flag :
+       {"--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"})
+    flags.push_back({flag, kMegatron, true, "", false,
+                     "a setting of fp16's loss scaler: seqpar computes in bf16 with f32 master weights, which needs no "
+                     "loss scaling"});
+  return flags;
+}
+
 // Every numeric setting's rule, checked on each value whatever its source.
 void declare_rules(std::vector<SettingDecl>& s) {
   for (const char* size : {"hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim"})
@@ -650,6 +820,9 @@ void declare_rules(std::vector<SettingDecl>& s) {
   for (const char* name : {"ulysses_degree", "tiled_mlp_tokens", "tiled_loss_tokens", "eval_batches", "eval_every",
                            "warmup_steps", "weight_decay", "clip", "save_every", "keep_last", "stop_at_step"})
     ruled(find_in(s, name), kNonNegative);
+  for (const char* name : {"global_batch_size", "train_tokens", "warmup_tokens"}) ruled(find_in(s, name), kNonNegative);
+  ruled(find_in(s, "max_position_embeddings"), kAtLeastOne);
+  ruled(find_in(s, "init_std"), kPositive);
   ruled(find_in(s, "zero_stage"), NumberRule{0, 3});
   ruled(find_in(s, "lr"), kPositive);
   ruled(find_in(s, "eps"), kPositive);
@@ -706,6 +879,7 @@ std::vector<SettingDecl> declare() {
   declare_checkpoint(s);
   declare_reliability(s);
   declare_logging(s);
+  declare_megatron_aliases(s);
   declare_rules(s);
   declare_defaults(s);
   return s;
@@ -718,6 +892,21 @@ void validate_nonfinite_settings(const TrainConfig& c) {
                      "on_nonfinite={}: expected abort or skip", c.on_nonfinite);
   SEQPAR_INPUT_CHECK(c.max_nonfinite_steps >= 1, "max_nonfinite_steps={} must be >= 1 (1 = abort at the first)",
                      c.max_nonfinite_steps);
+}
+
+const std::vector<ForeignFlag>& foreign_flags() {
+  static const std::vector<ForeignFlag> flags = declare_foreign();
+  return flags;
+}
+
+std::vector<std::string> SettingDecl::flags_given(const std::set<std::string>& given) const {
+  std::vector<std::string> out;
+  if (has_flag())
+    for (const std::string& f : flags)
+      if (given.count(f)) out.push_back(f);
+  for (const FlagAlias& a : aliases)
+    if (given.count(a.flag)) out.push_back(a.flag);
+  return out;
 }
 
 const std::vector<SettingDecl>& train_settings() {
@@ -836,6 +1025,8 @@ std::string settings_markdown_table(const TrainConfig& defaults) {
   for (const SettingDecl& d : train_settings()) {
     std::string flags;
     for (const std::string& f : d.flags) flags += (flags.empty() ? "" : ", ") + code(f);
+    for (const FlagAlias& a : d.aliases)
+      flags += (flags.empty() ? "" : ", ") + code(a.flag) + " (" + a.tool + (a.note.empty() ? "" : ": " + a.note) + ")";
     const std::string own = d.get(defaults);
     std::string def = own.empty() ? std::string("(none)") : code(own);
     if (d.demo_default || d.hf_default || d.ds_default) {
@@ -847,6 +1038,14 @@ std::string settings_markdown_table(const TrainConfig& defaults) {
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", code(d.name), setting_group_name(d.group), flags,
                        code(d.deepspeed), code(d.accelerate), def, cell(d.help));
   }
+  for (const ForeignFlag& f : foreign_flags())
+    out +=
+        fmt::format("| ({}) | - | {} ({}) | | | | {} |\n",
+                    f.checked   ? "checked"
+                    : f.refused ? "refused"
+                                : "accepted, no effect",
+                    code(f.flag), f.tool,
+                    cell((f.accepted.empty() ? std::string() : fmt::format("{} accepted; ", f.accepted)) + f.reason));
   return out;
 }
 

@@ -10,15 +10,16 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "arch/llama_config.h"
-#include "core/error.h"
 #include "attention/attention_backend.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "data/recall_task.h"
 #include "parallel/kernel_policy.h"
 #include "parallel/sp_attention.h"
@@ -75,8 +76,10 @@ struct ResumeFrom {
 };
 
 struct TrainConfig {
-  // Model: an HF directory, or (empty) the built-in `model` config with random init.
+  // Model: an HF directory, or (empty) the built-in `model` config with random init: the demo's
+  // tiny Llama, or a preset's architecture (arch/llama_config.h llama_preset; `preset` names it).
   std::string model_dir;
+  std::string preset;
   LlamaConfig model;
   // Where every rank computes: the CPU (f32), or a GPU (bf16 weights and activations, f32
   // gradients and master weights; all ranks share it, as threads with the local transport).
@@ -96,6 +99,15 @@ struct TrainConfig {
   int micro_batch = 8;
   int grad_accum = 1;
   int64_t steps = 300;
+  // Megatron's run lengths in other units, resolved by config_resolve into the fields above:
+  // global_batch (sequences per step; > 0 derives grad_accum = global / (micro × dp)), train_tokens
+  // (> 0: steps = ceil(train_tokens / tokens per step)), warmup_tokens (> 0: warmup_steps = ceil(
+  // warmup_tokens / tokens per step)), min_lr (>= 0: min_lr_ratio = min_lr / lr). 0 (-1 for min_lr):
+  // not given.
+  int64_t global_batch = 0;
+  int64_t train_tokens = 0;
+  int64_t warmup_tokens = 0;
+  double min_lr = -1;
 
   OptimizerConfig optimizer;
   int64_t warmup_steps = 20;  // linear warmup from 0
@@ -158,6 +170,9 @@ struct TrainConfig {
   // SEQPAR_* overrides, read once by cli/) by default; the attention's backend comes from
   // attn_implementation on CUDA.
   KernelPolicy kernels;
+  // The foreign flags given (foreign_flags() below): flag and value ("" for a switch), in order;
+  // config_resolve refuses or notes each.
+  std::vector<std::pair<std::string, std::string>> foreign_given;
 
   // InputError naming the setting, the value and the rule, before any work.
   // Every problem at once: the overloads taking Problems add to it instead of throwing.
@@ -200,10 +215,25 @@ enum class ResumeRule {
 // The commands that take a setting on their command line.
 enum SettingCommand : unsigned { kTrainCommand = 1u, kFwdBwdCommand = 2u, kBenchTrainCommand = 4u };
 
+// Another tool's spelling of a setting's flag (Megatron-DeepSpeed's `--clip-grad` for `clip`): its own
+// command-line option, whose value becomes the setting's (translated when the two spell values
+// differently), so --print-config names the flag the user gave.
+struct FlagAlias {
+  std::string flag;        // "--clip-grad"
+  std::string tool;        // "Megatron-DeepSpeed"
+  bool is_switch = false;  // a flag without a value: it sets switch_value
+  std::string switch_value = "true";
+  // The alias's value -> the setting's text form (InputError naming the alias, the value and the
+  // values it takes); null: the same text.
+  std::function<std::string(const std::string& value)> translate;
+  std::string note;  // how the value maps, for the docs table ("" : as it is)
+};
+
 struct SettingDecl {
   std::string name;  // as --print-config prints it and the checkpoint's config.json records it
   SettingGroup group;
   std::vector<std::string> flags;    // long flags, the first is the setting's flag ("" : none)
+  std::vector<FlagAlias> aliases;    // other tools' flags for it (each its own option)
   std::string deepspeed;             // the DeepSpeed JSON key(s) that set it ("" : none)
   std::string accelerate;            // the Accelerate YAML key(s) that set it ("" : none)
   std::string help;                  // what it does, and its rule
@@ -213,6 +243,7 @@ struct SettingDecl {
   std::string switch_value = "true";
   std::string empty_text = "(none)";  // what --print-config shows for an empty value
   bool builtin_model_only = false;    // sizes the built-in model: not printed with --model
+  bool print_when_given = false;      // --print-config shows it only when a flag gave it (a conversion)
   unsigned commands = kTrainCommand;
   ResumeRule resume = ResumeRule::kFree;
   // The default by source (in the setting's text form); unset: TrainConfig's own, whatever the source.
@@ -230,7 +261,27 @@ struct SettingDecl {
   const std::optional<std::string>& default_for(DefaultsSource source) const;
   const std::string& flag() const { return flags.front(); }
   bool has_flag() const { return !flags.empty() && !flags.front().empty(); }
+  // Every flag and alias of the setting found in `given` (long names, as the command line gave them).
+  std::vector<std::string> flags_given(const std::set<std::string>& given) const;
 };
+
+// A flag of another tool with no seqpar setting behind it (Megatron-DeepSpeed's
+// --tensor-model-parallel-size, --sequence-parallel, --fp16): `seqpar train` takes it so that a
+// migrated command line gets a reason instead of "unknown option". Refused: an InputError naming
+// the flag, its value and the reason, unless the value is `accepted` (e.g. a parallel degree of 1).
+// Not refused: accepted, and the reason is printed once as a note (what seqpar does instead).
+struct ForeignFlag {
+  std::string flag;
+  std::string tool;
+  bool takes_value = false;
+  std::string accepted;  // with takes_value: the one value accepted silently ("" : none)
+  bool refused = true;
+  std::string reason;
+  // config_resolve checks the value against the settings (the decay lengths: accepted when they
+  // equal the run's), instead of refusing or noting it.
+  bool checked = false;
+};
+const std::vector<ForeignFlag>& foreign_flags();
 
 // Every user setting of a training run, in print order.
 const std::vector<SettingDecl>& train_settings();

@@ -3,6 +3,7 @@
 #include "train/config_resolve.h"
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <filesystem>
@@ -101,18 +102,21 @@ const SettingDef kDerived[] = {
      [](R r) { return r.recorded.main_process_port > 0 ? show(r.recorded.main_process_port) : std::string("(none)"); }},
 };
 
-// The flags that set these derived settings too (DeepSpeed's schedule parameters).
+// The settings whose flags set these derived settings too (DeepSpeed's schedule parameters).
 const std::pair<const char*, const char*> kDerivedFlags[] = {
-    {"warmup_max_lr", "--lr"}, {"warmup_num_steps", "--warmup-steps"}, {"cos_min_ratio", "--min-lr-ratio"}};
+    {"warmup_max_lr", "lr"}, {"warmup_num_steps", "warmup_steps"}, {"cos_min_ratio", "min_lr_ratio"}};
 
 // A declared setting as --print-config shows it; whether it applies (seqpar's own schedule's
 // parameters only with that schedule; the built-in model's sizes only without --model).
 std::string display(const SettingDecl& d, R r) {
+  if (d.name == "model" && r.train.model_dir.empty() && !r.train.preset.empty())
+    return "preset " + r.train.preset + ", random init";
   const std::string v = d.get(r.train);
   return v.empty() ? d.empty_text : v;
 }
 
-bool applies(const SettingDecl& d, R r) {
+bool applies(const SettingDecl& d, R r, const std::set<std::string>& given) {
+  if (d.print_when_given) return !d.flags_given(given).empty();
   if (d.name == "warmup_steps") return has_warmup_steps(r);
   if (d.name == "min_lr_ratio") return is_linear_cosine(r);
   return !d.builtin_model_only || r.train.model_dir.empty();
@@ -140,12 +144,14 @@ class Resolver {
     // What no flag sets starts at the defaults of the tool the run's files come from (config.h).
     const TrainConfig own;
     for (const SettingDecl& d : train_settings()) {
-      if (d.has_flag() && given(d.flag())) {
-        origin_[d.name] = Origin{ConfigLayer::kFlag, d.flag()};
+      if (const std::vector<std::string> f = d.flags_given(cli.given); !f.empty()) {
+        origin_[d.name] = Origin{ConfigLayer::kFlag, f.front()};
         continue;
       }
       origin_[d.name] = Origin{};
-      if (!cli.source_defaults) {
+      if (d.builtin_model_only && !cli.values.preset.empty()) {
+        origin_[d.name].text = "--preset " + cli.values.preset;
+      } else if (!cli.source_defaults) {
         origin_[d.name].text = "default";
       } else if (const std::optional<std::string>& v = d.default_for(defaults)) {
         d.set(out_.train, *v, d.name);
@@ -154,16 +160,19 @@ class Resolver {
         d.set(out_.train, d.get(own), d.name);  // the demo's value is the demo's only
       }
     }
+    // A preset is the built-in model's architecture: the model's source.
+    if (!cli.values.preset.empty() && cli.values.model_dir.empty() && origin_["model"].layer == ConfigLayer::kDefault)
+      origin_["model"] = origin_.at("preset");
     for (const SettingDef& d : kDerived) origin_[d.name] = Origin{};
     if (!cli.source_defaults)
       for (const SettingDef& d : kDerived) origin_[d.name].text = "default";
-    for (auto [name, flag] : kDerivedFlags)
-      if (given(flag)) origin_[name] = Origin{ConfigLayer::kFlag, flag};
+    for (auto [name, setting] : kDerivedFlags)
+      if (flag_of(setting)) origin_[name] = Origin{ConfigLayer::kFlag, *flag_of(setting)};
     // The flags that also set DeepSpeed's schedule parameters (docs/configs.md).
     LrSchedule& s = out_.train.lr_schedule;
-    if (given("--lr")) s.warmup_max_lr = cli.values.optimizer.adamw.lr;
-    if (given("--warmup-steps")) s.warmup_num_steps = cli.values.warmup_steps;
-    if (given("--min-lr-ratio")) s.cos_min_ratio = cli.values.min_lr_ratio;
+    if (flag_of("lr")) s.warmup_max_lr = cli.values.optimizer.adamw.lr;
+    if (flag_of("warmup_steps")) s.warmup_num_steps = cli.values.warmup_steps;
+    if (flag_of("min_lr_ratio")) s.cos_min_ratio = cli.values.min_lr_ratio;
   }
 
   void apply_deepspeed(const DsConfig& ds) {
@@ -180,6 +189,8 @@ class Resolver {
     from_ds(ds, "offload_param", t.memory.offload_param, offload_device(ds.offload_param_device));
     from_ds(ds, "offload_param_pin_memory", t.memory.offload_param_pin_memory, ds.offload_param_pin_memory);
     from_ds(ds, "bf16", rec.bf16, ds.bf16_enabled);
+    if (ds.fp16_enabled.is_set() && ds.fp16_enabled.value)  // taken as bf16 (ds_config's warning says why)
+      offer("bf16", rec.bf16, true, ConfigLayer::kDeepSpeed, ds.source + ": fp16.enabled (taken as bf16)");
     if (ds.optimizer.present) {
       const DsOptimizer& o = ds.optimizer;
       std::string name = o.type;
@@ -263,8 +274,10 @@ class Resolver {
   }
 
   ResolvedConfig finish(Problems& p) {
+    check_flags(p);
     p.attempt([&] { resolve_world(); });
     p.attempt([&] { resolve_batch(); });
+    resolve_megatron(p);
     p.attempt([&] { resolve_schedule(); });
     p.attempt([&] { check_adam_mode(); });
     check_deepspeed_batch(p);
@@ -277,7 +290,7 @@ class Resolver {
           "num_machines={} ({}) is recorded, but `seqpar train` runs all {} ranks in this process on this machine",
           out_.recorded.num_machines, origin_.at("num_machines").text, out_.world));
     for (const SettingDecl& d : train_settings())
-      if (applies(d, out_)) out_.settings.push_back({d.name, display(d, out_), source_text(d.name)});
+      if (applies(d, out_, cli_.given)) out_.settings.push_back({d.name, display(d, out_), source_text(d.name)});
     for (const SettingDef& d : kDerived) {
       if (d.applies && !d.applies(out_)) continue;
       out_.settings.push_back({d.name, d.value(out_), source_text(d.name)});
@@ -286,7 +299,142 @@ class Resolver {
   }
 
  private:
-  bool given(const std::string& flag) const { return cli_.given.count(flag) > 0; }
+  // The flag (or alias) that gave a setting on the command line, if one did.
+  std::optional<std::string> flag_of(const std::string& name) const {
+    const SettingDecl* d = find_setting(name);
+    SEQPAR_CHECK(d != nullptr, "no setting {}", name);
+    const std::vector<std::string> f = d->flags_given(cli_.given);
+    if (f.empty()) return std::nullopt;
+    return f.front();
+  }
+
+  // The command line's own rules: one flag per setting (an alias and the setting's flag both given
+  // would leave one of them silently unused), and the foreign flags (config.h foreign_flags()):
+  // refused ones an error with their reason, accepted ones a note, each once.
+  void check_flags(Problems& p) {
+    for (const SettingDecl& d : train_settings()) {
+      const std::vector<std::string> f = d.flags_given(cli_.given);
+      if (f.size() < 2) continue;
+      std::string list;
+      for (const std::string& x : f) list += (list.empty() ? "" : " and ") + x;
+      p.add(fmt::format("{} both set {}: give one of them", list, d.name));
+    }
+    std::set<std::string> noted;
+    for (const auto& [flag, value] : cli_.values.foreign_given) {
+      const ForeignFlag* ff = nullptr;
+      for (const ForeignFlag& x : foreign_flags())
+        if (x.flag == flag) ff = &x;
+      SEQPAR_CHECK(ff != nullptr, "no foreign flag {}", flag);
+      if (ff->checked || (ff->takes_value && value == ff->accepted)) continue;
+      if (ff->refused) {
+        p.add(ff->takes_value
+                  ? fmt::format("{}={} ({}) is not supported: {}{}", flag, value, ff->tool, ff->reason,
+                                ff->accepted.empty() ? "" : fmt::format(" (only {} is accepted)", ff->accepted))
+                  : fmt::format("{} ({}) is not supported: {}", flag, ff->tool, ff->reason));
+      } else if (noted.insert(flag).second) {
+        out_.warnings.push_back(fmt::format("{}{} ({}) has no effect: {}", flag,
+                                            ff->takes_value ? " " + value : std::string(), ff->tool, ff->reason));
+      }
+    }
+  }
+
+  // The conversions from Megatron-DeepSpeed's units (docs/coming-from-megatron-deepspeed.md), after
+  // the batch is known: tokens -> steps, the floor lr -> its ratio, Megatron's model-shape defaults,
+  // and the schedule styles seqpar maps onto its own.
+  void resolve_megatron(Problems& p) {
+    TrainConfig& t = out_.train;
+    // --num-attention-heads as Megatron reads it: no GQA unless --num-key-value-heads, and the head
+    // dim hidden / heads unless --kv-channels (seqpar's --head-dim).
+    if (flag_of("num_heads") == std::optional<std::string>("--num-attention-heads") && t.model_dir.empty()) {
+      if (!flag_of("num_kv_heads")) {
+        t.model.num_kv_heads = t.model.num_heads;
+        origin_.at("num_kv_heads") = Origin{ConfigLayer::kFlag, "derived: num_heads (--num-attention-heads)"};
+      }
+      if (!flag_of("head_dim") && t.model.num_heads > 0 && t.model.hidden_size % t.model.num_heads == 0) {
+        t.model.head_dim = t.model.hidden_size / t.model.num_heads;
+        origin_.at("head_dim") = Origin{ConfigLayer::kFlag, "derived: hidden_size / num_heads (--num-attention-heads)"};
+      }
+    }
+    if (const auto f = flag_of("sp"); f == std::optional<std::string>("--ds-sequence-parallel-size"))
+      SEQPAR_PROBLEM_CHECK(p, t.sp_mode == SpMode::kUlysses,
+                           "--ds-sequence-parallel-size is DeepSpeed-Ulysses, but sp_mode={} ({}); use --sp with "
+                           "--sp-mode {} instead",
+                           sp_mode_name(t.sp_mode), source_text("sp_mode"), sp_mode_name(t.sp_mode));
+    const int64_t tokens_per_step = out_.train_batch_size * t.task.seq_len;
+    const std::string per_step = fmt::format("tokens per step = train_batch_size × seq_len = {} × {} = {}",
+                                             out_.train_batch_size, t.task.seq_len, tokens_per_step);
+    auto steps_of = [&](const char* tokens_name, int64_t tokens, const char* steps_name, int64_t& steps) {
+      if (tokens <= 0 || tokens_per_step <= 0) return;
+      const auto f = flag_of(steps_name);
+      SEQPAR_PROBLEM_CHECK(p, !f, "{}={} ({}) and {}={} ({}) both give the length: give one of them", tokens_name,
+                           tokens, source_text(tokens_name), steps_name, steps, f.value_or(""));
+      if (f) return;
+      steps = (tokens + tokens_per_step - 1) / tokens_per_step;
+      origin_.at(steps_name) = Origin{ConfigLayer::kFlag, fmt::format("derived: ceil({} / tokens per step) = ceil({} / "
+                                                                      "{}) ({} from {}; {})",
+                                                                      tokens_name, tokens, tokens_per_step, tokens_name,
+                                                                      source_text(tokens_name), per_step)};
+    };
+    steps_of("train_tokens", t.train_tokens, "steps", t.steps);
+    steps_of("warmup_tokens", t.warmup_tokens, "warmup_steps", t.warmup_steps);
+    // Megatron's decay length: seqpar decays over the run, so it must be the run's length.
+    for (const auto& [flag, value] : cli_.values.foreign_given) {
+      if (flag != "--lr-decay-iters" && flag != "--lr-decay-tokens") continue;
+      int64_t n = 0;
+      const char* end = value.data() + value.size();
+      const auto [ptr, ec] = std::from_chars(value.data(), end, n);
+      if (ec != std::errc() || ptr != end || n < 1) {
+        p.add(fmt::format("{}={}: expected a whole number >= 1", flag, value));
+        continue;
+      }
+      const bool tokens = flag == "--lr-decay-tokens";
+      if (tokens && tokens_per_step <= 0) continue;  // the batch's own error says why
+      const int64_t decay_steps = tokens ? (n + tokens_per_step - 1) / tokens_per_step : n;
+      SEQPAR_PROBLEM_CHECK(p, decay_steps == t.steps,
+                           "{}={} decays the lr over {} steps{}, but the run has steps={} ({}): seqpar's schedules "
+                           "decay over the whole run; give the run's length, or leave {} out",
+                           flag, value, decay_steps,
+                           tokens ? fmt::format(" (ceil({} / tokens per step); {})", n, per_step) : std::string(),
+                           t.steps, source_text("steps"), flag);
+    }
+    if (t.warmup_tokens > 0 && !flag_of("warmup_steps")) {
+      t.lr_schedule.warmup_num_steps = t.warmup_steps;
+      origin_.at("warmup_num_steps") = origin_.at("warmup_steps");
+    }
+    if (t.min_lr >= 0) {
+      const auto f = flag_of("min_lr_ratio");
+      SEQPAR_PROBLEM_CHECK(p, !f, "min_lr={} ({}) and min_lr_ratio={} ({}) both set the floor: give one of them",
+                           t.min_lr, source_text("min_lr"), t.min_lr_ratio, f.value_or(""));
+      const float lr = t.optimizer.adamw.lr;
+      SEQPAR_PROBLEM_CHECK(p, lr > 0 && t.min_lr <= lr, "min_lr={} ({}) must be <= lr={} ({})", t.min_lr,
+                           source_text("min_lr"), lr, source_text("lr"));
+      if (!f && lr > 0 && t.min_lr <= lr) {
+        t.min_lr_ratio = static_cast<float>(t.min_lr / static_cast<double>(lr));
+        t.lr_schedule.cos_min_ratio = t.min_lr_ratio;  // (WarmupCosineLR's floor too, as --min-lr-ratio sets it)
+        origin_.at("min_lr_ratio") =
+            Origin{ConfigLayer::kFlag, fmt::format("derived: min_lr / lr = {} / {} ({}, {})", t.min_lr, lr,
+                                                   source_text("min_lr"), source_text("lr"))};
+        origin_.at("cos_min_ratio") = origin_.at("min_lr_ratio");
+      }
+    } else {
+      SEQPAR_PROBLEM_CHECK(p, t.min_lr == -1, "min_lr={} ({}) must be >= 0", t.min_lr, source_text("min_lr"));
+    }
+    // Megatron's linear style decays to min_lr and its constant style warms up first; seqpar's
+    // linear decays to 0 and its constant has no warmup, so only the cases where the two agree pass.
+    if (flag_of("lr_schedule") == std::optional<std::string>("--lr-decay-style")) {
+      const LrScheduleType type = t.lr_schedule.type;
+      if (type == LrScheduleType::kLinear)
+        SEQPAR_PROBLEM_CHECK(p, t.min_lr <= 0,
+                             "--lr-decay-style linear decays to 0 in seqpar (HF Trainer's linear schedule), but "
+                             "min_lr={} ({}); use --lr-decay-style cosine for a floor, or --min-lr 0",
+                             t.min_lr, source_text("min_lr"));
+      if (type == LrScheduleType::kConstant)
+        SEQPAR_PROBLEM_CHECK(p, t.warmup_steps == 0,
+                             "--lr-decay-style constant has no warmup in seqpar, but warmup_steps={} ({}); give "
+                             "--lr-warmup-iters 0, or use --lr-decay-style cosine",
+                             t.warmup_steps, source_text("warmup_steps"));
+    }
+  }
 
   std::string source_text(const std::string& name) const {
     const Origin& o = origin_.at(name);
@@ -389,14 +537,23 @@ class Resolver {
     TrainConfig& t = out_.train;
     const int64_t dp = static_cast<int64_t>(t.dp_replicate) * t.dp_shard;
     Origin& tb = origin_.at("train_batch_size");
-    if (!train_batch_.is_set()) {
+    // Megatron's --global-batch-size is the same number as DeepSpeed's train_batch_size, and wins.
+    const bool from_flag = t.global_batch > 0;
+    if (from_flag && train_batch_.is_set() && train_batch_.value != t.global_batch)
+      out_.warnings.push_back(fmt::format("train_batch_size: {}: {}={} is overridden by {}={}", train_batch_file_,
+                                          train_batch_.key, train_batch_.value, source_text("global_batch_size"),
+                                          t.global_batch));
+    if (!from_flag && !train_batch_.is_set()) {
       out_.train_batch_size = static_cast<int64_t>(t.micro_batch) * t.grad_accum * dp;
       tb = Origin{ConfigLayer::kDefault, "derived: micro_batch × grad_accum × dp_world"};
       if (train_batch_.is_auto()) auto_["train_batch_size"] = train_batch_file_ + ": " + train_batch_.key;
       return;
     }
-    const int64_t want = train_batch_.value;
-    const std::string want_src = train_batch_file_ + ": " + train_batch_.key;
+    const int64_t want = from_flag ? t.global_batch : train_batch_.value;
+    const std::string want_src =
+        from_flag ? source_text("global_batch_size") : train_batch_file_ + ": " + train_batch_.key;
+    const char* want_name = from_flag ? "global_batch_size" : "train_batch_size";
+    const ConfigLayer want_layer = from_flag ? ConfigLayer::kFlag : ConfigLayer::kDeepSpeed;
     auto specified = [&](const char* name) {
       return origin_.at(name).layer != ConfigLayer::kDefault || auto_.count(name) > 0;
     };
@@ -405,13 +562,12 @@ class Resolver {
     auto derive = [&](const char* name, int& field, int64_t other, const char* other_name) {
       const int64_t per = other * dp;
       SEQPAR_INPUT_CHECK(want % per == 0,
-                         "train_batch_size={} ({}) must equal train_micro_batch_size_per_gpu × "
+                         "{}={} ({}) must equal train_micro_batch_size_per_gpu × "
                          "gradient_accumulation_steps × dp_world, but it is not a multiple of {} × dp_world = {} × {} "
                          "= {}, so {} cannot be derived ({})",
-                         want, want_src, other_name, other, dp, per, name, dp_text);
+                         want_name, want, want_src, other_name, other, dp, per, name, dp_text);
       field = static_cast<int>(want / per);
-      origin_.at(name) =
-          Origin{ConfigLayer::kDeepSpeed, fmt::format("derived: train_batch_size / ({} × dp_world)", other_name)};
+      origin_.at(name) = Origin{want_layer, fmt::format("derived: {} / ({} × dp_world)", want_name, other_name)};
     };
     const bool micro = specified("micro_batch"), accum = specified("grad_accum");
     if (micro && !accum) {
@@ -421,19 +577,19 @@ class Resolver {
     } else if (!micro && !accum) {
       if (t.grad_accum != 1) {
         t.grad_accum = 1;
-        origin_.at("grad_accum") = Origin{ConfigLayer::kDeepSpeed, "derived: 1, as DeepSpeed sets it"};
+        origin_.at("grad_accum") = Origin{want_layer, "derived: 1, as DeepSpeed sets it"};
       }
       derive("micro_batch", t.micro_batch, t.grad_accum, "grad_accum");
     }
     const int64_t product = static_cast<int64_t>(t.micro_batch) * t.grad_accum * dp;
     SEQPAR_INPUT_CHECK(want == product,
-                       "train_batch_size={} ({}) must equal train_micro_batch_size_per_gpu × "
+                       "{}={} ({}) must equal train_micro_batch_size_per_gpu × "
                        "gradient_accumulation_steps × dp_world = {} × {} × {} = {}, where {} (micro_batch from {}, "
                        "grad_accum from {}, sp from {})",
-                       want, want_src, t.micro_batch, t.grad_accum, dp, product, dp_text, source_text("micro_batch"),
-                       source_text("grad_accum"), source_text("sp"));
+                       want_name, want, want_src, t.micro_batch, t.grad_accum, dp, product, dp_text,
+                       source_text("micro_batch"), source_text("grad_accum"), source_text("sp"));
     out_.train_batch_size = want;
-    tb = Origin{ConfigLayer::kDeepSpeed, want_src};
+    tb = Origin{want_layer, want_src};
   }
 
   // A DeepSpeed schedule parameter: a flag wins; then the file's value; "auto" takes the
@@ -565,7 +721,8 @@ DefaultsSource defaults_source(const CommandLine& cli, const DsConfig* ds, const
                                const AccelerateConfig* env) {
   if (acc || env) return DefaultsSource::kHfTrainer;
   if (ds) return ds->uses_auto ? DefaultsSource::kHfTrainer : DefaultsSource::kDeepSpeed;
-  if (!cli.values.model_dir.empty() || !cli.values.data_path.empty()) return DefaultsSource::kHfTrainer;
+  if (!cli.values.model_dir.empty() || !cli.values.preset.empty() || !cli.values.data_path.empty())
+    return DefaultsSource::kHfTrainer;
   return DefaultsSource::kDemo;
 }
 

@@ -279,10 +279,10 @@ TEST(PrepareData, ErrorsNameFileAndLine) {
   EXPECT_NE(error_of(o).find("is also an --input"), std::string::npos);
   EXPECT_NE(error_of([&] {
               auto p = options(dir, in, DataFormat::kJsonl);
-              p.chat_format = "chatml";
+              p.chat_format = "mistral";
               return p;
             }())
-                .find("--chat-format=chatml: the only built-in chat format is llama3"),
+                .find("--chat-format=mistral: not a built-in chat format (built in: llama3, chatml, qwen2.5"),
             std::string::npos);
   EXPECT_THROW(parse_data_format("csv", "--format"), InputError);
   EXPECT_EQ(guess_data_format({"a.jsonl", "b.json"}), DataFormat::kJsonl);

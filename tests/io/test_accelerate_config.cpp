@@ -189,9 +189,9 @@ TEST(AccelerateConfig, DeepSpeedFileProblems) {
       "a.yaml: 'deepspeed_config.deepspeed_config_file' is given, so these keys belong in that file, "
       "not in the YAML: deepspeed_config.zero_stage, deepspeed_config.gradient_clipping");
   // An error inside the DeepSpeed file names that file.
-  testing::write_bytes(dir + "/bad.json", R"({"fp16": {"enabled": true}})");
+  testing::write_bytes(dir + "/bad.json", R"({"optimizer": {"type": "Lamb"}})");
   EXPECT_INPUT_ERROR(parse_accelerate_config("deepspeed_config:\n  deepspeed_config_file: bad.json\n", "a.yaml", dir),
-                     dir + "/bad.json: 'fp16.enabled'=true is not supported");
+                     dir + "/bad.json: 'optimizer.type'=\"Lamb\" is not supported");
   // An absolute path is taken as is.
   const AccelerateConfig c = parse_accelerate_config(
       "deepspeed_config:\n  deepspeed_config_file: " + dir + "/ds.json\n", "a.yaml", "/somewhere/else");

@@ -178,9 +178,40 @@ TEST(DsConfig, UnknownKeysAreNamedInOneWarning) {
   EXPECT_EQ(c.warnings[0],
             "u.json: these keys are not read by seqpar (ignored): zero_optimization.overlap_comm, "
             "optimizer.params.fused, flops_profiler");
-  const DsConfig one = parse_ds_config(R"({"prescale_gradients": false})", "u.json");
+  const DsConfig one = parse_ds_config(R"({"dump_state": false})", "u.json");
   ASSERT_EQ(one.warnings.size(), 1u);
-  EXPECT_EQ(one.warnings[0], "u.json: this key is not read by seqpar (ignored): prescale_gradients");
+  EXPECT_EQ(one.warnings[0], "u.json: this key is not read by seqpar (ignored): dump_state");
+  // prescale_gradients is read, and said to have nothing to set (f32 gradients, one division).
+  const DsConfig pre = parse_ds_config(R"({"prescale_gradients": false})", "u.json");
+  ASSERT_EQ(pre.warnings.size(), 1u);
+  EXPECT_EQ(pre.warnings[0],
+            "u.json: prescale_gradients=false has nothing to set: seqpar all-reduces f32 gradients "
+            "and divides once, the same mean as dividing first");
+}
+
+// fp16 with DeepSpeed's dynamic loss scaler (Megatron-DeepSpeed's and Accelerate's templates) is
+// taken as bf16, with one warning that names every scaler key as unused.
+TEST(DsConfig, Fp16IsTakenAsBf16WithANote) {
+  const DsConfig c = parse_ds_config(R"({"fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 500,
+                                                  "hysteresis": 2, "min_loss_scale": 1, "initial_scale_power": 11}})",
+                                     "r.json");
+  EXPECT_TRUE(c.fp16_enabled.is_set() && c.fp16_enabled.value);
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_EQ(
+      c.warnings[0],
+      "r.json: 'fp16.enabled'=true is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with f32 "
+      "master weights and moments; bf16 has f32's exponent range, so no loss scaling is needed and the loss "
+      "scaler's settings are not used (fp16.loss_scale=0, fp16.min_loss_scale=1, fp16.initial_scale_power=11, "
+      "fp16.loss_scale_window=500, fp16.hysteresis=2)");
+  // Off (or "auto": HF Trainer's --fp16 is off by default) with scaler keys: they are named as unused.
+  const DsConfig off = parse_ds_config(R"({"fp16": {"enabled": "auto", "loss_scale": 0}})", "r.json");
+  ASSERT_EQ(off.warnings.size(), 1u);
+  EXPECT_EQ(off.warnings[0],
+            "r.json: fp16.loss_scale=0 are not used: fp16 is not enabled (and seqpar needs no loss "
+            "scaling)");
+  // The scaler's keys are typed as DeepSpeed types them.
+  EXPECT_INPUT_ERROR(parse_ds_config(R"({"fp16": {"enabled": true, "loss_scale_window": "many"}})", "r.json"),
+                     "r.json: 'fp16.loss_scale_window' must be an integer >= 0");
 }
 
 TEST(DsConfig, WrongTypesNameKeyTypeAndValue) {
@@ -229,9 +260,6 @@ TEST(DsConfig, WrongTypesNameKeyTypeAndValue) {
 }
 
 TEST(DsConfig, RefusalsSayWhy) {
-  EXPECT_INPUT_ERROR(parse_ds_config(R"({"fp16": {"enabled": true}})", "r.json"),
-                     "r.json: 'fp16.enabled'=true is not supported: fp16 needs dynamic loss scaling, which seqpar does "
-                     "not implement; use \"bf16\": {\"enabled\": true}");
   EXPECT_INPUT_ERROR(
       parse_ds_config(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})", "r.json"),
       "r.json: 'zero_optimization.offload_optimizer.device'=\"nvme\" is not supported: seqpar offloads the optimizer "
