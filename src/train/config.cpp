@@ -350,7 +350,7 @@ void declare_model(std::vector<SettingDecl>& s) {
       "built-in model: KV heads"));
   s.push_back(decl(
       "head_dim", G::kModel, {"--head-dim"}, +[](TrainConfig& c) -> int64_t& { return c.model.head_dim; },
-      "built-in model: head dim (CUDA needs 64 or 128)"));
+      "built-in model: head dim (CUDA needs 64, 96 or 128)"));
   s.push_back(decl(
       "max_position_embeddings", G::kModel, {"--max-position-embeddings"},
       +[](TrainConfig& c) -> int64_t& { return c.model.max_position_embeddings; },

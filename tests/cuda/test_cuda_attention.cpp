@@ -234,9 +234,10 @@ TEST(CudaAttention, RejectsBadInputs) {
   Tensor qf32 = make_tensor({16, 2, 64}, x, DType::kF32, kGpu), q = make_tensor({16, 2, 64}, x, DType::kBF16, kGpu);
   Tensor out = poisoned({16, 2, 64}, DType::kBF16, kGpu), lse = poisoned({16, 2}, DType::kF32, kGpu);
   EXPECT_THROW(cuda_attn::attn_forward(out, lse, qf32, q, q, args), Error);  // f32 q
-  Tensor q96 = make_tensor({16, 2, 96}, random_values(16 * 2 * 96, 6), DType::kBF16, kGpu);
-  Tensor out96 = poisoned({16, 2, 96}, DType::kBF16, kGpu);
-  EXPECT_THROW(cuda_attn::attn_forward(out96, lse, q96, q96, q96, args), Error);  // D = 96
+  // D = 80: no kernel (64, 96 and 128 are instantiated).
+  Tensor q80 = make_tensor({16, 2, 80}, random_values(16 * 2 * 80, 6), DType::kBF16, kGpu);
+  Tensor out80 = poisoned({16, 2, 80}, DType::kBF16, kGpu);
+  EXPECT_THROW(cuda_attn::attn_forward(out80, lse, q80, q80, q80, args), Error);
   Tensor k3 = make_tensor({16, 3, 64}, random_values(16 * 3 * 64, 7), DType::kBF16, kGpu);
   EXPECT_THROW(cuda_attn::attn_forward(out, lse, q, k3, k3, args), Error);  // H % Hkv != 0
   // A tile the table does not instantiate for D is an InputError naming the setting.
