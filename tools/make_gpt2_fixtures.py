@@ -21,7 +21,6 @@ in float32 passes the C++ test's tolerances, and a wrong reading of the config (
 form, no position embedding, layer_norm_epsilon changed) does not.
 """
 
-import argparse
 import json
 import math
 import os
@@ -34,7 +33,7 @@ import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_hf_fixtures import (TOL_LOOSE, TOL_TIGHT, dir_size, make_inputs, reference, versions,  # noqa: E402
+from make_hf_fixtures import (TOL_LOOSE, TOL_TIGHT, dir_size, fixture_main, make_inputs, reference, versions,  # noqa: E402
                               worst_errors)
 
 COMMON = dict(vocab_size=96, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
@@ -189,28 +188,7 @@ def verify_case(case, root):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                                  "fixtures", "hf"))
-    ap.add_argument("--verify", action="store_true", help="after writing, re-check every fixture (slower)")
-    ap.add_argument("--cases", nargs="*", help="only these cases")
-    args = ap.parse_args()
-
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    print("versions:", json.dumps(versions()))
-    root = os.path.normpath(args.out)
-    os.makedirs(root, exist_ok=True)
-    cases = [c for c in CASES if not args.cases or c["name"] in args.cases]
-    for case in cases:
-        make_case(case, root)
-    print(f"total {sum(dir_size(os.path.join(root, c['name'])) for c in cases) // 1024} KiB in {root}")
-    if args.verify:
-        for case in cases:
-            verify_case(case, root)
-    return 0
+    return fixture_main(__doc__, CASES, make_case, verify_case)
 
 
 if __name__ == "__main__":

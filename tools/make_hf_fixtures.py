@@ -427,8 +427,9 @@ def verify_case(case, root):
     print(msg)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def fixture_main(doc, cases_all, make_case, verify_case):
+    """The command line of a fixture generator (this one and make_gpt2_fixtures.py): --out, --verify, --cases."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                                   "fixtures", "hf"))
     ap.add_argument("--verify", action="store_true", help="after writing, re-check every fixture (slower)")
@@ -442,7 +443,7 @@ def main():
     print("versions:", json.dumps(versions()))
     root = os.path.normpath(args.out)
     os.makedirs(root, exist_ok=True)
-    cases = [c for c in CASES if not args.cases or c["name"] in args.cases]
+    cases = [c for c in cases_all if not args.cases or c["name"] in args.cases]
     for case in cases:
         make_case(case, root)
     print(f"total {sum(dir_size(os.path.join(root, c['name'])) for c in cases) // 1024} KiB in {root}")
@@ -450,6 +451,10 @@ def main():
         for case in cases:
             verify_case(case, root)
     return 0
+
+
+def main():
+    return fixture_main(__doc__, CASES, make_case, verify_case)
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ def main():
                    help="torch.optim.AdamW instead of DeepSpeed's (with --zero3-offload: "
                         "zero_force_ds_cpu_optimizer false, torch's AdamW on the CPU)")
     p.add_argument("--checkpoint-offload", action="store_true", help="DeepSpeed's CheckpointHiddenStatesOffload")
-    p.add_argument("--attn", default="flash_attention_2", help="attn_implementation: flash_attention_2 | sdpa")
+    p.add_argument("--attn", default="sdpa",
+                   help="attn_implementation: sdpa (default: the GPU machine has no flash-attn package) | flash_attention_2")
     p.add_argument("--out", help="also append the JSON lines here")
     p.add_argument("--check-args", action="store_true", help="parse, import, print the DeepSpeed config, exit")
     args = p.parse_args()
