@@ -47,7 +47,7 @@ def row(seqpar, root, path):
     if "warnings:" in out:
         for w in out.split("warnings:", 1)[1].splitlines():
             m = re.search(r": (?:fsdp_config\.)?([a-z_.]+)(?:=| has| not)", w)
-            if "'fp16.enabled'=true is taken as bf16" in w:
+            if "'fp16.enabled'=true is taken as bf16" in w or "'mixed_precision'=fp16 is taken as bf16" in w:
                 warned.append("fp16 (taken as bf16: no loss scaling)")
             elif "not read by seqpar" in w:
                 warned.append("ignored: " + w.split("(ignored): ", 1)[1])

@@ -234,7 +234,8 @@ class Resolver {
     from_yaml(a, "main_process_ip", rec.main_process_ip, a.main_process_ip);
     from_yaml(a, "main_process_port", rec.main_process_port, a.main_process_port);
     if (a.mixed_precision.has())
-      offer("bf16", rec.bf16, *a.mixed_precision == "bf16", layer, a.source + ": " + a.mixed_precision.key);
+      offer("bf16", rec.bf16, *a.mixed_precision == "bf16" || *a.mixed_precision == "fp16", layer,
+            a.source + ": " + a.mixed_precision.key + (*a.mixed_precision == "fp16" ? " (fp16, taken as bf16)" : ""));
     from_yaml(a, "zero_stage", t.memory.zero_stage, a.zero_stage);
     for (auto [name, field, v] : {std::tuple{"offload_optimizer", &t.memory.offload_optimizer, &a.offload_optimizer_device},
                                   std::tuple{"offload_param", &t.memory.offload_param, &a.offload_param_device}}) {

@@ -161,9 +161,12 @@ TEST(AccelerateConfig, RefusalsSayWhy) {
   EXPECT_INPUT_ERROR(parse("distributed_type: XLA\n"),
                      "acc.yaml: 'distributed_type'=XLA is not supported by seqpar (supported: NO, MULTI_CPU, "
                      "MULTI_GPU, DEEPSPEED, FSDP)");
-  EXPECT_INPUT_ERROR(parse("mixed_precision: fp16\n"),
-                     "acc.yaml: 'mixed_precision'=fp16 is not supported: fp16 needs dynamic loss scaling, which seqpar "
-                     "does not implement; use bf16");
+  {  // fp16 is taken as bf16, said once (as DeepSpeed's fp16.enabled)
+    const AccelerateConfig c = parse("mixed_precision: fp16\n");
+    ASSERT_EQ(c.warnings.size(), 1u);
+    EXPECT_NE(c.warnings[0].find("acc.yaml: 'mixed_precision'=fp16 is taken as bf16"), std::string::npos)
+        << c.warnings[0];
+  }
   EXPECT_INPUT_ERROR(parse("mixed_precision: fp8\n"), "acc.yaml: 'mixed_precision'=fp8 is not supported");
   EXPECT_INPUT_ERROR(parse("deepspeed_config:\n  offload_optimizer_device: nvme\n"),
                      "acc.yaml: 'deepspeed_config.offload_optimizer_device'=nvme is not supported: seqpar offloads the "

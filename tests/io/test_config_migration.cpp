@@ -108,7 +108,7 @@ TEST(ConfigMigration, EveryProblemOfAFileIsReportedAtOnce) {
                            "'gradient_clipping' must be a number >= 0"})
     EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
   const std::string y = testing::input_error_of([&] {
-    acc("num_processes: four\nmixed_precision: fp16\nparallelism_config:\n  parallelism_config_tp_size: 2\n");
+    acc("num_processes: four\nmixed_precision: fp8\nparallelism_config:\n  parallelism_config_tp_size: 2\n");
   });
   EXPECT_NE(y.find("3 problems"), std::string::npos) << y;
 }
