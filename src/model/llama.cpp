@@ -607,6 +607,8 @@ void LlamaModel::backward(float dloss) {
   }
   Tensor dx = Tensor::empty({T, C}, act, device_);  // gradient of the residual stream
   norm_backward(dx, grads_.final_norm, grads_.final_norm_bias, dxn, a.x_final, params_.final_norm, a.mean_f, a.rstd_f);
+  // The final norm's activations are done with: free them before the layers' backward (the peak).
+  a.x_final = a.xn_f = a.rstd_f = a.mean_f = Tensor();
 
   Tensor dtmp = Tensor::empty({T, C}, act, device_);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {

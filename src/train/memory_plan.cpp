@@ -386,7 +386,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   p.host_offload_bytes = offload ? L * a * C * T : 0;
   const int64_t layers_kept = L * (offload ? kept - a * C : kept) * T + on_device_layers * (offload ? a * C * T : 0);
   const int64_t final_acts =
-      (a * C + norm_stats + a * C) * T;  // x_final, rstd_f (mean_f), xn_f (kept through backward)
+      (a * C + norm_stats + a * C) * T;  // x_final, rstd_f (mean_f), xn_f (kept until the loss backward's end)
 
   // ---- phases --------------------------------------------------------------------------------
   const bool tiled_loss = in.memory.loss_tile_tokens > 0 && in.memory.loss_tile_tokens < T;
@@ -414,12 +414,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   int64_t attn_t = (2 * a * H * D + 2 * a * Hkv * D) * T;
   if (in.sp > 1) attn_t += sp_bwd * T;  // the walk above counts the backend's workspace
   if (in.sp == 1 && in.cuda) attn_t += (4 * H * D + 8 * H) * T;
-  int64_t layer_bwd =
-      layers_kept + final_acts + 3 * a * C * T + std::max(recompute + std::max(mlp_t, attn_t), layer_gather);
+  // The final norm's activations are freed before the layers' backward (LlamaModel::backward).
+  int64_t layer_bwd = layers_kept + 3 * a * C * T + std::max(recompute + std::max(mlp_t, attn_t), layer_gather);
   // A checkpointed layer's recompute runs its sequence-parallel attention forward again (dx, dtmp,
   // dxn alive; x_in is kept).
   if (in.sp > 1 && in.memory.activation_checkpointing && !in.memory.checkpoint_keep_attention)
-    layer_bwd = std::max(layer_bwd, layers_kept + final_acts + 3 * a * C * T + attn_inputs + sp_fwd.peak * T);
+    layer_bwd = std::max(layer_bwd, layers_kept + 3 * a * C * T + attn_inputs + sp_fwd.peak * T);
   // Optimizer: ZeRO-1/2 all-gather the updated weights (this rank's shard, then all of them); ZeRO-3
   // gathers the embedding and the tail into a region buffer each (the larger alive at once, with
   // its gather's temporaries); a GPU optimizer writing host weights casts each piece on the GPU first.
