@@ -9,10 +9,9 @@
 namespace seqpar {
 namespace {
 
-std::string run(const std::string &args, int *rc) {
+std::string run(const std::string& args, int* rc) {
   std::string out;
-  *rc =
-      testing::run_command(testing::binary_path() + " " + args + " 2>&1", &out);
+  *rc = testing::run_command(testing::binary_path() + " " + args + " 2>&1", &out);
   return out;
 }
 
@@ -20,46 +19,29 @@ TEST(Commands, AMistypedCommandSuggestsTheNearest) {
   int rc = 0;
   std::string out = run("trian --steps 3", &rc);
   EXPECT_NE(rc, 0);
-  EXPECT_NE(
-      out.find("unknown command 'trian' for 'seqpar' (did you mean 'train'?)"),
-      std::string::npos)
-      << out;
-  EXPECT_NE(out.find("prepare-data"), std::string::npos)
-      << out; // the list of commands
+  EXPECT_NE(out.find("unknown command 'trian' for 'seqpar' (did you mean 'train'?)"), std::string::npos) << out;
+  EXPECT_NE(out.find("prepare-data"), std::string::npos) << out;  // the list of commands
   out = run("--log-level warn bench trian", &rc);
   EXPECT_NE(rc, 0);
-  EXPECT_NE(
-      out.find(
-          "unknown command 'trian' for 'seqpar bench' (did you mean 'train'?)"),
-      std::string::npos)
-      << out;
+  EXPECT_NE(out.find("unknown command 'trian' for 'seqpar bench' (did you mean 'train'?)"), std::string::npos) << out;
   out = run("frobnicate", &rc);
   EXPECT_NE(rc, 0);
-  EXPECT_NE(
-      out.find("unknown command 'frobnicate' for 'seqpar'; its commands:"),
-      std::string::npos)
-      << out;
+  EXPECT_NE(out.find("unknown command 'frobnicate' for 'seqpar'; its commands:"), std::string::npos) << out;
 }
 
 TEST(Commands, NoCommandListsThem) {
   int rc = 0;
   std::string out = run("", &rc);
   EXPECT_NE(rc, 0);
-  EXPECT_NE(out.find("'seqpar' needs a command: version, fwdbwd, train"),
-            std::string::npos)
-      << out;
+  EXPECT_NE(out.find("'seqpar' needs a command: version, fwdbwd, train"), std::string::npos) << out;
   out = run("bench", &rc);
   EXPECT_NE(rc, 0);
-  EXPECT_NE(
-      out.find(
-          "'seqpar bench' needs a command: attention, sp-attention, train"),
-      std::string::npos)
-      << out;
-  out = run("bench --help", &rc); // help is not an error
+  EXPECT_NE(out.find("'seqpar bench' needs a command: attention, sp-attention, train"), std::string::npos) << out;
+  out = run("bench --help", &rc);  // help is not an error
   EXPECT_EQ(rc, 0) << out;
   out = run("version", &rc);
   EXPECT_EQ(rc, 0) << out;
 }
 
-} // namespace
-} // namespace seqpar
+}  // namespace
+}  // namespace seqpar

@@ -13,8 +13,7 @@ namespace {
 
 LlamaConfig small_config() {
   LlamaConfig c = demo_model_config();
-  c.vocab_size =
-      1000; // an embedding of 64000 elements: several threads fill it
+  c.vocab_size = 1000;  // an embedding of 64000 elements: several threads fill it
   return c;
 }
 
@@ -22,12 +21,11 @@ TEST(Init, NormalWeightsAndUnitNorms) {
   const LlamaConfig c = small_config();
   LlamaParams p = LlamaParams::zeros(c, DType::kF32, Device::cpu());
   init_llama_params(p, 7, 0.02f);
-  for (auto &[name, t] : p.named()) {
-    const float *v = t->data<float>();
+  for (auto& [name, t] : p.named()) {
+    const float* v = t->data<float>();
     const int64_t n = t->numel();
     if (name.find("norm.weight") != std::string::npos) {
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(v[i], 1.f) << name << "[" << i << "]";
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(v[i], 1.f) << name << "[" << i << "]";
       continue;
     }
     double sum = 0, sq = 0;
@@ -38,8 +36,7 @@ TEST(Init, NormalWeightsAndUnitNorms) {
     }
     const double mean = sum / n, sd = std::sqrt(sq / n - mean * mean);
     // Normal(0, 0.02): the sample moments within a few standard errors.
-    EXPECT_NEAR(mean, 0.0, 5 * 0.02 / std::sqrt(static_cast<double>(n)))
-        << name;
+    EXPECT_NEAR(mean, 0.0, 5 * 0.02 / std::sqrt(static_cast<double>(n))) << name;
     EXPECT_NEAR(sd, 0.02, 5 * 0.02 / std::sqrt(2.0 * n)) << name;
   }
 }
@@ -47,27 +44,22 @@ TEST(Init, NormalWeightsAndUnitNorms) {
 TEST(Init, TheSeedAloneDecidesAndTensorsDiffer) {
   const LlamaConfig c = small_config();
   LlamaParams a = LlamaParams::zeros(c, DType::kF32, Device::cpu());
-  LlamaParams b =
-      LlamaParams::zeros(c, DType::kF32, Device::cpu(), /*one_buffer=*/true);
+  LlamaParams b = LlamaParams::zeros(c, DType::kF32, Device::cpu(), /*one_buffer=*/true);
   LlamaParams d = LlamaParams::zeros(c, DType::kF32, Device::cpu());
   init_llama_params(a, 7, 0.02f);
   init_llama_params(b, 7, 0.02f);
   init_llama_params(d, 8, 0.02f);
   auto na = a.named(), nb = b.named(), nd = d.named();
   for (size_t k = 0; k < na.size(); ++k) {
-    const Tensor &x = *na[k].second;
-    EXPECT_EQ(0, std::memcmp(x.data<float>(), nb[k].second->data<float>(),
-                             x.nbytes()))
-        << na[k].first;
+    const Tensor& x = *na[k].second;
+    EXPECT_EQ(0, std::memcmp(x.data<float>(), nb[k].second->data<float>(), x.nbytes())) << na[k].first;
     if (na[k].first.find("norm.weight") == std::string::npos)
-      EXPECT_NE(0, std::memcmp(x.data<float>(), nd[k].second->data<float>(),
-                               x.nbytes()))
-          << na[k].first;
+      EXPECT_NE(0, std::memcmp(x.data<float>(), nd[k].second->data<float>(), x.nbytes())) << na[k].first;
   }
   // Two projections of one shape draw different values (the tensor's index is
   // in the counter).
-  const Tensor &q = a.layers[0].k_proj;
-  const Tensor &v = a.layers[0].v_proj;
+  const Tensor& q = a.layers[0].k_proj;
+  const Tensor& v = a.layers[0].v_proj;
   ASSERT_EQ(q.shape(), v.shape());
   EXPECT_NE(0, std::memcmp(q.data<float>(), v.data<float>(), q.nbytes()));
 }
@@ -81,11 +73,9 @@ TEST(Init, Bf16IsTheRoundingOfF32) {
   auto nf = f.named(), nh = h.named();
   for (size_t k = 0; k < nf.size(); ++k) {
     const Tensor rounded = nf[k].second->to_dtype(DType::kBF16);
-    EXPECT_EQ(0, std::memcmp(rounded.data<bf16>(), nh[k].second->data<bf16>(),
-                             rounded.nbytes()))
-        << nf[k].first;
+    EXPECT_EQ(0, std::memcmp(rounded.data<bf16>(), nh[k].second->data<bf16>(), rounded.nbytes())) << nf[k].first;
   }
 }
 
-} // namespace
-} // namespace seqpar
+}  // namespace
+}  // namespace seqpar
