@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <fstream>
+#include <iterator>
 #include <chrono>
 #include <thread>
 #include <atomic>
@@ -127,6 +129,16 @@ std::vector<nlohmann::json> json_lines(const std::string& text) {
   while (std::getline(ss, line))
     if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
   return lines;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 }  // namespace seqpar::testing

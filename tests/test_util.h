@@ -3,14 +3,19 @@
 
 #include <sys/types.h>
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/error_base.h"
 #include "core/tensor.h"
 
 namespace seqpar::testing {
@@ -42,5 +47,23 @@ int run_command(const std::string& cmd, std::string* output = nullptr);
 
 // The JSON objects among a command's output lines (the lines that start with '{').
 std::vector<nlohmann::json> json_lines(const std::string& text);
+
+// A whole file's bytes ("" when it cannot be read), and bytes written as a file's whole content.
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& bytes);
+
+// Runs f and expects a seqpar::Error whose message holds every piece.
+template <typename F>
+void expect_error(F&& f, std::initializer_list<std::string_view> pieces) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (std::string_view piece : pieces)
+      EXPECT_NE(what.find(piece), std::string::npos) << "missing \"" << piece << "\" in: " << what;
+    return;
+  }
+  ADD_FAILURE() << "no seqpar::Error thrown";
+}
 
 }  // namespace seqpar::testing

@@ -26,6 +26,8 @@ extern char** environ;
 
 namespace {
 
+using seqpar::testing::read_file;
+
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
@@ -43,13 +45,6 @@ int launch(const std::string& flags, const std::string& script, std::string* out
   std::string cmd = fmt::format("{} launch {} -- sh -c {}", seqpar::testing::binary_path(), flags, quote(script));
   if (stdout_only) cmd = "(" + cmd + " 2>/dev/null)";
   return seqpar::testing::run_command(cmd, out);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 // Alive and not a zombie (a killed rank whose parent is gone may linger as one, unreaped by a

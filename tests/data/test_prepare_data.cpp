@@ -16,20 +16,14 @@
 namespace seqpar {
 namespace {
 
+using testing::read_file;
+using testing::write_file;
+
 using nlohmann::json;
 using testing::source_path;
 
 const std::string kLlama = "tests/fixtures/tokenizer/llama3/tokenizer.json";
 const std::string kGpt2 = "tests/fixtures/tokenizer/gpt2/tokenizer.json";
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 std::string error_of(const PrepareDataOptions& o) {
   try {

@@ -16,19 +16,13 @@
 namespace seqpar {
 namespace {
 
+using testing::read_file;
+using testing::write_file;
+
 using nlohmann::json;
 using testing::source_path;
 
 const std::string kDir = "tests/fixtures/tokenizer/gpt2_files/";
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // The fixture's documents as Megatron's input: one {"text": ...} JSON object a line.
 std::string docs_jsonl(const json& fx) {

@@ -20,6 +20,8 @@
 namespace seqpar {
 namespace {
 
+using testing::expect_error;
+
 nlohmann::json torch_fixture() {
   std::ifstream f(testing::source_path("tests/fixtures/ops/torch_layernorm_gelu.json"));
   EXPECT_TRUE(f.good()) << "tests/fixtures/ops/torch_layernorm_gelu.json (run tests/fixtures/ops/gen_torch_ops.py)";
@@ -112,19 +114,6 @@ TEST(LayerNorm, BackwardInPlaceOnDoutGivesTheSameResult) {
   EXPECT_EQ(buf, dx);
   EXPECT_EQ(dw2, dw);
   EXPECT_EQ(db2, db);
-}
-
-template <typename F>
-void expect_error(F&& f, std::initializer_list<std::string_view> pieces) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    for (std::string_view piece : pieces)
-      EXPECT_NE(what.find(piece), std::string::npos) << "missing \"" << piece << "\" in: " << what;
-    return;
-  }
-  ADD_FAILURE() << "no seqpar::Error thrown";
 }
 
 TEST(LayerNorm, EntriesRejectWrongShapesDtypesAndAliasing) {

@@ -17,21 +17,9 @@
 namespace seqpar {
 namespace {
 
-using testing::random_tensor;
+using testing::expect_error;
 
-// Runs f and expects a seqpar::Error whose message holds every piece.
-template <typename F>
-void expect_error(F&& f, std::initializer_list<std::string_view> pieces) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    for (std::string_view piece : pieces)
-      EXPECT_NE(what.find(piece), std::string::npos) << "missing \"" << piece << "\" in: " << what;
-    return;
-  }
-  ADD_FAILURE() << "no seqpar::Error thrown";
-}
+using testing::random_tensor;
 
 Tensor ids_tensor(std::vector<int32_t> ids) {
   const auto n = static_cast<int64_t>(ids.size());
