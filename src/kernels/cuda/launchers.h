@@ -28,8 +28,9 @@ void embedding_backward(void* dwte, DType dwte_dt, const void* dout, DType dout_
 // out/inp [T, C] (x_dt), weight [C] (w_dt), rstd f32 [T].
 void rmsnorm_forward(void* out, float* rstd, const void* inp, DType x_dt, const void* weight, DType w_dt, int64_t T,
                      int64_t C, float eps, cudaStream_t stream);
-// Blocks of the first backward pass: `partials` must hold rmsnorm_backward_blocks(T) * C floats.
-int rmsnorm_backward_blocks(int64_t T);
+// Blocks of the first backward pass of RMSNorm and LayerNorm: `partials` must hold
+// norm_backward_blocks(T) * C floats (RMSNorm; LayerNorm * 2 * C).
+int norm_backward_blocks(int64_t T);
 // dinp (=), dweight (+=, dw_dt). dinp/dout/inp share x_dt.
 void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, const void* dout, const void* inp,
                       DType x_dt, const void* weight, DType w_dt, const float* rstd, int64_t T, int64_t C,
@@ -38,8 +39,6 @@ void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, c
 // LayerNorm: out/inp [T, C] (x_dt), weight/bias [C] (w_dt), mean/rstd f32 [T].
 void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, DType x_dt, const void* weight,
                        const void* bias, DType w_dt, int64_t T, int64_t C, float eps, cudaStream_t stream);
-// Blocks of the first backward pass: `partials` must hold layernorm_backward_blocks(T) * 2 * C floats.
-int layernorm_backward_blocks(int64_t T);
 // dinp (=, may be dout), dweight/dbias f32 (+=, deterministic). dinp/dout/inp share x_dt.
 void layernorm_backward(void* dinp, float* dweight, float* dbias, float* partials, const void* dout, const void* inp,
                         DType x_dt, const void* weight, DType w_dt, const float* mean, const float* rstd, int64_t T,

@@ -1,19 +1,12 @@
 // LayerNorm forward and backward (the spec: kernels/cpu/layernorm.h), one block per row; f32
 // arithmetic on bf16 or f32 storage. The parameter gradients are summed without atomics, in a fixed
-// order (as rmsnorm.cu does its dweight): bitwise reproducible.
-#include "kernels/cuda/common.cuh"
+// order (norm_common.cuh, shared with rmsnorm.cu): bitwise reproducible.
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/norm_common.cuh"
 
 namespace seqpar::cuda_kernels {
 
 namespace {
-
-constexpr int kMaxThreads = 256;
-
-int row_threads(int64_t packs) {
-  int64_t t = (packs + kWarp - 1) / kWarp * kWarp;
-  return static_cast<int>(t < kMaxThreads ? t : kMaxThreads);
-}
 
 // mean[t] = sum(x) / C; rstd[t] = 1 / sqrt(sum((x - mean)^2) / C + eps) from the centred values
 // (not E[x^2] - mean^2, which cancels when |mean| >> std); out = (x - mean) * rstd * w + b. The
@@ -69,7 +62,7 @@ __global__ void layernorm_forward_kernel(TX* __restrict__ out,           // [T, 
 // Block b handles rows b, b + gridDim.x, ... and accumulates dw and db for those rows in shared
 // memory, each thread owning fixed columns (stored column-pack-transposed, s[k * packs + p], so a
 // warp's accesses hit distinct banks). It writes its partial rows to partials[b] = [dw (C), db (C)];
-// layernorm_params_kernel sums the partials in a fixed order. No atomics.
+// norm_params_kernel (norm_common.cuh) sums the partials in a fixed order. No atomics.
 // dinp may be dout (in place): each element of dout is last read by the thread that writes its
 // dinp element, after the row's sums (block_sum synchronises the block).
 template <int N, typename TX, typename TW>
@@ -138,30 +131,6 @@ __global__ void layernorm_backward_kernel(TX* dinp,                        // [T
   }
 }
 
-// Column c of partials [blocks, 2C] summed over b in a fixed order (8 rows of threads take every
-// 8th b, then row 0 adds the 8 sums in order), added to dweight[c] (c < C) or dbias[c - C].
-// 32 columns per block, coalesced reads.
-__global__ void layernorm_params_kernel(float* __restrict__ dweight, float* __restrict__ dbias,
-                                        const float* __restrict__ partials, int blocks, int64_t C) {
-  __shared__ float s[8][kWarp];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarp + threadIdx.x;
-  float acc = 0.f;
-  if (c < 2 * C)
-    for (int b = threadIdx.y; b < blocks; b += 8) acc += partials[static_cast<int64_t>(b) * 2 * C + c];
-  s[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < 2 * C) {
-    float sum = 0.f;
-#pragma unroll
-    for (int y = 0; y < 8; ++y) sum += s[y][threadIdx.x];
-    if (c < C) {
-      dweight[c] += sum;
-    } else {
-      dbias[c - C] += sum;
-    }
-  }
-}
-
 }  // namespace
 
 void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, DType x_dt, const void* weight,
@@ -173,11 +142,11 @@ void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, DTy
       using TX = decltype(tx);
       using TW = decltype(tw);
       if (vec) {
-        layernorm_forward_kernel<8><<<static_cast<unsigned>(T), row_threads(C / 8), 0, stream>>>(
+        layernorm_forward_kernel<8><<<static_cast<unsigned>(T), norm_row_threads(C / 8), 0, stream>>>(
             static_cast<TX*>(out), mean, rstd, static_cast<const TX*>(inp), static_cast<const TW*>(weight),
             static_cast<const TW*>(bias), C, eps);
       } else {
-        layernorm_forward_kernel<1><<<static_cast<unsigned>(T), row_threads(C), 0, stream>>>(
+        layernorm_forward_kernel<1><<<static_cast<unsigned>(T), norm_row_threads(C), 0, stream>>>(
             static_cast<TX*>(out), mean, rstd, static_cast<const TX*>(inp), static_cast<const TW*>(weight),
             static_cast<const TW*>(bias), C, eps);
       }
@@ -186,16 +155,11 @@ void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, DTy
   });
 }
 
-int layernorm_backward_blocks(int64_t T) {
-  const int64_t b = int64_t{4} * num_sms();
-  return static_cast<int>(T < b ? (T > 0 ? T : 1) : b);
-}
-
 void layernorm_backward(void* dinp, float* dweight, float* dbias, float* partials, const void* dout, const void* inp,
                         DType x_dt, const void* weight, DType w_dt, const float* mean, const float* rstd, int64_t T,
                         int64_t C, cudaStream_t stream) {
   if (C == 0) return;
-  const int blocks = layernorm_backward_blocks(T);
+  const int blocks = norm_backward_blocks(T);
   const bool vec =
       C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight) && aligned16(partials);
   const size_t smem = static_cast<size_t>(2 * C) * sizeof(float);
@@ -207,9 +171,9 @@ void layernorm_backward(void* dinp, float* dweight, float* dbias, float* partial
         if (smem > 48 * 1024)
           SEQPAR_CUDA_CHECK(
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        kernel<<<blocks, row_threads(C / n), smem, stream>>>(static_cast<TX*>(dinp), partials,
-                                                             static_cast<const TX*>(dout), static_cast<const TX*>(inp),
-                                                             static_cast<const TW*>(weight), mean, rstd, T, C);
+        kernel<<<blocks, norm_row_threads(C / n), smem, stream>>>(
+            static_cast<TX*>(dinp), partials, static_cast<const TX*>(dout), static_cast<const TX*>(inp),
+            static_cast<const TW*>(weight), mean, rstd, T, C);
         SEQPAR_LAUNCH_CHECK();
       };
       if (vec) {
@@ -219,7 +183,7 @@ void layernorm_backward(void* dinp, float* dweight, float* dbias, float* partial
       }
     });
   });
-  layernorm_params_kernel<<<ceil_div(2 * C, kWarp), dim3(kWarp, 8), 0, stream>>>(dweight, dbias, partials, blocks, C);
+  norm_params_kernel<<<ceil_div(2 * C, kWarp), dim3(kWarp, 8), 0, stream>>>(dweight, dbias, partials, blocks, C, 2 * C);
   SEQPAR_LAUNCH_CHECK();
 }
 

@@ -205,7 +205,7 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
   SEQPAR_CHECK(rstd.numel() == T, "rmsnorm_backward: rstd {} must hold {} rows", rstd.str(), T);
   // The per-block dweight partials live in shared memory while a block works: C floats.
   SEQPAR_CHECK(C <= 48 * 1024, "rmsnorm_backward: C={} exceeds the supported 49152 (shared-memory partials)", C);
-  const int blocks = cuda_kernels::rmsnorm_backward_blocks(T);
+  const int blocks = cuda_kernels::norm_backward_blocks(T);
   ScratchBytes partials(inp.device(), static_cast<size_t>(blocks) * C * sizeof(float));
   cuda_kernels::rmsnorm_backward(dinp.raw(), dweight.raw(), dweight.dtype(), static_cast<float*>(partials.get()),
                                  dout.raw(), inp.raw(), inp.dtype(), weight.raw(), weight.dtype(), rstd.data<float>(),
@@ -272,7 +272,7 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
   // (up to 192 KiB; sm_90 gives a block 227 KiB).
   SEQPAR_CHECK(C <= 24 * 1024, "{}: C={} exceeds the supported 24576 (shared-memory partials of dweight and dbias)",
                op, C);
-  const int blocks = cuda_kernels::layernorm_backward_blocks(T);
+  const int blocks = cuda_kernels::norm_backward_blocks(T);
   ScratchBytes partials(inp.device(), static_cast<size_t>(blocks) * 2 * C * sizeof(float));
   cuda_kernels::layernorm_backward(dinp.raw(), dweight.data<float>(), dbias.data<float>(),
                                    static_cast<float*>(partials.get()), dout.raw(), inp.raw(), inp.dtype(),

@@ -1,22 +1,15 @@
 // RMSNorm forward and backward, one block per row; f32 arithmetic on bf16 or f32 storage.
-#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/norm_common.cuh"
 
 namespace seqpar::cuda_kernels {
 
 namespace {
 
-constexpr int kMaxThreads = 256;
-
-int row_threads(int64_t packs) {
-  int64_t t = (packs + kWarp - 1) / kWarp * kWarp;
-  return static_cast<int>(t < kMaxThreads ? t : kMaxThreads);
-}
-
 // out[t] = inp[t] * rstd[t] * weight, rstd[t] = 1 / sqrt(mean(inp[t]^2) + eps). The row is read
 // twice; the second read hits L1/L2 (a row is C * 2 bytes, a few KB).
 template <int N, typename TX, typename TW>
-__global__ void rmsnorm_forward_kernel(TX* out,                       // [T, C], may alias inp
+__global__ void rmsnorm_forward_kernel(TX* out,                        // [T, C], may alias inp
                                        float* __restrict__ rstd,       // [T]
                                        const TX* inp,                  // [T, C]
                                        const TW* __restrict__ weight,  // [C]
@@ -52,11 +45,11 @@ __global__ void rmsnorm_forward_kernel(TX* out,                       // [T, C],
 // warp's accesses hit distinct banks). It writes its partial row to partials[b]; the second
 // kernel sums the partials in a fixed order. No atomics: bitwise reproducible.
 template <int N, typename TX, typename TW>
-__global__ void rmsnorm_backward_kernel(TX* dinp,                       // [T, C], may alias dout
-                                        float* __restrict__ partials,   // [gridDim.x, C]
-                                        const TX* dout,                 // [T, C]
-                                        const TX* __restrict__ inp,     // [T, C]
-                                        const TW* __restrict__ weight,  // [C]
+__global__ void rmsnorm_backward_kernel(TX* dinp,                        // [T, C], may alias dout
+                                        float* __restrict__ partials,    // [gridDim.x, C]
+                                        const TX* dout,                  // [T, C]
+                                        const TX* __restrict__ inp,      // [T, C]
+                                        const TW* __restrict__ weight,   // [C]
                                         const float* __restrict__ rstd,  // [T]
                                         int64_t T, int64_t C) {
   extern __shared__ float s_dw[];  // [C]
@@ -103,26 +96,6 @@ __global__ void rmsnorm_backward_kernel(TX* dinp,                       // [T, C
   }
 }
 
-// dweight[c] += sum_b partials[b, c], b in a fixed order: 8 rows of threads take every 8th b,
-// then row 0 adds the 8 sums in order. 32 columns per block, coalesced reads.
-template <typename TDW>
-__global__ void rmsnorm_dweight_kernel(TDW* __restrict__ dweight, const float* __restrict__ partials, int blocks,
-                                       int64_t C) {
-  __shared__ float s[8][kWarp];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarp + threadIdx.x;
-  float acc = 0.f;
-  if (c < C)
-    for (int b = threadIdx.y; b < blocks; b += 8) acc += partials[static_cast<int64_t>(b) * C + c];
-  s[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float sum = 0.f;
-#pragma unroll
-    for (int y = 0; y < 8; ++y) sum += s[y][threadIdx.x];
-    dweight[c] = from_f32<TDW>(to_f32(dweight[c]) + sum);
-  }
-}
-
 }  // namespace
 
 void rmsnorm_forward(void* out, float* rstd, const void* inp, DType x_dt, const void* weight, DType w_dt, int64_t T,
@@ -134,10 +107,10 @@ void rmsnorm_forward(void* out, float* rstd, const void* inp, DType x_dt, const 
       using TX = decltype(tx);
       using TW = decltype(tw);
       if (vec) {
-        rmsnorm_forward_kernel<8><<<static_cast<unsigned>(T), row_threads(C / 8), 0, stream>>>(
+        rmsnorm_forward_kernel<8><<<static_cast<unsigned>(T), norm_row_threads(C / 8), 0, stream>>>(
             static_cast<TX*>(out), rstd, static_cast<const TX*>(inp), static_cast<const TW*>(weight), C, eps);
       } else {
-        rmsnorm_forward_kernel<1><<<static_cast<unsigned>(T), row_threads(C), 0, stream>>>(
+        rmsnorm_forward_kernel<1><<<static_cast<unsigned>(T), norm_row_threads(C), 0, stream>>>(
             static_cast<TX*>(out), rstd, static_cast<const TX*>(inp), static_cast<const TW*>(weight), C, eps);
       }
       SEQPAR_LAUNCH_CHECK();
@@ -145,7 +118,7 @@ void rmsnorm_forward(void* out, float* rstd, const void* inp, DType x_dt, const 
   });
 }
 
-int rmsnorm_backward_blocks(int64_t T) {
+int norm_backward_blocks(int64_t T) {
   const int64_t b = int64_t{4} * num_sms();
   return static_cast<int>(T < b ? (T > 0 ? T : 1) : b);
 }
@@ -154,9 +127,9 @@ void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, c
                       DType x_dt, const void* weight, DType w_dt, const float* rstd, int64_t T, int64_t C,
                       cudaStream_t stream) {
   if (C == 0) return;
-  const int blocks = rmsnorm_backward_blocks(T);
-  const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight) &&
-                   aligned16(partials);
+  const int blocks = norm_backward_blocks(T);
+  const bool vec =
+      C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight) && aligned16(partials);
   const size_t smem = static_cast<size_t>(C) * sizeof(float);
   dispatch_float(x_dt, [&](auto tx) {
     dispatch_float(w_dt, [&](auto tw) {
@@ -164,11 +137,11 @@ void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, c
       using TW = decltype(tw);
       auto launch = [&](auto kernel, int n) {
         if (smem > 48 * 1024)
-          SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(smem)));
-        kernel<<<blocks, row_threads(C / n), smem, stream>>>(static_cast<TX*>(dinp), partials,
-                                                            static_cast<const TX*>(dout), static_cast<const TX*>(inp),
-                                                            static_cast<const TW*>(weight), rstd, T, C);
+          SEQPAR_CUDA_CHECK(
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        kernel<<<blocks, norm_row_threads(C / n), smem, stream>>>(
+            static_cast<TX*>(dinp), partials, static_cast<const TX*>(dout), static_cast<const TX*>(inp),
+            static_cast<const TW*>(weight), rstd, T, C);
         SEQPAR_LAUNCH_CHECK();
       };
       if (vec) {
@@ -180,8 +153,8 @@ void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, c
   });
   dispatch_float(dw_dt, [&](auto tdw) {
     using TDW = decltype(tdw);
-    rmsnorm_dweight_kernel<<<ceil_div(C, kWarp), dim3(kWarp, 8), 0, stream>>>(static_cast<TDW*>(dweight), partials,
-                                                                            blocks, C);
+    norm_params_kernel<TDW><<<ceil_div(C, kWarp), dim3(kWarp, 8), 0, stream>>>(static_cast<TDW*>(dweight), nullptr,
+                                                                             partials, blocks, C, C);
     SEQPAR_LAUNCH_CHECK();
   });
 }
