@@ -33,8 +33,8 @@ import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_hf_fixtures import (TOL_LOOSE, TOL_TIGHT, dir_size, fixture_main, make_inputs, reference, versions,  # noqa: E402
-                              worst_errors)
+from make_hf_fixtures import (TOL_LOOSE, TOL_TIGHT, dir_size, fixture_main, load_case, make_inputs,  # noqa: E402
+                              reference, versions, worst_errors)
 
 COMMON = dict(vocab_size=96, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
@@ -152,12 +152,7 @@ def check_loaded(model, d, case):
 
 
 def verify_case(case, root):
-    d = os.path.join(root, case["name"])
-    expected = safetensors.torch.load_file(os.path.join(d, "expected.safetensors"))
-    inp = safetensors.torch.load_file(os.path.join(d, "input.safetensors"))
-    input_ids, labels = inp["input_ids"].long(), inp["labels"].long()
-    with open(os.path.join(d, "meta.json")) as f:
-        optim = json.load(f)
+    d, expected, input_ids, labels, optim = load_case(case, root)
 
     f32, _ = reference(load_model(d, torch.float32), input_ids, labels, optim)
     loose, tight = worst_errors(f32, expected)

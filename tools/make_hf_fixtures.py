@@ -366,13 +366,18 @@ def worst_errors(got, expected):
     return loose, tight
 
 
-def verify_case(case, root):
+def load_case(case, root):
+    """A written fixture: its directory, expected outputs, input ids, labels and meta.json (the optimizer step)."""
     d = os.path.join(root, case["name"])
     expected = safetensors.torch.load_file(os.path.join(d, "expected.safetensors"))
     inp = safetensors.torch.load_file(os.path.join(d, "input.safetensors"))
-    input_ids, labels = inp["input_ids"].long(), inp["labels"].long()
     with open(os.path.join(d, "meta.json")) as f:
         optim = json.load(f)
+    return d, expected, inp["input_ids"].long(), inp["labels"].long(), optim
+
+
+def verify_case(case, root):
+    d, expected, input_ids, labels, optim = load_case(case, root)
 
     # The stored loss is the mean CE of the stored logits over the shifted, non-ignored labels.
     logits = expected["logits"].double()
