@@ -43,10 +43,12 @@ def ds_config(args):
         cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.0}}
     if args.zero3_offload:
         cfg["zero_optimization"].update({
-            "offload_optimizer": {"device": "cpu", "pin_memory": True},
+            "offload_optimizer": {"device": "cpu", "pin_memory": True, "ratio": args.offload_ratio},
             "offload_param": {"device": "cpu", "pin_memory": True},
             "stage3_param_persistence_threshold": 0,
         })
+        if args.offload_ratio < 1.0:  # ZeRO-Offload++'s partial offload: sub-groups of 1e8 elements, a
+            cfg["zero_optimization"]["sub_group_size"] = 100_000_000  # fine split between GPU and host
         if args.torch_adam:
             cfg["zero_force_ds_cpu_optimizer"] = False
     return cfg
@@ -78,6 +80,10 @@ def main():
     p.add_argument("--zero-stage", type=int, default=0, help="without --zero3-offload (one GPU: 0)")
     p.add_argument("--zero3-offload", action="store_true",
                    help="ZeRO-3 with offload_optimizer and offload_param to the CPU (8B on one GPU)")
+    p.add_argument("--offload-ratio", type=float, default=1.0,
+                   help="with --zero3-offload: offload_optimizer.ratio, the share of the optimizer state on the host "
+                        "(DeepSpeed's partial offload, DeepSpeed's CPU Adam only); below 1 when the host cannot hold it "
+                        "all (8B: DeepSpeed keeps f32 master weights, moments and gradients there, 16 bytes a parameter)")
     p.add_argument("--torch-adam", action="store_true",
                    help="torch.optim.AdamW instead of DeepSpeed's (with --zero3-offload: "
                         "zero_force_ds_cpu_optimizer false, torch's AdamW on the CPU)")
@@ -124,6 +130,7 @@ def main():
                     checkpoint_offload=args.checkpoint_offload,
                     zero_stage=3 if args.zero3_offload else args.zero_stage,
                     offload_optimizer=args.zero3_offload, offload_param=args.zero3_offload,
+                    offload_ratio=args.offload_ratio if args.zero3_offload else None,
                     optimizer="torch AdamW" if args.torch_adam else "DeepSpeed AdamW", attn=args.attn,
                     device="cuda:0", torch=torch.__version__, transformers=transformers.__version__,
                     deepspeed=deepspeed.__version__)

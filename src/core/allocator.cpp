@@ -1,6 +1,8 @@
 #include "core/allocator.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <new>
 
 #include "core/error.h"
@@ -75,6 +77,19 @@ Device parse_device(const std::string& s, const std::string& setting) {
   SEQPAR_INPUT_CHECK(!index.empty() && index.size() < 6 && index.find_first_not_of("0123456789") == std::string::npos,
                      "{}={}: expected cpu, cuda or cuda:N", setting, s);
   return Device::cuda(std::stoi(index));
+}
+
+ProcessMemory process_memory() {
+  ProcessMemory m;
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  int64_t kib = 0;
+  while (in >> key) {
+    if (key == "VmRSS:" && in >> kib) m.resident = kib * 1024;
+    else if (key == "VmHWM:" && in >> kib) m.peak = kib * 1024;
+    else in.ignore(1 << 16, '\n');
+  }
+  return m;
 }
 
 }  // namespace seqpar

@@ -40,6 +40,14 @@ Allocator& offload_host_allocator();
 // The allocator for a device: CPU, or the CUDA caching pool of that GPU.
 Allocator& allocator_for(Device device);
 
+// This process's resident host memory now and at its peak (Linux /proc/self/status VmRSS and
+// VmHWM: every host byte touched, pageable or pinned, the libraries' own included); 0 and 0 where
+// the file cannot be read.
+struct ProcessMemory {
+  int64_t resident = 0, peak = 0;
+};
+ProcessMemory process_memory();
+
 // Scratch bytes of a device's allocator for one scope (raw memory for a kernel's workspace).
 // On the CUDA pool, returning them before the queued kernels ran is safe for reuse on the same
 // stream (stream order); a caller that used them on another stream synchronises first.

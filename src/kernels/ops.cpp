@@ -2,6 +2,7 @@
 // builds, each message naming the op, the tensor, its shape and the expected one), then run the
 // CPU kernel (f32) or the CUDA one (kernels/cuda/ops_cuda.h) by the tensors' device.
 #include "kernels/ops.h"
+#include "kernels/normal_draw.h"
 
 #include <algorithm>
 #include <cmath>
@@ -453,6 +454,32 @@ void scale_inplace(Tensor& y, float s) {
   ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, scale_inplace(y, s));
   cpu::scale_inplace(f32(y), s, y.numel());
+}
+
+void normal_fill(Tensor& y, uint64_t key, float std, int64_t offset) {
+  const char* op = "normal_fill";
+  const Arg a_y{"y", y};
+  const Device dev = op_device(op, {a_y});
+  // Also bf16 on the CPU (a GPU run's initial weights wait on the host in bf16).
+  SEQPAR_CHECK(y.dtype() == DType::kF32 || y.dtype() == DType::kBF16, "normal_fill: y is {} (f32 or bf16)",
+               dtype_name(y.dtype()));
+  SEQPAR_CHECK(offset >= 0 && offset % 2 == 0, "normal_fill: offset={} (even, >= 0: a pair is one draw)", offset);
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, normal_fill(y, key, std, offset));
+  const int64_t n = y.numel(), j0 = offset / 2;
+  float* f = y.dtype() == DType::kF32 ? y.data<float>() : nullptr;
+  bf16* h = f ? nullptr : y.data<bf16>();
+  for (int64_t i = 0; i < n; i += 2) {
+    float a, b;
+    normal_pair(key, j0 + i / 2, std, a, b);
+    if (f) {
+      f[i] = a;
+      if (i + 1 < n) f[i + 1] = b;
+    } else {
+      h[i] = f32_to_bf16(a);
+      if (i + 1 < n) h[i + 1] = f32_to_bf16(b);
+    }
+  }
 }
 
 void check_device_errors(Device device) {

@@ -88,6 +88,11 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
 // ---- elementwise ------------------------------------------------------------------------
 void add_inplace(Tensor& y, const Tensor& x);  // y += x (same shape)
 void scale_inplace(Tensor& y, float s);        // y *= s
+// y[i] = std · N(0, 1), the draw of element offset + i of key `key` (kernels/normal_draw.h: a
+// counter-based Box-Muller, so any range of a tensor can be filled apart, on any device, with the
+// same values up to the last bit of libm's double math). y f32 or bf16 (rounded to nearest even);
+// offset even (a pair is one draw).
+void normal_fill(Tensor& y, uint64_t key, float std, int64_t offset = 0);
 // out = in converted between f32 and bf16 (round to nearest even), or copied when the dtypes
 // match; same shape and device (e.g. f32 master weights -> bf16 compute weights).
 void cast(Tensor& out, const Tensor& in);

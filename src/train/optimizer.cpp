@@ -38,11 +38,15 @@ void parallel_ranges(int64_t n, int threads, Fn fn) {
     if (e) std::rethrow_exception(e);
 }
 
-// A host allocation the user asked for, its failure named by the setting.
-Tensor host_state(int64_t n, DType dtype, Allocator& alloc, const char* what) {
+// A host allocation the user asked for, its failure named by the setting. Host memory is zeroed
+// by `threads` threads (the first touch of tens of GiB: one thread takes minutes on an 8B model).
+Tensor host_state(int64_t n, DType dtype, Allocator& alloc, const char* what, int threads = 1) {
   try {
     Tensor t = Tensor::empty({n}, dtype, alloc);
-    t.zero();
+    if (t.device().is_cpu() && threads > 1)
+      parallel_ranges(n, threads, [&](int64_t lo, int64_t hi) { t.rows(lo, hi).zero(); });
+    else
+      t.zero();
     return t;
   } catch (const Error& e) {
     throw InputError(fmt::format("offload_optimizer=cpu: allocating {} ({:.2f} GiB of host memory) failed: {}", what,
@@ -93,22 +97,54 @@ AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, con
   // Offloaded: host memory (pageable: only the staging is copied by DMA; on the CPU backend accounted
   // apart from the "device", as the plan counts it).
   Allocator& state_alloc = place_.host ? host_allocator_for(device, /*pinned=*/false) : allocator_for(device);
-  m_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the AdamW first moments");
-  v_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the AdamW second moments");
+  const int fill_threads = place_.host ? place_.threads : 1;
+  m_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the AdamW first moments", fill_threads);
+  v_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the AdamW second moments", fill_threads);
   SEQPAR_CHECK(place_.chunk >= 1 && place_.chunk <= kStreamChunk, "AdamW: chunk={}", place_.chunk);
   if (place_.host) stream_ = std::make_unique<Stream>(device, compute, std::min(place_.chunk, L.shard_len));
   if (!has_master_) return;
-  master_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the f32 master weights");
+  master_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the f32 master weights", fill_threads);
   const FlatRef master{master_shard_, false};
+  // The f32 of the compute weights' rounding (what the model computes with), kStreamChunk elements at
+  // a time (never a whole-model temporary: one region is the whole model without ZeRO), host chunks
+  // by the step's threads.
+  struct Piece {
+    size_t k;
+    int64_t lo, hi;
+  };
+  std::vector<Piece> pieces;
   for (size_t k = 0; k < L.regions.size(); ++k) {
     const auto [lo, hi] = L.piece(k);
-    if (lo == hi) continue;
-    // The f32 of the compute weights' rounding (what the model computes with).
-    Tensor rounded = Tensor::empty({hi - lo}, compute, where);
-    read_flat_range(rounded, initial, model_config, lo, hi);
-    Tensor w = master.range(L, k, lo, hi);
-    cast(w, rounded);
+    for (int64_t a = lo; a < hi; a += kStreamChunk) pieces.push_back({k, a, std::min(hi, a + kStreamChunk)});
   }
+  auto fill = [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      const Piece& p = pieces[static_cast<size_t>(i)];
+      Tensor rounded = Tensor::empty({p.hi - p.lo}, compute, where);
+      read_flat_range(rounded, initial, model_config, p.lo, p.hi);
+      Tensor w = master.range(L, p.k, p.lo, p.hi);
+      cast(w, rounded);
+    }
+  };
+  const int64_t n = static_cast<int64_t>(pieces.size());
+  if (!where.is_cpu() || fill_threads == 1) {
+    fill(0, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(fill_threads));
+  const int64_t per = (n + fill_threads - 1) / fill_threads;
+  for (int t = 0; t < fill_threads && t * per < n; ++t)
+    pool.emplace_back([&, t] {
+      try {
+        fill(t * per, std::min(n, (t + 1) * per));
+      } catch (...) {
+        errors[static_cast<size_t>(t)] = std::current_exception();
+      }
+    });
+  for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 LlamaParams& AdamW::weights(LlamaParams& params) {

@@ -45,23 +45,27 @@ LlamaConfig demo_model_config() {
 
 namespace {
 
-// SplitMix64's finaliser: a 64-bit mix with full avalanche (every output bit depends on every input bit).
+// SplitMix64's finaliser (the tensor keys; the draws' own mix is in kernels/normal_draw.h).
 uint64_t mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 
-// A uniform in (0, 1] from 53 random bits (never 0: Box-Muller takes its log).
-double unit_open0(uint64_t bits) { return (static_cast<double>(bits >> 11) + 1.0) * 0x1.0p-53; }
+// The process's host memory for the setup's progress lines.
+std::string host_memory_note() {
+  const ProcessMemory m = process_memory();
+  return fmt::format("host memory {:.2f} GiB resident, {:.2f} GiB at the peak", static_cast<double>(m.resident) / (1ll << 30),
+                     static_cast<double>(m.peak) / (1ll << 30));
+}
 
 }  // namespace
 
-// Counter-based, so every element is a function of (seed, tensor index, element index) alone: the
-// tensors are filled by all cores in parallel (an 8B model's 8e9 draws take seconds, not the ten
-// minutes a sequential generator takes) and the values do not depend on the thread count. Element
-// pair (2j, 2j+1) of tensor k is one Box-Muller draw from two mixed counters.
-void init_llama_params(LlamaParams& params, uint64_t seed, float std) {
+// Counter-based (normal_fill, kernels/ops.h), so every element is a function of (seed, tensor index,
+// element index) alone: on a GPU each tensor is drawn there and copied to the host (an 8B model's
+// 8e9 draws take a minute on 16 cores, a second on an H200); on the CPU by all cores, each a range.
+// The values depend on neither the device (to the last bit of libm's double math) nor the thread count.
+void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device draw_on) {
   const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const auto named = params.named();
   for (size_t k = 0; k < named.size(); ++k) {
@@ -72,30 +76,30 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std) {
     const bool is_norm = named[k].first.find("norm.weight") != std::string::npos;  // biases draw like weights,
     const bool is_norm_bias = named[k].first.find("norm.bias") != std::string::npos;  // LayerNorm's start at 0
     const uint64_t key = mix64(seed ^ mix64(0x9e3779b97f4a7c15ull * (k + 1)));
-    const int64_t n = t.numel(), pairs = (n + 1) / 2;
-    float* f32 = t.dtype() == DType::kF32 ? t.data<float>() : nullptr;
-    bf16* b16 = t.dtype() == DType::kBF16 ? t.data<bf16>() : nullptr;
-    auto put = [&](int64_t i, float v) {
-      if (i >= n) return;
-      if (f32) f32[i] = v;
-      else b16[i] = f32_to_bf16(v);
-    };
-    auto fill = [&](int64_t lo, int64_t hi) {  // pairs [lo, hi)
-      for (int64_t j = lo; j < hi; ++j) {
-        if (is_norm || is_norm_bias) {
-          put(2 * j, is_norm ? 1.f : 0.f);
-          put(2 * j + 1, is_norm ? 1.f : 0.f);
-          continue;
-        }
-        const uint64_t c = key + 2 * static_cast<uint64_t>(j);
-        const double r = std::sqrt(-2.0 * std::log(unit_open0(mix64(c))));
-        const double a = 6.283185307179586 * unit_open0(mix64(c + 1));
-        put(2 * j, static_cast<float>(std * r * std::cos(a)));
-        put(2 * j + 1, static_cast<float>(std * r * std::sin(a)));
+    const int64_t n = t.numel();
+    Tensor flat = t.view({n});
+    if (is_norm || is_norm_bias) {
+      const float v = is_norm ? 1.f : 0.f;
+      for (int64_t i = 0; i < n; ++i) {
+        if (t.dtype() == DType::kF32) t.data<float>()[i] = v;
+        else t.data<bf16>()[i] = f32_to_bf16(v);
       }
-    };
+      continue;
+    }
+    if (draw_on.is_cuda()) {
+      Tensor d = Tensor::empty({n}, t.dtype(), draw_on);
+      normal_fill(d, key, std);
+      flat.copy_from(d);
+      continue;
+    }
+    const int64_t pairs = (n + 1) / 2;
     const int use = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, pairs / (1 << 16))));
     const int64_t per = (pairs + use - 1) / use;
+    auto fill = [&](int64_t lo, int64_t hi) {  // pairs [lo, hi)
+      if (lo >= hi) return;
+      Tensor part = flat.rows(2 * lo, std::min(n, 2 * hi));
+      normal_fill(part, key, std, 2 * lo);
+    };
     std::vector<std::thread> pool;
     for (int w = 1; w < use; ++w) pool.emplace_back(fill, std::min(pairs, w * per), std::min(pairs, (w + 1) * per));
     fill(0, std::min(pairs, per));
@@ -469,14 +473,16 @@ void Trainer::setup_model() {
     s.initial = load_hf_params(cfg_.model_dir, model_config_, dtype);
   } else {
     s.initial = LlamaParams::zeros(model_config_, dtype, Device::cpu());
-    init_llama_params(s.initial, cfg_.seed, cfg_.init_std);
+    // Drawn on the run's first GPU where there is one (the same values: see init_llama_params).
+    init_llama_params(s.initial, cfg_.seed, cfg_.init_std, cfg_.device.is_cuda() ? cfg_.device : Device::cpu());
   }
   if (s.talk) {
     const int64_t n = LlamaParams::flat_layout(model_config_).total;
-    log_info("initial weights: {:.2f}B parameters ({}, {:.2f} GiB on the host) in {:.1f} s", static_cast<double>(n) * 1e-9,
+    log_info("initial weights: {:.2f}B parameters ({}, {:.2f} GiB on the host) in {:.1f} s; {}",
+             static_cast<double>(n) * 1e-9,
              s.ckpt ? "the checkpoint's" : cfg_.model_dir.empty() ? "random init" : "the model's files",
              static_cast<double>(n * static_cast<int64_t>(dtype_size(dtype))) / (1ll << 30),
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), host_memory_note());
   }
 }
 
@@ -527,9 +533,10 @@ void Trainer::run_rank(JobRank& job) {
   TrainStep rank(job.world, s.mesh_shape, job.device, cfg_, model_config_, s.initial);
   restore(rank, job);
   if (job.leader && s.talk)
-    log_info("ranks ready in {:.1f} s (model on {}, optimizer state{})",
+    log_info("ranks ready in {:.1f} s (model on {}, optimizer state{}); {}",
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), job.device.str(),
-             cfg_.memory.offload_optimizer == OffloadDevice::kCpu ? " in host memory" : " beside it");
+             cfg_.memory.offload_optimizer == OffloadDevice::kCpu ? " in host memory" : " beside it",
+             host_memory_note());
   const bool leader = job.leader;
   const int64_t profile_from = s.last_step > s.first_step ? s.first_step + 1 : s.first_step;
   const bool profile_rank = cfg_.profile && leader;
@@ -587,6 +594,9 @@ void Trainer::restore(TrainStep& rank, JobRank& job) {
   std::lock_guard<std::mutex> lock(s.mu);
   s.initial = LlamaParams();
   s.ckpt.reset();
+  // The run's clocks start with the steps: the first progress line's tokens/s is its step's, not
+  // the ranks' setup (an 8B model's offloaded optimizer state takes a while to allocate).
+  s.t_start = s.t_log = std::chrono::steady_clock::now();
 }
 
 // This dp rank's micro-batches of a step.

@@ -55,8 +55,9 @@ struct TrainResult {
   int stop_signal = 0;      // SIGTERM / SIGINT that stopped this call early (after a save), or 0
 };
 
-// HF-style random init: normal(0, std) for embeddings and projections, ones for norms.
-void init_llama_params(LlamaParams& params, uint64_t seed, float std);
+// HF-style random init: normal(0, std) for embeddings and projections, ones for norms (LayerNorm
+// biases 0). params on the host; draw_on a GPU draws there (the same values) and copies them back.
+void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device draw_on = Device::cpu());
 
 // The learning rate of a step (1-based) under the config's schedule (lr_schedule_of, scheduled_lr).
 float lr_at(const TrainConfig& config, int64_t step);

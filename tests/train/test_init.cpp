@@ -64,6 +64,20 @@ TEST(Init, TheSeedAloneDecidesAndTensorsDiffer) {
   EXPECT_NE(0, std::memcmp(q.data<float>(), v.data<float>(), q.nbytes()));
 }
 
+// The draws are the formula's (kernels/normal_draw.h) and not this code's accident: the first values
+// of the embedding (tensor 0) at seed 7, std 0.02, computed apart by the same formula in Python's
+// double math (key = mix64(seed ^ mix64(0x9e3779b97f4a7c15 · (k + 1))), u = ((mix64(key + i) >> 11) + 1)
+// · 2^-53, r = sqrt(-2 ln u1), a = 2π u2, values std·r·cos a, std·r·sin a rounded to f32).
+TEST(Init, DrawsAreTheFormulasValues) {
+  const LlamaConfig c = small_config();
+  LlamaParams p = LlamaParams::zeros(c, DType::kF32, Device::cpu());
+  init_llama_params(p, 7, 0.02f);
+  const float expected[] = {0x1.e16984p-8f, -0x1.c90fc8p-7f, -0x1.cd0968p-11f,
+                            0x1.eaeb2ap-7f, 0x1.07b5aep-5f,  -0x1.46baeep-7f};
+  const float* e = p.named()[0].second->data<float>();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(e[i], expected[i]) << "element " << i;
+}
+
 TEST(Init, Bf16IsTheRoundingOfF32) {
   const LlamaConfig c = small_config();
   LlamaParams f = LlamaParams::zeros(c, DType::kF32, Device::cpu());

@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/normal_draw.h"
 
 namespace seqpar::cuda_kernels {
 
@@ -212,6 +213,30 @@ void scale_inplace(void* y, DType dt, float s, int64_t n, cudaStream_t stream) {
     } else {
       scale_kernel<1><<<elementwise_blocks(n, 1), kThreads, 0, stream>>>(static_cast<T*>(y), s, n);
     }
+    SEQPAR_LAUNCH_CHECK();
+  });
+}
+
+// One thread per pair (normal_draw.h: the CPU's expression, in double).
+template <typename T>
+__global__ void normal_fill_kernel(T* y, uint64_t key, float std, int64_t j0, int64_t n) {
+  const int64_t pairs = (n + 1) / 2;
+  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float a, b;
+    normal_pair(key, j0 + p, std, a, b);
+    y[2 * p] = from_f32<T>(a);
+    if (2 * p + 1 < n) y[2 * p + 1] = from_f32<T>(b);
+  }
+}
+
+void normal_fill(void* y, DType dt, uint64_t key, float std, int64_t offset, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dt, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t blocks = std::min<int64_t>(ceil_div((n + 1) / 2, kThreads), 65536);
+    normal_fill_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(static_cast<T*>(y), key, std,
+                                                                                 offset / 2, n);
     SEQPAR_LAUNCH_CHECK();
   });
 }

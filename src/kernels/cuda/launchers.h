@@ -67,6 +67,7 @@ void cross_entropy_backward(void* dlogits, const void* logits, DType dt, const i
 // Elementwise over n elements.
 void add_inplace(void* y, DType y_dt, const void* x, DType x_dt, int64_t n, cudaStream_t stream);
 void scale_inplace(void* y, DType dt, float s, int64_t n, cudaStream_t stream);
+void normal_fill(void* y, DType dt, uint64_t key, float std, int64_t offset, int64_t n, cudaStream_t stream);
 // y [T, N] += b [N] per row.
 void bias_forward(void* y, DType y_dt, const void* b, DType b_dt, int64_t T, int64_t N, cudaStream_t stream);
 // db f32 [N] += column sums of dy [T, N]: partial sums of row blocks of kBiasRows rows into

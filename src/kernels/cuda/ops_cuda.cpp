@@ -417,6 +417,12 @@ void scale_inplace(Tensor& y, float s) {
   cuda_kernels::scale_inplace(y.raw(), y.dtype(), s, y.numel(), current_stream());
 }
 
+void normal_fill(Tensor& y, uint64_t key, float std, int64_t offset) {
+  DeviceScope scope("normal_fill", {{"y", &y}});
+  check_float(y, "normal_fill", "y");
+  cuda_kernels::normal_fill(y.raw(), y.dtype(), key, std, offset, y.numel(), current_stream());
+}
+
 void cast(Tensor& out, const Tensor& in) {
   DeviceScope scope("cast", {{"out", &out}, {"in", &in}});
   check_float(out, "cast", "out");

@@ -33,6 +33,7 @@ void add_inplace(Tensor& y, const Tensor& x);
 void bias_forward(Tensor& y, const Tensor& b);
 void bias_backward(Tensor& db, const Tensor& dy);
 void scale_inplace(Tensor& y, float s);
+void normal_fill(Tensor& y, uint64_t key, float std, int64_t offset);
 double sum_squares(const Tensor& x);
 void check_device_errors(Device device);
 void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
