@@ -482,7 +482,7 @@ class HfBpeTokenizer final : public Tokenizer {
     };
     for (const auto& [tok, id] : vocab_) set(tok, id);
     for (const auto& a : added_) {
-      set(a.content, a.id);
+      set(a.pattern, a.id);  // HF decodes a normalized added token from its normalized form
       special_[static_cast<size_t>(a.id)] = a.special;
     }
   }
