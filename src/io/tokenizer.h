@@ -27,8 +27,13 @@ namespace seqpar {
 
 class Tokenizer {
  public:
-  // Loads `path`: a HF tokenizer.json, or a SentencePiece model (a name ending in ".model").
+  // Loads `path`: a HF tokenizer.json, a SentencePiece model (a name ending in ".model"), or a
+  // model directory holding tokenizer.json, else tokenizer.model, else GPT-2's vocab.json +
+  // merges.txt. A tiktoken BPE file (Llama-3's original/tokenizer.model) and a vocab.json without
+  // merges.txt are InputErrors saying what they are and what to pass instead.
   static std::shared_ptr<const Tokenizer> load(const std::string& path);
+  // The file load() reads for `path` (a directory's vocab.json + merges.txt: the directory).
+  static std::string resolve(const std::string& path);
   // GPT-2's byte-level BPE from its original files, as Megatron's GPT2BPETokenizer and HF's
   // GPT2Tokenizer(vocab_file, merges_file) read them: vocab.json ({token: id}) and merges.txt (one
   // "a b" merge per line, ranked by line, after an optional "#version" line); ByteLevel pre-
@@ -64,8 +69,8 @@ class Tokenizer {
   std::string path_;
 };
 
-// What seqpar reads of the tokenizer_config.json next to a tokenizer file (all optional; the
-// file may be absent, then `path` is empty). bos/eos_token accept both the string and the
+// What seqpar reads of the tokenizer_config.json next to a tokenizer file, or in a tokenizer
+// directory (all optional; the file may be absent, then `path` is empty). bos/eos_token accept both the string and the
 // {"content": ...} spelling.
 struct TokenizerConfig {
   std::string path;
