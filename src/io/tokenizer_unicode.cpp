@@ -14,6 +14,7 @@ const char* unicode_version() { return utf8proc_unicode_version(); }
 
 CharClass char_class(char32_t c) {
   if (c > 0x10FFFF) return CharClass::kOther;
+  if (const auto k = hf_regex_class(c)) return *k;  // HF's regexes know a newer Unicode than utf8proc
   // Oniguruma's \s (Rust regex's too) is the White_Space property: the separators (Zs, Zl, Zp)
   // and the controls TAB..CR and NEL. Python's str.isspace() also takes U+001C..U+001F; \s does not.
   if ((c >= 0x09 && c <= 0x0D) || c == 0x85) return CharClass::kSpace;
@@ -86,7 +87,12 @@ void append_utf8(std::string& out, char32_t c) {
 
 namespace {
 
-int combining_class(utf8proc_int32_t c) { return utf8proc_get_property(c)->combining_class; }
+// The combining class as HF's normalizers have it: utf8proc's, but 0 for the marks newer than
+// HF's tables (tokenizer_hf_unicode.cpp).
+int combining_class(utf8proc_int32_t c) {
+  const int ccc = utf8proc_get_property(c)->combining_class;
+  return ccc != 0 && hf_normalizer_plain(static_cast<char32_t>(c)) ? 0 : ccc;
+}
 
 // One code point of the normalization buffer and the input byte it came from.
 struct Tagged {
@@ -104,6 +110,10 @@ void normalize_chunk(std::vector<Tagged>& chunk, NormalForm form, std::vector<Ta
   scratch.clear();
   utf8proc_int32_t buf[32];  // the longest full decomposition is 18 code points (U+FDFA)
   for (const Tagged& t : chunk) {
+    if (hf_normalizer_plain(static_cast<char32_t>(t.c))) {  // no decomposition for HF
+      scratch.push_back(t);
+      continue;
+    }
     const auto n = utf8proc_decompose_char(t.c, buf, 32, options, nullptr);
     SEQPAR_CHECK(n > 0 && n <= 32, "utf8proc_decompose_char(U+{:04X}) returned {}", t.c, n);
     for (utf8proc_ssize_t k = 0; k < n; ++k) scratch.push_back({buf[k], t.from});
@@ -135,7 +145,8 @@ void normalize_chunk(std::vector<Tagged>& chunk, NormalForm form, std::vector<Ta
     const int ccc = combining_class(t.c);
     if (starter >= 0 && ccc > max_ccc) {
       utf8proc_int32_t pair[2] = {chunk[static_cast<size_t>(starter)].c, t.c};
-      if (utf8proc_normalize_utf32(pair, 2, static_cast<utf8proc_option_t>(UTF8PROC_COMPOSE | UTF8PROC_STABLE)) == 1) {
+      if (utf8proc_normalize_utf32(pair, 2, static_cast<utf8proc_option_t>(UTF8PROC_COMPOSE | UTF8PROC_STABLE)) == 1 &&
+          !hf_normalizer_plain(static_cast<char32_t>(pair[0]))) {  // a composite newer than HF's tables is not one
         chunk[static_cast<size_t>(starter)].c = pair[0];
         continue;
       }

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
 #include <map>
 
 #include "io/tokenizer.h"
@@ -189,6 +191,42 @@ TEST(TokenizerNormalizers, SentencePieceStyle) {
   EXPECT_NE(tok->summary().find("byte-fallback BPE"), std::string::npos) << tok->summary();
   EXPECT_NE(load("metaspace")->summary().find("metaspace('▁', prepend first)"), std::string::npos)
       << load("metaspace")->summary();
+}
+
+// HF's Unicode differs from utf8proc's in two tables (tools/make_hf_unicode_table.py): its
+// normalizers know Unicode 9.0 (a newer mark is a plain character to them), its regexes a newer
+// Unicode than utf8proc 2.8 (Unicode 15.1 / 16 letters, CJK Extension I).
+TEST(TokenizerNormalizers, HuggingFaceUnicodeTables) {
+  const json fx = json::parse(read_bytes(source_path(kDir + "hf_unicode.json")));
+  // The tables were computed against this utf8proc: another one needs them computed again.
+  ASSERT_STREQ(td::unicode_version(), fx["utf8proc_unicode_version"].get<std::string>().c_str())
+      << "rerun tools/make_hf_unicode_table.py";
+  EXPECT_STREQ(td::hf_unicode_tables_version(), td::unicode_version());
+  const std::map<std::string, td::NormalForm> forms{{"NFC", td::NormalForm::kNFC},
+                                                    {"NFD", td::NormalForm::kNFD},
+                                                    {"NFKC", td::NormalForm::kNFKC},
+                                                    {"NFKD", td::NormalForm::kNFKD}};
+  ASSERT_GE(fx["normalized"].size(), 200u);
+  for (const json& c : fx["normalized"]) {
+    const std::string text = c["text"];
+    for (const auto& [name, form] : forms) {
+      std::string out;
+      std::vector<size_t> origin;
+      td::normalize_utf8(text, form, out, origin);
+      EXPECT_EQ(out, c[name].get<std::string>()) << name << " of " << c["text"].dump();
+    }
+  }
+  ASSERT_GE(fx["classes"].size(), 1000u);
+  for (const json& c : fx["classes"]) {
+    const auto cp = c[0].get<uint32_t>();
+    EXPECT_EQ(static_cast<int>(td::char_class(cp)), c[1].get<int>()) << fmt::format("U+{:04X}", cp);
+  }
+  EXPECT_EQ(td::char_class(0x2EBF0), td::CharClass::kLetter);  // CJK Extension I (Unicode 15.1)
+  // U+0898 (Unicode 14, class 230) is a plain character to HF's NFC: no reordering before U+0316.
+  std::string out;
+  std::vector<size_t> origin;
+  td::normalize_utf8("a\xE0\xA2\x98\xCC\x96", td::NormalForm::kNFC, out, origin);
+  EXPECT_EQ(out, "a\xE0\xA2\x98\xCC\x96");
 }
 
 }  // namespace
