@@ -77,6 +77,10 @@ char32_t cp_at(std::string_view t, size_t begin, size_t* end_out = nullptr) {
   return cps.empty() ? 0 : cps[0];
 }
 
+bool ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+}
+
 struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
@@ -98,6 +102,7 @@ class HfBpeTokenizer final : public Tokenizer {
     if (root.contains("added_tokens")) load_added_tokens(root["added_tokens"]);
     if (root.contains("normalizer") && !root["normalizer"].is_null())
       normalizer_ = std::make_unique<Normalizer>(root["normalizer"], where());
+    normalizer_keeps_ascii_ = normalizer_ && normalizer_->keeps_ascii();
     build_added_tables();
     load_pre_tokenizer(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json());
     if (root.contains("post_processor")) load_post_processor(root["post_processor"], "post_processor");
@@ -122,7 +127,7 @@ class HfBpeTokenizer final : public Tokenizer {
       if (s.added >= 0) {
         ids.push_back(added_[static_cast<size_t>(s.added)].id);
         if (starts) starts->push_back(static_cast<int64_t>(s.begin));
-      } else if (normalizer_) {
+      } else if (normalizer_ && !(normalizer_keeps_ascii_ && ascii(text.substr(s.begin, s.end - s.begin)))) {
         const AlignedText n = normalizer_->apply(text.substr(s.begin, s.end - s.begin));
         encode_normalized(n.text, n.origin.data(), s.begin, ids, starts);
       } else {
@@ -804,6 +809,7 @@ class HfBpeTokenizer final : public Tokenizer {
   std::array<std::array<std::vector<size_t>, 256>, 2> by_first_byte_;  // [pass][first byte] -> added_ indices
 
   std::unique_ptr<Normalizer> normalizer_;  // none: the text as it is
+  bool normalizer_keeps_ascii_ = false;     // ASCII text skips it (NFC and the other forms)
   std::vector<SplitPattern> splits_;
   enum class Prepend { kAlways, kFirst, kNever };
   bool metaspace_ = false, metaspace_split_ = true;  // Metaspace pre-tokenizer

@@ -133,6 +133,12 @@ AlignedText Normalizer::apply(std::string_view text) const {
   return t;
 }
 
+bool Normalizer::keeps_ascii() const {
+  for (const Step& s : steps_)
+    if (s.kind != Step::Kind::kUnicode) return false;
+  return true;
+}
+
 std::string Normalizer::describe() const {
   std::vector<std::string> parts;
   for (const Step& s : steps_) {

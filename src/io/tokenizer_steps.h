@@ -29,6 +29,8 @@ class Normalizer {
   Normalizer(const nlohmann::json& spec, const std::string& where);
 
   AlignedText apply(std::string_view text) const;
+  // Whether ASCII text comes out as it went in (every step a Unicode normalization form).
+  bool keeps_ascii() const;
   // One line: "NFC", "Sequence[Prepend('▁'), Replace(' ' -> '▁')]"...
   std::string describe() const;
 
