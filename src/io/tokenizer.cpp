@@ -284,10 +284,11 @@ bool looks_like_tiktoken(const std::string& path) {
 }
 
 std::string tiktoken_error(const std::string& path) {
-  return fmt::format("--tokenizer '{}' is a tiktoken BPE file (a base64 token and its rank per line, as Llama-3's "
-                     "original/tokenizer.model), which seqpar does not read: pass the model's Hugging Face "
-                     "tokenizer.json (or its directory) instead",
-                     path);
+  return fmt::format(
+      "--tokenizer '{}' is a tiktoken BPE file (a base64 token and its rank per line, as Llama-3's "
+      "original/tokenizer.model), which seqpar does not read: pass the model's Hugging Face "
+      "tokenizer.json (or its directory) instead",
+      path);
 }
 
 }  // namespace
@@ -307,9 +308,10 @@ std::string Tokenizer::resolve(const std::string& path) {
                      "(a WordPiece or other vocabulary, which seqpar does not read): pass a directory with "
                      "tokenizer.json, or GPT-2's vocab.json with merges.txt (--vocab-file / --merge-file)",
                      path);
-  throw InputError(fmt::format("--tokenizer '{}': the directory has no tokenizer.json, tokenizer.model, or vocab.json "
-                               "with merges.txt",
-                               path));
+  throw InputError(
+      fmt::format("--tokenizer '{}': the directory has no tokenizer.json, tokenizer.model, or vocab.json "
+                  "with merges.txt",
+                  path));
 }
 
 std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& path) {

@@ -182,8 +182,9 @@ class HfBpeTokenizer final : public Tokenizer {
       if (add_prefix_space_) pre += " with prefix space";
     } else if (metaspace_) {
       pre = fmt::format("metaspace('{}', prepend {}{})", metaspace_rep_,
-                        metaspace_prepend_ == Prepend::kAlways ? "always" : metaspace_prepend_ == Prepend::kFirst
-                                                                               ? "first" : "never",
+                        metaspace_prepend_ == Prepend::kAlways  ? "always"
+                        : metaspace_prepend_ == Prepend::kFirst ? "first"
+                                                                : "never",
                         metaspace_split_ ? ", split" : "");
     } else {
       pre = "none";
@@ -192,11 +193,14 @@ class HfBpeTokenizer final : public Tokenizer {
     for (int32_t id : prefix_ids_) tmpl += decoded_[static_cast<size_t>(id)] + " ";
     tmpl += "$A";
     for (int32_t id : suffix_ids_) tmpl += " " + decoded_[static_cast<size_t>(id)];
-    return fmt::format("{} BPE '{}': {} ids ({} model tokens, {} merges, {} added tokens of which {} special), "
-                       "normalizer {}, pre-tokenizer {}, template '{}'",
-                       byte_level_ ? "byte-level" : byte_fallback_ ? "byte-fallback" : "character-level", path(),
-                       vocab_size_, vocab_.size(), merges_.size(), added_.size(), specials,
-                       normalizer_ ? normalizer_->describe() : "none", pre, tmpl);
+    return fmt::format(
+        "{} BPE '{}': {} ids ({} model tokens, {} merges, {} added tokens of which {} special), "
+        "normalizer {}, pre-tokenizer {}, template '{}'",
+        byte_level_      ? "byte-level"
+        : byte_fallback_ ? "byte-fallback"
+                         : "character-level",
+        path(), vocab_size_, vocab_.size(), merges_.size(), added_.size(), specials,
+        normalizer_ ? normalizer_->describe() : "none", pre, tmpl);
   }
 
  private:
@@ -321,7 +325,8 @@ class HfBpeTokenizer final : public Tokenizer {
   // pass, the tokens by first byte, longest first: the leftmost-longest match of HF's
   // Aho-Corasick automaton is the longest token that starts at the first position with one.
   void build_added_tables() {
-    for (AddedToken& a : added_) a.pattern = a.normalized && normalizer_ ? normalizer_->apply(a.content).text : a.content;
+    for (AddedToken& a : added_)
+      a.pattern = a.normalized && normalizer_ ? normalizer_->apply(a.content).text : a.content;
     for (int pass = 0; pass < 2; ++pass)
       for (size_t i = 0; i < added_.size(); ++i)
         if (added_[i].normalized == (pass == 1) && !added_[i].pattern.empty())
@@ -367,13 +372,16 @@ class HfBpeTokenizer final : public Tokenizer {
                            pat["Regex"].get<std::string>());
         splits_.push_back(*sp);
       } else {
-        throw InputError(fmt::format("{}: pre-tokenizer type '{}' is not supported (supported: ByteLevel, Split with "
-                                     "the GPT-2/Llama-3/Qwen2 regex, Sequence of those; Metaspace alone; none)",
-                                     where(), type));
+        throw InputError(
+            fmt::format("{}: pre-tokenizer type '{}' is not supported (supported: ByteLevel, Split with "
+                        "the GPT-2/Llama-3/Qwen2 regex, Sequence of those; Metaspace alone; none)",
+                        where(), type));
       }
     }
-    SEQPAR_INPUT_CHECK(byte_level_, "{}: the pre-tokenizer has no ByteLevel step: seqpar supports Split steps only "
-                       "before ByteLevel", where());
+    SEQPAR_INPUT_CHECK(byte_level_,
+                       "{}: the pre-tokenizer has no ByteLevel step: seqpar supports Split steps only "
+                       "before ByteLevel",
+                       where());
   }
 
   // HF Metaspace: spaces become the replacement character, which is prepended to a piece that
@@ -397,7 +405,8 @@ class HfBpeTokenizer final : public Tokenizer {
       scheme = "never";
     }
     SEQPAR_INPUT_CHECK(scheme == "always" || scheme == "first" || scheme == "never",
-                       "{}: pre_tokenizer Metaspace prepend_scheme '{}' must be always, first or never", where(), scheme);
+                       "{}: pre_tokenizer Metaspace prepend_scheme '{}' must be always, first or never", where(),
+                       scheme);
     metaspace_prepend_ = scheme == "always" ? Prepend::kAlways : scheme == "first" ? Prepend::kFirst : Prepend::kNever;
     metaspace_split_ = p.value("split", true);
   }
@@ -717,8 +726,10 @@ class HfBpeTokenizer final : public Tokenizer {
       for (size_t k = 0; k < n; ++k) {
         int32_t id = byte_token_[bytes[k]];
         if (id < 0) {
-          SEQPAR_INPUT_CHECK(unk_.has_value(), "{}: byte 0x{:02X} has no token in the vocabulary and the model has no "
-                             "unk_token", where(), bytes[k]);
+          SEQPAR_INPUT_CHECK(unk_.has_value(),
+                             "{}: byte 0x{:02X} has no token in the vocabulary and the model has no "
+                             "unk_token",
+                             where(), bytes[k]);
           // A byte-level vocabulary that lacks a byte: the unk token (fused with a previous one).
           if (fuse_unk_ && !sym.empty() && sym.back().id == *unk_) continue;
           id = *unk_;
@@ -736,14 +747,15 @@ class HfBpeTokenizer final : public Tokenizer {
         if (auto it = vocab_.find(std::string(w.substr(k, len))); it != vocab_.end()) {
           add_sym(it->second, k);
           after_unk = false;
-        } else if (byte_fallback_ && std::all_of(bytes + k, bytes + k + len,
-                                                 [&](unsigned char b) { return fallback_token_[b] >= 0; })) {
+        } else if (byte_fallback_ &&
+                   std::all_of(bytes + k, bytes + k + len, [&](unsigned char b) { return fallback_token_[b] >= 0; })) {
           for (size_t j = k; j < k + len; ++j) add_sym(fallback_token_[bytes[j]], k);
           after_unk = false;
         } else {
-          SEQPAR_INPUT_CHECK(unk_.has_value(), "{}: character '{}' has no token in the vocabulary{} and the model has "
-                             "no unk_token (HF would drop it)", where(), w.substr(k, len),
-                             byte_fallback_ ? " nor all of its <0xXX> byte tokens" : "");
+          SEQPAR_INPUT_CHECK(unk_.has_value(),
+                             "{}: character '{}' has no token in the vocabulary{} and the model has "
+                             "no unk_token (HF would drop it)",
+                             where(), w.substr(k, len), byte_fallback_ ? " nor all of its <0xXX> byte tokens" : "");
           if (!(fuse_unk_ && after_unk)) add_sym(*unk_, k);
           after_unk = true;
         }

@@ -65,7 +65,8 @@ TEST(Tokenizer, UnicodeClasses) {
 }
 
 TEST(Tokenizer, WordChars) {  // Rust regex \w
-  for (char32_t c : {U'a', U'中', U'7', U'_', U'\u0301', U'\u200d', U'Ⅻ', U'\u24b6'}) EXPECT_TRUE(td::word_char(c)) << static_cast<uint32_t>(c);
+  for (char32_t c : {U'a', U'中', U'7', U'_', U'\u0301', U'\u200d', U'Ⅻ', U'\u24b6'})
+    EXPECT_TRUE(td::word_char(c)) << static_cast<uint32_t>(c);
   for (char32_t c : {U' ', U'-', U'½', U'😀', U'\u200b'}) EXPECT_FALSE(td::word_char(c)) << static_cast<uint32_t>(c);
 }
 
@@ -211,13 +212,15 @@ std::string variant(const std::function<void(json&)>& edit) {
 }
 
 TEST(Tokenizer, UnsupportedComponentsAreNamed) {
-  EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; })),
-                     "normalizer type 'Lowercase' is not supported (supported: NFC, NFD, NFKC, NFKD, Prepend, Replace");
   EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) {
-                       j["normalizer"] = {{"type", "Sequence"},
-                                          {"normalizers", {{{"type", "NFC"}}, {{"type", "Precompiled"}}}}};
+                       j["normalizer"] = {{"type", "Lowercase"}};
                      })),
-                     "normalizer.normalizers[1] type 'Precompiled' is not supported");
+                     "normalizer type 'Lowercase' is not supported (supported: NFC, NFD, NFKC, NFKD, Prepend, Replace");
+  EXPECT_INPUT_ERROR(
+      Tokenizer::load(variant([](json& j) {
+        j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Precompiled"}}}}};
+      })),
+      "normalizer.normalizers[1] type 'Precompiled' is not supported");
   EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) {
                        j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", " "}};
                      })),
@@ -226,11 +229,11 @@ TEST(Tokenizer, UnsupportedComponentsAreNamed) {
                      "model type 'Unigram' is not supported");
   EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; })),
                      "pre-tokenizer type 'Whitespace' is not supported");
-  EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) {
-                       j["pre_tokenizer"] = {{"type", "Sequence"},
-                                             {"pretokenizers", {{{"type", "ByteLevel"}}, {{"type", "Digits"}}}}};
-                     })),
-                     "pre-tokenizer 'Digits' after ByteLevel is not supported");
+  EXPECT_INPUT_ERROR(
+      Tokenizer::load(variant([](json& j) {
+        j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "ByteLevel"}}, {{"type", "Digits"}}}}};
+      })),
+      "pre-tokenizer 'Digits' after ByteLevel is not supported");
   EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) {
                        j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{L}+";
                      })),
@@ -239,7 +242,9 @@ TEST(Tokenizer, UnsupportedComponentsAreNamed) {
                        j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
                      })),
                      "Split with behavior 'Removed'");
-  EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; })),
+  EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) {
+                       j["post_processor"] = {{"type", "RobertaProcessing"}};
+                     })),
                      "post_processor type 'RobertaProcessing' is not supported");
   EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) { j["model"]["merges"][3] = {"Ġ", "no-such-token"}; })),
                      "model.merges[3] ('Ġ', 'no-such-token'): 'no-such-token' is not in the vocabulary");
@@ -249,7 +254,9 @@ TEST(Tokenizer, UnsupportedComponentsAreNamed) {
   auto tok = Tokenizer::load(variant([](json& j) { j["decoder"] = {{"type", "CTC"}}; }));
   EXPECT_FALSE(tok->encode("hello").empty());
   EXPECT_INPUT_ERROR(tok->decode({1}), "decoder type 'CTC' is not supported");
-  EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }))->decode({1}),
+  EXPECT_INPUT_ERROR(Tokenizer::load(variant([](json& j) {
+                       j["decoder"] = {{"type", "Metaspace"}};
+                     }))->decode({1}),
                      "decoder Metaspace needs a string 'replacement'");
   // Merges in the older "a b" spelling give the same ids.
   auto legacy = Tokenizer::load(variant([](json& j) {
