@@ -2,14 +2,22 @@
 //
 // Supported (docs/prepare-data.md has the full list):
 //   - GPT-2's vocab.json + merges.txt (Tokenizer::load_gpt2_files), the same BPE.
-//   - Hugging Face `tokenizer.json` with a byte-level BPE model (GPT-2, Llama-3, Qwen2 style):
-//     normalizer none; pre-tokenizer ByteLevel (its GPT-2 regex or none), or a Sequence of Split
-//     (the GPT-2, Llama-3 or Qwen2 regex, behaviour Isolated) followed by ByteLevel; BPE merges
-//     with ranks (both the "a b" and the ["a", "b"] spelling), ignore_merges, unk_token; added and
-//     special tokens (lstrip, rstrip, single_word) matched before pre-tokenisation; the post-
-//     processor's template tokens (TemplateProcessing, ByteLevel, Sequence); ByteLevel decoder.
+//   - Hugging Face `tokenizer.json` with a BPE model, run as HF `tokenizers` runs it:
+//     normalizer none, NFC, NFD, NFKC, NFKD, Prepend, Replace (a String pattern) or a Sequence of
+//     those (io/tokenizer_steps.h), applied to the text between non-normalized added tokens;
+//     pre-tokenizer ByteLevel (its GPT-2 regex or none), or a Sequence of Split (the GPT-2,
+//     Llama-3 or Qwen2 regex, behaviour Isolated) followed by ByteLevel — a byte-level BPE (GPT-2,
+//     Llama-3, Qwen2) — or Metaspace, or none — a BPE over characters with byte_fallback
+//     (Llama-2, Mistral); BPE merges with ranks (both the "a b" and the ["a", "b"] spelling),
+//     ignore_merges, byte_fallback, unk_token, fuse_unk; added and special tokens (lstrip, rstrip,
+//     single_word, normalized) matched before pre-tokenisation; the post-processor's template
+//     tokens (TemplateProcessing, ByteLevel, Sequence); decoders ByteLevel, or Replace,
+//     ByteFallback, Fuse, Strip, Metaspace and Sequence of those.
 //   - SentencePiece `tokenizer.model`, when seqpar was built with libsentencepiece
 //     (SEQPAR_WITH_SENTENCEPIECE); otherwise loading one is an InputError saying so.
+//   - A model directory holding one of those (Tokenizer::load).
+// Unicode properties come from utf8proc, with HF's own differences applied on top
+// (tokenizer_hf_unicode.cpp), so the ids are HF's.
 // Anything else is an InputError naming the file, the component and its type.
 //
 // Encoding is const and thread-safe: one tokenizer serves many threads.
