@@ -191,6 +191,18 @@ TEST(TokenizerNormalizers, SentencePieceStyle) {
   EXPECT_NE(tok->summary().find("byte-fallback BPE"), std::string::npos) << tok->summary();
   EXPECT_NE(load("metaspace")->summary().find("metaspace('▁', prepend first)"), std::string::npos)
       << load("metaspace")->summary();
+  // Without byte fallback or unk token a missing character is an error (HF drops it silently).
+  json j = json::parse(read_bytes(source_path(kDir + "llama2/tokenizer.json")));
+  j["model"]["byte_fallback"] = false;
+  j["model"]["unk_token"] = nullptr;
+  const std::string path = testing::temp_dir() + "/tokenizer.json";
+  testing::write_bytes(path, j.dump());
+  const auto strict = Tokenizer::load(path);
+  EXPECT_INPUT_ERROR(strict->encode("H"), "character 'H' has no token in the vocabulary and the model has no unk_token");
+  j["model"]["byte_fallback"] = true;
+  j["model"]["unk_token"] = "<unk>";
+  testing::write_bytes(path, j.dump());
+  EXPECT_EQ(Tokenizer::load(path)->encode("H", false), (std::vector<int32_t>{*tok->token_to_id("▁"), 3 + 0x48}));
 }
 
 // HF's Unicode differs from utf8proc's in two tables (tools/make_hf_unicode_table.py): its
