@@ -36,7 +36,9 @@ void add_prepare_data_command(CLI::App& app, int& rc) {
   PrepareDataOptions& o = args->options;
   CLI::App* c = app.add_subcommand(
       "prepare-data", "Tokenize text, JSONL or SFT JSONL files into a token file (document boundaries, SFT loss mask)");
-  c->add_option("--tokenizer", o.tokenizer, "HF tokenizer.json (byte-level BPE) or SentencePiece tokenizer.model");
+  c->add_option("--tokenizer", o.tokenizer,
+                "HF tokenizer.json, SentencePiece tokenizer.model, or a model directory (its tokenizer.json, else "
+                "tokenizer.model, else vocab.json + merges.txt)");
   c->add_option("--vocab-file", o.vocab_file,
                 "GPT-2's vocab.json, with --merge-file (Megatron's GPT2BPETokenizer files), instead of --tokenizer");
   c->add_option("--merge-file", o.merge_file, "GPT-2's merges.txt, with --vocab-file");

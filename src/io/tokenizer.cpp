@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -245,7 +246,8 @@ std::optional<std::string> token_text(const nlohmann::json& v, const std::string
 
 TokenizerConfig read_tokenizer_config(const std::string& tokenizer_path) {
   TokenizerConfig cfg;
-  const auto path = std::filesystem::path(tokenizer_path).parent_path() / "tokenizer_config.json";
+  const std::filesystem::path given(tokenizer_path);
+  const auto path = (std::filesystem::is_directory(given) ? given : given.parent_path()) / "tokenizer_config.json";
   if (!std::filesystem::exists(path)) return cfg;
   cfg.path = path.string();
   const nlohmann::json j = parse_json_input(read_input_file(cfg.path, kConfigInput), cfg.path);
@@ -262,12 +264,74 @@ TokenizerConfig read_tokenizer_config(const std::string& tokenizer_path) {
   return cfg;
 }
 
+namespace {
+
+// Llama-3's original/tokenizer.model (tiktoken's BPE file): lines of a base64 token, a space and
+// its rank. A SentencePiece model is a binary protobuf, which never starts like that.
+bool looks_like_tiktoken(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  if (!std::getline(in, line) || line.empty()) return false;
+  const size_t sp = line.find(' ');
+  if (sp == 0 || sp == std::string::npos || sp + 1 == line.size()) return false;
+  for (size_t k = 0; k < sp; ++k) {
+    const char c = line[k];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/' && c != '=') return false;
+  }
+  for (size_t k = sp + 1; k < line.size(); ++k)
+    if (!std::isdigit(static_cast<unsigned char>(line[k]))) return false;
+  return true;
+}
+
+std::string tiktoken_error(const std::string& path) {
+  return fmt::format(
+      "--tokenizer '{}' is a tiktoken BPE file (a base64 token and its rank per line, as Llama-3's "
+      "original/tokenizer.model), which seqpar does not read: pass the model's Hugging Face "
+      "tokenizer.json (or its directory) instead",
+      path);
+}
+
+}  // namespace
+
+std::string Tokenizer::resolve(const std::string& path) {
+  namespace fs = std::filesystem;
+  SEQPAR_INPUT_CHECK(fs::exists(path), "--tokenizer '{}': no such file or directory", path);
+  if (!fs::is_directory(path)) return path;
+  // A model directory: what transformers' AutoTokenizer would use, in its order of preference.
+  const fs::path dir(path);
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (fs::exists(dir / name)) return (dir / name).string();
+  const bool vocab = fs::exists(dir / "vocab.json"), merges = fs::exists(dir / "merges.txt");
+  if (vocab && merges) return path;  // GPT-2's files, loaded by load()
+  SEQPAR_INPUT_CHECK(!vocab,
+                     "--tokenizer '{}': the directory has a vocab.json but no merges.txt, so it is not a GPT-2 BPE "
+                     "(a WordPiece or other vocabulary, which seqpar does not read): pass a directory with "
+                     "tokenizer.json, or GPT-2's vocab.json with merges.txt (--vocab-file / --merge-file)",
+                     path);
+  throw InputError(
+      fmt::format("--tokenizer '{}': the directory has no tokenizer.json, tokenizer.model, or vocab.json "
+                  "with merges.txt",
+                  path));
+}
+
 std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& path) {
-  SEQPAR_INPUT_CHECK(std::filesystem::exists(path), "--tokenizer '{}': no such file", path);
-  check_input_file(path, kTokenizerInput);
-  const std::string ext = std::filesystem::path(path).extension().string();
-  if (ext == ".model") return tokenizer_detail::load_sentencepiece_tokenizer(path);
-  return tokenizer_detail::load_hf_tokenizer(path);
+  namespace fs = std::filesystem;
+  const std::string file = resolve(path);
+  if (fs::is_directory(file))
+    return load_gpt2_files((fs::path(file) / "vocab.json").string(), (fs::path(file) / "merges.txt").string());
+  check_input_file(file, kTokenizerInput);
+  const fs::path p(file);
+  if (p.extension() == ".model") {
+    SEQPAR_INPUT_CHECK(!looks_like_tiktoken(file), "{}", tiktoken_error(file));
+    return tokenizer_detail::load_sentencepiece_tokenizer(file);
+  }
+  SEQPAR_INPUT_CHECK(p.filename() != "vocab.json",
+                     "--tokenizer '{}' is a vocab.json alone: a GPT-2 BPE needs its merges.txt too (pass the "
+                     "directory holding both, or --vocab-file with --merge-file); a vocab.json without merges is not "
+                     "a BPE seqpar reads",
+                     file);
+  SEQPAR_INPUT_CHECK(!looks_like_tiktoken(file), "{}", tiktoken_error(file));
+  return tokenizer_detail::load_hf_tokenizer(file);
 }
 
 std::shared_ptr<const Tokenizer> Tokenizer::load_gpt2_files(const std::string& vocab_json,

@@ -4,8 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <memory>
 #include <queue>
 #include <unordered_map>
 
@@ -13,6 +15,7 @@
 #include "io/input_file.h"
 #include "io/json_describe.h"
 #include "io/tokenizer.h"
+#include "io/tokenizer_steps.h"
 
 namespace seqpar::tokenizer_detail {
 
@@ -24,6 +27,7 @@ struct AddedToken {
   std::string content;
   int32_t id = 0;
   bool special = false, lstrip = false, rstrip = false, single_word = false, normalized = false;
+  std::string pattern;  // what it matches: its content, normalized when it is a normalized token
 };
 
 // A part of the input text: an added token (added >= 0, an index into the added tokens) or text
@@ -73,10 +77,8 @@ char32_t cp_at(std::string_view t, size_t begin, size_t* end_out = nullptr) {
   return cps.empty() ? 0 : cps[0];
 }
 
-// Rust regex \w as HF's single_word uses it, approximated by letters, numbers and '_'.
-bool word_char(char32_t c) {
-  const CharClass k = char_class(c);
-  return k == CharClass::kLetter || k == CharClass::kNumber || c == U'_';
+bool ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
 }
 
 struct StringHash {
@@ -98,7 +100,10 @@ class HfBpeTokenizer final : public Tokenizer {
     SEQPAR_INPUT_CHECK(root.contains("model") && root["model"].is_object(), "{}: no 'model' object", where());
     load_model(root["model"]);
     if (root.contains("added_tokens")) load_added_tokens(root["added_tokens"]);
-    if (root.contains("normalizer") && !root["normalizer"].is_null()) check_normalizer(root["normalizer"]);
+    if (root.contains("normalizer") && !root["normalizer"].is_null())
+      normalizer_ = std::make_unique<Normalizer>(root["normalizer"], where());
+    normalizer_keeps_ascii_ = normalizer_ && normalizer_->keeps_ascii();
+    build_added_tables();
     load_pre_tokenizer(root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json());
     if (root.contains("post_processor")) load_post_processor(root["post_processor"], "post_processor");
     load_decoder(root.contains("decoder") ? root["decoder"] : json());
@@ -116,15 +121,17 @@ class HfBpeTokenizer final : public Tokenizer {
         ids.push_back(id);
         if (starts) starts->push_back(0);
       }
-    std::vector<Segment> segs{{0, text.size(), -1}};
-    segs = split_added(text, segs, /*normalized=*/false);
-    segs = split_added(text, segs, /*normalized=*/true);
-    for (const Segment& s : segs) {
+    // HF's AddedVocabulary: the non-normalized added tokens are found in the raw text; each piece
+    // between them is normalized on its own, and the normalized added tokens found in that.
+    for (const Segment& s : split_added(text, {{0, text.size(), -1}}, /*normalized=*/false)) {
       if (s.added >= 0) {
         ids.push_back(added_[static_cast<size_t>(s.added)].id);
         if (starts) starts->push_back(static_cast<int64_t>(s.begin));
+      } else if (normalizer_ && !(normalizer_keeps_ascii_ && ascii(text.substr(s.begin, s.end - s.begin)))) {
+        const AlignedText n = normalizer_->apply(text.substr(s.begin, s.end - s.begin));
+        encode_normalized(n.text, n.origin.data(), s.begin, ids, starts);
       } else {
-        encode_text(text, s.begin, s.end, ids, starts);
+        encode_normalized(text.substr(s.begin, s.end - s.begin), nullptr, s.begin, ids, starts);
       }
     }
     if (add_special_tokens)
@@ -138,17 +145,22 @@ class HfBpeTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
     SEQPAR_INPUT_CHECK(decoder_error_.empty(), "{}", decoder_error_);
     std::string out;
+    std::vector<std::string> tokens;
     bool first = true;
     for (int32_t id : ids) {
       SEQPAR_INPUT_CHECK(id >= 0 && id < vocab_size_ && known_[static_cast<size_t>(id)],
                          "{}: cannot decode token id {}: not in the vocabulary (size {})", where(), id, vocab_size_);
       if (skip_special_tokens && special_[static_cast<size_t>(id)]) continue;
+      if (decoder_chain_) {
+        tokens.push_back(decoded_[static_cast<size_t>(id)]);
+        continue;
+      }
       // With no decoder HF joins the token spellings with spaces.
       if (!byte_level_decoder_ && !first) out += ' ';
       out += decoded_[static_cast<size_t>(id)];
       first = false;
     }
-    return out;
+    return decoder_chain_ ? decoder_chain_->decode(std::move(tokens)) : out;
   }
 
   int64_t vocab_size() const override { return vocab_size_; }
@@ -164,16 +176,31 @@ class HfBpeTokenizer final : public Tokenizer {
     size_t specials = 0;
     for (const auto& a : added_) specials += a.special;
     std::string pre;
-    for (SplitPattern p : splits_) pre += fmt::format("split({}) + ", split_pattern_name(p));
-    pre += byte_level_regex_ ? "byte-level(gpt2 regex)" : "byte-level";
-    if (add_prefix_space_) pre += " with prefix space";
+    if (byte_level_) {
+      for (SplitPattern p : splits_) pre += fmt::format("split({}) + ", split_pattern_name(p));
+      pre += byte_level_regex_ ? "byte-level(gpt2 regex)" : "byte-level";
+      if (add_prefix_space_) pre += " with prefix space";
+    } else if (metaspace_) {
+      pre = fmt::format("metaspace('{}', prepend {}{})", metaspace_rep_,
+                        metaspace_prepend_ == Prepend::kAlways  ? "always"
+                        : metaspace_prepend_ == Prepend::kFirst ? "first"
+                                                                : "never",
+                        metaspace_split_ ? ", split" : "");
+    } else {
+      pre = "none";
+    }
     std::string tmpl;
     for (int32_t id : prefix_ids_) tmpl += decoded_[static_cast<size_t>(id)] + " ";
     tmpl += "$A";
     for (int32_t id : suffix_ids_) tmpl += " " + decoded_[static_cast<size_t>(id)];
-    return fmt::format("byte-level BPE '{}': {} ids ({} model tokens, {} merges, {} added tokens of which {} special), "
-                       "pre-tokenizer {}, template '{}'",
-                       path(), vocab_size_, vocab_.size(), merges_.size(), added_.size(), specials, pre, tmpl);
+    return fmt::format(
+        "{} BPE '{}': {} ids ({} model tokens, {} merges, {} added tokens of which {} special), "
+        "normalizer {}, pre-tokenizer {}, template '{}'",
+        byte_level_      ? "byte-level"
+        : byte_fallback_ ? "byte-fallback"
+                         : "character-level",
+        path(), vocab_size_, vocab_.size(), merges_.size(), added_.size(), specials,
+        normalizer_ ? normalizer_->describe() : "none", pre, tmpl);
   }
 
  private:
@@ -219,8 +246,7 @@ class HfBpeTokenizer final : public Tokenizer {
     SEQPAR_INPUT_CHECK(opt_string("continuing_subword_prefix").empty() && opt_string("end_of_word_suffix").empty(),
                        "{}: model.continuing_subword_prefix / end_of_word_suffix are not supported (byte-level BPE "
                        "has neither)", where());
-    SEQPAR_INPUT_CHECK(!m.value("byte_fallback", false),
-                       "{}: model.byte_fallback=true (a SentencePiece-style BPE) is not supported", where());
+    byte_fallback_ = m.value("byte_fallback", false);
     if (m.contains("dropout") && !m["dropout"].is_null())
       SEQPAR_INPUT_CHECK(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0,
                          "{}: model.dropout={} is not supported (BPE dropout is for training a tokenizer)", where(),
@@ -261,6 +287,8 @@ class HfBpeTokenizer final : public Tokenizer {
     for (int b = 0; b < 256; ++b) {
       auto it = vocab_.find(utf8_of(byte_to_unicode(static_cast<uint8_t>(b))));
       byte_token_[static_cast<size_t>(b)] = it == vocab_.end() ? -1 : it->second;
+      auto fb = vocab_.find(fmt::format("<0x{:02X}>", b));  // HF's byte_fallback spelling
+      fallback_token_[static_cast<size_t>(b)] = fb == vocab_.end() ? -1 : fb->second;
     }
   }
 
@@ -290,29 +318,30 @@ class HfBpeTokenizer final : public Tokenizer {
       added_by_content_[a.content] = a.id;
       added_.push_back(std::move(a));
     }
-    // Per pass, the tokens by first byte, longest first: the leftmost-longest match of HF's
-    // Aho-Corasick automaton is the longest token that starts at the first position with one.
+  }
+
+  // What each added token matches: a non-normalized one its content in the raw text, a
+  // normalized one its content normalized (HF's normalized_cache) in the normalized text. Per
+  // pass, the tokens by first byte, longest first: the leftmost-longest match of HF's
+  // Aho-Corasick automaton is the longest token that starts at the first position with one.
+  void build_added_tables() {
+    for (AddedToken& a : added_)
+      a.pattern = a.normalized && normalizer_ ? normalizer_->apply(a.content).text : a.content;
     for (int pass = 0; pass < 2; ++pass)
       for (size_t i = 0; i < added_.size(); ++i)
-        if (added_[i].normalized == (pass == 1))
-          by_first_byte_[pass][static_cast<unsigned char>(added_[i].content[0])].push_back(i);
+        if (added_[i].normalized == (pass == 1) && !added_[i].pattern.empty())
+          by_first_byte_[pass][static_cast<unsigned char>(added_[i].pattern[0])].push_back(i);
     for (auto& table : by_first_byte_)
       for (auto& v : table)
         std::stable_sort(v.begin(), v.end(),
-                         [&](size_t x, size_t y) { return added_[x].content.size() > added_[y].content.size(); });
+                         [&](size_t x, size_t y) { return added_[x].pattern.size() > added_[y].pattern.size(); });
   }
 
-  void check_normalizer(const json& n) {
-    const std::string type = n.value("type", "?");
-    const bool empty_sequence = type == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array() &&
-                                n["normalizers"].empty();
-    SEQPAR_INPUT_CHECK(empty_sequence, "{}: normalizer type '{}' is not supported (seqpar supports no normalizer)",
-                       where(), type);
-  }
-
+  // The pre-tokenizer: [Split...] + ByteLevel (a byte-level BPE), Metaspace, or none (a BPE over
+  // the characters of each normalized piece, SentencePiece-style with byte_fallback).
   void load_pre_tokenizer(const json& p) {
-    SEQPAR_INPUT_CHECK(!p.is_null(), "{}: no pre_tokenizer: seqpar supports byte-level BPE, which needs a ByteLevel "
-                       "pre-tokenizer", where());
+    if (p.is_null()) return;
+    if (p.value("type", "") == "Metaspace") return load_metaspace(p);
     std::vector<json> steps;
     if (p.value("type", "") == "Sequence") {
       SEQPAR_INPUT_CHECK(p.contains("pretokenizers") && p["pretokenizers"].is_array(),
@@ -343,12 +372,43 @@ class HfBpeTokenizer final : public Tokenizer {
                            pat["Regex"].get<std::string>());
         splits_.push_back(*sp);
       } else {
-        throw InputError(fmt::format("{}: pre-tokenizer type '{}' is not supported (supported: ByteLevel, Split with "
-                                     "the GPT-2/Llama-3/Qwen2 regex, Sequence of those)", where(), type));
+        throw InputError(
+            fmt::format("{}: pre-tokenizer type '{}' is not supported (supported: ByteLevel, Split with "
+                        "the GPT-2/Llama-3/Qwen2 regex, Sequence of those; Metaspace alone; none)",
+                        where(), type));
       }
     }
-    SEQPAR_INPUT_CHECK(byte_level_, "{}: the pre-tokenizer has no ByteLevel step: seqpar supports byte-level BPE only",
+    SEQPAR_INPUT_CHECK(byte_level_,
+                       "{}: the pre-tokenizer has no ByteLevel step: seqpar supports Split steps only "
+                       "before ByteLevel",
                        where());
+  }
+
+  // HF Metaspace: spaces become the replacement character, which is prepended to a piece that
+  // does not start with it (always, or for the piece at the start of the text: first), and
+  // (split) each replacement character starts a new word.
+  void load_metaspace(const json& p) {
+    SEQPAR_INPUT_CHECK(p.contains("replacement") && p["replacement"].is_string(),
+                       "{}: pre_tokenizer Metaspace needs a string 'replacement'", where());
+    metaspace_ = true;
+    metaspace_rep_ = p["replacement"].get<std::string>();
+    std::vector<char32_t> cps;
+    std::vector<size_t> offs;
+    decode_utf8(metaspace_rep_, cps, offs);
+    SEQPAR_INPUT_CHECK(cps.size() == 1, "{}: pre_tokenizer Metaspace replacement '{}' must be one character", where(),
+                       metaspace_rep_);
+    std::string scheme = p.value("prepend_scheme", "always");
+    if (p.contains("add_prefix_space") && p["add_prefix_space"].is_boolean() && !p["add_prefix_space"].get<bool>()) {
+      SEQPAR_INPUT_CHECK(!p.contains("prepend_scheme") || scheme == "never",
+                         "{}: pre_tokenizer Metaspace add_prefix_space=false contradicts prepend_scheme '{}'", where(),
+                         scheme);
+      scheme = "never";
+    }
+    SEQPAR_INPUT_CHECK(scheme == "always" || scheme == "first" || scheme == "never",
+                       "{}: pre_tokenizer Metaspace prepend_scheme '{}' must be always, first or never", where(),
+                       scheme);
+    metaspace_prepend_ = scheme == "always" ? Prepend::kAlways : scheme == "first" ? Prepend::kFirst : Prepend::kNever;
+    metaspace_split_ = p.value("split", true);
   }
 
   void load_post_processor(const json& p, const std::string& at) {
@@ -393,14 +453,18 @@ class HfBpeTokenizer final : public Tokenizer {
     suffix_ids_.insert(suffix_ids_.end(), after.begin(), after.end());
   }
 
+  // An unsupported decoder fails decode(), not the load: encoding does not need it.
   void load_decoder(const json& d) {
     if (d.is_null()) return;
-    const std::string type = d.value("type", "?");
-    if (type == "ByteLevel") {
+    if (d.value("type", "?") == "ByteLevel") {
       byte_level_decoder_ = true;
       return;
     }
-    decoder_error_ = fmt::format("{}: decoder type '{}' is not supported (supported: ByteLevel, none)", where(), type);
+    try {
+      decoder_chain_ = std::make_unique<DecoderChain>(d, where());
+    } catch (const InputError& e) {
+      decoder_error_ = e.what();
+    }
   }
 
   void build_decode_table() {
@@ -432,7 +496,7 @@ class HfBpeTokenizer final : public Tokenizer {
     };
     for (const auto& [tok, id] : vocab_) set(tok, id);
     for (const auto& a : added_) {
-      set(a.content, a.id);
+      set(a.pattern, a.id);  // HF decodes a normalized added token from its normalized form
       special_[static_cast<size_t>(a.id)] = a.special;
     }
   }
@@ -458,7 +522,7 @@ class HfBpeTokenizer final : public Tokenizer {
         const auto& cands = table[static_cast<unsigned char>(text[i])];
         int hit = -1;
         for (size_t k : cands) {
-          const std::string& c = added_[k].content;
+          const std::string& c = added_[k].pattern;
           if (c.size() <= seg.end - i && text.compare(i, c.size(), c) == 0) {
             hit = static_cast<int>(k);
             break;
@@ -469,7 +533,7 @@ class HfBpeTokenizer final : public Tokenizer {
           continue;
         }
         const AddedToken& a = added_[static_cast<size_t>(hit)];
-        size_t start = i, stop = i + a.content.size();
+        size_t start = i, stop = i + a.pattern.size();
         i = stop;
         if (a.single_word) {
           const bool word_before = start > seg.begin && word_char(cp_before(text, start));
@@ -503,8 +567,63 @@ class HfBpeTokenizer final : public Tokenizer {
   }
 
   // Pre-tokenizes text [begin, end) and appends the BPE ids of every piece.
-  void encode_text(std::string_view text, size_t begin, size_t end, std::vector<int32_t>& ids,
-                   std::vector<int64_t>* starts) const {
+  // One piece of normalized text between non-normalized added tokens: byte k of `text` came from
+  // byte base + origin[k] of the input (origin null: base + k).
+  void encode_normalized(std::string_view text, const size_t* origin, size_t base, std::vector<int32_t>& ids,
+                         std::vector<int64_t>* starts) const {
+    for (const Segment& s : split_added(text, {{0, text.size(), -1}}, /*normalized=*/true)) {
+      if (s.added >= 0) {
+        ids.push_back(added_[static_cast<size_t>(s.added)].id);
+        if (starts) starts->push_back(static_cast<int64_t>(base + (origin ? origin[s.begin] : s.begin)));
+      } else if (byte_level_) {
+        encode_byte_level(text, s.begin, s.end, origin, base, ids, starts);
+      } else {
+        encode_chars(text, s.begin, s.end, origin, base, ids, starts);
+      }
+    }
+  }
+
+  // Pre-tokenizes text [begin, end) and appends the BPE ids of every piece: no pre-tokenizer (the
+  // whole piece is one word) or Metaspace, then a BPE over characters.
+  void encode_chars(std::string_view text, size_t begin, size_t end, const size_t* origin, size_t base,
+                    std::vector<int32_t>& ids, std::vector<int64_t>* starts) const {
+    AlignedText piece;
+    piece.text.assign(text.substr(begin, end - begin));
+    piece.origin.resize(end - begin + 1);
+    for (size_t k = begin; k <= end; ++k) piece.origin[k - begin] = base + (origin ? origin[k] : k);
+    std::vector<std::pair<size_t, size_t>> words{{0, piece.text.size()}};
+    if (metaspace_) {
+      replace_aligned(piece, " ", metaspace_rep_);
+      const bool prepend = metaspace_prepend_ == Prepend::kAlways ||
+                           (metaspace_prepend_ == Prepend::kFirst && piece.origin.front() == 0);
+      if (prepend && piece.text.compare(0, metaspace_rep_.size(), metaspace_rep_) != 0)
+        prepend_aligned(piece, metaspace_rep_);
+      words = {{0, piece.text.size()}};
+      if (metaspace_split_) {  // MergedWithNext: each replacement starts a word
+        words.clear();
+        size_t w = 0;
+        for (size_t at = piece.text.find(metaspace_rep_, 1); at != std::string::npos;
+             at = piece.text.find(metaspace_rep_, at + 1)) {
+          words.emplace_back(w, at);
+          w = at;
+        }
+        words.emplace_back(w, piece.text.size());
+      }
+    }
+    std::vector<int32_t> word_ids;
+    std::vector<size_t> word_pos;
+    for (auto [wb, we] : words) {
+      if (wb == we) continue;
+      bpe(reinterpret_cast<const unsigned char*>(piece.text.data()) + wb, we - wb, word_ids, word_pos);
+      ids.insert(ids.end(), word_ids.begin(), word_ids.end());
+      if (starts)
+        for (size_t p : word_pos) starts->push_back(static_cast<int64_t>(piece.origin[wb + p]));
+    }
+  }
+
+  // The byte-level path: the Split steps, then ByteLevel, then the BPE over bytes.
+  void encode_byte_level(std::string_view text, size_t begin, size_t end, const size_t* origin, size_t base,
+                         std::vector<int32_t>& ids, std::vector<int64_t>* starts) const {
     // Pieces after the Split steps, as byte ranges of `text`.
     std::vector<std::pair<size_t, size_t>> pieces{{begin, end}};
     std::vector<char32_t> cps;
@@ -539,8 +658,8 @@ class HfBpeTokenizer final : public Tokenizer {
         if (starts)
           for (size_t p : word_pos) {
             const size_t in_buf = wb + p;
-            const size_t in_text = prefixed ? (in_buf == 0 ? 0 : in_buf - 1) : in_buf;
-            starts->push_back(static_cast<int64_t>(b + in_text));
+            const size_t in_text = b + (prefixed ? (in_buf == 0 ? 0 : in_buf - 1) : in_buf);
+            starts->push_back(static_cast<int64_t>(base + (origin ? origin[in_text] : in_text)));
           }
       }
     }
@@ -580,7 +699,11 @@ class HfBpeTokenizer final : public Tokenizer {
   void bpe_uncached(const unsigned char* bytes, size_t n, std::vector<int32_t>& ids, std::vector<size_t>& pos) const {
     if (ignore_merges_) {  // a word that is a token as a whole is that token
       std::string word;
-      for (size_t k = 0; k < n; ++k) word += byte_char_[bytes[k]];
+      if (byte_level_) {
+        for (size_t k = 0; k < n; ++k) word += byte_char_[bytes[k]];
+      } else {
+        word.assign(reinterpret_cast<const char*>(bytes), n);
+      }
       if (auto it = vocab_.find(word); it != vocab_.end()) {
         ids.push_back(it->second);
         pos.push_back(0);
@@ -595,17 +718,49 @@ class HfBpeTokenizer final : public Tokenizer {
     };
     std::vector<Sym> sym;
     sym.reserve(n);
-    for (size_t k = 0; k < n; ++k) {
-      int32_t id = byte_token_[bytes[k]];
-      if (id < 0) {
-        SEQPAR_INPUT_CHECK(unk_.has_value(), "{}: byte 0x{:02X} has no token in the vocabulary and the model has no "
-                           "unk_token", where(), bytes[k]);
-        // A byte-level vocabulary that lacks a byte: the unk token (fused with a previous one).
-        if (fuse_unk_ && !sym.empty() && sym.back().id == *unk_) continue;
-        id = *unk_;
-      }
+    auto add_sym = [&](int32_t id, size_t at) {
       sym.push_back({id, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, true});
-      pos.push_back(k);
+      pos.push_back(at);
+    };
+    if (byte_level_) {
+      for (size_t k = 0; k < n; ++k) {
+        int32_t id = byte_token_[bytes[k]];
+        if (id < 0) {
+          SEQPAR_INPUT_CHECK(unk_.has_value(),
+                             "{}: byte 0x{:02X} has no token in the vocabulary and the model has no "
+                             "unk_token",
+                             where(), bytes[k]);
+          // A byte-level vocabulary that lacks a byte: the unk token (fused with a previous one).
+          if (fuse_unk_ && !sym.empty() && sym.back().id == *unk_) continue;
+          id = *unk_;
+        }
+        add_sym(id, k);
+      }
+    } else {
+      // HF's merge_word: each character its token; else (byte_fallback) its bytes' <0xXX>
+      // tokens, all starting where the character does; else the unk token, a run of unknown
+      // characters one unk under fuse_unk.
+      const std::string_view w(reinterpret_cast<const char*>(bytes), n);
+      bool after_unk = false;
+      for (size_t k = 0; k < n;) {
+        const size_t len = bytes[k] < 0x80 ? 1 : bytes[k] < 0xE0 ? 2 : bytes[k] < 0xF0 ? 3 : 4;
+        if (auto it = vocab_.find(std::string(w.substr(k, len))); it != vocab_.end()) {
+          add_sym(it->second, k);
+          after_unk = false;
+        } else if (byte_fallback_ &&
+                   std::all_of(bytes + k, bytes + k + len, [&](unsigned char b) { return fallback_token_[b] >= 0; })) {
+          for (size_t j = k; j < k + len; ++j) add_sym(fallback_token_[bytes[j]], k);
+          after_unk = false;
+        } else {
+          SEQPAR_INPUT_CHECK(unk_.has_value(),
+                             "{}: character '{}' has no token in the vocabulary{} and the model has "
+                             "no unk_token (HF would drop it)",
+                             where(), w.substr(k, len), byte_fallback_ ? " nor all of its <0xXX> byte tokens" : "");
+          if (!(fuse_unk_ && after_unk)) add_sym(*unk_, k);
+          after_unk = true;
+        }
+        k += len;
+      }
     }
     sym.back().next = -1;
     struct Merge {
@@ -651,6 +806,8 @@ class HfBpeTokenizer final : public Tokenizer {
   std::unordered_map<std::string, int32_t> vocab_;  // model tokens, in their byte-level spelling
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (left id, right id) -> (rank, merged id)
   std::array<int32_t, 256> byte_token_{};       // id of each single-byte token, -1 when missing
+  std::array<int32_t, 256> fallback_token_{};   // id of each byte's <0xXX> token, -1 when missing
+  bool byte_fallback_ = false;
   std::array<std::string, 256> byte_char_ = [] {  // the byte-level spelling of each byte
     std::array<std::string, 256> a;
     for (int b = 0; b < 256; ++b) a[static_cast<size_t>(b)] = utf8_of(byte_to_unicode(static_cast<uint8_t>(b)));
@@ -663,11 +820,18 @@ class HfBpeTokenizer final : public Tokenizer {
   std::unordered_map<std::string, int32_t> added_by_content_;
   std::array<std::array<std::vector<size_t>, 256>, 2> by_first_byte_;  // [pass][first byte] -> added_ indices
 
+  std::unique_ptr<Normalizer> normalizer_;  // none: the text as it is
+  bool normalizer_keeps_ascii_ = false;     // ASCII text skips it (NFC and the other forms)
   std::vector<SplitPattern> splits_;
+  enum class Prepend { kAlways, kFirst, kNever };
+  bool metaspace_ = false, metaspace_split_ = true;  // Metaspace pre-tokenizer
+  std::string metaspace_rep_;
+  Prepend metaspace_prepend_ = Prepend::kAlways;
   bool byte_level_ = false, byte_level_regex_ = false, add_prefix_space_ = false;
   std::vector<int32_t> prefix_ids_, suffix_ids_;
 
   bool byte_level_decoder_ = false;
+  std::unique_ptr<DecoderChain> decoder_chain_;  // any other decoder seqpar supports
   std::string decoder_error_;
   std::vector<std::string> decoded_;  // [vocab_size] bytes of each id
   std::vector<uint8_t> known_, special_;  // [vocab_size]

@@ -118,6 +118,27 @@ TEST(PrepareData, JsonlRoundTripWithEos) {
   EXPECT_EQ(TokenFile(o.output).doc_tokens(0).back(), *tok->token_to_id("<|eot_id|>"));
 }
 
+// --tokenizer DIR: the directory's tokenizer.json, and its tokenizer_config.json's eos_token; a
+// directory of GPT-2's files ends documents with <|endoftext|> as --vocab-file / --merge-file do.
+TEST(PrepareData, TokenizerDirectory) {
+  const std::string dir = testing::temp_dir();
+  write_file(dir + "/d.txt", "first document\n\nsecond one");
+  PrepareDataOptions o = options(dir, dir + "/d.txt", DataFormat::kText, "tests/fixtures/tokenizer/llama3");
+  o.append_eos = true;
+  EXPECT_EQ(prepare_data(o).documents, 2);
+  const auto tok = Tokenizer::load(source_path(kLlama));
+  auto want = tok->encode("first document");
+  want.push_back(*tok->token_to_id("<|end_of_text|>"));
+  EXPECT_EQ(TokenFile(o.output).doc_tokens(0), want);
+  o = options(dir, dir + "/d.txt", DataFormat::kText, "tests/fixtures/tokenizer/gpt2_files");
+  o.append_eos = true;
+  prepare_data(o);
+  const auto gpt2 = Tokenizer::load(source_path("tests/fixtures/tokenizer/gpt2_files"));
+  want = gpt2->encode("second one");
+  want.push_back(*gpt2->token_to_id("<|endoftext|>"));
+  EXPECT_EQ(TokenFile(o.output).doc_tokens(1), want);
+}
+
 TEST(PrepareData, SftPromptCompletionMasks) {
   const std::string dir = testing::temp_dir();
   write_file(dir + "/sft.jsonl",

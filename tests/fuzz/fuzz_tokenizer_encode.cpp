@@ -14,7 +14,9 @@ namespace {
 std::vector<std::shared_ptr<const seqpar::Tokenizer>> load_fixtures() {
   std::vector<std::shared_ptr<const seqpar::Tokenizer>> out;
   const std::string dir = std::string(SEQPAR_SOURCE_DIR) + "/tests/fixtures/tokenizer/";
-  for (const char* f : {"gpt2/tokenizer.json", "llama3/tokenizer.json", "gpt2_prefix/tokenizer.json"})
+  for (const char* f :
+       {"gpt2/tokenizer.json", "llama3/tokenizer.json", "gpt2_prefix/tokenizer.json", "qwen2_nfc/tokenizer.json",
+        "qwen2_nfkc/tokenizer.json", "llama2/tokenizer.json", "metaspace/tokenizer.json"})
     out.push_back(seqpar::Tokenizer::load(dir + f));
   if (seqpar::tokenizer_detail::sentencepiece_available())
     out.push_back(seqpar::Tokenizer::load(dir + "sentencepiece/tokenizer.model"));
