@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # Rerun: python3 tools/make_chat_template_fixtures.py   (needs transformers >= 4.45, jinja2 >= 3.1.6, tokenizers)
 """Reference data for seqpar's Jinja chat templates (src/data/jinja*.cpp, src/data/chat_template.cpp), checked by
-tests/data/test_jinja.cpp and tests/data/test_chat_template.cpp. Everything expected here comes from transformers:
+tests/data/test_jinja.cpp and tests/data/test_prepare_data_jinja.cpp (chats.json: the real templates
+through prepare-data). Everything expected here comes from transformers:
 the templates run in transformers' own jinja2 environment (utils/chat_template_utils.py), conversations through
 PreTrainedTokenizerFast.apply_chat_template.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The ALST recipe on transformers, the peer of `seqpar bench train` for long sequences (issue 14):
-LlamaForCausalLM (random weights) trained through DeepSpeed in bf16 (bf16 weights, f32 master
+LlamaForCausalLM, or Qwen2/Qwen3ForCausalLM for the qwen presets (random weights), trained through DeepSpeed in bf16 (bf16 weights, f32 master
 weights and AdamW moments), Liger kernels (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy: no
 [tokens, vocab] logits), DeepSpeed's TiledMLP with ceil(T / hidden) shards, non-reentrant gradient
 checkpointing per layer, optionally DeepSpeed's CheckpointHiddenStatesOffload (--checkpoint-offload)
@@ -26,7 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_train_step import PRESETS, step_flops  # noqa: E402  (one FLOP formula, one preset table)
+from hf_train_step import PRESETS, decoder_classes, step_flops  # noqa: E402  (one FLOP formula, one preset table)
 
 
 def ds_config(args):
@@ -98,9 +98,11 @@ def main():
     import transformers
     import deepspeed
     import liger_kernel
-    from liger_kernel.transformers import apply_liger_kernel_to_llama
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from transformers.models.llama import modeling_llama
+    import liger_kernel.transformers as liger
+    family = PRESETS[args.preset].get("family", "llama")
+    if family == "gpt2":
+        sys.exit("alst_train_step.py: the ALST recipe is for the Llama-style decoders (Liger has no GPT-2 kernels)")
+    config_class, model_class, modeling, class_prefix = decoder_classes(family)
 
     if args.check_args:
         print(json.dumps(dict(ds_config=ds_config(args), deepspeed=deepspeed.__version__,
@@ -115,9 +117,9 @@ def main():
     os.environ.setdefault("WORLD_SIZE", "1")
     deepspeed.init_distributed()
 
-    apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                fused_linear_cross_entropy=True)
-    patch_tiled_mlp(modeling_llama.LlamaMLP)  # Liger's SwiGLU MLP class by now
+    getattr(liger, "apply_liger_kernel_to_" + family)(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                                       fused_linear_cross_entropy=True)
+    patch_tiled_mlp(getattr(modeling, class_prefix + "MLP"))  # Liger's SwiGLU MLP class by now
     from deepspeed.runtime.activation_checkpointing.offload_activations import (
         get_checkpoint_hidden_states_offloading_ctx_manager)
 
@@ -138,12 +140,12 @@ def main():
         try:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-            conf = LlamaConfig(**cfg, attn_implementation=args.attn)
+            conf = config_class(**{k: v for k, v in cfg.items() if k != "family"}, attn_implementation=args.attn)
             if args.zero3_offload:
                 with deepspeed.zero.Init(config_dict_or_path=ds_config(args)):
-                    model = LlamaForCausalLM(conf)
+                    model = model_class(conf)
             else:
-                model = LlamaForCausalLM(conf)
+                model = model_class(conf)
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.train()
             opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0) if args.torch_adam else None

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Hugging Face transformers peer of `seqpar bench train`: training steps of a Llama-3.2-1B/3B or
-Llama-3.1-8B sized LlamaForCausalLM, or a GPT-2-style GPT2LMHeadModel of Megatron-DeepSpeed's
+Llama-3.1-8B sized LlamaForCausalLM, a Qwen2.5-1.5B / Qwen3-1.7B sized Qwen2/Qwen3ForCausalLM, or a GPT-2-style GPT2LMHeadModel of Megatron-DeepSpeed's
 1.3B / 30B sequence-parallel shapes (presets gpt-*, as seqpar's: learned positions, LayerNorm,
 gelu_new, biases, tied embeddings, vocab 50304), random weights, on synthetic tokens, one GPU, as HF Trainer
 runs it with bf16=True: f32 weights, bf16 autocast, torch AdamW (fused), grad-norm clipping at 1.0,
@@ -39,9 +39,25 @@ PRESETS = {  # config.json of each model (rope scaling left out: it changes no c
                         n_positions=32768),
     "gpt-tiny": dict(family="gpt2", hidden_size=256, intermediate_size=1024, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=4, head_dim=64, vocab_size=1024, n_positions=4096),
+    # Qwen2 (q/k/v biases) and Qwen3 (q/k RMSNorm), as seqpar's presets of the same names.
+    "qwen2.5-1.5b": dict(family="qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                         num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, head_dim=128,
+                         tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False),
+    "qwen3-1.7b": dict(family="qwen3", vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                       num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                       tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=1000000.0),
     "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=64, tie_word_embeddings=False, vocab_size=1024),
 }
+
+
+def decoder_classes(family):
+    """transformers' config class, causal-LM class and modeling module of a decoder family."""
+    import importlib
+    name = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}[family]
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    import transformers
+    return getattr(transformers, name + "Config"), getattr(transformers, name + "ForCausalLM"), module, name
 
 
 def step_flops(cfg, seq_len, sequences):
@@ -70,15 +86,16 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("hf_train_step.py: no CUDA device")
     import transformers
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = dict(vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=1 << 22)
     cfg.update(PRESETS[args.preset])
 
     def make_model():
-        if cfg.get("family") != "gpt2":
-            return LlamaForCausalLM(LlamaConfig(**{k: v for k, v in cfg.items() if k != "family"},
-                                                attn_implementation=args.attn))
+        if cfg.get("family", "llama") != "gpt2":
+            config_class, model_class, _, _ = decoder_classes(cfg.get("family", "llama"))
+            return model_class(config_class(**{k: v for k, v in cfg.items() if k != "family"},
+                                            attn_implementation=args.attn))
         gc = GPT2Config(vocab_size=cfg["vocab_size"], n_positions=cfg["n_positions"], n_embd=cfg["hidden_size"],
                         n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
                         n_inner=cfg["intermediate_size"], activation_function="gelu_new", layer_norm_epsilon=1e-5,

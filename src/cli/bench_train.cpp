@@ -31,10 +31,10 @@ namespace seqpar {
 
 TrainConfig BenchTrainOptions::defaults() {
   TrainConfig c;
-  c.sp = 1;
-  c.micro_batch = 1;
-  c.steps = 4;
-  c.device = Device::cuda(0);
+  c.parallel.sp = 1;
+  c.data.micro_batch = 1;
+  c.schedule.steps = 4;
+  c.parallel.device = Device::cuda(0);
   // A benchmark's optimizer: a small lr (the weights stay near their init), clipping as HF's.
   c.optimizer.adamw.lr = 1e-5f;
   c.optimizer.clip = 1.0;
@@ -86,12 +86,12 @@ double step_flops(const LlamaConfig& c, int64_t seq_len, int64_t sequences) {
 int run_bench_train(const BenchTrainOptions& o) {
   const std::vector<int64_t> seq_lens = parse_int_list(o.seq_lens, "--seq-lens");
   const TrainConfig& base = o.train;
-  SEQPAR_INPUT_CHECK(base.steps >= 2, "--steps={} must be >= 2 (the first step is not timed)", base.steps);
-  SEQPAR_INPUT_CHECK(base.micro_batch >= 1, "--micro-batch={} must be >= 1", base.micro_batch);
-  const Device device = base.device;
-  const Transport transport = base.transport;
-  const int sp = base.sp;
-  const LlamaConfig model = base.model_dir.empty() ? llama_preset(o.preset) : load_hf_llama_config(base.model_dir);
+  SEQPAR_INPUT_CHECK(base.schedule.steps >= 2, "--steps={} must be >= 2 (the first step is not timed)", base.schedule.steps);
+  SEQPAR_INPUT_CHECK(base.data.micro_batch >= 1, "--micro-batch={} must be >= 1", base.data.micro_batch);
+  const Device device = base.parallel.device;
+  const Transport transport = base.parallel.transport;
+  const int sp = base.parallel.sp;
+  const LlamaConfig model = base.model.dir.empty() ? llama_preset(o.preset) : load_hf_llama_config(base.model.dir);
   // Under a launcher the world is the launch's: dp fills what sp leaves.
   int dp = 1;
   if (device.is_cuda() && job_transport(transport, device) == Transport::kNccl) {
@@ -108,11 +108,11 @@ int run_bench_train(const BenchTrainOptions& o) {
   JsonLines out(leader ? o.out : std::string());
   for (int64_t S : seq_lens) {
     // Synthetic data: one document per sequence, random tokens.
-    const int64_t sequences = static_cast<int64_t>(base.micro_batch) * dp;
+    const int64_t sequences = static_cast<int64_t>(base.data.micro_batch) * dp;
     const std::string data = fmt::format("{}/tokens_{}.bin", dir, S);
     {
       std::mt19937_64 rng(static_cast<uint64_t>(S));
-      std::vector<std::vector<int32_t>> docs(static_cast<size_t>(sequences * base.steps));
+      std::vector<std::vector<int32_t>> docs(static_cast<size_t>(sequences * base.schedule.steps));
       for (auto& d : docs) {
         d.resize(static_cast<size_t>(S));
         for (auto& t : d) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(model.vocab_size));
@@ -122,31 +122,31 @@ int run_bench_train(const BenchTrainOptions& o) {
     // The user's settings, on synthetic data: one document per sequence, no evaluation, each step
     // timed to its end.
     TrainConfig c = base;
-    c.model = model;
-    c.data_path = data;
-    c.shuffle = false;
-    c.task.seq_len = S;
-    c.warmup_steps = 1;
-    c.dp_replicate = dp;
+    c.model.arch = model;
+    c.data.path = data;
+    c.data.shuffle = false;
+    c.data.task.seq_len = S;
+    c.schedule.warmup_steps = 1;
+    c.parallel.dp_replicate = dp;
     c.kernels = process_kernel_policy();
-    c.eval_every = 0;
+    c.logging.eval_every = 0;
     // Progress on stderr (the JSON lines go to stdout): the setup's phases and every step, so a
     // long run (an 8B model's setup and steps take minutes) shows where it is.
-    c.log_every = 1;
-    c.quiet = false;
-    c.time_steps = true;
+    c.logging.log_every = 1;
+    c.logging.quiet = false;
+    c.logging.time_steps = true;
     json line = {{"bench", "train"},
                  {"impl", "seqpar"},
-                 {"model", base.model_dir.empty() ? o.preset : base.model_dir},
+                 {"model", base.model.dir.empty() ? o.preset : base.model.dir},
                  {"seq_len", S},
-                 {"micro_batch", base.micro_batch},
+                 {"micro_batch", base.data.micro_batch},
                  {"sp", sp},
-                 {"sp_mode", sp_mode_name(base.sp_mode)},
+                 {"sp_mode", sp_mode_name(base.parallel.sp_mode)},
                  {"dp", dp},
                  {"activation_checkpointing", base.memory.activation_checkpointing},
                  {"checkpoint_keep_attention", base.memory.checkpoint_keep_attention},
                  {"checkpoint_offload", base.memory.checkpoint_offload},
-                 {"attn_implementation", attn_implementation_name(base.attn_implementation)},
+                 {"attn_implementation", attn_implementation_name(base.model.attn_implementation)},
                  {"tiled_mlp_tokens", base.memory.mlp_tile_tokens},
                  {"tiled_loss_tokens", base.memory.loss_tile_tokens},
                  {"zero_stage", base.memory.zero_stage},
@@ -180,7 +180,7 @@ int run_bench_train(const BenchTrainOptions& o) {
       getrusage(RUSAGE_SELF, &ru);
       line["host_peak_gib"] = static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0);
       line["loss"] = r.losses.back();
-      if (base.profile && r.profile_steps > 0) {
+      if (base.logging.profile && r.profile_steps > 0) {
         const double per = 1.0 / static_cast<double>(r.profile_steps);
         const double wall_ms = r.profile_seconds * 1e3 * per;
         const std::vector<ProfileEntry> step = scaled_profile(r.profile, per);

@@ -24,8 +24,8 @@ void run(FwdBwdArgs& a) {
   SafetensorsData in = read_safetensors(a.input);
   const Tensor& ids = in.at("input_ids");
   const Tensor& labels = in.at("labels");
-  log_info("fwdbwd: model {}, batch {}, sp={} ({}), device {}", a.model, shape_str(ids.shape()), a.options.sp,
-           sp_mode_name(a.options.sp_mode), a.options.device.str());
+  log_info("fwdbwd: model {}, batch {}, sp={} ({}), device {}", a.model, shape_str(ids.shape()), a.options.parallel.sp,
+           sp_mode_name(a.options.parallel.sp_mode), a.options.parallel.device.str());
   auto out = run_fwdbwd(a.model, ids, labels, a.options, a.optimizer_step);
   if (out.empty()) return;  // a non-leader process of a launched job: rank 0 writes
   write_safetensors(a.out, out);
@@ -48,7 +48,7 @@ void add_fwdbwd_command(CLI::App& app, int& rc) {
   c->add_option("--out", args->out, "output safetensors")->required();
   c->add_flag("--optimizer-step", args->optimizer_step,
               "also clip and take one AdamW step; writes grad_norm and param.*");
-  args->options.sp = 1;  // one rank unless --sp says
+  args->options.parallel.sp = 1;  // one rank unless --sp says
   add_setting_options(*c, args->options, kFwdBwdCommand);
   c->callback([args, &rc] {
     run(*args);

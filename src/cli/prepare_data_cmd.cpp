@@ -12,7 +12,8 @@ namespace {
 
 struct PrepareDataArgs {
   PrepareDataOptions options;
-  std::string format = "auto", text_unit = "paragraph", eos_token, chat_format;
+  std::string format = "auto", text_unit = "paragraph", eos_token, chat_format, chat_template, chat_template_name,
+      chat_template_now;
   bool no_special_tokens = false, quiet = false;
 };
 
@@ -22,6 +23,9 @@ void run(PrepareDataArgs& a) {
   o.text_unit = parse_text_unit(a.text_unit, "--text-unit");
   if (!a.eos_token.empty()) o.eos_token = a.eos_token;
   if (!a.chat_format.empty()) o.chat_format = a.chat_format;
+  if (!a.chat_template.empty()) o.chat_template_file = a.chat_template;
+  if (!a.chat_template_name.empty()) o.chat_template_name = a.chat_template_name;
+  if (!a.chat_template_now.empty()) o.chat_template_now = a.chat_template_now;
   o.add_special_tokens = !a.no_special_tokens;
   o.progress = !a.quiet;
   const PrepareDataStats s = prepare_data(o);
@@ -63,7 +67,16 @@ void add_prepare_data_command(CLI::App& app, int& rc) {
               "do not add the tokenizer's template tokens (e.g. BOS) to each document");
   c->add_option("--chat-format", args->chat_format,
                 "sft format: render chat 'messages' with a built-in format: llama3 | chatml (Qwen's turns) | qwen2.5 "
-                "(ChatML with Qwen2.5-Instruct's default system message); Jinja templates are not run");
+                "(ChatML with Qwen2.5-Instruct's default system message), instead of the tokenizer's chat template");
+  c->add_option("--chat-template", args->chat_template,
+                "sft format: render chat 'messages' with this Jinja chat template file instead of the tokenizer's "
+                "(default: the tokenizer directory's chat_template.jinja, else tokenizer_config.json's chat_template)");
+  c->add_option("--chat-template-name", args->chat_template_name,
+                "sft format: which of the tokenizer's named chat templates (a chat_template list in "
+                "tokenizer_config.json) to use (default: default)");
+  c->add_option("--chat-template-now", args->chat_template_now,
+                "the date a chat template's strftime_now() formats, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS (default: "
+                "now), for reproducible output");
   c->add_flag("--quiet", args->quiet, "no progress line on stderr");
   c->callback([args, &rc] {
     run(*args);

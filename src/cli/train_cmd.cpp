@@ -40,10 +40,10 @@ void run(TrainArgs& a, const CLI::App& command) {
   cli.values = a.config;
   for (const CLI::Option* o : command.get_options())
     if (o->count() > 0) cli.given.insert(o->get_name());
-  if (cli.given.count("--resume") && cli.values.resume.none())  // `--resume` alone: the newest checkpoint
-    cli.values.resume.kind = ResumeFrom::Kind::kLatest;
+  if (cli.given.count("--resume") && cli.values.checkpoint.resume.none())  // `--resume` alone: the newest checkpoint
+    cli.values.checkpoint.resume.kind = ResumeFrom::Kind::kLatest;
   // One rank per process over NCCL: the launch decides the world (run_job refuses NCCL without a GPU).
-  if (cli.values.device.is_cuda() && job_transport(cli.values.transport, cli.values.device) == Transport::kNccl) {
+  if (cli.values.parallel.device.is_cuda() && job_transport(cli.values.parallel.transport, cli.values.parallel.device) == Transport::kNccl) {
     const DistEnv env = read_dist_env(process_env());
     cli.launch_world = env.world_size;
     cli.launch_source = env.world_size == 1 ? std::string("one process: no launcher")
@@ -58,13 +58,13 @@ void run(TrainArgs& a, const CLI::App& command) {
   TrainConfig& c = resolved.train;
   c.kernels = process_kernel_policy();
   for (const SettingDecl& d : train_settings())
-    if (d.builtin_model_only && !c.model_dir.empty())
+    if (d.builtin_model_only && !c.model.dir.empty())
       for (const std::string& f : d.flags_given(cli.given))
         problems.add(fmt::format("{} sizes the built-in model; with --model={} the sizes come from its config.json", f,
-                                 c.model_dir));
-  SEQPAR_PROBLEM_CHECK(problems, c.preset.empty() || c.model_dir.empty(),
+                                 c.model.dir));
+  SEQPAR_PROBLEM_CHECK(problems, c.model.preset.empty() || c.model.dir.empty(),
                        "--preset={} is a randomly initialised architecture, --model={} a checkpoint: give one of them",
-                       c.preset, c.model_dir);
+                       c.model.preset, c.model.dir);
   Problems rules;
   c.validate(rules);
   add_sources(rules, resolved);
@@ -74,7 +74,7 @@ void run(TrainArgs& a, const CLI::App& command) {
   if (a.print_config) {
     std::fputs(c.config_text.c_str(), stdout);
     // And what it will hold per GPU (seqpar plan's table for this configuration).
-    const LlamaConfig model = c.model_dir.empty() ? c.model : load_hf_llama_config(c.model_dir);
+    const LlamaConfig model = c.model.dir.empty() ? c.model.arch : load_hf_llama_config(c.model.dir);
     const MemoryPlanInput in = memory_plan_input(c, model);
     std::fputs(("\n" + format_memory_plan(in, plan_memory(in), /*capacity_bytes=*/0)).c_str(), stdout);
     return;
@@ -90,7 +90,7 @@ void run(TrainArgs& a, const CLI::App& command) {
   if (r.empty_steps > 0) evals += fmt::format(", {} step(s) with no token to learn from", r.empty_steps);
   if (r.stop_signal != 0) evals += " (stopped by a signal)";
   log_info("done: {} steps, final loss {:.4f}{}, {:.0f} tokens/s", r.steps_run, r.losses.back(), evals, r.tokens_per_s);
-  if (c.profile && r.profile_steps > 0)
+  if (c.logging.profile && r.profile_steps > 0)
     log_info("profile of rank 0's steps after the first ({} steps, {:.1f} s of wall), summed:\n{}", r.profile_steps,
              r.profile_seconds, format_profile(r.profile, r.profile_seconds * 1e3, 40));
 }
@@ -102,7 +102,7 @@ TrainConfig train_command_defaults() {
   // The built-in model is the demo's tiny Llama; the demo's other values (sp = 4 ranks, the recall
   // task's length, stop once it is learned, its optimizer) are its declared defaults (config.cpp),
   // which a run with a model, data or config file trades for its tool's (config_resolve).
-  c.model = demo_model_config();
+  c.model.arch = demo_model_config();
   apply_defaults(c, DefaultsSource::kDemo);
   return c;
 }

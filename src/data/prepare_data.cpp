@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <csignal>
 #include <cstdio>
 #include <deque>
@@ -19,6 +21,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "data/chat_template.h"
 #include "data/token_file.h"
 #include "io/input_file.h"
 #include "io/tokenizer.h"
@@ -127,11 +130,67 @@ TokenizedDoc tokenize_chat(const Tokenizer& tok, const RenderedChat& chat, int32
   return mask_by_spans(tok, chat.text, /*add_special_tokens=*/false, chat.trained, eos);
 }
 
+// ---- chat templates ----------------------------------------------------------------------
+
+namespace {
+
+constexpr InputKind kChatTemplateInput{"chat template", uint64_t{16} << 20};
+
+std::tm current_local_time() {
+  const std::time_t t = std::time(nullptr);
+  std::tm now{};
+  localtime_r(&t, &now);  // transformers' strftime_now formats datetime.now(): local time
+  return now;
+}
+
+}  // namespace
+
+std::string read_chat_template(const std::string& path) { return read_input_file(path, kChatTemplateInput); }
+
+ChatTemplateFile find_tokenizer_chat_template(const std::string& tokenizer, const TokenizerConfig& cfg,
+                                              const std::optional<std::string>& name) {
+  namespace fs = std::filesystem;
+  const fs::path given(tokenizer);
+  const fs::path dir = fs::is_directory(given) ? given : given.parent_path();
+  const fs::path jinja_file = dir / "chat_template.jinja";
+  const fs::path extra_dir = dir / "additional_chat_templates";
+  if (!name || *name == "default") {
+    // transformers (>= 4.50) saves the template as chat_template.jinja, and loads it in preference
+    // to tokenizer_config.json's.
+    if (fs::is_regular_file(jinja_file))
+      return {read_chat_template(jinja_file.string()), jinja_file.string(), jinja_file.string()};
+    if (cfg.chat_template)
+      return {*cfg.chat_template, cfg.path,
+              cfg.named_chat_templates.empty() ? cfg.path + " (chat_template)"
+                                               : cfg.path + " (chat_template 'default')"};
+    if (!name) return {};
+  }
+  std::vector<std::string> names;
+  for (const auto& [n, t] : cfg.named_chat_templates) {
+    if (n == *name) return {t, cfg.path + " '" + n + "'", cfg.path + " (chat_template '" + n + "')"};
+    names.push_back("'" + n + "'");
+  }
+  if (fs::is_regular_file(jinja_file) && *name != "default") names.insert(names.begin(), "'default'");
+  std::error_code ec;
+  if (fs::is_directory(extra_dir, ec))
+    for (const auto& e : fs::directory_iterator(extra_dir, ec)) {
+      if (e.path().extension() != ".jinja") continue;
+      if (e.path().stem() == *name) return {read_chat_template(e.path().string()), e.path().string(), e.path().string()};
+      names.push_back("'" + e.path().stem().string() + "'");
+    }
+  throw InputError(fmt::format(
+      "--chat-template-name={}: the tokenizer directory '{}' has no chat template of that name ({}); the named "
+      "templates are a chat_template list of {{name, template}} in tokenizer_config.json, chat_template.jinja "
+      "('default') and additional_chat_templates/NAME.jinja",
+      *name, dir.empty() ? "." : dir.string(),
+      names.empty() ? std::string("it has no named templates") : "it has " + fmt::format("{}", fmt::join(names, ", "))));
+}
+
 // ---- the pipeline ------------------------------------------------------------------------
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // key order kept: a chat template sees each message's keys as written
 
 // One record of the input: its text and the line it starts on.
 struct Unit {
@@ -164,8 +223,13 @@ std::string type_name(const json& v) {
 class Pipeline {
  public:
   Pipeline(const PrepareDataOptions& o, const Tokenizer& tok, int32_t eos, std::optional<std::string> bos_for_chat,
-           std::string chat_error)
-      : o_(o), tok_(tok), eos_(eos), chat_bos_(std::move(bos_for_chat)), chat_error_(std::move(chat_error)) {}
+           const ChatTemplate* chat_template, std::string chat_error)
+      : o_(o),
+        tok_(tok),
+        eos_(eos),
+        chat_bos_(std::move(bos_for_chat)),
+        chat_template_(chat_template),
+        chat_error_(std::move(chat_error)) {}
 
   // The chat format's rendering (--chat-format): checks the roles it can render.
   RenderedChat render(const std::vector<ChatMessage>& msgs) const {
@@ -237,6 +301,13 @@ class Pipeline {
       const json& ms = j["messages"];
       SEQPAR_INPUT_CHECK(ms.is_array() && !ms.empty(), "field 'messages' must be a non-empty array, got {}",
                          type_name(ms));
+      if (chat_template_) {
+        // The template reads the messages as they are (content may be a list, tool calls, ...).
+        for (size_t i = 0; i < ms.size(); ++i)
+          SEQPAR_INPUT_CHECK(ms[i].is_object(), "messages[{}]: expected an object, got {}", i, type_name(ms[i]));
+        r.docs.push_back(tokenize_chat(tok_, chat_template_->render(ms), eos_));
+        return;
+      }
       std::vector<ChatMessage> msgs;
       for (size_t i = 0; i < ms.size(); ++i) {
         const std::string at = fmt::format("messages[{}]: ", i);
@@ -257,6 +328,7 @@ class Pipeline {
   const Tokenizer& tok_;
   int32_t eos_;
   std::optional<std::string> chat_bos_;
+  const ChatTemplate* chat_template_;  // null: chat_format, or no template (chat_error_)
   std::string chat_error_;
 };
 
@@ -391,10 +463,28 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
     SEQPAR_INPUT_CHECK(!fs::exists(o.output) || !fs::equivalent(in, o.output),
                        "--output '{}' is also an --input: refusing to overwrite the data being read", o.output);
   }
+  // The chat settings render SFT 'messages' only: with another format they would be read and not applied.
+  for (const auto& [flag, value] : {std::pair{"--chat-format", &o.chat_format},
+                                    std::pair{"--chat-template", &o.chat_template_file},
+                                    std::pair{"--chat-template-name", &o.chat_template_name},
+                                    std::pair{"--chat-template-now", &o.chat_template_now}})
+    SEQPAR_INPUT_CHECK(!*value || o.format == DataFormat::kSft,
+                       "{}={}: a chat setting renders the 'messages' of SFT records, and --format is {}; give "
+                       "--format sft",
+                       flag, value->value_or(""), o.format == DataFormat::kText ? "text" : "jsonl");
   if (o.chat_format)
     SEQPAR_INPUT_CHECK(*o.chat_format == "llama3" || *o.chat_format == "chatml" || *o.chat_format == "qwen2.5",
-                       "--chat-format={}: not a built-in chat format (built in: {}; Jinja templates are not run)",
+                       "--chat-format={}: not a built-in chat format (built in: {}; a Jinja template file is given "
+                       "with --chat-template)",
                        *o.chat_format, chat_formats());
+  SEQPAR_INPUT_CHECK(!o.chat_format || !o.chat_template_file,
+                     "--chat-format={} and --chat-template={} both say how chat 'messages' are rendered (a built-in "
+                     "format, a template file): give one of them",
+                     o.chat_format.value_or(""), o.chat_template_file.value_or(""));
+  SEQPAR_INPUT_CHECK(!o.chat_template_name || (!o.chat_format && !o.chat_template_file),
+                     "--chat-template-name={} picks one of the tokenizer's named chat templates, and {} replaces the "
+                     "tokenizer's template: give one of them",
+                     o.chat_template_name.value_or(""), o.chat_format ? "--chat-format" : "--chat-template");
 
   const bool gpt2_files = !o.vocab_file.empty() || !o.merge_file.empty();
   SEQPAR_INPUT_CHECK(!gpt2_files || o.tokenizer.empty(),
@@ -420,15 +510,17 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
                        o.tokenizer);
     eos = *id;
   }
-  // Chat `messages` need a template: the built-in Llama-3 one, asked for by --chat-format.
-  std::string chat_error;
+  // Chat `messages` need a template: a built-in format (--chat-format), a template file
+  // (--chat-template), or the tokenizer's own.
+  std::string chat_error, chat_source;
   std::optional<std::string> chat_bos;
-  const bool chatml_template = cfg.chat_template && cfg.chat_template->find("<|im_start|>") != std::string::npos;
+  std::optional<ChatTemplate> chat_template;
   if (o.chat_format && *o.chat_format != "llama3") {
     for (const char* t : {"<|im_start|>", "<|im_end|>"})
       SEQPAR_INPUT_CHECK(tok->token_to_id(t).has_value(),
                          "--chat-format={}: the tokenizer {} has no '{}' token: it is not a ChatML (Qwen) tokenizer",
                          *o.chat_format, o.tokenizer, t);
+    chat_source = fmt::format("the built-in format {} (--chat-format)", *o.chat_format);
   } else if (o.chat_format) {
     chat_bos = cfg.bos_token.value_or("<|begin_of_text|>");
     for (const char* t : {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"})
@@ -437,26 +529,41 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
                          o.tokenizer, t);
     SEQPAR_INPUT_CHECK(chat_bos->empty() || tok->token_to_id(*chat_bos).has_value(),
                        "--chat-format=llama3: bos_token '{}' of {} is not in the vocabulary", *chat_bos, cfg.path);
-  } else if (chatml_template) {
-    chat_error = fmt::format(
-        "chat 'messages' need the chat_template of {}, a ChatML (<|im_start|>) template, and Jinja chat templates "
-        "are not run; pass --chat-format qwen2.5 (Qwen2.5-Instruct's turns, its default system message) or "
-        "--chat-format chatml (the turns only) to render them with seqpar's built-in ChatML (docs/prepare-data.md), "
-        "or give 'prompt' and 'completion'",
-        cfg.path);
-  } else if (cfg.chat_template) {
-    chat_error = fmt::format(
-        "chat 'messages' need the chat_template of {}, and Jinja chat templates are not supported; pass "
-        "--chat-format llama3 to render them with seqpar's built-in Llama-3 format (docs/prepare-data.md), or "
-        "give 'prompt' and 'completion'", cfg.path);
-  } else {
-    chat_error = fmt::format(
-        "chat 'messages' need a chat template, and {} has none; pass --chat-format llama3 for seqpar's built-in "
-        "Llama-3 format, or give 'prompt' and 'completion'",
-        cfg.path.empty() ? "there is no tokenizer_config.json next to " + o.tokenizer : cfg.path);
+    chat_source = "the built-in format llama3 (--chat-format)";
+  } else if (o.format == DataFormat::kSft) {  // only SFT records have 'messages'
+    const std::tm now = o.chat_template_now ? parse_template_time(*o.chat_template_now, "--chat-template-now")
+                                            : current_local_time();
+    const ChatTemplateFile found = o.chat_template_file
+                                       ? ChatTemplateFile{read_chat_template(*o.chat_template_file), *o.chat_template_file,
+                                                          *o.chat_template_file + " (--chat-template)"}
+                                       : find_tokenizer_chat_template(gpt2_files ? o.vocab_file : o.tokenizer, cfg,
+                                                                      o.chat_template_name);
+    if (!found.name.empty()) {
+      // A parse error names name:line:column. The tokenizer's own template, not asked for by a flag,
+      // only stops a run that has chat records: prompt/completion data does not need it.
+      try {
+        chat_template.emplace(found.source, found.name, cfg.special_tokens, now);
+        chat_source = "the chat template " + found.description;
+      } catch (const InputError& e) {
+        if (o.chat_template_file || o.chat_template_name) throw;
+        chat_error = fmt::format("{}; pass --chat-template FILE or --chat-format llama3|chatml|qwen2.5", e.what());
+        chat_source = "none: the chat template " + found.description + " does not parse";
+      }
+    } else {
+      const fs::path given(gpt2_files ? o.vocab_file : o.tokenizer);
+      const std::string dir = (fs::is_directory(given) ? given : given.parent_path()).string();
+      chat_error = fmt::format(
+          "chat 'messages' need a chat template, and the tokenizer directory '{}' has none (no chat_template.jinja, "
+          "no chat_template in tokenizer_config.json); pass --chat-template FILE (a Jinja chat template) or "
+          "--chat-format llama3|chatml|qwen2.5 (built in), or give 'prompt' and 'completion'",
+          dir.empty() ? "." : dir);
+      chat_source = "none (records with 'messages' are refused)";
+    }
   }
+  if (o.progress && o.format == DataFormat::kSft)
+    std::fprintf(stderr, "prepare-data: chat 'messages' rendered with %s\n", chat_source.c_str());
 
-  const Pipeline pipeline(o, *tok, eos, chat_bos, chat_error);
+  const Pipeline pipeline(o, *tok, eos, chat_bos, chat_template ? &*chat_template : nullptr, chat_error);
   int threads = o.threads;
   if (threads == 0) threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   const size_t max_in_flight = static_cast<size_t>(threads) * 4;

@@ -16,6 +16,7 @@
 namespace seqpar {
 
 class Tokenizer;
+struct TokenizerConfig;
 
 enum class DataFormat {
   kText,   // plain text; documents per `text_unit`
@@ -52,7 +53,13 @@ struct PrepareDataOptions {
                                             // --append-eod: the documents concatenated with it between them
   std::optional<std::string> eos_token;     // default: eos_token of tokenizer_config.json; with vocab_file,
                                             // <|endoftext|> (Megatron's eod) when that file has none
-  std::optional<std::string> chat_format;   // "llama3" | "chatml" | "qwen2.5": render SFT `messages` built in
+  // How SFT `messages` are rendered (docs/prepare-data.md, "Chat templates"): chat_format, a built-in format;
+  // else chat_template_file; else the tokenizer directory's chat_template.jinja, else tokenizer_config.json's
+  // chat_template (chat_template_name picks one of a list of named templates; default "default").
+  std::optional<std::string> chat_format;         // "llama3" | "chatml" | "qwen2.5"
+  std::optional<std::string> chat_template_file;  // a Jinja chat template file
+  std::optional<std::string> chat_template_name;  // a named template of the tokenizer's
+  std::optional<std::string> chat_template_now;   // what strftime_now() formats: YYYY-MM-DD[THH:MM:SS]; default now
   int64_t chunk_bytes = 1 << 20;            // input bytes per work unit (tests make it small)
   bool progress = true;                     // progress line on stderr
 };
@@ -111,5 +118,19 @@ TokenizedDoc tokenize_prompt_completion(const Tokenizer& tok, const std::string&
 // The rendered chat tokenized without template tokens (the rendering has its own BOS, as HF's
 // apply_chat_template); a token is trained iff its first byte lies in a trained span.
 TokenizedDoc tokenize_chat(const Tokenizer& tok, const RenderedChat& chat, int32_t eos);
+
+// A chat template's text, the name its messages give it (a path: parse errors say name:line:column)
+// and where it came from, for the progress line. Empty name: none.
+struct ChatTemplateFile {
+  std::string source, name, description;
+};
+// A chat template file (--chat-template).
+std::string read_chat_template(const std::string& path);
+// The tokenizer's own template (`tokenizer`: its file or directory; `cfg`: its tokenizer_config.json):
+// without `name` (or "default"), chat_template.jinja of the directory, else cfg's chat_template (a
+// string, or the "default" of a list); none is an empty result. With `name`: that entry of cfg's
+// list, or additional_chat_templates/NAME.jinja; an InputError listing the names otherwise.
+ChatTemplateFile find_tokenizer_chat_template(const std::string& tokenizer, const TokenizerConfig& cfg,
+                                              const std::optional<std::string>& name);
 
 }  // namespace seqpar

@@ -258,9 +258,19 @@ TokenizerConfig read_tokenizer_config(const std::string& tokenizer_path) {
     cfg.chat_template = j["chat_template"].get<std::string>();
   // A list of named templates ({"name", "template"}) counts as a template too: its default.
   if (j.contains("chat_template") && j["chat_template"].is_array())
-    for (const auto& t : j["chat_template"])
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
-        cfg.chat_template = t["template"].get<std::string>();
+    for (const auto& t : j["chat_template"]) {
+      SEQPAR_INPUT_CHECK(t.is_object() && t.contains("name") && t["name"].is_string() && t.contains("template") &&
+                             t["template"].is_string(),
+                         "{}: chat_template: each entry of the list must be an object with string 'name' and "
+                         "'template', got {}",
+                         cfg.path, short_json(t));
+      cfg.named_chat_templates.emplace_back(t["name"].get<std::string>(), t["template"].get<std::string>());
+      if (t["name"] == "default") cfg.chat_template = t["template"].get<std::string>();
+    }
+  for (const char* field :
+       {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
+    if (j.contains(field))
+      if (auto text = token_text(j[field], cfg.path, field)) cfg.special_tokens.emplace_back(field, *text);
   return cfg;
 }
 

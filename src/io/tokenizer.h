@@ -84,7 +84,12 @@ struct TokenizerConfig {
   std::string path;
   std::optional<std::string> bos_token;
   std::optional<std::string> eos_token;
-  std::optional<std::string> chat_template;  // the Jinja source, when it is a string
+  std::optional<std::string> chat_template;  // the Jinja source, when it is a string (or the list's "default")
+  // chat_template as a list of named templates ({"name", "template"}), in file order; empty for a string.
+  std::vector<std::pair<std::string, std::string>> named_chat_templates;
+  // The special-token variables transformers passes to a chat template (its special_tokens_map): bos_token,
+  // eos_token, unk_token, sep_token, pad_token, cls_token, mask_token, those that are set, as their text.
+  std::vector<std::pair<std::string, std::string>> special_tokens;
 };
 TokenizerConfig read_tokenizer_config(const std::string& tokenizer_path);
 

@@ -632,27 +632,27 @@ void restore_from_checkpoint(const Checkpoint& ck, LlamaParams& params, AdamW& o
 // ---- the run's configuration and the resume check -----------------------------------------
 
 json train_config_json(const TrainConfig& c, const LlamaConfig& model, const json& data, const json& eval_data) {
-  const MeshShape m = sp_mesh_shape(c.sp_mode, c.sp, c.ulysses_degree);
+  const MeshShape m = sp_mesh_shape(c.parallel.sp_mode, c.parallel.sp, c.parallel.ulysses_degree);
   const OptimizerConfig& o = c.optimizer;
   const LrSchedule s = lr_schedule_of(c);
   json j = {
       {"model", json::parse(hf_llama_config_json(model, "float32"))},
-      {"model_dir", c.model_dir},
-      {"seq_len", c.task.seq_len},
-      {"micro_batch", c.micro_batch},
-      {"grad_accum", c.grad_accum},
-      {"dp_replicate", c.dp_replicate},
-      {"dp_shard", c.dp_shard},
-      {"sp", c.sp},
+      {"model_dir", c.model.dir},
+      {"seq_len", c.data.task.seq_len},
+      {"micro_batch", c.data.micro_batch},
+      {"grad_accum", c.data.grad_accum},
+      {"dp_replicate", c.parallel.dp_replicate},
+      {"dp_shard", c.parallel.dp_shard},
+      {"sp", c.parallel.sp},
       // With sp = 1 there is no SP attention: the mode is no part of the computation.
-      {"sp_mode", c.sp == 1 ? std::string("none") : sp_mode_name(c.sp_mode)},
+      {"sp_mode", c.parallel.sp == 1 ? std::string("none") : sp_mode_name(c.parallel.sp_mode)},
       {"ulysses_degree", m.ulysses},
-      {"sp_layout", std::string(sp_layout_name(m.ring > 1 ? c.layout : SpLayout::kContiguous))},
-      {"seed", c.seed},
+      {"sp_layout", std::string(sp_layout_name(m.ring > 1 ? c.parallel.layout : SpLayout::kContiguous))},
+      {"seed", c.schedule.seed},
       {"data", data},
-      {"shuffle", c.shuffle},
+      {"shuffle", c.data.shuffle},
       {"eval_data", eval_data},
-      {"steps", c.steps},
+      {"steps", c.schedule.steps},
       {"optimizer",
        {{"lr", o.adamw.lr},
         {"beta1", o.adamw.beta1},
@@ -672,14 +672,14 @@ json train_config_json(const TrainConfig& c, const LlamaConfig& model, const jso
         {"total_num_steps", s.total_num_steps},
         {"warmup_min_ratio", s.warmup_min_ratio},
         {"cos_min_ratio", s.cos_min_ratio}}},
-      {"log_every", c.log_every},
-      {"eval_every", c.eval_every},
-      {"eval_batches", c.eval_batches},
-      {"stop_at_accuracy", c.stop_at_accuracy},
-      {"metrics_out", c.metrics_out},
-      {"save_dir", c.save_dir},
-      {"save_every", c.save_every},
-      {"keep_last", c.keep_last},
+      {"log_every", c.logging.log_every},
+      {"eval_every", c.logging.eval_every},
+      {"eval_batches", c.data.eval_batches},
+      {"stop_at_accuracy", c.logging.stop_at_accuracy},
+      {"metrics_out", c.logging.metrics_out},
+      {"save_dir", c.checkpoint.save_dir},
+      {"save_every", c.checkpoint.save_every},
+      {"keep_last", c.checkpoint.keep_last},
   };
   // Every other declared setting as it is (the ones above are recorded resolved: the mesh's
   // actual mode, degree and layout, the data's identity rather than its path).
@@ -689,8 +689,8 @@ json train_config_json(const TrainConfig& c, const LlamaConfig& model, const jso
                         d.name == "min_lr_ratio" || d.name == "lr_schedule";
     if (!nested && !j.contains(d.name)) j[d.name] = d.to_json(c);
   }
-  if (c.data_path.empty()) {
-    const RecallTaskConfig& t = c.task;
+  if (c.data.path.empty()) {
+    const RecallTaskConfig& t = c.data.task;
     j["task"] = {{"num_pairs", t.num_pairs},
                  {"num_queries", t.num_queries},
                  {"num_keys", t.num_keys},

@@ -22,18 +22,18 @@ void TrainConfig::validate() const {
 }
 
 void TrainConfig::validate(Problems& p) const {
-  if (data_path.empty()) {
-    p.attempt([&] { task.validate(); });
-    SEQPAR_PROBLEM_CHECK(p, eval_data_path.empty(),
-                         "eval_data={} needs data (--data): the recall task evaluates its own accuracy", eval_data_path);
+  if (data.path.empty()) {
+    p.attempt([&] { data.task.validate(); });
+    SEQPAR_PROBLEM_CHECK(p, data.eval_path.empty(),
+                         "eval_data={} needs data (--data): the recall task evaluates its own accuracy", data.eval_path);
   }
   validate_run(p);
   p.attempt([&] {
-    const MeshShape m = sp_mesh_shape(sp_mode, sp, ulysses_degree);
-    const int64_t multiple = sp_layout_multiple(m.ring > 1 ? layout : SpLayout::kContiguous, sp);
-    SEQPAR_INPUT_CHECK(task.seq_len >= multiple,
+    const MeshShape m = sp_mesh_shape(parallel.sp_mode, parallel.sp, parallel.ulysses_degree);
+    const int64_t multiple = sp_layout_multiple(m.ring > 1 ? parallel.layout : SpLayout::kContiguous, parallel.sp);
+    SEQPAR_INPUT_CHECK(data.task.seq_len >= multiple,
                        "seq_len={} is too short for sp={} with the {} layout: each rank needs at least {} token(s)",
-                       task.seq_len, sp, m.ring > 1 ? sp_layout_name(layout) : "contiguous", multiple / sp);
+                       data.task.seq_len, parallel.sp, m.ring > 1 ? sp_layout_name(parallel.layout) : "contiguous", multiple / parallel.sp);
   });
 }
 
@@ -69,15 +69,15 @@ void TrainConfig::validate_run() const {
 
 void TrainConfig::validate_run(Problems& p) const {
   // The declared rules first (each setting's range), then the rules between settings.
-  check_setting_rules(*this, p, nullptr, model_dir.empty());
-  if (model_dir.empty()) p.attempt([&] { model.validate(); });
+  check_setting_rules(*this, p, nullptr, model.dir.empty());
+  if (model.dir.empty()) p.attempt([&] { model.arch.validate(); });
   p.attempt([&] { memory.validate(); });
-  SEQPAR_PROBLEM_CHECK(p, save_every == 0 || !save_dir.empty(), "save_every={} needs save_dir (--save-dir)",
-                       save_every);
-  SEQPAR_PROBLEM_CHECK(p, !resume.from_save_dir() || !save_dir.empty(),
+  SEQPAR_PROBLEM_CHECK(p, checkpoint.save_every == 0 || !checkpoint.save_dir.empty(), "save_every={} needs save_dir (--save-dir)",
+                       checkpoint.save_every);
+  SEQPAR_PROBLEM_CHECK(p, !checkpoint.resume.from_save_dir() || !checkpoint.save_dir.empty(),
                        "resume={} needs save_dir (--save-dir), the directory to take the newest checkpoint from",
-                       resume.str());
-  if (sp >= 1) p.attempt([&] { (void)sp_mesh_shape(sp_mode, sp, ulysses_degree); });  // a degree must divide sp
+                       checkpoint.resume.str());
+  if (parallel.sp >= 1) p.attempt([&] { (void)sp_mesh_shape(parallel.sp_mode, parallel.sp, parallel.ulysses_degree); });  // a degree must divide sp
 }
 
 ResumeFrom ResumeFrom::parse(const std::string& text) {
@@ -308,14 +308,14 @@ SettingDecl& find_in(std::vector<SettingDecl>& s, const std::string& name) {
 
 void declare_model(std::vector<SettingDecl>& s) {
   s.push_back(with(decl(
-                       "model", G::kModel, {"--model"}, +[](TrainConfig& c) -> std::string& { return c.model_dir; },
+                       "model", G::kModel, {"--model"}, +[](TrainConfig& c) -> std::string& { return c.model.dir; },
                        "HF model directory to start from (config.json + *.safetensors); empty: the built-in tiny "
                        "Llama, randomly initialised"),
                    kTrainBench));
   // Declared before the sizes: the command line applies options in declaration order, so the size
   // flags override the preset's fields.
   s.push_back(with(decl(
-                       "preset", G::kModel, {"--preset"}, +[](TrainConfig& c) -> std::string& { return c.preset; },
+                       "preset", G::kModel, {"--preset"}, +[](TrainConfig& c) -> std::string& { return c.model.preset; },
                        "a known architecture, randomly initialised, instead of the built-in tiny Llama (not with "
                        "--model): " +
                            preset_choices() + "; the size flags override its fields"),
@@ -327,46 +327,46 @@ void declare_model(std::vector<SettingDecl>& s) {
       const auto& names = llama_preset_names();
       SEQPAR_INPUT_CHECK(std::find(names.begin(), names.end(), v) != names.end(), "{}={}: not a known preset: {}", flag,
                          v, preset_choices());
-      c.model = llama_preset(v);
+      c.model.arch = llama_preset(v);
     }
-    c.preset = v;
+    c.model.preset = v;
   };
   // A checkpoint records the model's every field: its preset is the name only.
-  s.back().from_json = [](TrainConfig& c, const json& j) { c.preset = from_json_value<std::string>(j, "preset"); };
+  s.back().from_json = [](TrainConfig& c, const json& j) { c.model.preset = from_json_value<std::string>(j, "preset"); };
   s.push_back(decl(
-      "hidden_size", G::kModel, {"--hidden-size"}, +[](TrainConfig& c) -> int64_t& { return c.model.hidden_size; },
+      "hidden_size", G::kModel, {"--hidden-size"}, +[](TrainConfig& c) -> int64_t& { return c.model.arch.hidden_size; },
       "built-in model: hidden size"));
   s.push_back(decl(
       "intermediate_size", G::kModel, {"--intermediate-size"},
-      +[](TrainConfig& c) -> int64_t& { return c.model.intermediate_size; }, "built-in model: MLP width"));
+      +[](TrainConfig& c) -> int64_t& { return c.model.arch.intermediate_size; }, "built-in model: MLP width"));
   s.push_back(decl(
-      "num_layers", G::kModel, {"--num-layers"}, +[](TrainConfig& c) -> int64_t& { return c.model.num_layers; },
+      "num_layers", G::kModel, {"--num-layers"}, +[](TrainConfig& c) -> int64_t& { return c.model.arch.num_layers; },
       "built-in model: decoder layers"));
   s.push_back(decl(
-      "num_heads", G::kModel, {"--num-heads"}, +[](TrainConfig& c) -> int64_t& { return c.model.num_heads; },
+      "num_heads", G::kModel, {"--num-heads"}, +[](TrainConfig& c) -> int64_t& { return c.model.arch.num_heads; },
       "built-in model: query heads"));
   s.push_back(decl(
-      "num_kv_heads", G::kModel, {"--num-kv-heads"}, +[](TrainConfig& c) -> int64_t& { return c.model.num_kv_heads; },
+      "num_kv_heads", G::kModel, {"--num-kv-heads"}, +[](TrainConfig& c) -> int64_t& { return c.model.arch.num_kv_heads; },
       "built-in model: KV heads"));
   s.push_back(decl(
-      "head_dim", G::kModel, {"--head-dim"}, +[](TrainConfig& c) -> int64_t& { return c.model.head_dim; },
+      "head_dim", G::kModel, {"--head-dim"}, +[](TrainConfig& c) -> int64_t& { return c.model.arch.head_dim; },
       "built-in model: head dim (CUDA needs 64, 96 or 128)"));
   s.push_back(decl(
       "max_position_embeddings", G::kModel, {"--max-position-embeddings"},
-      +[](TrainConfig& c) -> int64_t& { return c.model.max_position_embeddings; },
+      +[](TrainConfig& c) -> int64_t& { return c.model.arch.max_position_embeddings; },
       "built-in model: the longest sequence it is built for (HF max_position_embeddings; a learned-position "
       "model's table size)"));
   s.push_back(decl(
-      "init_std", G::kModel, {"--init-std"}, +[](TrainConfig& c) -> float& { return c.init_std; },
+      "init_std", G::kModel, {"--init-std"}, +[](TrainConfig& c) -> float& { return c.model.init_std; },
       "standard deviation of the random init (HF initializer_range; without --model only)"));
   s.push_back(with(
       decl(
           "attn_implementation", G::kModel, {"--attn-implementation"},
-          +[](TrainConfig& c) -> AttnImplementation& { return c.attn_implementation; },
+          +[](TrainConfig& c) -> AttnImplementation& { return c.model.attn_implementation; },
           "Hugging Face's attn_implementation: sdpa (cuDNN fused attention on CUDA where it is exact and measured "
           "faster, seqpar's flash kernel elsewhere), flash_attention_2 or flash_attention_3 (seqpar's flash kernel "
           "always); eager is rejected (it materialises the [S, S] scores)",
-          "", "parallelism_config.sp_attn_implementation"),
+          "", "parallelism_config.parallelism_config_sp_attn_implementation"),
       kAll));
   find_in(s, "model").empty_text = "built-in demo Llama";
   for (const char* size : {"hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -376,92 +376,94 @@ void declare_model(std::vector<SettingDecl>& s) {
 
 void declare_data(std::vector<SettingDecl>& s) {
   s.push_back(with(decl(
-                       "data", G::kData, {"--data"}, +[](TrainConfig& c) -> std::string& { return c.data_path; },
+                       "data", G::kData, {"--data"}, +[](TrainConfig& c) -> std::string& { return c.data.path; },
                        "token file (SPTOK1, from `seqpar prepare-data`) to train on; empty: the built-in recall task"),
                    kTrainCommand, R::kMustMatch));
   s.push_back(decl(
-      "eval_data", G::kData, {"--eval-data"}, +[](TrainConfig& c) -> std::string& { return c.eval_data_path; },
+      "eval_data", G::kData, {"--eval-data"}, +[](TrainConfig& c) -> std::string& { return c.data.eval_path; },
       "token file for the eval loss (with --data), at every --eval-every"));
   s.push_back(with(decl(
-                       "shuffle", G::kData, {"--no-shuffle"}, +[](TrainConfig& c) -> bool& { return c.shuffle; },
+                       "shuffle", G::kData, {"--no-shuffle"}, +[](TrainConfig& c) -> bool& { return c.data.shuffle; },
                        "--no-shuffle reads the token file's documents and sequences in file order (default: a new "
                        "order every epoch)"),
                    kTrainCommand, R::kMustMatch));
   s.back().switch_value = "false";
   s.push_back(with(decl(
-                       "seq_len", G::kData, {"--seq-len"}, +[](TrainConfig& c) -> int64_t& { return c.task.seq_len; },
-                       "tokens per sequence", "", "parallelism_config.sp_seq_length"),
+                       "seq_len", G::kData, {"--seq-len"}, +[](TrainConfig& c) -> int64_t& { return c.data.task.seq_len; },
+                       "tokens per sequence", "", "parallelism_config.parallelism_config_sp_seq_length"),
                    kTrainCommand, R::kMustMatch));
   s.push_back(
       with(decl(
-               "micro_batch", G::kData, {"--micro-batch"}, +[](TrainConfig& c) -> int& { return c.micro_batch; },
+               "micro_batch", G::kData, {"--micro-batch"}, +[](TrainConfig& c) -> int& { return c.data.micro_batch; },
                "sequences per micro-batch per data-parallel rank", "train_micro_batch_size_per_gpu"),
            kTrainBench, R::kMustMatch));
   s.push_back(with(decl(
-                       "grad_accum", G::kData, {"--grad-accum"}, +[](TrainConfig& c) -> int& { return c.grad_accum; },
+                       "grad_accum", G::kData, {"--grad-accum"}, +[](TrainConfig& c) -> int& { return c.data.grad_accum; },
                        "micro-batches accumulated per step", "gradient_accumulation_steps",
                        "deepspeed_config.gradient_accumulation_steps"),
                    kTrainCommand, R::kMustMatch));
   s.push_back(with(decl(
                        "global_batch_size", G::kData, {"--global-batch-size"},
-                       +[](TrainConfig& c) -> int64_t& { return c.global_batch; },
+                       +[](TrainConfig& c) -> int64_t& { return c.data.global_batch; },
                        "sequences per optimizer step over all data-parallel ranks (Megatron's global batch, "
                        "DeepSpeed's train_batch_size): grad_accum = global_batch_size / (micro_batch × dp), which "
                        "must divide (0 = micro_batch × grad_accum × dp)"),
                    kTrainCommand));
   s.back().print_when_given = true;
   s.push_back(decl(
-      "eval_batches", G::kData, {"--eval-batches"}, +[](TrainConfig& c) -> int& { return c.eval_batches; },
+      "eval_batches", G::kData, {"--eval-batches"}, +[](TrainConfig& c) -> int& { return c.data.eval_batches; },
       "batches per evaluation (recall task), micro-batches per data-parallel rank (--eval-data)"));
   s.push_back(with(decl(
-                       "num_pairs", G::kData, {"--num-pairs"}, +[](TrainConfig& c) -> int& { return c.task.num_pairs; },
+                       "num_pairs", G::kData, {"--num-pairs"}, +[](TrainConfig& c) -> int& { return c.data.task.num_pairs; },
                        "recall task: key-value pairs per sequence"),
                    kTrainCommand, R::kMustMatch));
   s.push_back(with(decl(
                        "num_queries", G::kData, {"--num-queries"},
-                       +[](TrainConfig& c) -> int& { return c.task.num_queries; }, "recall task: queries per sequence"),
+                       +[](TrainConfig& c) -> int& { return c.data.task.num_queries; }, "recall task: queries per sequence"),
                    kTrainCommand, R::kMustMatch));
   find_in(s, "data").empty_text = "built-in recall task";
 }
 
 void declare_parallel(std::vector<SettingDecl>& s) {
   s.push_back(with(decl(
-                       "sp", G::kParallel, {"--sp"}, +[](TrainConfig& c) -> int& { return c.sp; },
+                       "sp", G::kParallel, {"--sp"}, +[](TrainConfig& c) -> int& { return c.parallel.sp; },
                        "sequence-parallel degree (ranks sharing one sequence)", "sequence_parallel_size",
-                       "parallelism_config.sp_size"),
+                       "parallelism_config.parallelism_config_sp_size, parallelism_config.parallelism_config_cp_size"),
                    kAll, R::kMustMatch));
   s.push_back(with(decl(
-                       "sp_mode", G::kParallel, {"--sp-mode"}, +[](TrainConfig& c) -> SpMode& { return c.sp_mode; },
+                       "sp_mode", G::kParallel, {"--sp-mode"}, +[](TrainConfig& c) -> SpMode& { return c.parallel.sp_mode; },
                        "ulysses (all-to-all) | ring (k/v blocks around the ring) | hybrid (Ulysses inside, ring "
-                       "across)"),
+                       "across)",
+                       "", "parallelism_config.parallelism_config_cp_size"),
                    kAll, R::kMustMatch));
   s.push_back(with(
       decl(
           "ulysses_degree", G::kParallel, {"--ulysses-degree"},
-          +[](TrainConfig& c) -> int& { return c.ulysses_degree; }, "hybrid: ranks per Ulysses group (must divide sp)"),
+          +[](TrainConfig& c) -> int& { return c.parallel.ulysses_degree; }, "hybrid: ranks per Ulysses group (must divide sp)", "",
+          "parallelism_config.parallelism_config_cp_size"),
       kAll, R::kMustMatch));
   s.push_back(
       with(decl(
-               "sp_layout", G::kParallel, {"--sp-layout"}, +[](TrainConfig& c) -> SpLayout& { return c.layout; },
+               "sp_layout", G::kParallel, {"--sp-layout"}, +[](TrainConfig& c) -> SpLayout& { return c.parallel.layout; },
                "ring/hybrid token layout: zigzag (causal load balance) | contiguous"),
            kAll, R::kMustMatch));
   s.push_back(
       with(decl(
-               "dp_replicate", G::kParallel, {"--dp-replicate"}, +[](TrainConfig& c) -> int& { return c.dp_replicate; },
-               "data-parallel replicas", "", "parallelism_config.dp_replicate_size"),
+               "dp_replicate", G::kParallel, {"--dp-replicate"}, +[](TrainConfig& c) -> int& { return c.parallel.dp_replicate; },
+               "data-parallel replicas", "", "parallelism_config.parallelism_config_dp_replicate_size"),
            kTrainCommand, R::kMustMatch));
   s.push_back(with(decl(
-                       "dp_shard", G::kParallel, {"--dp-shard"}, +[](TrainConfig& c) -> int& { return c.dp_shard; },
-                       "data-parallel shard degree", "", "parallelism_config.dp_shard_size"),
+                       "dp_shard", G::kParallel, {"--dp-shard"}, +[](TrainConfig& c) -> int& { return c.parallel.dp_shard; },
+                       "data-parallel shard degree", "", "parallelism_config.parallelism_config_dp_shard_size"),
                    kTrainCommand, R::kMustMatch));
   s.push_back(with(decl(
-                       "device", G::kParallel, {"--device"}, +[](TrainConfig& c) -> Device& { return c.device; },
+                       "device", G::kParallel, {"--device"}, +[](TrainConfig& c) -> Device& { return c.parallel.device; },
                        "cpu | cuda | cuda:N (CUDA: bf16 compute, f32 gradients and master weights; every rank of "
                        "this process on that GPU)"),
                    kAll));
   s.push_back(
       with(decl(
-               "transport", G::kParallel, {"--transport"}, +[](TrainConfig& c) -> Transport& { return c.transport; },
+               "transport", G::kParallel, {"--transport"}, +[](TrainConfig& c) -> Transport& { return c.parallel.transport; },
                "auto | local | nccl: ranks as threads of this process (local), or one process per rank and "
                "GPU over NCCL when started by seqpar launch / torchrun / Slurm / mpirun (auto: nccl when "
                "launched with --device cuda)"),
@@ -475,7 +477,8 @@ void declare_memory(std::vector<SettingDecl>& s) {
                +[](TrainConfig& c) -> bool& { return c.memory.activation_checkpointing; },
                "keep only each decoder layer's input in forward and recompute the layer in backward (HF's "
                "gradient_checkpointing: the same gradients, far less activation memory, about one more "
-               "forward)"),
+               "forward)",
+               "", "fsdp_config.fsdp_activation_checkpointing"),
            kAll));
   s.push_back(with(decl(
                        "checkpoint_keep_attention", G::kMemory, {"--checkpoint-keep-attention"},
@@ -509,7 +512,8 @@ void declare_memory(std::vector<SettingDecl>& s) {
                "ZeRO: 1 shards the AdamW state (moments, f32 master weights) over the ranks; 2 also "
                "partitions the gradients; 3 also the decoder layers' weights (gathered per layer before its "
                "forward, recompute and backward); 0 = replicated",
-               "zero_optimization.stage", "deepspeed_config.zero_stage"),
+               "zero_optimization.stage",
+               "deepspeed_config.zero_stage, fsdp_config.fsdp_sharding_strategy, fsdp_config.fsdp_reshard_after_forward"),
            kTrainBench));
   s.back().choices = {"0", "1", "2", "3"};
   s.push_back(with(decl(
@@ -524,7 +528,8 @@ void declare_memory(std::vector<SettingDecl>& s) {
                        +[](TrainConfig& c) -> OffloadDevice& { return c.memory.offload_param; },
                        "cpu (needs --zero-stage 3): the decoder layers' bf16 weights in host memory, each layer "
                        "copied to the GPU before it runs, the next one prefetched",
-                       "zero_optimization.offload_param.device", "deepspeed_config.offload_param_device"),
+                       "zero_optimization.offload_param.device",
+                       "deepspeed_config.offload_param_device, fsdp_config.fsdp_offload_params"),
                    kTrainBench));
   s.push_back(with(decl(
                        "offload_param_pin_memory", G::kMemory, {"--no-offload-param-pin-memory"},
@@ -576,44 +581,44 @@ void declare_optimizer(std::vector<SettingDecl>& s) {
 
 void declare_schedule(std::vector<SettingDecl>& s) {
   s.push_back(with(decl(
-                       "steps", G::kSchedule, {"--steps"}, +[](TrainConfig& c) -> int64_t& { return c.steps; },
+                       "steps", G::kSchedule, {"--steps"}, +[](TrainConfig& c) -> int64_t& { return c.schedule.steps; },
                        "optimizer steps (>= 1)"),
                    kTrainBench, R::kWarn));
   s.push_back(with(
       decl(
-          "train_tokens", G::kSchedule, {"--train-tokens"}, +[](TrainConfig& c) -> int64_t& { return c.train_tokens; },
+          "train_tokens", G::kSchedule, {"--train-tokens"}, +[](TrainConfig& c) -> int64_t& { return c.schedule.train_tokens; },
           "run length in tokens: steps = ceil(train_tokens / tokens per step), tokens per step = "
           "global batch × seq_len (0 = --steps)"),
       kTrainCommand, R::kWarn));
   s.back().print_when_given = true;
   s.push_back(with(
       decl(
-          "warmup_steps", G::kSchedule, {"--warmup-steps"}, +[](TrainConfig& c) -> int64_t& { return c.warmup_steps; },
+          "warmup_steps", G::kSchedule, {"--warmup-steps"}, +[](TrainConfig& c) -> int64_t& { return c.schedule.warmup_steps; },
           "linear warmup steps (also DeepSpeed's warmup_num_steps)", "scheduler.params.warmup_num_steps"),
       kTrainCommand, R::kWarn));
   s.push_back(with(decl(
                        "warmup_tokens", G::kSchedule, {"--warmup-tokens"},
-                       +[](TrainConfig& c) -> int64_t& { return c.warmup_tokens; },
+                       +[](TrainConfig& c) -> int64_t& { return c.schedule.warmup_tokens; },
                        "warmup length in tokens: warmup_steps = ceil(warmup_tokens / tokens per step) (0 = "
                        "--warmup-steps)"),
                    kTrainCommand, R::kWarn));
   s.back().print_when_given = true;
   s.push_back(with(decl(
-                       "min_lr", G::kSchedule, {"--min-lr"}, +[](TrainConfig& c) -> double& { return c.min_lr; },
+                       "min_lr", G::kSchedule, {"--min-lr"}, +[](TrainConfig& c) -> double& { return c.schedule.min_lr; },
                        "the cosine schedule's floor as a learning rate: min_lr_ratio = min_lr / lr (>= 0; unset: "
                        "--min-lr-ratio)"),
                    kTrainCommand, R::kWarn));
   s.back().print_when_given = true;
   s.back().empty_text = "(none: min_lr_ratio)";
-  s.back().get = [](const TrainConfig& c) { return c.min_lr < 0 ? std::string() : text_of(c.min_lr); };
+  s.back().get = [](const TrainConfig& c) { return c.schedule.min_lr < 0 ? std::string() : text_of(c.schedule.min_lr); };
   s.push_back(with(
       decl(
-          "min_lr_ratio", G::kSchedule, {"--min-lr-ratio"}, +[](TrainConfig& c) -> float& { return c.min_lr_ratio; },
+          "min_lr_ratio", G::kSchedule, {"--min-lr-ratio"}, +[](TrainConfig& c) -> float& { return c.schedule.min_lr_ratio; },
           "cosine decay floor as a fraction of lr (also WarmupCosineLR's cos_min_ratio)",
           "scheduler.params.cos_min_ratio"),
       kTrainCommand, R::kWarn));
   s.push_back(with(decl(
-                       "seed", G::kSchedule, {"--seed"}, +[](TrainConfig& c) -> uint64_t& { return c.seed; },
+                       "seed", G::kSchedule, {"--seed"}, +[](TrainConfig& c) -> uint64_t& { return c.schedule.seed; },
                        "seed for init and data"),
                    kTrainCommand, R::kMustMatch));
 }
@@ -621,7 +626,7 @@ void declare_schedule(std::vector<SettingDecl>& s) {
 void declare_lr_schedule(std::vector<SettingDecl>& s) {
   s.push_back(with(decl(
                        "lr_schedule", G::kSchedule, {"--lr-schedule"},
-                       +[](TrainConfig& c) -> LrScheduleType& { return c.lr_schedule.type; },
+                       +[](TrainConfig& c) -> LrScheduleType& { return c.schedule.lr.type; },
                        "linear_cosine (linear warmup, cosine decay to min_lr_ratio × lr: the demo's) | linear (HF "
                        "Trainer's: linear warmup, linear decay to 0) | constant (DeepSpeed's engine without a "
                        "scheduler); a DeepSpeed file's scheduler.type sets WarmupLR, WarmupDecayLR or WarmupCosineLR",
@@ -632,20 +637,20 @@ void declare_lr_schedule(std::vector<SettingDecl>& s) {
 
 void declare_checkpoint(std::vector<SettingDecl>& s) {
   s.push_back(decl(
-      "save_dir", G::kCheckpoint, {"--save-dir"}, +[](TrainConfig& c) -> std::string& { return c.save_dir; },
+      "save_dir", G::kCheckpoint, {"--save-dir"}, +[](TrainConfig& c) -> std::string& { return c.checkpoint.save_dir; },
       "checkpoint directory (step_NNNNNN/ subdirectories and `latest`)"));
   s.push_back(decl(
-      "save_every", G::kCheckpoint, {"--save-every"}, +[](TrainConfig& c) -> int64_t& { return c.save_every; },
+      "save_every", G::kCheckpoint, {"--save-every"}, +[](TrainConfig& c) -> int64_t& { return c.checkpoint.save_every; },
       "save a checkpoint every N steps (0 = only at the end of the run, when --save-dir is given)"));
   s.push_back(decl(
-      "keep_last", G::kCheckpoint, {"--keep-last"}, +[](TrainConfig& c) -> int& { return c.keep_last; },
+      "keep_last", G::kCheckpoint, {"--keep-last"}, +[](TrainConfig& c) -> int& { return c.checkpoint.keep_last; },
       "keep only the newest K checkpoints (0 = keep all)"));
   s.push_back(decl(
-      "resume", G::kCheckpoint, {"--resume"}, +[](TrainConfig& c) -> ResumeFrom& { return c.resume; },
+      "resume", G::kCheckpoint, {"--resume"}, +[](TrainConfig& c) -> ResumeFrom& { return c.checkpoint.resume; },
       "resume from a checkpoint: `latest` (also --resume alone: the newest in --save-dir), `auto` (the "
       "newest if there is one, else start fresh), or a checkpoint or save directory"));
   s.push_back(decl(
-      "stop_at_step", G::kCheckpoint, {"--stop-at-step"}, +[](TrainConfig& c) -> int64_t& { return c.stop_at_step; },
+      "stop_at_step", G::kCheckpoint, {"--stop-at-step"}, +[](TrainConfig& c) -> int64_t& { return c.checkpoint.stop_at_step; },
       "stop after this step (saving a checkpoint with --save-dir), the schedule still that of --steps; "
       "0 = run to --steps"));
 }
@@ -656,7 +661,7 @@ constexpr const char* kNonFiniteChoices[] = {"abort", "skip"};
 void declare_reliability(std::vector<SettingDecl>& s) {
   s.push_back(with(decl(
                        "on_nonfinite", G::kCheckpoint, {"--on-nonfinite"},
-                       +[](TrainConfig& c) -> std::string& { return c.on_nonfinite; },
+                       +[](TrainConfig& c) -> std::string& { return c.checkpoint.on_nonfinite; },
                        "a step whose loss or gradient norm is NaN or inf never updates the weights (no AdamW step, "
                        "moments unchanged, never saved): abort = stop the run (nonzero exit, naming the step) at the "
                        "--max-nonfinite-steps-th such step in a row, the earlier ones skipped; skip = skip every "
@@ -672,7 +677,7 @@ void declare_reliability(std::vector<SettingDecl>& s) {
   };
   s.push_back(with(decl(
                        "max_nonfinite_steps", G::kCheckpoint, {"--max-nonfinite-steps"},
-                       +[](TrainConfig& c) -> int& { return c.max_nonfinite_steps; },
+                       +[](TrainConfig& c) -> int& { return c.checkpoint.max_nonfinite_steps; },
                        "with --on-nonfinite abort: how many non-finite steps in a row stop the run (>= 1; 1 = the "
                        "first)"),
                    kTrainBench));
@@ -680,22 +685,22 @@ void declare_reliability(std::vector<SettingDecl>& s) {
 
 void declare_logging(std::vector<SettingDecl>& s) {
   s.push_back(decl(
-      "log_every", G::kLogging, {"--log-every"}, +[](TrainConfig& c) -> int& { return c.log_every; },
+      "log_every", G::kLogging, {"--log-every"}, +[](TrainConfig& c) -> int& { return c.logging.log_every; },
       "print a progress line every N steps (>= 1)", "steps_per_print"));
   s.push_back(decl(
-      "eval_every", G::kLogging, {"--eval-every"}, +[](TrainConfig& c) -> int& { return c.eval_every; },
+      "eval_every", G::kLogging, {"--eval-every"}, +[](TrainConfig& c) -> int& { return c.logging.eval_every; },
       "evaluate (recall accuracy, or the --eval-data loss) every N steps and at the end (0 = only at "
       "the end)"));
   s.push_back(decl(
       "stop_at_accuracy", G::kLogging, {"--stop-at-accuracy"},
-      +[](TrainConfig& c) -> double& { return c.stop_at_accuracy; },
+      +[](TrainConfig& c) -> double& { return c.logging.stop_at_accuracy; },
       "stop once eval accuracy reaches this (0 = never)"));
   s.push_back(decl(
-      "metrics_out", G::kLogging, {"--metrics-out"}, +[](TrainConfig& c) -> std::string& { return c.metrics_out; },
+      "metrics_out", G::kLogging, {"--metrics-out"}, +[](TrainConfig& c) -> std::string& { return c.logging.metrics_out; },
       "JSONL metrics file (loss, tokens/s per log step; eval accuracy or loss); the plot goes next to "
       "it with the extension .svg"));
   s.push_back(with(decl(
-                       "profile", G::kLogging, {"--profile"}, +[](TrainConfig& c) -> bool& { return c.profile; },
+                       "profile", G::kLogging, {"--profile"}, +[](TrainConfig& c) -> bool& { return c.logging.profile; },
                        "time every op (GEMM by shape, attention, norms, loss, optimizer) of rank 0's steps after the "
                        "first on the device, and print the table at the end (synchronises after each step)"),
                    kTrainBench));
@@ -888,10 +893,10 @@ std::vector<SettingDecl> declare() {
 }  // namespace
 
 void validate_nonfinite_settings(const TrainConfig& c) {
-  SEQPAR_INPUT_CHECK(c.on_nonfinite == kNonFiniteChoices[0] || c.on_nonfinite == kNonFiniteChoices[1],
-                     "on_nonfinite={}: expected abort or skip", c.on_nonfinite);
-  SEQPAR_INPUT_CHECK(c.max_nonfinite_steps >= 1, "max_nonfinite_steps={} must be >= 1 (1 = abort at the first)",
-                     c.max_nonfinite_steps);
+  SEQPAR_INPUT_CHECK(c.checkpoint.on_nonfinite == kNonFiniteChoices[0] || c.checkpoint.on_nonfinite == kNonFiniteChoices[1],
+                     "on_nonfinite={}: expected abort or skip", c.checkpoint.on_nonfinite);
+  SEQPAR_INPUT_CHECK(c.checkpoint.max_nonfinite_steps >= 1, "max_nonfinite_steps={} must be >= 1 (1 = abort at the first)",
+                     c.checkpoint.max_nonfinite_steps);
 }
 
 const std::vector<ForeignFlag>& foreign_flags() {
@@ -931,6 +936,23 @@ std::string NumberRule::text() const {
   if (lo == -HUGE_VAL) return fmt::format("{} {}", hi_open ? "<" : "<=", hi);
   return fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
 }
+
+namespace {
+
+std::vector<std::string> split_keys(const std::string& keys) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at < keys.size();) {
+    const size_t end = std::min(keys.find(", ", at), keys.size());
+    out.push_back(keys.substr(at, end - at));
+    at = end + 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> SettingDecl::deepspeed_keys() const { return split_keys(deepspeed); }
+std::vector<std::string> SettingDecl::accelerate_keys() const { return split_keys(accelerate); }
 
 const std::optional<std::string>& SettingDecl::default_for(DefaultsSource source) const {
   switch (source) {
@@ -1019,6 +1041,11 @@ std::string settings_markdown_table(const TrainConfig& defaults) {
     return out;
   };
   auto code = [&](const std::string& s) { return s.empty() ? std::string() : fmt::format("`{}`", cell(s)); };
+  auto keys = [&](const std::vector<std::string>& ks) {
+    std::string out;
+    for (const std::string& k : ks) out += (out.empty() ? "" : ", ") + code(k);
+    return out;
+  };
   std::string out =
       "| setting | group | flags | DeepSpeed | Accelerate | default | what |\n"
       "| --- | --- | --- | --- | --- | --- | --- |\n";
@@ -1036,7 +1063,7 @@ std::string settings_markdown_table(const TrainConfig& defaults) {
     }
     if (d.rule) def += fmt::format(" (rule: {})", cell(d.rule->text()));
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", code(d.name), setting_group_name(d.group), flags,
-                       code(d.deepspeed), code(d.accelerate), def, cell(d.help));
+                       keys(d.deepspeed_keys()), keys(d.accelerate_keys()), def, cell(d.help));
   }
   for (const ForeignFlag& f : foreign_flags())
     out +=

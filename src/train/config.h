@@ -75,86 +75,85 @@ struct ResumeFrom {
   bool operator==(const ResumeFrom&) const = default;
 };
 
-struct TrainConfig {
-  // Model: an HF directory, or (empty) the built-in `model` config with random init: the demo's
-  // tiny Llama, or a preset's architecture (arch/llama_config.h llama_preset; `preset` names it).
-  std::string model_dir;
+// The settings by group, as the declaration (train_settings()) groups them: each group is one
+// struct, and a setting is a field of its group's (cfg.data.micro_batch, cfg.parallel.sp).
+
+// Model: an HF directory, or (empty) the built-in `arch` with random init: the demo's tiny Llama,
+// or a preset's architecture (arch/llama_config.h llama_preset; `preset` names it).
+struct ModelSettings {
+  std::string dir;  // HF model directory; "" = the built-in model
   std::string preset;
-  LlamaConfig model;
-  // Where every rank computes: the CPU (f32), or a GPU (bf16 weights and activations, f32
-  // gradients and master weights; all ranks share it, as threads with the local transport).
-  Device device = Device::cpu();
+  LlamaConfig arch;
   float init_std = 0.02f;  // HF initializer_range for random init
-
-  // Data: a token file (data_path), or when it is empty the built-in recall task (the demo). Each
-  // step consumes micro_batch × grad_accum × dp sequences of task.seq_len tokens (the sequence
-  // length of both sources). From a token file: TokenDataset's packed sequences (documents never
-  // attend across, the loss mask honoured); an epoch is num_sequences / (micro × accum × dp) steps
-  // (the rest of the epoch's sequences, a different set each epoch, is not used), then the next
-  // epoch starts with a new order (token_data_batch).
-  RecallTaskConfig task;
-  std::string data_path;       // SPTOK1 token file; "" = the recall task
-  std::string eval_data_path;  // token file for eval loss (with data_path only)
-  bool shuffle = true;         // TokenDataset's per-epoch document and sequence order
-  int micro_batch = 8;
-  int grad_accum = 1;
-  int64_t steps = 300;
-  // Megatron's run lengths in other units, resolved by config_resolve into the fields above:
-  // global_batch (sequences per step; > 0 derives grad_accum = global / (micro × dp)), train_tokens
-  // (> 0: steps = ceil(train_tokens / tokens per step)), warmup_tokens (> 0: warmup_steps = ceil(
-  // warmup_tokens / tokens per step)), min_lr (>= 0: min_lr_ratio = min_lr / lr). 0 (-1 for min_lr):
-  // not given.
-  int64_t global_batch = 0;
-  int64_t train_tokens = 0;
-  int64_t warmup_tokens = 0;
-  double min_lr = -1;
-
-  OptimizerConfig optimizer;
-  int64_t warmup_steps = 20;  // linear warmup from 0
-  float min_lr_ratio = 0.1f;  // cosine decay to lr * min_lr_ratio at the last step
-  uint64_t seed = 1234;
-  // The schedule's type and DeepSpeed's parameters (set from a DeepSpeed config). For
-  // kLinearCosine, lr_schedule_of() takes the peak, warmup, floor and length from the fields above.
-  LrSchedule lr_schedule;
-
-  // Parallelism.
-  int sp = 4;
-  SpMode sp_mode = SpMode::kUlysses;
-  int ulysses_degree = 0;  // hybrid only
-  SpLayout layout = SpLayout::kZigzag;
-  int dp_replicate = 1;
-  int dp_shard = 1;
-  // Where the world's ranks run (train/job.h): threads of this process, or one process per GPU
-  // over NCCL when a launcher started this one (kAuto picks).
-  Transport transport = Transport::kAuto;
-  // The memory levers (train/memory_settings.h): the group the memory plan takes whole.
-  MemorySettings memory;
   // Hugging Face's attn_implementation (Accelerate's parallelism_config_sp_attn_implementation):
   // on CUDA, sdpa (the default, as in transformers) runs cuDNN's fused attention where it is exact
   // and measured faster (backend auto) and seqpar's flash kernel elsewhere, flash_attention_2 /
   // flash_attention_3 always the flash kernel (attention_backend.h); eager is an error. The CPU
   // has one attention.
   AttnImplementation attn_implementation = AttnImplementation::kSdpa;
-  bool time_steps = false;  // benchmarks: synchronise the device at each step's end (see TrainResult)
-  // Op-level profile (core/profile.h) of the leading rank's steps after the first (the first
-  // tunes the GEMMs and fills the allocator's cache; a one-step run profiles that step): the
-  // device time per op and shape, in TrainResult.profile. Implies time_steps.
-  bool profile = false;
+};
 
-  // Output.
-  int log_every = 10;
-  int eval_every = 50;  // evaluate every N steps and after the last (0: only after the last)
+// Data: a token file (path), or when it is empty the built-in recall task (the demo). Each step
+// consumes micro_batch × grad_accum × dp sequences of task.seq_len tokens (the sequence length of
+// both sources). From a token file: TokenDataset's packed sequences (documents never attend
+// across, the loss mask honoured); an epoch is num_sequences / (micro × accum × dp) steps (the rest
+// of the epoch's sequences, a different set each epoch, is not used), then the next epoch starts
+// with a new order (token_data_batch).
+struct DataSettings {
+  RecallTaskConfig task;
+  std::string path;       // SPTOK1 token file; "" = the recall task
+  std::string eval_path;  // token file for eval loss (with path only)
+  bool shuffle = true;    // TokenDataset's per-epoch document and sequence order
+  int micro_batch = 8;
+  int grad_accum = 1;
+  // Megatron's global batch (sequences per step; > 0 derives grad_accum = global / (micro × dp),
+  // resolved by config_resolve). 0: not given.
+  int64_t global_batch = 0;
   // Per evaluation: recall batches of micro_batch sequences (the task's accuracy), or
-  // micro-batches per dp rank of eval_data_path's first sequences (eval loss). Token data without
-  // eval_data_path has no evaluation.
+  // micro-batches per dp rank of eval_path's first sequences (eval loss). Token data without
+  // eval_path has no evaluation.
   int eval_batches = 2;
-  double stop_at_accuracy = 0;  // > 0: stop once an evaluation reaches it (the recall task)
-  std::string metrics_out;      // JSONL, one record per logged step and per evaluation; the plot
-                                // goes to metrics_plot_path(metrics_out) at the end
-  bool quiet = false;
+};
 
-  // Checkpoints (train/checkpoint.h). save_every > 0 saves after every save_every-th step, and a
-  // run with a save_dir also saves after its last step.
+// Parallelism, and the device every rank computes on: the CPU (f32), or a GPU (bf16 weights and
+// activations, f32 gradients and master weights; all ranks share it, as threads with the local
+// transport).
+struct ParallelSettings {
+  int sp = 4;
+  SpMode sp_mode = SpMode::kUlysses;
+  int ulysses_degree = 0;  // hybrid only
+  SpLayout layout = SpLayout::kZigzag;
+  int dp_replicate = 1;
+  int dp_shard = 1;
+  Device device = Device::cpu();
+  // Where the world's ranks run (train/job.h): threads of this process, or one process per GPU
+  // over NCCL when a launcher started this one (kAuto picks).
+  Transport transport = Transport::kAuto;
+
+  int world() const { return sp * dp_replicate * dp_shard; }
+};
+
+// The run's length and learning-rate schedule, and the seed.
+struct ScheduleSettings {
+  int64_t steps = 300;
+  int64_t warmup_steps = 20;  // linear warmup from 0
+  float min_lr_ratio = 0.1f;  // cosine decay to lr * min_lr_ratio at the last step
+  // Megatron's run lengths in other units, resolved by config_resolve into the fields above:
+  // train_tokens (> 0: steps = ceil(train_tokens / tokens per step)), warmup_tokens (> 0:
+  // warmup_steps = ceil(warmup_tokens / tokens per step)), min_lr (>= 0: min_lr_ratio = min_lr /
+  // lr). 0 (-1 for min_lr): not given.
+  int64_t train_tokens = 0;
+  int64_t warmup_tokens = 0;
+  double min_lr = -1;
+  uint64_t seed = 1234;
+  // The schedule's type and DeepSpeed's parameters (set from a DeepSpeed config). For
+  // kLinearCosine, lr_schedule_of() takes the peak, warmup, floor and length from the fields above.
+  LrSchedule lr;
+};
+
+// Checkpoints (train/checkpoint.h) and what a diverging step does. save_every > 0 saves after
+// every save_every-th step, and a run with a save_dir also saves after its last step.
+struct CheckpointSettings {
   std::string save_dir;
   int64_t save_every = 0;
   int keep_last = 0;  // > 0: keep only the newest keep_last checkpoints
@@ -165,10 +164,38 @@ struct TrainConfig {
   // earlier ones skipped), "skip" skips them all (counted in the log and the metrics).
   std::string on_nonfinite = "abort";
   int max_nonfinite_steps = 1;
-  std::string config_text;   // the resolved configuration text, recorded in checkpoints
+};
+
+// Output: progress lines, evaluations, metrics, profiling.
+struct LoggingSettings {
+  int log_every = 10;
+  int eval_every = 50;          // evaluate every N steps and after the last (0: only after the last)
+  double stop_at_accuracy = 0;  // > 0: stop once an evaluation reaches it (the recall task)
+  std::string metrics_out;      // JSONL, one record per logged step and per evaluation; the plot
+                                // goes to metrics_plot_path(metrics_out) at the end
+  bool quiet = false;
+  bool time_steps = false;  // benchmarks: synchronise the device at each step's end (see TrainResult)
+  // Op-level profile (core/profile.h) of the leading rank's steps after the first (the first
+  // tunes the GEMMs and fills the allocator's cache; a one-step run profiles that step): the
+  // device time per op and shape, in TrainResult.profile. Implies time_steps.
+  bool profile = false;
+};
+
+struct TrainConfig {
+  ModelSettings model;
+  DataSettings data;
+  ParallelSettings parallel;
+  // The memory levers (train/memory_settings.h): the group the memory plan takes whole.
+  MemorySettings memory;
+  OptimizerConfig optimizer;
+  ScheduleSettings schedule;
+  CheckpointSettings checkpoint;
+  LoggingSettings logging;
+
+  std::string config_text;  // the resolved configuration text, recorded in checkpoints
   // The kernel choices (parallel/kernel_policy.h), not user settings: the process's (the
   // SEQPAR_* overrides, read once by cli/) by default; the attention's backend comes from
-  // attn_implementation on CUDA.
+  // model.attn_implementation on CUDA.
   KernelPolicy kernels;
   // The foreign flags given (foreign_flags() below): flag and value ("" for a switch), in order;
   // config_resolve refuses or notes each.
@@ -181,7 +208,7 @@ struct TrainConfig {
   // The same without the data source's rules (a trainer of one given batch: seqpar fwdbwd).
   void validate_run() const;
   void validate_run(Problems& problems) const;
-  int world() const { return sp * dp_replicate * dp_shard; }
+  int world() const { return parallel.world(); }
 };
 
 // ---- the declaration ------------------------------------------------------------------------
@@ -234,8 +261,11 @@ struct SettingDecl {
   SettingGroup group;
   std::vector<std::string> flags;    // long flags, the first is the setting's flag ("" : none)
   std::vector<FlagAlias> aliases;    // other tools' flags for it (each its own option)
-  std::string deepspeed;             // the DeepSpeed JSON key(s) that set it ("" : none)
-  std::string accelerate;            // the Accelerate YAML key(s) that set it ("" : none)
+  // The DeepSpeed JSON / Accelerate YAML keys that set it, dotted from the file's top, ", "
+  // between keys ("" : none); "[i]" names an element of a list key (optimizer.params.betas[0]).
+  // config_resolve applies a file key to a setting only when its declaration names the key.
+  std::string deepspeed;
+  std::string accelerate;
   std::string help;                  // what it does, and its rule
   std::vector<std::string> choices;  // a closed set of values ({} : any value of its type)
   std::string type_name;             // INT, FLOAT, TEXT, BOOL: what --help says the value is
@@ -259,6 +289,9 @@ struct SettingDecl {
   std::function<void(TrainConfig&, const nlohmann::json&)> from_json;
 
   const std::optional<std::string>& default_for(DefaultsSource source) const;
+  // `deepspeed` / `accelerate` one key each.
+  std::vector<std::string> deepspeed_keys() const;
+  std::vector<std::string> accelerate_keys() const;
   const std::string& flag() const { return flags.front(); }
   bool has_flag() const { return !flags.empty() && !flags.front().empty(); }
   // Every flag and alias of the setting found in `given` (long names, as the command line gave them).

@@ -48,23 +48,23 @@ std::string show(const T& v) {
 
 using R = const ResolvedConfig&;
 
-bool is_linear_cosine(R r) { return r.train.lr_schedule.type == LrScheduleType::kLinearCosine; }
+bool is_linear_cosine(R r) { return r.train.schedule.lr.type == LrScheduleType::kLinearCosine; }
 bool is_seqpar_schedule(LrScheduleType t) {
   return t == LrScheduleType::kLinearCosine || t == LrScheduleType::kLinear || t == LrScheduleType::kConstant;
 }
 bool has_warmup_steps(R r) {
-  return is_linear_cosine(r) || r.train.lr_schedule.type == LrScheduleType::kLinear;
+  return is_linear_cosine(r) || r.train.schedule.lr.type == LrScheduleType::kLinear;
 }
-bool is_deepspeed_schedule(R r) { return !is_seqpar_schedule(r.train.lr_schedule.type); }
+bool is_deepspeed_schedule(R r) { return !is_seqpar_schedule(r.train.schedule.lr.type); }
 bool has_warmup_lrs(R r) {
-  return r.train.lr_schedule.type == LrScheduleType::kWarmupLR ||
-         r.train.lr_schedule.type == LrScheduleType::kWarmupDecayLR;
+  return r.train.schedule.lr.type == LrScheduleType::kWarmupLR ||
+         r.train.schedule.lr.type == LrScheduleType::kWarmupDecayLR;
 }
 bool has_total_steps(R r) {
-  return r.train.lr_schedule.type == LrScheduleType::kWarmupDecayLR ||
-         r.train.lr_schedule.type == LrScheduleType::kWarmupCosineLR;
+  return r.train.schedule.lr.type == LrScheduleType::kWarmupDecayLR ||
+         r.train.schedule.lr.type == LrScheduleType::kWarmupCosineLR;
 }
-bool is_cosine(R r) { return r.train.lr_schedule.type == LrScheduleType::kWarmupCosineLR; }
+bool is_cosine(R r) { return r.train.schedule.lr.type == LrScheduleType::kWarmupCosineLR; }
 
 // The printed settings that are not declared settings (train/config.h) of their own: values
 // derived from several settings, and what the files say that seqpar records or checks. Printed
@@ -79,15 +79,15 @@ const SettingDef kDerived[] = {
     {"train_batch_size", [](R r) { return show(r.train_batch_size); }},
     {"world", [](R r) { return show(r.world); }},
     {"optimizer", [](R r) { return r.recorded.optimizer; }},
-    {"warmup_min_lr", [](R r) { return show(r.train.lr_schedule.warmup_min_lr); }, has_warmup_lrs},
-    {"warmup_max_lr", [](R r) { return show(r.train.lr_schedule.warmup_max_lr); }, has_warmup_lrs},
-    {"warmup_num_steps", [](R r) { return show(r.train.lr_schedule.warmup_num_steps); }, is_deepspeed_schedule},
+    {"warmup_min_lr", [](R r) { return show(r.train.schedule.lr.warmup_min_lr); }, has_warmup_lrs},
+    {"warmup_max_lr", [](R r) { return show(r.train.schedule.lr.warmup_max_lr); }, has_warmup_lrs},
+    {"warmup_num_steps", [](R r) { return show(r.train.schedule.lr.warmup_num_steps); }, is_deepspeed_schedule},
     {"warmup_type",
-     [](R r) { return std::string(r.train.lr_schedule.warmup_type == WarmupType::kLog ? "log" : "linear"); },
+     [](R r) { return std::string(r.train.schedule.lr.warmup_type == WarmupType::kLog ? "log" : "linear"); },
      is_deepspeed_schedule},
-    {"total_num_steps", [](R r) { return show(r.train.lr_schedule.total_num_steps); }, has_total_steps},
-    {"warmup_min_ratio", [](R r) { return show(r.train.lr_schedule.warmup_min_ratio); }, is_cosine},
-    {"cos_min_ratio", [](R r) { return show(r.train.lr_schedule.cos_min_ratio); }, is_cosine},
+    {"total_num_steps", [](R r) { return show(r.train.schedule.lr.total_num_steps); }, has_total_steps},
+    {"warmup_min_ratio", [](R r) { return show(r.train.schedule.lr.warmup_min_ratio); }, is_cosine},
+    {"cos_min_ratio", [](R r) { return show(r.train.schedule.lr.cos_min_ratio); }, is_cosine},
     {"bf16", [](R r) { return show(r.recorded.bf16); }},
     {"sp_comm_dtype", [](R r) { return r.recorded.sp_comm_dtype; }},
     {"wall_clock_breakdown", [](R r) { return show(r.recorded.wall_clock_breakdown); }},
@@ -109,8 +109,8 @@ const std::pair<const char*, const char*> kDerivedFlags[] = {
 // A declared setting as --print-config shows it; whether it applies (seqpar's own schedule's
 // parameters only with that schedule; the built-in model's sizes only without --model).
 std::string display(const SettingDecl& d, R r) {
-  if (d.name == "model" && r.train.model_dir.empty() && !r.train.preset.empty())
-    return "preset " + r.train.preset + ", random init";
+  if (d.name == "model" && r.train.model.dir.empty() && !r.train.model.preset.empty())
+    return "preset " + r.train.model.preset + ", random init";
   const std::string v = d.get(r.train);
   return v.empty() ? d.empty_text : v;
 }
@@ -119,7 +119,7 @@ bool applies(const SettingDecl& d, R r, const std::set<std::string>& given) {
   if (d.print_when_given) return !d.flags_given(given).empty();
   if (d.name == "warmup_steps") return has_warmup_steps(r);
   if (d.name == "min_lr_ratio") return is_linear_cosine(r);
-  return !d.builtin_model_only || r.train.model_dir.empty();
+  return !d.builtin_model_only || r.train.model.dir.empty();
 }
 
 struct Origin {
@@ -149,8 +149,8 @@ class Resolver {
         continue;
       }
       origin_[d.name] = Origin{};
-      if (d.builtin_model_only && !cli.values.preset.empty()) {
-        origin_[d.name].text = "--preset " + cli.values.preset;
+      if (d.builtin_model_only && !cli.values.model.preset.empty()) {
+        origin_[d.name].text = "--preset " + cli.values.model.preset;
       } else if (!cli.source_defaults) {
         origin_[d.name].text = "default";
       } else if (const std::optional<std::string>& v = d.default_for(defaults)) {
@@ -161,7 +161,7 @@ class Resolver {
       }
     }
     // A preset is the built-in model's architecture: the model's source.
-    if (!cli.values.preset.empty() && cli.values.model_dir.empty() && origin_["model"].layer == ConfigLayer::kDefault)
+    if (!cli.values.model.preset.empty() && cli.values.model.dir.empty() && origin_["model"].layer == ConfigLayer::kDefault)
       origin_["model"] = origin_.at("preset");
     for (const SettingDef& d : kDerived) origin_[d.name] = Origin{};
     if (!cli.source_defaults)
@@ -169,19 +169,19 @@ class Resolver {
     for (auto [name, setting] : kDerivedFlags)
       if (flag_of(setting)) origin_[name] = Origin{ConfigLayer::kFlag, *flag_of(setting)};
     // The flags that also set DeepSpeed's schedule parameters (docs/configs.md).
-    LrSchedule& s = out_.train.lr_schedule;
+    LrSchedule& s = out_.train.schedule.lr;
     if (flag_of("lr")) s.warmup_max_lr = cli.values.optimizer.adamw.lr;
-    if (flag_of("warmup_steps")) s.warmup_num_steps = cli.values.warmup_steps;
-    if (flag_of("min_lr_ratio")) s.cos_min_ratio = cli.values.min_lr_ratio;
+    if (flag_of("warmup_steps")) s.warmup_num_steps = cli.values.schedule.warmup_steps;
+    if (flag_of("min_lr_ratio")) s.cos_min_ratio = cli.values.schedule.min_lr_ratio;
   }
 
   void apply_deepspeed(const DsConfig& ds) {
     TrainConfig& t = out_.train;
     RecordedSettings& rec = out_.recorded;
     for (const std::string& w : ds.warnings) out_.warnings.push_back(w);
-    from_ds(ds, "micro_batch", t.micro_batch, ds.train_micro_batch_size_per_gpu);
-    from_ds(ds, "grad_accum", t.grad_accum, ds.gradient_accumulation_steps);
-    from_ds(ds, "sp", t.sp, ds.sequence_parallel_size);
+    from_ds(ds, "micro_batch", t.data.micro_batch, ds.train_micro_batch_size_per_gpu);
+    from_ds(ds, "grad_accum", t.data.grad_accum, ds.gradient_accumulation_steps);
+    from_ds(ds, "sp", t.parallel.sp, ds.sequence_parallel_size);
     train_batch_ = ds.train_batch_size;
     train_batch_file_ = ds.source;
     from_ds(ds, "zero_stage", t.memory.zero_stage, ds.zero_stage);
@@ -199,6 +199,8 @@ class Resolver {
       rec.adam_w_mode = o.adam_w_mode;
       adam_file_ = ds.source;
       from_ds(ds, "lr", t.optimizer.adamw.lr, o.lr);
+      if (!o.betas.absent())
+        for (const char* name : {"beta1", "beta2"}) check_declared(name, o.betas.key, /*deepspeed=*/true);
       if (o.betas.is_set()) {
         offer("beta1", t.optimizer.adamw.beta1, o.betas.value[0], ConfigLayer::kDeepSpeed,
               ds.source + ": " + o.betas.key);
@@ -211,13 +213,14 @@ class Resolver {
       from_ds(ds, "weight_decay", t.optimizer.adamw.weight_decay, o.weight_decay);
     }
     from_ds(ds, "clip", t.optimizer.clip, ds.gradient_clipping);
-    from_ds(ds, "log_every", t.log_every, ds.steps_per_print);
+    from_ds(ds, "log_every", t.logging.log_every, ds.steps_per_print);
     from_ds(ds, "wall_clock_breakdown", rec.wall_clock_breakdown, ds.wall_clock_breakdown);
     from_ds(ds, "sp_comm_dtype", rec.sp_comm_dtype, ds.seq_parallel_communication_data_type);
     if (ds.scheduler.present) {
+      check_declared("lr_schedule", "scheduler.type", /*deepspeed=*/true);
       scheduler_ = ds.scheduler;
       scheduler_file_ = ds.source;
-      offer("lr_schedule", t.lr_schedule.type, schedule_type(ds.scheduler.type), ConfigLayer::kDeepSpeed,
+      offer("lr_schedule", t.schedule.lr.type, schedule_type(ds.scheduler.type), ConfigLayer::kDeepSpeed,
             ds.source + ": scheduler.type");
     }
   }
@@ -245,16 +248,17 @@ class Resolver {
       d.value = **v == "cpu" ? OffloadDevice::kCpu : OffloadDevice::kNone;
       from_yaml(a, name, *field, d);
     }
-    from_yaml(a, "grad_accum", t.grad_accum, a.gradient_accumulation_steps);
+    from_yaml(a, "grad_accum", t.data.grad_accum, a.gradient_accumulation_steps);
     from_yaml(a, "clip", t.optimizer.clip, a.gradient_clipping);
     from_yaml(a, "sp_comm_dtype", rec.sp_comm_dtype, a.seq_parallel_communication_data_type);
-    from_yaml(a, "sp", t.sp, a.sp_size);
-    from_yaml(a, "dp_replicate", t.dp_replicate, a.dp_replicate_size);
-    from_yaml(a, "dp_shard", t.dp_shard, a.dp_shard_size);
-    from_yaml(a, "seq_len", t.task.seq_len, a.sp_seq_length);
+    from_yaml(a, "sp", t.parallel.sp, a.sp_size);
+    from_yaml(a, "dp_replicate", t.parallel.dp_replicate, a.dp_replicate_size);
+    from_yaml(a, "dp_shard", t.parallel.dp_shard, a.dp_shard_size);
+    from_yaml(a, "seq_len", t.data.task.seq_len, a.sp_seq_length);
     from_yaml(a, "seq_length_is_variable", rec.seq_length_is_variable, a.sp_seq_length_is_variable);
+    if (a.sp_attn_implementation.has()) check_declared("attn_implementation", a.sp_attn_implementation.key, false);
     if (a.sp_attn_implementation.has())
-      offer("attn_implementation", t.attn_implementation, attn_implementation_of(*a.sp_attn_implementation), layer,
+      offer("attn_implementation", t.model.attn_implementation, attn_implementation_of(*a.sp_attn_implementation), layer,
             a.source + ": " + a.sp_attn_implementation.key);
     apply_context_parallel(a);
     from_yaml(a, "zero_stage", t.memory.zero_stage, a.fsdp_zero_stage);
@@ -267,11 +271,12 @@ class Resolver {
     if (!a.cp_size.has() || *a.cp_size == 1) return;
     TrainConfig& t = out_.train;
     const std::string src = a.source + ": " + a.cp_size.key;
+    for (const char* name : {"sp", "sp_mode", "ulysses_degree"}) check_declared(name, a.cp_size.key, false);
     const int64_t ulysses = a.sp_size.has() ? *a.sp_size : 1;
-    offer("sp", t.sp, ulysses * *a.cp_size, yaml_layer_,
+    offer("sp", t.parallel.sp, ulysses * *a.cp_size, yaml_layer_,
           ulysses > 1 ? src + " × " + a.sp_size.key : src);
-    offer("sp_mode", t.sp_mode, ulysses > 1 ? SpMode::kHybrid : SpMode::kRing, yaml_layer_, src);
-    if (ulysses > 1) offer("ulysses_degree", t.ulysses_degree, static_cast<int>(ulysses), yaml_layer_, src);
+    offer("sp_mode", t.parallel.sp_mode, ulysses > 1 ? SpMode::kHybrid : SpMode::kRing, yaml_layer_, src);
+    if (ulysses > 1) offer("ulysses_degree", t.parallel.ulysses_degree, static_cast<int>(ulysses), yaml_layer_, src);
   }
 
   ResolvedConfig finish(Problems& p) {
@@ -346,24 +351,24 @@ class Resolver {
     TrainConfig& t = out_.train;
     // --num-attention-heads as Megatron reads it: no GQA unless --num-key-value-heads, and the head
     // dim hidden / heads unless --kv-channels (seqpar's --head-dim).
-    if (flag_of("num_heads") == std::optional<std::string>("--num-attention-heads") && t.model_dir.empty()) {
+    if (flag_of("num_heads") == std::optional<std::string>("--num-attention-heads") && t.model.dir.empty()) {
       if (!flag_of("num_kv_heads")) {
-        t.model.num_kv_heads = t.model.num_heads;
+        t.model.arch.num_kv_heads = t.model.arch.num_heads;
         origin_.at("num_kv_heads") = Origin{ConfigLayer::kFlag, "derived: num_heads (--num-attention-heads)"};
       }
-      if (!flag_of("head_dim") && t.model.num_heads > 0 && t.model.hidden_size % t.model.num_heads == 0) {
-        t.model.head_dim = t.model.hidden_size / t.model.num_heads;
+      if (!flag_of("head_dim") && t.model.arch.num_heads > 0 && t.model.arch.hidden_size % t.model.arch.num_heads == 0) {
+        t.model.arch.head_dim = t.model.arch.hidden_size / t.model.arch.num_heads;
         origin_.at("head_dim") = Origin{ConfigLayer::kFlag, "derived: hidden_size / num_heads (--num-attention-heads)"};
       }
     }
     if (const auto f = flag_of("sp"); f == std::optional<std::string>("--ds-sequence-parallel-size"))
-      SEQPAR_PROBLEM_CHECK(p, t.sp_mode == SpMode::kUlysses,
+      SEQPAR_PROBLEM_CHECK(p, t.parallel.sp_mode == SpMode::kUlysses,
                            "--ds-sequence-parallel-size is DeepSpeed-Ulysses, but sp_mode={} ({}); use --sp with "
                            "--sp-mode {} instead",
-                           sp_mode_name(t.sp_mode), source_text("sp_mode"), sp_mode_name(t.sp_mode));
-    const int64_t tokens_per_step = out_.train_batch_size * t.task.seq_len;
+                           sp_mode_name(t.parallel.sp_mode), source_text("sp_mode"), sp_mode_name(t.parallel.sp_mode));
+    const int64_t tokens_per_step = out_.train_batch_size * t.data.task.seq_len;
     const std::string per_step = fmt::format("tokens per step = train_batch_size × seq_len = {} × {} = {}",
-                                             out_.train_batch_size, t.task.seq_len, tokens_per_step);
+                                             out_.train_batch_size, t.data.task.seq_len, tokens_per_step);
     auto steps_of = [&](const char* tokens_name, int64_t tokens, const char* steps_name, int64_t& steps) {
       if (tokens <= 0 || tokens_per_step <= 0) return;
       const auto f = flag_of(steps_name);
@@ -376,8 +381,8 @@ class Resolver {
                                                                       tokens_name, tokens, tokens_per_step, tokens_name,
                                                                       source_text(tokens_name), per_step)};
     };
-    steps_of("train_tokens", t.train_tokens, "steps", t.steps);
-    steps_of("warmup_tokens", t.warmup_tokens, "warmup_steps", t.warmup_steps);
+    steps_of("train_tokens", t.schedule.train_tokens, "steps", t.schedule.steps);
+    steps_of("warmup_tokens", t.schedule.warmup_tokens, "warmup_steps", t.schedule.warmup_steps);
     // Megatron's decay length: seqpar decays over the run, so it must be the run's length.
     for (const auto& [flag, value] : cli_.values.foreign_given) {
       if (flag != "--lr-decay-iters" && flag != "--lr-decay-tokens") continue;
@@ -391,49 +396,49 @@ class Resolver {
       const bool tokens = flag == "--lr-decay-tokens";
       if (tokens && tokens_per_step <= 0) continue;  // the batch's own error says why
       const int64_t decay_steps = tokens ? (n + tokens_per_step - 1) / tokens_per_step : n;
-      SEQPAR_PROBLEM_CHECK(p, decay_steps == t.steps,
+      SEQPAR_PROBLEM_CHECK(p, decay_steps == t.schedule.steps,
                            "{}={} decays the lr over {} steps{}, but the run has steps={} ({}): seqpar's schedules "
                            "decay over the whole run; give the run's length, or leave {} out",
                            flag, value, decay_steps,
                            tokens ? fmt::format(" (ceil({} / tokens per step); {})", n, per_step) : std::string(),
-                           t.steps, source_text("steps"), flag);
+                           t.schedule.steps, source_text("steps"), flag);
     }
-    if (t.warmup_tokens > 0 && !flag_of("warmup_steps")) {
-      t.lr_schedule.warmup_num_steps = t.warmup_steps;
+    if (t.schedule.warmup_tokens > 0 && !flag_of("warmup_steps")) {
+      t.schedule.lr.warmup_num_steps = t.schedule.warmup_steps;
       origin_.at("warmup_num_steps") = origin_.at("warmup_steps");
     }
-    if (t.min_lr >= 0) {
+    if (t.schedule.min_lr >= 0) {
       const auto f = flag_of("min_lr_ratio");
       SEQPAR_PROBLEM_CHECK(p, !f, "min_lr={} ({}) and min_lr_ratio={} ({}) both set the floor: give one of them",
-                           t.min_lr, source_text("min_lr"), t.min_lr_ratio, f.value_or(""));
+                           t.schedule.min_lr, source_text("min_lr"), t.schedule.min_lr_ratio, f.value_or(""));
       const float lr = t.optimizer.adamw.lr;
-      SEQPAR_PROBLEM_CHECK(p, lr > 0 && t.min_lr <= lr, "min_lr={} ({}) must be <= lr={} ({})", t.min_lr,
+      SEQPAR_PROBLEM_CHECK(p, lr > 0 && t.schedule.min_lr <= lr, "min_lr={} ({}) must be <= lr={} ({})", t.schedule.min_lr,
                            source_text("min_lr"), lr, source_text("lr"));
-      if (!f && lr > 0 && t.min_lr <= lr) {
-        t.min_lr_ratio = static_cast<float>(t.min_lr / static_cast<double>(lr));
-        t.lr_schedule.cos_min_ratio = t.min_lr_ratio;  // (WarmupCosineLR's floor too, as --min-lr-ratio sets it)
+      if (!f && lr > 0 && t.schedule.min_lr <= lr) {
+        t.schedule.min_lr_ratio = static_cast<float>(t.schedule.min_lr / static_cast<double>(lr));
+        t.schedule.lr.cos_min_ratio = t.schedule.min_lr_ratio;  // (WarmupCosineLR's floor too, as --min-lr-ratio sets it)
         origin_.at("min_lr_ratio") =
-            Origin{ConfigLayer::kFlag, fmt::format("derived: min_lr / lr = {} / {} ({}, {})", t.min_lr, lr,
+            Origin{ConfigLayer::kFlag, fmt::format("derived: min_lr / lr = {} / {} ({}, {})", t.schedule.min_lr, lr,
                                                    source_text("min_lr"), source_text("lr"))};
         origin_.at("cos_min_ratio") = origin_.at("min_lr_ratio");
       }
     } else {
-      SEQPAR_PROBLEM_CHECK(p, t.min_lr == -1, "min_lr={} ({}) must be >= 0", t.min_lr, source_text("min_lr"));
+      SEQPAR_PROBLEM_CHECK(p, t.schedule.min_lr == -1, "min_lr={} ({}) must be >= 0", t.schedule.min_lr, source_text("min_lr"));
     }
     // Megatron's linear style decays to min_lr and its constant style warms up first; seqpar's
     // linear decays to 0 and its constant has no warmup, so only the cases where the two agree pass.
     if (flag_of("lr_schedule") == std::optional<std::string>("--lr-decay-style")) {
-      const LrScheduleType type = t.lr_schedule.type;
+      const LrScheduleType type = t.schedule.lr.type;
       if (type == LrScheduleType::kLinear)
-        SEQPAR_PROBLEM_CHECK(p, t.min_lr <= 0,
+        SEQPAR_PROBLEM_CHECK(p, t.schedule.min_lr <= 0,
                              "--lr-decay-style linear decays to 0 in seqpar (HF Trainer's linear schedule), but "
                              "min_lr={} ({}); use --lr-decay-style cosine for a floor, or --min-lr 0",
-                             t.min_lr, source_text("min_lr"));
+                             t.schedule.min_lr, source_text("min_lr"));
       if (type == LrScheduleType::kConstant)
-        SEQPAR_PROBLEM_CHECK(p, t.warmup_steps == 0,
+        SEQPAR_PROBLEM_CHECK(p, t.schedule.warmup_steps == 0,
                              "--lr-decay-style constant has no warmup in seqpar, but warmup_steps={} ({}); give "
                              "--lr-warmup-iters 0, or use --lr-decay-style cosine",
-                             t.warmup_steps, source_text("warmup_steps"));
+                             t.schedule.warmup_steps, source_text("warmup_steps"));
     }
   }
 
@@ -472,15 +477,30 @@ class Resolver {
     o = Origin{layer, source};
   }
 
+  // A file's key applied to a declared setting must be one that its declaration names (config.h,
+  // SettingDecl::deepspeed / accelerate): the declaration says which keys set what, and the docs
+  // table is made from it. Settings without a declaration (kDerived) have no list.
+  void check_declared(const std::string& name, const std::string& key, bool deepspeed) const {
+    const SettingDecl* d = find_setting(name);
+    if (d == nullptr) return;
+    for (const std::string& k : deepspeed ? d->deepspeed_keys() : d->accelerate_keys())
+      if (k == key || k.substr(0, k.find('[')) == key) return;
+    SEQPAR_CHECK(false, "setting {} is set from the {} key {}, which its declaration in train/config.cpp does not name",
+                 name, deepspeed ? "DeepSpeed" : "Accelerate", key);
+  }
+
   template <typename F, typename T>
   void from_ds(const DsConfig& ds, const std::string& name, F& field, const DsValue<T>& v) {
+    if (!v.absent()) check_declared(name, v.key, /*deepspeed=*/true);
     if (v.is_set()) offer(name, field, v.value, ConfigLayer::kDeepSpeed, ds.source + ": " + v.key);
     if (v.is_auto()) auto_[name] = ds.source + ": " + v.key;
   }
 
   template <typename F, typename T>
   void from_yaml(const AccelerateConfig& a, const std::string& name, F& field, const YamlValue<T>& v) {
-    if (v.has()) offer(name, field, *v, yaml_layer_, a.source + ": " + v.key);
+    if (!v.has()) return;
+    check_declared(name, v.key, /*deepspeed=*/false);
+    offer(name, field, *v, yaml_layer_, a.source + ": " + v.key);
   }
 
   // num_processes (when the YAML gives it) is the world: dp_replicate × dp_shard × sp must equal
@@ -511,21 +531,21 @@ class Resolver {
     const char* n_name = from_yaml ? "num_processes" : "world";
     Origin& dpr = origin_.at("dp_replicate");
     if (dpr.layer == ConfigLayer::kDefault) {
-      const int64_t per = static_cast<int64_t>(t.sp) * t.dp_shard;
+      const int64_t per = static_cast<int64_t>(t.parallel.sp) * t.parallel.dp_shard;
       SEQPAR_INPUT_CHECK(per > 0 && n % per == 0,
                          "{}={} ({}) must equal dp_replicate × dp_shard × sp; with sp={} ({}) and "
                          "dp_shard={} ({}), dp_replicate would be {} / ({} × {}) = {} / {}, not a whole number",
-                         n_name, n, n_src, t.sp, source_text("sp"), t.dp_shard, source_text("dp_shard"), n, t.sp,
-                         t.dp_shard, n, per);
-      t.dp_replicate = static_cast<int>(n / per);
+                         n_name, n, n_src, t.parallel.sp, source_text("sp"), t.parallel.dp_shard, source_text("dp_shard"), n, t.parallel.sp,
+                         t.parallel.dp_shard, n, per);
+      t.parallel.dp_replicate = static_cast<int>(n / per);
       dpr = Origin{from_yaml ? ConfigLayer::kAccelerate : ConfigLayer::kDefault,
                    fmt::format("derived: {} / (sp × dp_shard)", n_name)};
     }
-    const int64_t product = static_cast<int64_t>(t.dp_replicate) * t.dp_shard * t.sp;
+    const int64_t product = static_cast<int64_t>(t.parallel.dp_replicate) * t.parallel.dp_shard * t.parallel.sp;
     SEQPAR_INPUT_CHECK(product == n,
                        "{}={} ({}) must equal dp_replicate × dp_shard × sp = {} × {} × {} = {} "
                        "(dp_replicate from {}, dp_shard from {}, sp from {})",
-                       n_name, n, n_src, t.dp_replicate, t.dp_shard, t.sp, product, source_text("dp_replicate"),
+                       n_name, n, n_src, t.parallel.dp_replicate, t.parallel.dp_shard, t.parallel.sp, product, source_text("dp_replicate"),
                        source_text("dp_shard"), source_text("sp"));
     world = Origin{from_yaml ? ConfigLayer::kAccelerate : ConfigLayer::kDefault, n_src};
     out_.world = static_cast<int>(n);
@@ -536,21 +556,21 @@ class Resolver {
   // given all three, they must agree.
   void resolve_batch() {
     TrainConfig& t = out_.train;
-    const int64_t dp = static_cast<int64_t>(t.dp_replicate) * t.dp_shard;
+    const int64_t dp = static_cast<int64_t>(t.parallel.dp_replicate) * t.parallel.dp_shard;
     Origin& tb = origin_.at("train_batch_size");
     // Megatron's --global-batch-size is the same number as DeepSpeed's train_batch_size, and wins.
-    const bool from_flag = t.global_batch > 0;
-    if (from_flag && train_batch_.is_set() && train_batch_.value != t.global_batch)
+    const bool from_flag = t.data.global_batch > 0;
+    if (from_flag && train_batch_.is_set() && train_batch_.value != t.data.global_batch)
       out_.warnings.push_back(fmt::format("train_batch_size: {}: {}={} is overridden by {}={}", train_batch_file_,
                                           train_batch_.key, train_batch_.value, source_text("global_batch_size"),
-                                          t.global_batch));
+                                          t.data.global_batch));
     if (!from_flag && !train_batch_.is_set()) {
-      out_.train_batch_size = static_cast<int64_t>(t.micro_batch) * t.grad_accum * dp;
+      out_.train_batch_size = static_cast<int64_t>(t.data.micro_batch) * t.data.grad_accum * dp;
       tb = Origin{ConfigLayer::kDefault, "derived: micro_batch × grad_accum × dp_world"};
       if (train_batch_.is_auto()) auto_["train_batch_size"] = train_batch_file_ + ": " + train_batch_.key;
       return;
     }
-    const int64_t want = from_flag ? t.global_batch : train_batch_.value;
+    const int64_t want = from_flag ? t.data.global_batch : train_batch_.value;
     const std::string want_src =
         from_flag ? source_text("global_batch_size") : train_batch_file_ + ": " + train_batch_.key;
     const char* want_name = from_flag ? "global_batch_size" : "train_batch_size";
@@ -559,7 +579,7 @@ class Resolver {
       return origin_.at(name).layer != ConfigLayer::kDefault || auto_.count(name) > 0;
     };
     const std::string dp_text =
-        fmt::format("dp_world = world / sequence_parallel_size = {} / {} = {}", out_.world, t.sp, dp);
+        fmt::format("dp_world = world / sequence_parallel_size = {} / {} = {}", out_.world, t.parallel.sp, dp);
     auto derive = [&](const char* name, int& field, int64_t other, const char* other_name) {
       const int64_t per = other * dp;
       SEQPAR_INPUT_CHECK(want % per == 0,
@@ -572,22 +592,22 @@ class Resolver {
     };
     const bool micro = specified("micro_batch"), accum = specified("grad_accum");
     if (micro && !accum) {
-      derive("grad_accum", t.grad_accum, t.micro_batch, "micro_batch");
+      derive("grad_accum", t.data.grad_accum, t.data.micro_batch, "micro_batch");
     } else if (accum && !micro) {
-      derive("micro_batch", t.micro_batch, t.grad_accum, "grad_accum");
+      derive("micro_batch", t.data.micro_batch, t.data.grad_accum, "grad_accum");
     } else if (!micro && !accum) {
-      if (t.grad_accum != 1) {
-        t.grad_accum = 1;
+      if (t.data.grad_accum != 1) {
+        t.data.grad_accum = 1;
         origin_.at("grad_accum") = Origin{want_layer, "derived: 1, as DeepSpeed sets it"};
       }
-      derive("micro_batch", t.micro_batch, t.grad_accum, "grad_accum");
+      derive("micro_batch", t.data.micro_batch, t.data.grad_accum, "grad_accum");
     }
-    const int64_t product = static_cast<int64_t>(t.micro_batch) * t.grad_accum * dp;
+    const int64_t product = static_cast<int64_t>(t.data.micro_batch) * t.data.grad_accum * dp;
     SEQPAR_INPUT_CHECK(want == product,
                        "{}={} ({}) must equal train_micro_batch_size_per_gpu × "
                        "gradient_accumulation_steps × dp_world = {} × {} × {} = {}, where {} (micro_batch from {}, "
                        "grad_accum from {}, sp from {})",
-                       want_name, want, want_src, t.micro_batch, t.grad_accum, dp, product, dp_text,
+                       want_name, want, want_src, t.data.micro_batch, t.data.grad_accum, dp, product, dp_text,
                        source_text("micro_batch"), source_text("grad_accum"), source_text("sp"));
     out_.train_batch_size = want;
     tb = Origin{want_layer, want_src};
@@ -623,11 +643,11 @@ class Resolver {
     if (!scheduler_) return;
     const DsScheduler& s = *scheduler_;
     TrainConfig& t = out_.train;
-    LrSchedule& ls = t.lr_schedule;
+    LrSchedule& ls = t.schedule.lr;
     const bool cosine = ls.type == LrScheduleType::kWarmupCosineLR;
     const bool decay = ls.type == LrScheduleType::kWarmupDecayLR;
     const double lr = t.optimizer.adamw.lr;
-    pick("warmup_num_steps", ls.warmup_num_steps, s.warmup_num_steps, std::optional<int64_t>(t.warmup_steps),
+    pick("warmup_num_steps", ls.warmup_num_steps, s.warmup_num_steps, std::optional<int64_t>(t.schedule.warmup_steps),
          source_text("warmup_steps"), int64_t{1000}, "DeepSpeed's default");
     // DeepSpeed takes max(2, warmup_num_steps), so 0 (HF Trainer's "auto" with no warmup) is valid.
     SEQPAR_INPUT_CHECK(ls.warmup_num_steps >= 0, "warmup_num_steps={} ({}) must be >= 0", ls.warmup_num_steps,
@@ -643,7 +663,7 @@ class Resolver {
                          source_text("warmup_max_lr"));
     }
     if (cosine || decay) {
-      pick("total_num_steps", ls.total_num_steps, s.total_num_steps, std::optional<int64_t>(t.steps),
+      pick("total_num_steps", ls.total_num_steps, s.total_num_steps, std::optional<int64_t>(t.schedule.steps),
            source_text("steps"), int64_t{0}, "(required)");
       SEQPAR_INPUT_CHECK(ls.total_num_steps >= 1, "total_num_steps={} ({}) must be >= 1", ls.total_num_steps,
                          source_text("total_num_steps"));
@@ -674,7 +694,7 @@ class Resolver {
 
   // DeepSpeed's schedulers take their parameters from a DeepSpeed file's scheduler section.
   void check_schedule_source(Problems& p) {
-    const LrScheduleType type = out_.train.lr_schedule.type;
+    const LrScheduleType type = out_.train.schedule.lr.type;
     SEQPAR_PROBLEM_CHECK(p, is_seqpar_schedule(type) || scheduler_.has_value(),
                          "lr_schedule={} ({}) is a DeepSpeed scheduler: its parameters come from a DeepSpeed file's "
                          "scheduler section (--deepspeed); from the command line: linear_cosine, linear or constant",
@@ -722,7 +742,7 @@ DefaultsSource defaults_source(const CommandLine& cli, const DsConfig* ds, const
                                const AccelerateConfig* env) {
   if (acc || env) return DefaultsSource::kHfTrainer;
   if (ds) return ds->uses_auto ? DefaultsSource::kHfTrainer : DefaultsSource::kDeepSpeed;
-  if (!cli.values.model_dir.empty() || !cli.values.preset.empty() || !cli.values.data_path.empty())
+  if (!cli.values.model.dir.empty() || !cli.values.model.preset.empty() || !cli.values.data.path.empty())
     return DefaultsSource::kHfTrainer;
   return DefaultsSource::kDemo;
 }
@@ -794,12 +814,12 @@ std::string format_resolved_config(const ResolvedConfig& config) {
 }
 
 LrSchedule lr_schedule_of(const TrainConfig& c) {
-  LrSchedule s = c.lr_schedule;
+  LrSchedule s = c.schedule.lr;
   s.base_lr = c.optimizer.adamw.lr;
   if (s.type == LrScheduleType::kLinearCosine || s.type == LrScheduleType::kLinear) {
-    s.warmup_steps = c.warmup_steps;
-    s.min_lr_ratio = c.min_lr_ratio;
-    s.total_steps = c.steps;
+    s.warmup_steps = c.schedule.warmup_steps;
+    s.min_lr_ratio = c.schedule.min_lr_ratio;
+    s.total_steps = c.schedule.steps;
   }
   return s;
 }

@@ -49,20 +49,20 @@ std::vector<std::pair<std::string, Tensor>> run_fwdbwd(const std::string& model_
   // Every input problem is found first, before the model's weights are read.
   const LlamaConfig model = load_hf_llama_config(model_dir);
   std::vector<Sequence> rows = batch_rows(input_ids, labels, model.vocab_size);
-  SEQPAR_INPUT_CHECK(config.sp >= 1, "--sp={} must be >= 1", config.sp);
+  SEQPAR_INPUT_CHECK(config.parallel.sp >= 1, "--sp={} must be >= 1", config.parallel.sp);
   TrainConfig c = config;
-  c.model_dir = model_dir;
-  c.data_path.clear();
-  c.eval_data_path.clear();
-  c.task.seq_len = input_ids.dim(1);
-  c.micro_batch = static_cast<int>(input_ids.dim(0));
-  c.grad_accum = 1;
-  c.steps = 1;
-  c.dp_replicate = c.dp_shard = 1;
-  c.resume = {};
-  c.save_dir.clear();
-  c.metrics_out.clear();
-  c.quiet = true;
+  c.model.dir = model_dir;
+  c.data.path.clear();
+  c.data.eval_path.clear();
+  c.data.task.seq_len = input_ids.dim(1);
+  c.data.micro_batch = static_cast<int>(input_ids.dim(0));
+  c.data.grad_accum = 1;
+  c.schedule.steps = 1;
+  c.parallel.dp_replicate = c.parallel.dp_shard = 1;
+  c.checkpoint.resume = {};
+  c.checkpoint.save_dir.clear();
+  c.logging.metrics_out.clear();
+  c.logging.quiet = true;
   return Trainer(c, std::move(rows)).run_batch(optimizer_step);
 }
 

@@ -38,7 +38,7 @@ void prepare_model(LlamaModel& model, const TrainConfig& cfg, const LlamaParams&
 // this process (ranks as threads share them; one process per GPU has them all).
 int optimizer_threads(const Communicator& world, const TrainConfig& cfg) {
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const int local_ranks = job_transport(cfg.transport, cfg.device) == Transport::kLocal ? world.size() : 1;
+  const int local_ranks = job_transport(cfg.parallel.transport, cfg.parallel.device) == Transport::kLocal ? world.size() : 1;
   return std::max(1, cores / local_ranks);
 }
 
@@ -82,7 +82,7 @@ TrainStep::TrainStep(Communicator& world, const MeshShape& shape, Device device,
   // The attention kernels of this run: the process's policy, with attn_implementation's backend on
   // CUDA (the CPU has one attention).
   attention_policy_ = cfg.kernels.attention;
-  if (device.is_cuda()) attention_policy_.backend = attention_backend_for(cfg.attn_implementation);
+  if (device.is_cuda()) attention_policy_.backend = attention_backend_for(cfg.model.attn_implementation);
   partition_grads_ = stage3 || (mem.zero_stage >= 2 && sharded);
   if (partition_grads_) partition_gradients();
 }

@@ -116,16 +116,16 @@ std::pair<int64_t, int64_t> token_data_position(int64_t num_sequences, int64_t s
 
 std::vector<Sequence> token_data_batch(const TokenDataset& data, const TrainConfig& c, int dp, int64_t step, int micro,
                                        int dp_rank) {
-  const int64_t per_step = static_cast<int64_t>(c.micro_batch) * c.grad_accum * dp;
+  const int64_t per_step = static_cast<int64_t>(c.data.micro_batch) * c.data.grad_accum * dp;
   SEQPAR_INPUT_CHECK(data.num_sequences() >= per_step,
                      "token file '{}': holds {} sequences of seq_len={}, fewer than one step reads (micro_batch × "
                      "grad_accum × dp = {} × {} × {} = {})",
-                     data.file().path(), data.num_sequences(), data.seq_len(), c.micro_batch, c.grad_accum, dp,
+                     data.file().path(), data.num_sequences(), data.seq_len(), c.data.micro_batch, c.data.grad_accum, dp,
                      per_step);
   auto [epoch, first] = token_data_position(data.num_sequences(), per_step, step - 1);
-  first += (static_cast<int64_t>(micro) * dp + dp_rank) * c.micro_batch;
+  first += (static_cast<int64_t>(micro) * dp + dp_rank) * c.data.micro_batch;
   std::vector<Sequence> rows;
-  for (int j = 0; j < c.micro_batch; ++j) rows.push_back(data.get(epoch, first + j));
+  for (int j = 0; j < c.data.micro_batch; ++j) rows.push_back(data.get(epoch, first + j));
   return rows;
 }
 
@@ -233,39 +233,39 @@ json token_file_identity(const TokenFile& f, int64_t seq_len) {
           {"fingerprint", fmt::format("{:016x}", h)}};
 }
 
-// The checkpoint a run resumes from (nullopt: start fresh), per TrainConfig::resume.
+// The checkpoint a run resumes from (nullopt: start fresh), per CheckpointSettings::resume.
 std::optional<Checkpoint> checkpoint_to_resume(const TrainConfig& cfg, bool talk) {
-  if (cfg.resume.none()) return std::nullopt;
+  if (cfg.checkpoint.resume.none()) return std::nullopt;
   std::string dir;
-  if (cfg.resume.from_save_dir()) {
-    std::optional<std::string> latest = latest_checkpoint(cfg.save_dir);
+  if (cfg.checkpoint.resume.from_save_dir()) {
+    std::optional<std::string> latest = latest_checkpoint(cfg.checkpoint.save_dir);
     if (!latest) {
-      SEQPAR_INPUT_CHECK(cfg.resume.kind == ResumeFrom::Kind::kAuto,
+      SEQPAR_INPUT_CHECK(cfg.checkpoint.resume.kind == ResumeFrom::Kind::kAuto,
                          "resume=latest: save_dir={} holds no checkpoint (no {}/latest); use --resume auto to start "
                          "fresh when there is none",
-                         cfg.save_dir, cfg.save_dir);
-      if (talk) log_info("resume=auto: no checkpoint in {} yet: starting from step 1", cfg.save_dir);
+                         cfg.checkpoint.save_dir, cfg.checkpoint.save_dir);
+      if (talk) log_info("resume=auto: no checkpoint in {} yet: starting from step 1", cfg.checkpoint.save_dir);
       return std::nullopt;
     }
     // The newest that verifies; a corrupt newest falls back to the one before, said in the log.
-    return load_newest_good_checkpoint(cfg.save_dir);
+    return load_newest_good_checkpoint(cfg.checkpoint.save_dir);
   }
-  dir = resolve_checkpoint_dir(cfg.resume.path);
+  dir = resolve_checkpoint_dir(cfg.checkpoint.resume.path);
   return load_checkpoint(dir);
 }
 
 }  // namespace
 
 MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const LlamaConfig& model) {
-  const MeshShape sp_shape = sp_mesh_shape(cfg.sp_mode, cfg.sp, cfg.ulysses_degree);
+  const MeshShape sp_shape = sp_mesh_shape(cfg.parallel.sp_mode, cfg.parallel.sp, cfg.parallel.ulysses_degree);
   MemoryPlanInput in;
   in.model = model;
-  in.seq_len = cfg.task.seq_len;
-  in.micro_batch = cfg.micro_batch;
-  in.sp = cfg.sp;
+  in.seq_len = cfg.data.task.seq_len;
+  in.micro_batch = cfg.data.micro_batch;
+  in.sp = cfg.parallel.sp;
   in.ulysses_degree = sp_shape.ulysses;
-  in.world = cfg.sp * cfg.dp_replicate * cfg.dp_shard;
-  in.cuda = cfg.device.is_cuda();
+  in.world = cfg.parallel.sp * cfg.parallel.dp_replicate * cfg.parallel.dp_shard;
+  in.cuda = cfg.parallel.device.is_cuda();
   in.memory = cfg.memory;  // the levers, whole
   in.ulysses_head_groups = cfg.kernels.ulysses_head_groups;
   return in;
@@ -316,32 +316,32 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
     cfg_.validate();
   }
   validate_nonfinite_settings(cfg_);
-  s.sp_shape = sp_mesh_shape(cfg_.sp_mode, cfg_.sp, cfg_.ulysses_degree);
+  s.sp_shape = sp_mesh_shape(cfg_.parallel.sp_mode, cfg_.parallel.sp, cfg_.parallel.ulysses_degree);
   s.mesh_shape = s.sp_shape;
-  s.mesh_shape.dp_replicate = cfg_.dp_replicate;
-  s.mesh_shape.dp_shard = cfg_.dp_shard;
-  s.layout = s.sp_shape.ring > 1 ? cfg_.layout : SpLayout::kContiguous;
+  s.mesh_shape.dp_replicate = cfg_.parallel.dp_replicate;
+  s.mesh_shape.dp_shard = cfg_.parallel.dp_shard;
+  s.layout = s.sp_shape.ring > 1 ? cfg_.parallel.layout : SpLayout::kContiguous;
   s.dp = s.mesh_shape.dp();
-  s.seqs_per_step = static_cast<int64_t>(cfg_.micro_batch) * cfg_.grad_accum * s.dp;
-  s.seq_len = cfg_.task.seq_len;
+  s.seqs_per_step = static_cast<int64_t>(cfg_.data.micro_batch) * cfg_.data.grad_accum * s.dp;
+  s.seq_len = cfg_.data.task.seq_len;
   s.tokens_per_step = s.seqs_per_step * s.seq_len;
-  s.token_data = !cfg_.data_path.empty();
+  s.token_data = !cfg_.data.path.empty();
   // Under NCCL every process runs the trainer; one of them (rank 0's) prints and writes the
   // metrics file and the plot.
-  check_job(s.mesh_shape.world(), cfg_.device, cfg_.transport);
-  s.leads = hosts_leader(cfg_.device, cfg_.transport);
-  s.talk = !cfg_.quiet && s.leads;
+  check_job(s.mesh_shape.world(), cfg_.parallel.device, cfg_.parallel.transport);
+  s.leads = hosts_leader(cfg_.parallel.device, cfg_.parallel.transport);
+  s.talk = !cfg_.logging.quiet && s.leads;
   // Labels shift by one inside a sequence: a 1-token sequence has no token to predict.
   SEQPAR_INPUT_CHECK(s.batch || s.seq_len >= 2,
                      "seq_len={}: a sequence of one token has no next token to predict (labels shift by one), so "
                      "every step would have nothing to learn from; seq_len must be >= 2",
                      s.seq_len);
   // One trainer per save directory, locked before anything in it is read (the checkpoint to resume).
-  if (!s.batch && s.leads && !cfg_.save_dir.empty()) s.lock = std::make_unique<SaveDirLock>(cfg_.save_dir);
+  if (!s.batch && s.leads && !cfg_.checkpoint.save_dir.empty()) s.lock = std::make_unique<SaveDirLock>(cfg_.checkpoint.save_dir);
 
   // Everything is read and checked before any rank starts: the checkpoint, the model, the data.
   s.ckpt = checkpoint_to_resume(cfg_, s.talk);
-  model_config_ = cfg_.model_dir.empty() ? cfg_.model : load_hf_llama_config(cfg_.model_dir);
+  model_config_ = cfg_.model.dir.empty() ? cfg_.model.arch : load_hf_llama_config(cfg_.model.dir);
   const LlamaConfig& mc = model_config_;
   validate_sp_heads(mc.num_heads, mc.num_kv_heads, s.sp_shape.ulysses);
   // Learned positions (gpt2): no sequence beyond n_positions (a row of a given batch is one document,
@@ -351,19 +351,19 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
     for (const Sequence& row : *s.batch)
       longest = std::max<int64_t>(longest, static_cast<int64_t>(row.input_ids.size()));
   mc.check_positions(longest, s.batch ? "seq_len (the batch's longest row)" : "seq_len");
-  if (cfg_.device.is_cuda()) {
+  if (cfg_.parallel.device.is_cuda()) {
     SEQPAR_INPUT_CHECK(cuda_built(), "device={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)",
-                       cfg_.device.str());
+                       cfg_.parallel.device.str());
     SEQPAR_INPUT_CHECK(cuda_attention_head_dim(mc.head_dim),
                        "device={}: head_dim={} is not supported by the CUDA attention kernels ({}); the "
                        "built-in model takes --head-dim",
-                       cfg_.device.str(), mc.head_dim, kCudaAttentionHeadDims);
+                       cfg_.parallel.device.str(), mc.head_dim, kCudaAttentionHeadDims);
   }
   if (!s.token_data && !s.batch)
-    SEQPAR_INPUT_CHECK(cfg_.task.vocab_size <= mc.vocab_size,
-                       "the task's vocab_size={} exceeds the model's vocab_size={}", cfg_.task.vocab_size,
+    SEQPAR_INPUT_CHECK(cfg_.data.task.vocab_size <= mc.vocab_size,
+                       "the task's vocab_size={} exceeds the model's vocab_size={}", cfg_.data.task.vocab_size,
                        mc.vocab_size);
-  s.eval_batches = cfg_.eval_batches;
+  s.eval_batches = cfg_.data.eval_batches;
   if (s.token_data) setup_data();
   // The run's configuration, recorded in checkpoints and compared with the checkpoint's on resume.
   s.config = train_config_json(cfg_, mc, s.data_id, s.eval_id);
@@ -372,19 +372,19 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   // What a rank will hold at the step's peak (train/memory_plan.h), said before the model is
   // allocated and any GPU work (one batch of seqpar fwdbwd is not planned); a CPU run the plan
   // says cannot fit in the host's memory does not start (a GPU's is checked by its rank).
-  s.ranks_per_device = job_transport(cfg_.transport, cfg_.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
+  s.ranks_per_device = job_transport(cfg_.parallel.transport, cfg_.parallel.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
   if (!s.batch) {
     s.plan = plan_memory(memory_plan_input(cfg_, mc));
     // The host memory the ranks will hold (offload buffers, host optimizer state and weights, the
     // initial weights' copy while they start), before any of it is allocated.
     check_host_memory(s.plan, s.ranks_per_device, cfg_.memory.host_memory_gib);
   }
-  if (!s.batch && cfg_.device.is_cpu()) check_plan_fits(s.plan, s.ranks_per_device, host_memory_bytes(), "this host");
+  if (!s.batch && cfg_.parallel.device.is_cpu()) check_plan_fits(s.plan, s.ranks_per_device, host_memory_bytes(), "this host");
   setup_model();
   s.first_step = s.result.first_step;
-  s.last_step = cfg_.stop_at_step > 0 ? std::min(cfg_.steps, cfg_.stop_at_step) : cfg_.steps;
+  s.last_step = cfg_.checkpoint.stop_at_step > 0 ? std::min(cfg_.schedule.steps, cfg_.checkpoint.stop_at_step) : cfg_.schedule.steps;
   if (s.talk && !s.batch) log_setup();
-  s.metrics = std::make_unique<MetricsLog>(s.leads && !s.batch ? cfg_.metrics_out : std::string(),
+  s.metrics = std::make_unique<MetricsLog>(s.leads && !s.batch ? cfg_.logging.metrics_out : std::string(),
                                            s.ckpt ? s.ckpt->state.metrics : std::vector<json>{});
 }
 
@@ -395,39 +395,39 @@ void Trainer::setup_data() {
   State& s = *s_;
   const int64_t V = model_config_.vocab_size;
   s.data =
-      std::make_unique<TokenDataset>(open_token_file(cfg_.data_path, "data", V), s.seq_len, cfg_.seed, cfg_.shuffle, V);
+      std::make_unique<TokenDataset>(open_token_file(cfg_.data.path, "data", V), s.seq_len, cfg_.schedule.seed, cfg_.data.shuffle, V);
   s.data_id = token_file_identity(s.data->file(), s.seq_len);
   TrainResult& r = s.result;
   r.num_sequences = s.data->num_sequences();
   SEQPAR_INPUT_CHECK(r.num_sequences >= s.seqs_per_step,
                      "data={}: holds {} sequences of seq_len={} ({} tokens), fewer than one step reads (micro_batch "
                      "× grad_accum × dp = {} × {} × {} = {})",
-                     cfg_.data_path, r.num_sequences, s.seq_len, s.data->file().num_tokens(), cfg_.micro_batch,
-                     cfg_.grad_accum, s.dp, s.seqs_per_step);
+                     cfg_.data.path, r.num_sequences, s.seq_len, s.data->file().num_tokens(), cfg_.data.micro_batch,
+                     cfg_.data.grad_accum, s.dp, s.seqs_per_step);
   r.steps_per_epoch = r.num_sequences / s.seqs_per_step;
   if (s.talk)
     log_info(
         "data: {}: {} tokens in {} documents -> {} sequences of {} tokens; {} sequences per step (micro_batch {} "
         "x grad_accum {} x dp {}) -> {} steps per epoch ({} sequences of each epoch unused); {} steps = {:.2f} "
         "epochs",
-        cfg_.data_path, s.data->file().num_tokens(), s.data->file().num_docs(), r.num_sequences, s.seq_len,
-        s.seqs_per_step, cfg_.micro_batch, cfg_.grad_accum, s.dp, r.steps_per_epoch,
-        r.num_sequences - r.steps_per_epoch * s.seqs_per_step, cfg_.steps,
-        static_cast<double>(cfg_.steps) / r.steps_per_epoch);
-  if (cfg_.eval_data_path.empty()) return;
-  s.eval_data = std::make_unique<TokenDataset>(open_token_file(cfg_.eval_data_path, "eval_data", V), s.seq_len,
-                                               cfg_.seed, /*shuffle=*/false, V);
+        cfg_.data.path, s.data->file().num_tokens(), s.data->file().num_docs(), r.num_sequences, s.seq_len,
+        s.seqs_per_step, cfg_.data.micro_batch, cfg_.data.grad_accum, s.dp, r.steps_per_epoch,
+        r.num_sequences - r.steps_per_epoch * s.seqs_per_step, cfg_.schedule.steps,
+        static_cast<double>(cfg_.schedule.steps) / r.steps_per_epoch);
+  if (cfg_.data.eval_path.empty()) return;
+  s.eval_data = std::make_unique<TokenDataset>(open_token_file(cfg_.data.eval_path, "eval_data", V), s.seq_len,
+                                               cfg_.schedule.seed, /*shuffle=*/false, V);
   s.eval_id = token_file_identity(s.eval_data->file(), s.seq_len);
-  s.eval_id["path"] = cfg_.eval_data_path;
-  const int64_t per_batch = static_cast<int64_t>(cfg_.micro_batch) * s.dp;
+  s.eval_id["path"] = cfg_.data.eval_path;
+  const int64_t per_batch = static_cast<int64_t>(cfg_.data.micro_batch) * s.dp;
   SEQPAR_INPUT_CHECK(s.eval_data->num_sequences() >= per_batch,
                      "eval_data={}: holds {} sequences of seq_len={}, fewer than one evaluation batch (micro_batch × "
                      "dp = {})",
-                     cfg_.eval_data_path, s.eval_data->num_sequences(), s.seq_len, per_batch);
+                     cfg_.data.eval_path, s.eval_data->num_sequences(), s.seq_len, per_batch);
   s.eval_batches =
-      static_cast<int>(std::min<int64_t>(std::max(1, cfg_.eval_batches), s.eval_data->num_sequences() / per_batch));
+      static_cast<int>(std::min<int64_t>(std::max(1, cfg_.data.eval_batches), s.eval_data->num_sequences() / per_batch));
   if (s.talk)
-    log_info("eval data: {}: the first {} sequences, {} batch(es) of {}", cfg_.eval_data_path,
+    log_info("eval data: {}: the first {} sequences, {} batch(es) of {}", cfg_.data.eval_path,
              s.eval_batches * per_batch, s.eval_batches, per_batch);
 }
 
@@ -465,22 +465,22 @@ void Trainer::setup_resume() {
 // beside the offloaded optimizer's state while the ranks start (an 8B model: 16 GB instead of 32).
 void Trainer::setup_model() {
   State& s = *s_;
-  const DType dtype = cfg_.device.is_cuda() ? DType::kBF16 : DType::kF32;
+  const DType dtype = cfg_.parallel.device.is_cuda() ? DType::kBF16 : DType::kF32;
   const auto t0 = std::chrono::steady_clock::now();
   if (s.ckpt) {
     s.initial = params_from_tensors(s.ckpt->model_config, s.ckpt->model, s.ckpt->dir, dtype);
-  } else if (!cfg_.model_dir.empty()) {
-    s.initial = load_hf_params(cfg_.model_dir, model_config_, dtype);
+  } else if (!cfg_.model.dir.empty()) {
+    s.initial = load_hf_params(cfg_.model.dir, model_config_, dtype);
   } else {
     s.initial = LlamaParams::zeros(model_config_, dtype, Device::cpu());
     // Drawn on the run's first GPU where there is one (the same values: see init_llama_params).
-    init_llama_params(s.initial, cfg_.seed, cfg_.init_std, cfg_.device.is_cuda() ? cfg_.device : Device::cpu());
+    init_llama_params(s.initial, cfg_.schedule.seed, cfg_.model.init_std, cfg_.parallel.device.is_cuda() ? cfg_.parallel.device : Device::cpu());
   }
   if (s.talk) {
     const int64_t n = LlamaParams::flat_layout(model_config_).total;
     log_info("initial weights: {:.2f}B parameters ({}, {:.2f} GiB on the host) in {:.1f} s; {}",
              static_cast<double>(n) * 1e-9,
-             s.ckpt ? "the checkpoint's" : cfg_.model_dir.empty() ? "random init" : "the model's files",
+             s.ckpt ? "the checkpoint's" : cfg_.model.dir.empty() ? "random init" : "the model's files",
              static_cast<double>(n * static_cast<int64_t>(dtype_size(dtype))) / (1ll << 30),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), host_memory_note());
   }
@@ -492,9 +492,9 @@ void Trainer::log_setup() const {
   log_info(
       "train: {} layers, C={}, H={}, Hkv={}, V={} | world {} = dp {} x sp {} ({} ulysses x {} ring, {} layout) | {} "
       "sequences x {} tokens per step, steps {}..{} of {}",
-      mc.num_layers, mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.vocab_size, s.mesh_shape.world(), s.dp, cfg_.sp,
+      mc.num_layers, mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.vocab_size, s.mesh_shape.world(), s.dp, cfg_.parallel.sp,
       s.sp_shape.ulysses, s.sp_shape.ring, sp_layout_name(s.layout), s.seqs_per_step, s.seq_len, s.first_step,
-      s.last_step, cfg_.steps);
+      s.last_step, cfg_.schedule.steps);
   log_info("memory plan: {:.3f} GiB per rank at the step's peak ({}); `seqpar plan` gives the breakdown",
            static_cast<double>(s.plan.peak_bytes) / (1ll << 30), s.plan.peak_phase);
 }
@@ -513,7 +513,7 @@ TrainResult Trainer::run() {
   s.t_start = s.t_log = std::chrono::steady_clock::now();
   s.last_logged = s.first_step - 1;
   const StopSignals signals;  // SIGTERM / SIGINT: stop after the current step, with a checkpoint
-  run_job(s.mesh_shape.world(), cfg_.device, cfg_.transport, s.config.dump(), [this](JobRank& job) { run_rank(job); });
+  run_job(s.mesh_shape.world(), cfg_.parallel.device, cfg_.parallel.transport, s.config.dump(), [this](JobRank& job) { run_rank(job); });
   finish();
   const int64_t ran = s.result.steps_run - s.first_step + 1;
   if (s.leads && ran > 0 && s.result.empty_steps == ran)
@@ -539,24 +539,24 @@ void Trainer::run_rank(JobRank& job) {
              host_memory_note());
   const bool leader = job.leader;
   const int64_t profile_from = s.last_step > s.first_step ? s.first_step + 1 : s.first_step;
-  const bool profile_rank = cfg_.profile && leader;
+  const bool profile_rank = cfg_.logging.profile && leader;
   int64_t step = s.first_step;
   int64_t nonfinite_in_a_row = s.nonfinite_in_a_row;  // every rank counts alike (agreed flags)
   for (; step <= s.last_step; ++step) {
     const StepOutcome o = this->step(rank, leader, step, profile_rank && step >= profile_from);
     nonfinite_in_a_row = o.nonfinite ? nonfinite_in_a_row + 1 : 0;
-    if (o.nonfinite && cfg_.on_nonfinite == "abort" && nonfinite_in_a_row >= cfg_.max_nonfinite_steps)
+    if (o.nonfinite && cfg_.checkpoint.on_nonfinite == "abort" && nonfinite_in_a_row >= cfg_.checkpoint.max_nonfinite_steps)
       abort_nonfinite(leader, step, nonfinite_in_a_row);
     bool stop = step == s.last_step || o.stop;
-    if (!o.stop && ((cfg_.eval_every > 0 && step % cfg_.eval_every == 0) || step == cfg_.steps))
+    if (!o.stop && ((cfg_.logging.eval_every > 0 && step % cfg_.logging.eval_every == 0) || step == cfg_.schedule.steps))
       stop = evaluate(rank, leader, step) || stop;
-    if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && step % cfg_.save_every == 0) || stop))
+    if (!cfg_.checkpoint.save_dir.empty() && ((cfg_.checkpoint.save_every > 0 && step % cfg_.checkpoint.save_every == 0) || stop))
       save(rank, leader, step);
     if (o.stop && leader) {
       const int sig = stop_signal_pending();
-      if (!cfg_.quiet)
+      if (!cfg_.logging.quiet)
         log_info("stopped by {} after step {}{}", sig == SIGINT ? "SIGINT" : "SIGTERM", step,
-                 cfg_.save_dir.empty() ? " (no --save-dir: nothing saved)" : "; resume with --resume");
+                 cfg_.checkpoint.save_dir.empty() ? " (no --save-dir: nothing saved)" : "; resume with --resume");
       std::lock_guard<std::mutex> lock(s.mu);
       s.result.stop_signal = sig == 0 ? SIGTERM : sig;
     }
@@ -603,17 +603,17 @@ void Trainer::restore(TrainStep& rank, JobRank& job) {
 std::vector<SpBatch> Trainer::step_batches(int64_t step, int dp_rank) const {
   const State& s = *s_;
   std::vector<SpBatch> micro;
-  for (int m = 0; m < cfg_.grad_accum; ++m) {
+  for (int m = 0; m < cfg_.data.grad_accum; ++m) {
     std::vector<Sequence> rows;
     if (s.batch) {
       rows = *s.batch;
     } else if (s.token_data) {
       rows = token_data_batch(*s.data, cfg_, s.dp, step, m, dp_rank);
     } else {
-      const int64_t index = ((step - 1) * cfg_.grad_accum + m) * s.dp + dp_rank;
-      rows = make_recall_batch(cfg_.task, cfg_.seed, index, cfg_.micro_batch);
+      const int64_t index = ((step - 1) * cfg_.data.grad_accum + m) * s.dp + dp_rank;
+      rows = make_recall_batch(cfg_.data.task, cfg_.schedule.seed, index, cfg_.data.micro_batch);
     }
-    micro.push_back(make_sp_batch(rows, cfg_.sp, s.layout));
+    micro.push_back(make_sp_batch(rows, cfg_.parallel.sp, s.layout));
   }
   return micro;
 }
@@ -630,7 +630,7 @@ Trainer::StepOutcome Trainer::step(TrainStep& rank, bool leader, int64_t step, b
   const std::vector<int32_t> agreed = rank.agree({finite ? 0 : 1, stop_signal_pending() != 0 ? 1 : 0});
   const StepOutcome o{agreed[0] != 0, agreed[1] != 0};
   if (!o.nonfinite) rank.apply_update(lr_at(cfg_, step), norm);  // never an update from NaN or inf
-  if (cfg_.time_steps || cfg_.profile) synchronize_device(rank.device());
+  if (cfg_.logging.time_steps || cfg_.logging.profile) synchronize_device(rank.device());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
   if (profiled) set_thread_profiling(false);  // evaluation and checkpoints are not the step
   if (leader) record_step(rank.device(), step, secs, loss, norm, profiled, o.nonfinite);
@@ -647,7 +647,7 @@ void Trainer::abort_nonfinite(bool leader, int64_t step, int64_t in_a_row) {
     saved = s.last_saved;
   }
   std::string where;
-  if (cfg_.save_dir.empty() && saved.empty()) {
+  if (cfg_.checkpoint.save_dir.empty() && saved.empty()) {
     where = "no --save-dir: nothing was saved";
   } else if (!saved.empty()) {
     where = fmt::format("the last checkpoint, {}, is intact (resume from it with a lower --lr)", saved);
@@ -660,7 +660,7 @@ void Trainer::abort_nonfinite(bool leader, int64_t step, int64_t in_a_row) {
       "max_nonfinite_steps={}); this step's update was not applied, {}. Lower --lr, clip the gradients (--clip), or "
       "give --on-nonfinite skip to skip such steps",
       step, in_a_row > 1 ? fmt::format(", the {}th such step in a row", in_a_row) : std::string(),
-      cfg_.max_nonfinite_steps, where));
+      cfg_.checkpoint.max_nonfinite_steps, where));
 }
 
 // The leader's record of a step: its loss, time and memory peak; a progress line and a metrics
@@ -689,13 +689,13 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
     if (loss.good_tokens == 0) s.result.empty_steps += 1;
   }
   const bool empty = loss.good_tokens == 0;
-  if (empty && s.result.empty_steps == 1 && !cfg_.quiet)
+  if (empty && s.result.empty_steps == 1 && !cfg_.logging.quiet)
     log_warn(
         "step {}: the batch holds no token with a label (every target is -100): nothing to learn from; such "
         "steps are counted and the run is refused if every step is one",
         step);
   // A skipped step is always said and recorded (a property of the run, not of where it stopped).
-  const bool record = step == 1 || step % cfg_.log_every == 0 || step == cfg_.steps || skipped;
+  const bool record = step == 1 || step % cfg_.logging.log_every == 0 || step == cfg_.schedule.steps || skipped;
   if (record || step == s.first_step || step == s.last_step)
     log_progress(step, loss.loss, norm, record, skipped, empty);
 }
@@ -718,9 +718,9 @@ void Trainer::log_progress(int64_t step, double loss, double norm, bool record, 
   if (skipped)
     note += fmt::format(" | SKIPPED: non-finite loss or grad_norm, no update ({} skipped so far)", skipped_total);
   if (empty) note += " | no token with a label: nothing to learn from";
-  if (!cfg_.quiet)
+  if (!cfg_.logging.quiet)
     log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}{}", step,
-             cfg_.steps, loss, lr, norm, tps,
+             cfg_.schedule.steps, loss, lr, norm, tps,
              peak_gib >= 1 ? fmt::format("{:.2f} GiB", peak_gib) : fmt::format("{:.1f} MiB", peak_gib * 1024), note);
   // NaN and inf are written as null (JSON has neither).
   json r = {{"step", step}, {"loss", loss},      {"tokens_per_s", tps},
@@ -741,10 +741,10 @@ bool Trainer::evaluate(TrainStep& rank, bool leader, int64_t step) {
   const double acc = evaluate_recall(rank, leader, step);
   // Every rank must stop at the same step: take the decision of any rank that reached it (they
   // all evaluate the same batches, but nothing else guarantees bit-equal accuracies).
-  Tensor reached = Tensor::from_vector<int32_t>({1}, {cfg_.stop_at_accuracy > 0 && acc >= cfg_.stop_at_accuracy});
+  Tensor reached = Tensor::from_vector<int32_t>({1}, {cfg_.logging.stop_at_accuracy > 0 && acc >= cfg_.logging.stop_at_accuracy});
   rank.world().all_reduce(reached, ReduceOp::kMax);
   if (!reached.data<int32_t>()[0]) return false;
-  if (leader && !cfg_.quiet) log_info("reached {:.1f}% >= stop_at_accuracy; stopping", 100 * acc);
+  if (leader && !cfg_.logging.quiet) log_info("reached {:.1f}% >= stop_at_accuracy; stopping", 100 * acc);
   return true;
 }
 
@@ -752,9 +752,9 @@ bool Trainer::evaluate(TrainStep& rank, bool leader, int64_t step) {
 double Trainer::evaluate_recall(TrainStep& rank, bool leader, int64_t step) {
   State& s = *s_;
   int64_t correct = 0, total = 0;
-  for (int e = 0; e < cfg_.eval_batches; ++e) {
-    std::vector<Sequence> rows = make_recall_batch(cfg_.task, cfg_.seed + 0x5eed, e, cfg_.micro_batch);
-    SpBatch b = make_sp_batch(rows, cfg_.sp, s.layout);
+  for (int e = 0; e < cfg_.data.eval_batches; ++e) {
+    std::vector<Sequence> rows = make_recall_batch(cfg_.data.task, cfg_.schedule.seed + 0x5eed, e, cfg_.data.micro_batch);
+    SpBatch b = make_sp_batch(rows, cfg_.parallel.sp, s.layout);
     Tensor logits;
     rank.forward(b, &logits);
     std::vector<float> stream = rank.gather_logits(b, logits).to_f32_vector();
@@ -764,7 +764,7 @@ double Trainer::evaluate_recall(TrainStep& rank, bool leader, int64_t step) {
   }
   const double acc = total ? static_cast<double>(correct) / total : 0.0;
   if (leader) {
-    if (!cfg_.quiet) log_info("eval step {:>5} | recall accuracy {:.1f}% ({}/{})", step, 100 * acc, correct, total);
+    if (!cfg_.logging.quiet) log_info("eval step {:>5} | recall accuracy {:.1f}% ({}/{})", step, 100 * acc, correct, total);
     s.metrics->write({{"step", step}, {"eval_accuracy", acc}});
     std::lock_guard<std::mutex> lock(s.mu);
     s.result.eval_accuracy.emplace_back(step, acc);
@@ -781,9 +781,9 @@ void Trainer::evaluate_loss(TrainStep& rank, bool leader, int64_t step) {
   int64_t good = 0;
   for (int e = 0; e < s.eval_batches; ++e) {
     std::vector<Sequence> rows;
-    const int64_t first = (static_cast<int64_t>(e) * s.dp + dp_rank) * cfg_.micro_batch;
-    for (int j = 0; j < cfg_.micro_batch; ++j) rows.push_back(s.eval_data->get(0, first + j));
-    SpBatch b = make_sp_batch(rows, cfg_.sp, s.layout);
+    const int64_t first = (static_cast<int64_t>(e) * s.dp + dp_rank) * cfg_.data.micro_batch;
+    for (int j = 0; j < cfg_.data.micro_batch; ++j) rows.push_back(s.eval_data->get(0, first + j));
+    SpBatch b = make_sp_batch(rows, cfg_.parallel.sp, s.layout);
     loss_sum += rank.forward(b).loss_sum;
     if (rank.mesh().sp_rank() == 0) good += b.good_tokens;  // the whole batch's count, once per SP group
   }
@@ -794,7 +794,7 @@ void Trainer::evaluate_loss(TrainStep& rank, bool leader, int64_t step) {
   const int64_t g = good_t.data<int64_t>()[0];
   const double loss = g > 0 ? loss_t.data<float>()[0] / g : 0.0;
   if (!leader) return;
-  if (!cfg_.quiet) log_info("eval step {:>5} | eval loss {:.4f} ({} tokens)", step, loss, g);
+  if (!cfg_.logging.quiet) log_info("eval step {:>5} | eval loss {:.4f} ({} tokens)", step, loss, g);
   s.metrics->write({{"step", step}, {"eval_loss", loss}});
   std::lock_guard<std::mutex> lock(s.mu);
   s.result.eval_loss.emplace_back(step, loss);
@@ -826,12 +826,12 @@ void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
   if (leader) {
     TrainerState st;
     st.step = step;
-    st.seed = cfg_.seed;
+    st.seed = cfg_.schedule.seed;
     st.data_source = s.token_data ? "tokens" : "recall";
     if (s.token_data) {
       std::tie(st.data_epoch, st.data_index) = token_data_position(s.result.num_sequences, s.seqs_per_step, step);
     } else {
-      st.data_index = step * cfg_.grad_accum * s.dp;  // the next recall batch index
+      st.data_index = step * cfg_.data.grad_accum * s.dp;  // the next recall batch index
     }
     st.config = s.config;
     st.config_hash = s.hash;
@@ -859,8 +859,8 @@ void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
                          std::move(st)};
     bad = first_nonfinite_tensor(c);
     if (bad.empty()) {
-      const std::string path = save_checkpoint(cfg_.save_dir, c, cfg_.keep_last);
-      if (!cfg_.quiet) log_info("saved checkpoint {}", path);
+      const std::string path = save_checkpoint(cfg_.checkpoint.save_dir, c, cfg_.checkpoint.keep_last);
+      if (!cfg_.logging.quiet) log_info("saved checkpoint {}", path);
       std::lock_guard<std::mutex> lock(s.mu);
       s.result.checkpoints.push_back(path);
       s.last_saved = path;
@@ -883,17 +883,17 @@ void Trainer::finish() {
   if (s.token_data)
     std::tie(s.result.data_epoch, s.result.data_index) =
         token_data_position(s.result.num_sequences, s.seqs_per_step, s.result.steps_run);
-  if (cfg_.metrics_out.empty() || !s.leads) return;
-  const std::string plot = metrics_plot_path(cfg_.metrics_out);
-  write_metrics_svg(plot, s.metrics->records(), "seqpar train: " + (s.token_data ? cfg_.data_path : "recall task"));
-  if (s.talk) log_info("metrics: {}, plot: {}", cfg_.metrics_out, plot);
+  if (cfg_.logging.metrics_out.empty() || !s.leads) return;
+  const std::string plot = metrics_plot_path(cfg_.logging.metrics_out);
+  write_metrics_svg(plot, s.metrics->records(), "seqpar train: " + (s.token_data ? cfg_.data.path : "recall task"));
+  if (s.talk) log_info("metrics: {}, plot: {}", cfg_.logging.metrics_out, plot);
 }
 
 std::vector<std::pair<std::string, Tensor>> Trainer::run_batch(bool optimizer_step) {
   State& s = *s_;
   SEQPAR_CHECK(s.batch.has_value(), "Trainer::run_batch: a trainer of a data source runs with run()");
   if (s.mesh_shape.world() > 1) set_cpu_gemm_threads(1);
-  run_job(s.mesh_shape.world(), cfg_.device, cfg_.transport, s.config.dump(), [&](JobRank& job) {
+  run_job(s.mesh_shape.world(), cfg_.parallel.device, cfg_.parallel.transport, s.config.dump(), [&](JobRank& job) {
     TrainStep rank(job.world, s.mesh_shape, job.device, cfg_, model_config_, s.initial);
     const std::vector<SpBatch> micro = step_batches(1, rank.mesh().dp_rank());
     const SpBatch& b = micro.back();

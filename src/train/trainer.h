@@ -43,7 +43,7 @@ struct TrainResult {
   std::vector<double> step_seconds;
   std::vector<int64_t> step_peak_bytes;  // each step's own peak (the first includes the run's setup)
   int64_t peak_mem_bytes = 0;
-  // With TrainConfig::profile: the op totals over the profiled steps, their count and wall seconds.
+  // With LoggingSettings::profile: the op totals over the profiled steps, their count and wall seconds.
   std::vector<ProfileEntry> profile;
   int64_t profile_steps = 0;
   double profile_seconds = 0;

@@ -184,7 +184,7 @@ TEST(Settings, EverySettingIsInPrintConfigWithItsSource) {
   }
   // A flag given is the source.
   cli.given.insert("--micro-batch");
-  cli.values.micro_batch = 3;
+  cli.values.data.micro_batch = 3;
   const ResolvedConfig g = resolve_train_config(cli, nullptr, nullptr);
   EXPECT_EQ(g.value_of("micro_batch"), "3");
   EXPECT_EQ(g.source_of("micro_batch"), "--micro-batch");

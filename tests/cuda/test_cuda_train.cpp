@@ -116,14 +116,14 @@ TEST(CudaTrain, MemoryLeversTrainAlike) {
 TEST(CudaTrain, NoHostWaitInsideAStep) {
   REQUIRE_GPU();
   TrainConfig c = testing::tiny_recall_config();
-  c.device = Device::cuda(0);
-  c.model.head_dim = 64;
-  c.sp = 1;
-  c.steps = 5;
-  c.grad_accum = 2;
-  c.profile = true;
-  c.quiet = true;
-  c.eval_every = 0;
+  c.parallel.device = Device::cuda(0);
+  c.model.arch.head_dim = 64;
+  c.parallel.sp = 1;
+  c.schedule.steps = 5;
+  c.data.grad_accum = 2;
+  c.logging.profile = true;
+  c.logging.quiet = true;
+  c.logging.eval_every = 0;
   const TrainResult r = run_training(c);
   ASSERT_EQ(r.profile_steps, 4);
   std::map<std::string, int64_t> waits;
@@ -132,7 +132,7 @@ TEST(CudaTrain, NoHostWaitInsideAStep) {
   std::string seen;
   for (const auto& [why, n] : waits) seen += why + " x" + std::to_string(n) + "; ";
   std::printf("host waits in %lld profiled steps: %s\n", static_cast<long long>(r.profile_steps), seen.c_str());
-  const int64_t steps = r.profile_steps, micro = c.grad_accum;
+  const int64_t steps = r.profile_steps, micro = c.data.grad_accum;
   const std::map<std::string, int64_t> allowed = {
       {"copy from host", 5 * micro * steps},  // per micro-batch: ids, positions, targets, seg, pos
       {"device error flags", steps},          // once, after the backward

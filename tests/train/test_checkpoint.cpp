@@ -27,16 +27,16 @@ namespace fs = std::filesystem;
 
 TrainConfig tiny_run() {
   TrainConfig c = testing::tiny_recall_config();
-  c.steps = 6;
-  c.warmup_steps = 2;
+  c.schedule.steps = 6;
+  c.schedule.warmup_steps = 2;
   c.optimizer.adamw.lr = 1e-3f;
   c.optimizer.adamw.weight_decay = 0.01f;
   c.optimizer.clip = 1.0;
-  c.sp = 1;
-  c.eval_every = 2;
-  c.eval_batches = 1;
-  c.log_every = 1;
-  c.quiet = true;
+  c.parallel.sp = 1;
+  c.logging.eval_every = 2;
+  c.data.eval_batches = 1;
+  c.logging.log_every = 1;
+  c.logging.quiet = true;
   return c;
 }
 
@@ -74,31 +74,31 @@ TEST(Checkpoint, ResumeIsBitExact) {
                            Setting{"sp=2 ulysses x dp=2", 2, SpMode::kUlysses, 2, 1}}) {
     SCOPED_TRACE(s.name);
     TrainConfig c = tiny_run();
-    c.log_every = 2;  // the split run stops and resumes at step 3, between two records
-    c.sp = s.sp;
-    c.sp_mode = s.mode;
-    c.dp_replicate = s.dp_replicate;
-    c.grad_accum = s.grad_accum;
+    c.logging.log_every = 2;  // the split run stops and resumes at step 3, between two records
+    c.parallel.sp = s.sp;
+    c.parallel.sp_mode = s.mode;
+    c.parallel.dp_replicate = s.dp_replicate;
+    c.data.grad_accum = s.grad_accum;
     const std::string root = testing::temp_dir();
 
     TrainConfig whole = c;
-    whole.save_dir = root + "/whole";
-    whole.save_every = 3;
-    whole.metrics_out = root + "/whole.jsonl";
+    whole.checkpoint.save_dir = root + "/whole";
+    whole.checkpoint.save_every = 3;
+    whole.logging.metrics_out = root + "/whole.jsonl";
     const TrainResult a = run_training(whole);
 
     TrainConfig first = c;
-    first.save_dir = root + "/split";
-    first.stop_at_step = 3;
+    first.checkpoint.save_dir = root + "/split";
+    first.checkpoint.stop_at_step = 3;
     const TrainResult b1 = run_training(first);
     ASSERT_EQ(b1.steps_run, 3);
     ASSERT_EQ(b1.losses.size(), 3u);
     ASSERT_EQ(b1.checkpoints.size(), 1u);
 
     TrainConfig second = c;
-    second.save_dir = root + "/split";
-    second.resume = ResumeFrom::parse("latest");
-    second.metrics_out = root + "/split.jsonl";
+    second.checkpoint.save_dir = root + "/split";
+    second.checkpoint.resume = ResumeFrom::parse("latest");
+    second.logging.metrics_out = root + "/split.jsonl";
     const TrainResult b2 = run_training(second);
     EXPECT_EQ(b2.first_step, 4);
     EXPECT_EQ(b2.steps_run, 6);
@@ -128,47 +128,47 @@ TEST(Checkpoint, ResumeIsBitExact) {
       }
       return out;
     };
-    EXPECT_EQ(records(whole.metrics_out), records(second.metrics_out));
-    EXPECT_EQ(records(whole.metrics_out).size(), 4u + 3u);  // steps 1, 2, 4, 6; evaluations at 2, 4, 6
+    EXPECT_EQ(records(whole.logging.metrics_out), records(second.logging.metrics_out));
+    EXPECT_EQ(records(whole.logging.metrics_out).size(), 4u + 3u);  // steps 1, 2, 4, 6; evaluations at 2, 4, 6
   }
 }
 
 TEST(Checkpoint, DirectoryLayoutRotationAndState) {
   TrainConfig c = tiny_run();
-  c.steps = 5;
-  c.save_dir = testing::temp_dir() + "/ckpt";
-  c.save_every = 1;
-  c.keep_last = 2;
+  c.schedule.steps = 5;
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
+  c.checkpoint.save_every = 1;
+  c.checkpoint.keep_last = 2;
   const TrainResult r = run_training(c);
   ASSERT_EQ(r.checkpoints.size(), 5u);
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(c.save_dir)) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(c.checkpoint.save_dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{".lock", "latest", "step_000004", "step_000005"}));
-  EXPECT_EQ(bytes_of(c.save_dir + "/latest"), "step_000005\n");
-  EXPECT_EQ(latest_checkpoint(c.save_dir), c.save_dir + "/step_000005");
-  EXPECT_EQ(resolve_checkpoint_dir(c.save_dir), c.save_dir + "/step_000005");
+  EXPECT_EQ(bytes_of(c.checkpoint.save_dir + "/latest"), "step_000005\n");
+  EXPECT_EQ(latest_checkpoint(c.checkpoint.save_dir), c.checkpoint.save_dir + "/step_000005");
+  EXPECT_EQ(resolve_checkpoint_dir(c.checkpoint.save_dir), c.checkpoint.save_dir + "/step_000005");
 
-  const Checkpoint ck = load_checkpoint(c.save_dir + "/step_000005");
+  const Checkpoint ck = load_checkpoint(c.checkpoint.save_dir + "/step_000005");
   EXPECT_EQ(ck.state.step, 5);
   EXPECT_EQ(ck.optimizer_step, 5);
   EXPECT_FALSE(ck.has_master);
-  EXPECT_EQ(ck.state.seed, c.seed);
+  EXPECT_EQ(ck.state.seed, c.schedule.seed);
   EXPECT_EQ(ck.state.data_source, "recall");
   EXPECT_EQ(ck.state.losses, r.losses);
   EXPECT_EQ(ck.state.config_hash, config_hash(ck.state.config));
   EXPECT_EQ(ck.state.config["micro_batch"], 2);
   // The checkpoint is an HF model directory: config.json is the model's, weights under HF names.
-  const LlamaConfig mc = load_hf_llama_config(c.save_dir + "/step_000005");
-  EXPECT_EQ(mc.hidden_size, c.model.hidden_size);
-  EXPECT_EQ(mc.num_kv_heads, c.model.num_kv_heads);
+  const LlamaConfig mc = load_hf_llama_config(c.checkpoint.save_dir + "/step_000005");
+  EXPECT_EQ(mc.hidden_size, c.model.arch.hidden_size);
+  EXPECT_EQ(mc.num_kv_heads, c.model.arch.num_kv_heads);
   EXPECT_NE(ck.model.find("model.layers.1.mlp.down_proj.weight"), nullptr);
   EXPECT_NE(ck.optimizer.find("exp_avg_sq.lm_head.weight"), nullptr);
   EXPECT_EQ(ck.model.metadata.at("format"), "pt");
-  const nlohmann::json state = nlohmann::json::parse(bytes_of(c.save_dir + "/step_000005/trainer_state.json"));
+  const nlohmann::json state = nlohmann::json::parse(bytes_of(c.checkpoint.save_dir + "/step_000005/trainer_state.json"));
   EXPECT_EQ(state["files"]["model.safetensors"].get<uint64_t>(),
-            fs::file_size(c.save_dir + "/step_000005/model.safetensors"));
-  EXPECT_EQ(state["rng"]["seed"].get<uint64_t>(), c.seed);
+            fs::file_size(c.checkpoint.save_dir + "/step_000005/model.safetensors"));
+  EXPECT_EQ(state["rng"]["seed"].get<uint64_t>(), c.schedule.seed);
 }
 
 // A CheckpointContents for step `step` from a loaded checkpoint (weights, moments, state).
@@ -189,84 +189,84 @@ struct Contents {
 // unfinished directory is rejected with a clear error, and the next save cleans it up.
 TEST(Checkpoint, KilledSaveLeavesThePreviousCheckpoint) {
   TrainConfig c = tiny_run();
-  c.steps = 2;
-  c.save_dir = testing::temp_dir() + "/ckpt";
+  c.schedule.steps = 2;
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
   run_training(c);
-  const std::string previous = c.save_dir + "/step_000002";
+  const std::string previous = c.checkpoint.save_dir + "/step_000002";
   const std::string previous_model = bytes_of(previous + "/model.safetensors");
   for (const char* stage :
        {"model.safetensors", "config.json", "optimizer.safetensors", "trainer_state.json", "rename"}) {
     SCOPED_TRACE(stage);
     Contents next(load_checkpoint(previous), 4);
     struct Killed {};
-    EXPECT_THROW(save_checkpoint(c.save_dir, next.contents, 0,
+    EXPECT_THROW(save_checkpoint(c.checkpoint.save_dir, next.contents, 0,
                                  [&](const std::string& s) {
                                    if (s == stage) throw Killed{};
                                  }),
                  Killed);
-    EXPECT_EQ(latest_checkpoint(c.save_dir), previous);
-    const Checkpoint back = load_checkpoint(*latest_checkpoint(c.save_dir));
+    EXPECT_EQ(latest_checkpoint(c.checkpoint.save_dir), previous);
+    const Checkpoint back = load_checkpoint(*latest_checkpoint(c.checkpoint.save_dir));
     EXPECT_EQ(back.state.step, 2);
     EXPECT_EQ(bytes_of(previous + "/model.safetensors"), previous_model);
     if (std::string(stage) == "rename") {
       // Killed after the rename, before `latest`: the new checkpoint is complete, only not yet named.
-      EXPECT_EQ(load_checkpoint(c.save_dir + "/step_000004").state.step, 4);
-      fs::remove_all(c.save_dir + "/step_000004");
+      EXPECT_EQ(load_checkpoint(c.checkpoint.save_dir + "/step_000004").state.step, 4);
+      fs::remove_all(c.checkpoint.save_dir + "/step_000004");
     } else {
-      const std::string tmp = c.save_dir + "/.tmp_step_000004";
+      const std::string tmp = c.checkpoint.save_dir + "/.tmp_step_000004";
       ASSERT_TRUE(fs::is_directory(tmp));
       expect_input_error([&] { load_checkpoint(tmp); }, {"checkpoint '" + tmp + "'", "an unfinished checkpoint"});
       expect_input_error([&] { resolve_checkpoint_dir(tmp); }, {"an unfinished checkpoint"});
-      EXPECT_FALSE(fs::exists(c.save_dir + "/step_000004"));
+      EXPECT_FALSE(fs::exists(c.checkpoint.save_dir + "/step_000004"));
     }
   }
   // The next complete save removes what the killed ones left and moves `latest`.
   Contents next(load_checkpoint(previous), 4);
-  save_checkpoint(c.save_dir, next.contents);
-  EXPECT_FALSE(fs::exists(c.save_dir + "/.tmp_step_000004"));
-  EXPECT_EQ(latest_checkpoint(c.save_dir), c.save_dir + "/step_000004");
-  EXPECT_EQ(load_checkpoint(c.save_dir + "/step_000004").state.step, 4);
+  save_checkpoint(c.checkpoint.save_dir, next.contents);
+  EXPECT_FALSE(fs::exists(c.checkpoint.save_dir + "/.tmp_step_000004"));
+  EXPECT_EQ(latest_checkpoint(c.checkpoint.save_dir), c.checkpoint.save_dir + "/step_000004");
+  EXPECT_EQ(load_checkpoint(c.checkpoint.save_dir + "/step_000004").state.step, 4);
 }
 
 // Saving a step that already has a checkpoint (a run resumed from an earlier one) replaces it;
 // killed between moving the old one aside and renaming the new one in, `latest` still loads.
 TEST(Checkpoint, ReplacingAStepIsCrashSafeToo) {
   TrainConfig c = tiny_run();
-  c.steps = 2;
-  c.save_dir = testing::temp_dir() + "/ckpt";
+  c.schedule.steps = 2;
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
   run_training(c);
-  const std::string step2 = c.save_dir + "/step_000002";
+  const std::string step2 = c.checkpoint.save_dir + "/step_000002";
   struct Killed {};
   {
     Contents again(load_checkpoint(step2), 2);
     again.contents.state.losses = {7.0, 8.0};
-    EXPECT_THROW(save_checkpoint(c.save_dir, again.contents, 0,
+    EXPECT_THROW(save_checkpoint(c.checkpoint.save_dir, again.contents, 0,
                                  [](const std::string& s) {
                                    if (s == "moved aside") throw Killed{};
                                  }),
                  Killed);
   }
   EXPECT_FALSE(fs::exists(step2));
-  const std::optional<std::string> latest = latest_checkpoint(c.save_dir);
+  const std::optional<std::string> latest = latest_checkpoint(c.checkpoint.save_dir);
   ASSERT_TRUE(latest.has_value());
-  EXPECT_EQ(*latest, c.save_dir + "/.old_step_000002");
+  EXPECT_EQ(*latest, c.checkpoint.save_dir + "/.old_step_000002");
   EXPECT_NE(load_checkpoint(*latest).state.losses, (std::vector<double>{7.0, 8.0}));
   Contents again(load_checkpoint(*latest), 2);
   again.contents.state.losses = {7.0, 8.0};
-  save_checkpoint(c.save_dir, again.contents);
+  save_checkpoint(c.checkpoint.save_dir, again.contents);
   EXPECT_EQ(load_checkpoint(step2).state.losses, (std::vector<double>{7.0, 8.0}));
-  EXPECT_FALSE(fs::exists(c.save_dir + "/.old_step_000002"));
-  EXPECT_EQ(latest_checkpoint(c.save_dir), step2);
+  EXPECT_FALSE(fs::exists(c.checkpoint.save_dir + "/.old_step_000002"));
+  EXPECT_EQ(latest_checkpoint(c.checkpoint.save_dir), step2);
 }
 
 TEST(Checkpoint, CorruptCheckpointsAreRejected) {
   TrainConfig c = tiny_run();
-  c.steps = 2;
-  c.save_dir = testing::temp_dir() + "/ckpt";
+  c.schedule.steps = 2;
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
   run_training(c);
-  const std::string good = c.save_dir + "/step_000002";
+  const std::string good = c.checkpoint.save_dir + "/step_000002";
   auto copy = [&](const std::string& name) {
-    const std::string dir = c.save_dir + "/" + name;
+    const std::string dir = c.checkpoint.save_dir + "/" + name;
     fs::copy(good, dir);
     return dir;
   };
@@ -297,45 +297,45 @@ TEST(Checkpoint, CorruptCheckpointsAreRejected) {
                      {"neither a checkpoint directory (no trainer_state.json) nor a save directory (no `latest`)"});
   // Resuming from a corrupt checkpoint fails before any step.
   TrainConfig r = tiny_run();
-  r.resume = ResumeFrom::parse(c.save_dir + "/step_000010");
+  r.checkpoint.resume = ResumeFrom::parse(c.checkpoint.save_dir + "/step_000010");
   expect_input_error([&] { run_training(r); }, {"truncated"});
 }
 
 TEST(Checkpoint, ResumeWithOtherSettingsIsRefusedOrWarned) {
   TrainConfig c = tiny_run();
-  c.steps = 2;
-  c.save_dir = testing::temp_dir() + "/ckpt";
+  c.schedule.steps = 2;
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
   run_training(c);
-  const std::string dir = c.save_dir + "/step_000002";
+  const std::string dir = c.checkpoint.save_dir + "/step_000002";
   auto resumed = [&] {
     TrainConfig r = tiny_run();
-    r.steps = 3;
-    r.resume = ResumeFrom::parse(dir);
+    r.schedule.steps = 3;
+    r.checkpoint.resume = ResumeFrom::parse(dir);
     return r;
   };
   TrainConfig r = resumed();
-  r.sp = 2;
+  r.parallel.sp = 2;
   expect_input_error([&] { run_training(r); },
                      {"cannot resume from checkpoint '" + dir + "'", "sp=1 in the checkpoint but 2 now"});
   r = resumed();
-  r.micro_batch = 4;
+  r.data.micro_batch = 4;
   expect_input_error([&] { run_training(r); }, {"micro_batch=2 in the checkpoint but 4 now"});
   r = resumed();
-  r.model.intermediate_size = 64;
+  r.model.arch.intermediate_size = 64;
   expect_input_error([&] { run_training(r); }, {"model.intermediate_size=128 in the checkpoint but 64 now"});
   r = resumed();
-  r.task.seq_len = 48;
-  r.seed = 7;
+  r.data.task.seq_len = 48;
+  r.schedule.seed = 7;
   expect_input_error([&] { run_training(r); },
                      {"seed=1234 in the checkpoint but 7 now", "seq_len=32 in the checkpoint but 48 now"});
   r = resumed();
-  r.dp_replicate = 2;
+  r.parallel.dp_replicate = 2;
   expect_input_error([&] { run_training(r); }, {"dp_replicate=1 in the checkpoint but 2 now"});
 
   // Allowed: more steps, another lr (a warning says the run is no longer bit-exact), other outputs.
   r = resumed();
   r.optimizer.adamw.lr = 2e-3f;
-  r.log_every = 5;
+  r.logging.log_every = 5;
   const Checkpoint ck = load_checkpoint(dir);
   const LlamaConfig mc = demo_model_config();
   const std::vector<std::string> warnings =
@@ -356,21 +356,21 @@ TEST(Checkpoint, ResumeWithOtherSettingsIsRefusedOrWarned) {
 
   // A checkpoint already at the last step: nothing to do, the history comes back.
   r = resumed();
-  r.steps = 2;
+  r.schedule.steps = 2;
   const TrainResult none = run_training(r);
   EXPECT_EQ(none.steps_run, 2);
   EXPECT_EQ(none.losses, ck.state.losses);
 
   // latest / auto.
   r = tiny_run();
-  r.resume = ResumeFrom::parse("latest");
+  r.checkpoint.resume = ResumeFrom::parse("latest");
   expect_input_error([&] { run_training(r); }, {"resume=latest needs save_dir"});
-  r.save_dir = testing::temp_dir();
-  expect_input_error([&] { run_training(r); }, {"resume=latest: save_dir=" + r.save_dir + " holds no checkpoint"});
-  r.resume = ResumeFrom::parse("auto");
-  r.steps = 1;
+  r.checkpoint.save_dir = testing::temp_dir();
+  expect_input_error([&] { run_training(r); }, {"resume=latest: save_dir=" + r.checkpoint.save_dir + " holds no checkpoint"});
+  r.checkpoint.resume = ResumeFrom::parse("auto");
+  r.schedule.steps = 1;
   EXPECT_EQ(run_training(r).first_step, 1);
-  r.steps = 2;
+  r.schedule.steps = 2;
   EXPECT_EQ(run_training(r).first_step, 2);  // now there is one
 }
 
@@ -474,21 +474,21 @@ TEST(Export, CopiesTheTokenizerFilesOfTheModelTrained) {
   }
   write_token_file(root + "/tokens.bin", docs);
   TrainConfig c = tiny_run();
-  c.model_dir = model;
-  c.data_path = root + "/tokens.bin";
-  c.steps = 1;
-  c.save_dir = root + "/ckpt";
+  c.model.dir = model;
+  c.data.path = root + "/tokens.bin";
+  c.schedule.steps = 1;
+  c.checkpoint.save_dir = root + "/ckpt";
   run_training(c);
 
-  ExportResult r = export_checkpoint(c.save_dir, root + "/out", DType::kF32);
-  EXPECT_EQ(r.checkpoint_dir, c.save_dir + "/step_000001");
+  ExportResult r = export_checkpoint(c.checkpoint.save_dir, root + "/out", DType::kF32);
+  EXPECT_EQ(r.checkpoint_dir, c.checkpoint.save_dir + "/step_000001");
   EXPECT_EQ(r.copied, (std::vector<std::string>{model + "/tokenizer.json", model + "/tokenizer_config.json"}));
   EXPECT_EQ(bytes_of(root + "/out/tokenizer_config.json"), bytes_of(model + "/tokenizer_config.json"));
   EXPECT_EQ(load_hf_llama_config(root + "/out").num_kv_heads, 2);
-  r = export_checkpoint(c.save_dir, root + "/none", DType::kF32, "none");
+  r = export_checkpoint(c.checkpoint.save_dir, root + "/none", DType::kF32, "none");
   EXPECT_TRUE(r.copied.empty());
   EXPECT_FALSE(fs::exists(root + "/none/tokenizer.json"));
-  expect_input_error([&] { export_checkpoint(c.save_dir, root + "/x", DType::kF32, root + "/nowhere"); },
+  expect_input_error([&] { export_checkpoint(c.checkpoint.save_dir, root + "/x", DType::kF32, root + "/nowhere"); },
                      {"--tokenizer-from=" + root + "/nowhere: no such directory"});
 }
 
@@ -519,10 +519,10 @@ namespace {
 TrainResult run_with_zero(TrainConfig c, int zero, const std::string& save_dir, int64_t stop,
                           const std::string& resume) {
   c.memory.zero_stage = zero;
-  c.save_dir = save_dir;
-  c.save_every = 3;
-  c.stop_at_step = stop;
-  c.resume = ResumeFrom::parse(resume);
+  c.checkpoint.save_dir = save_dir;
+  c.checkpoint.save_every = 3;
+  c.checkpoint.stop_at_step = stop;
+  c.checkpoint.resume = ResumeFrom::parse(resume);
   return run_training(c);
 }
 
@@ -540,9 +540,9 @@ TEST(Checkpoint, ZeroShardedOptimizerIsBitExact) {
                            Setting{"sp=3 ring (uneven shards)", 3, SpMode::kRing, 1}}) {
     SCOPED_TRACE(s.name);
     TrainConfig c = tiny_run();
-    c.sp = s.sp;
-    c.sp_mode = s.mode;
-    c.dp_replicate = s.dp_replicate;
+    c.parallel.sp = s.sp;
+    c.parallel.sp_mode = s.mode;
+    c.parallel.dp_replicate = s.dp_replicate;
     const std::string root = testing::temp_dir();
     auto run = [&](int zero, const std::string& dir, int64_t stop, const std::string& resume) {
       return run_with_zero(c, zero, root + "/" + dir, stop, resume);
@@ -588,10 +588,10 @@ TEST(Checkpoint, ZeroPartitionedGradientsTrainAlike) {
                            Setting{"sp=3 ring (uneven shards), 2 micro-batches", 3, SpMode::kRing, 1, 2}}) {
     SCOPED_TRACE(s.name);
     TrainConfig c = tiny_run();
-    c.sp = s.sp;
-    c.sp_mode = s.mode;
-    c.dp_replicate = s.dp_replicate;
-    c.grad_accum = s.grad_accum;
+    c.parallel.sp = s.sp;
+    c.parallel.sp_mode = s.mode;
+    c.parallel.dp_replicate = s.dp_replicate;
+    c.data.grad_accum = s.grad_accum;
     const std::string root = testing::temp_dir();
     auto run = [&](int zero, const std::string& dir, int64_t stop, const std::string& resume) {
       return run_with_zero(c, zero, root + "/" + dir, stop, resume);

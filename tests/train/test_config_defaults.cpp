@@ -31,31 +31,31 @@ CommandLine cli(std::set<std::string> given = {}) {
 TEST(ConfigDefaults, TheDemoKeepsItsOwn) {
   const ResolvedConfig r = resolve_train_config(cli(), nullptr, nullptr);
   EXPECT_EQ(r.defaults, DefaultsSource::kDemo);
-  EXPECT_EQ(r.train.sp, 4);
+  EXPECT_EQ(r.train.parallel.sp, 4);
   EXPECT_EQ(r.source_of("sp"), "demo default");
   EXPECT_FLOAT_EQ(r.train.optimizer.adamw.lr, 3e-3f);
   EXPECT_FLOAT_EQ(r.train.optimizer.adamw.weight_decay, 0.01f);
-  EXPECT_EQ(r.train.micro_batch, 16);
-  EXPECT_EQ(r.train.warmup_steps, 30);
-  EXPECT_EQ(r.train.lr_schedule.type, LrScheduleType::kLinearCosine);
+  EXPECT_EQ(r.train.data.micro_batch, 16);
+  EXPECT_EQ(r.train.schedule.warmup_steps, 30);
+  EXPECT_EQ(r.train.schedule.lr.type, LrScheduleType::kLinearCosine);
   EXPECT_DOUBLE_EQ(r.train.optimizer.clip, 1.0);
-  EXPECT_EQ(r.train.steps, 600);
+  EXPECT_EQ(r.train.schedule.steps, 600);
 }
 
 TEST(ConfigDefaults, OwnDataOrTrainerStyleFilesGetHfTrainers) {
   CommandLine c = cli({"--data"});
-  c.values.data_path = "tokens.bin";
+  c.values.data.path = "tokens.bin";
   ResolvedConfig r = resolve_train_config(c, nullptr, nullptr);
   EXPECT_EQ(r.defaults, DefaultsSource::kHfTrainer);
-  EXPECT_EQ(r.train.sp, 1);
+  EXPECT_EQ(r.train.parallel.sp, 1);
   EXPECT_EQ(r.source_of("sp"), "HF Trainer default");
   EXPECT_FLOAT_EQ(r.train.optimizer.adamw.lr, 5e-5f);
   EXPECT_FLOAT_EQ(r.train.optimizer.adamw.weight_decay, 0.f);
-  EXPECT_EQ(r.train.micro_batch, 8);
-  EXPECT_EQ(r.train.warmup_steps, 0);
-  EXPECT_EQ(r.train.lr_schedule.type, LrScheduleType::kLinear);
+  EXPECT_EQ(r.train.data.micro_batch, 8);
+  EXPECT_EQ(r.train.schedule.warmup_steps, 0);
+  EXPECT_EQ(r.train.schedule.lr.type, LrScheduleType::kLinear);
   EXPECT_DOUBLE_EQ(r.train.optimizer.clip, 1.0);
-  EXPECT_EQ(r.train.steps, TrainConfig{}.steps);  // no per-source default: seqpar's own
+  EXPECT_EQ(r.train.schedule.steps, TrainConfig{}.schedule.steps);  // no per-source default: seqpar's own
   EXPECT_EQ(r.source_of("steps"), "seqpar default");
   // A DeepSpeed file with "auto": the Trainer's values, named as such.
   const DsConfig d = parse_ds_config(
@@ -67,7 +67,7 @@ TEST(ConfigDefaults, OwnDataOrTrainerStyleFilesGetHfTrainers) {
   EXPECT_EQ(r.value_of("lr"), "5e-05");
   EXPECT_EQ(r.source_of("lr"), "HF Trainer default (auto in hf.json: optimizer.params.lr)");
   EXPECT_EQ(r.source_of("clip"), "HF Trainer default (auto in hf.json: gradient_clipping)");
-  EXPECT_EQ(r.train.micro_batch, 8);
+  EXPECT_EQ(r.train.data.micro_batch, 8);
 }
 
 TEST(ConfigDefaults, ABareDeepSpeedFileGetsDeepSpeedsEngineDefaults) {
@@ -76,25 +76,25 @@ TEST(ConfigDefaults, ABareDeepSpeedFileGetsDeepSpeedsEngineDefaults) {
   EXPECT_EQ(r.defaults, DefaultsSource::kDeepSpeed);
   EXPECT_DOUBLE_EQ(r.train.optimizer.clip, 0.0);
   EXPECT_EQ(r.source_of("clip"), "DeepSpeed default");
-  EXPECT_EQ(r.train.lr_schedule.type, LrScheduleType::kConstant);
+  EXPECT_EQ(r.train.schedule.lr.type, LrScheduleType::kConstant);
   EXPECT_FLOAT_EQ(r.train.optimizer.adamw.lr, 1e-3f);
   EXPECT_FLOAT_EQ(r.train.optimizer.adamw.weight_decay, 0.f);
-  EXPECT_EQ(r.train.sp, 1);
+  EXPECT_EQ(r.train.parallel.sp, 1);
   // DeepSpeed's own rule: a batch size must be given.
   const DsConfig none = parse_ds_config(R"({"gradient_clipping": 0.5})", "nobatch.json");
   EXPECT_NE(error_of([&] { resolve_train_config(cli(), &none, nullptr); })
                 .find("nobatch.json has neither train_batch_size nor train_micro_batch_size_per_gpu"),
             std::string::npos);
   CommandLine c = cli({"--micro-batch"});
-  c.values.micro_batch = 4;
+  c.values.data.micro_batch = 4;
   EXPECT_NO_THROW(resolve_train_config(c, &none, nullptr));
 }
 
 TEST(ConfigDefaults, AnEightProcessDataParallelYamlIsDpEight) {
   const AccelerateConfig a = parse_accelerate_config("distributed_type: MULTI_GPU\nnum_processes: 8\n", "dp.yaml", ".");
   const ResolvedConfig r = resolve_train_config(cli(), nullptr, &a);
-  EXPECT_EQ(r.train.sp, 1);
-  EXPECT_EQ(r.train.dp_replicate, 8);
+  EXPECT_EQ(r.train.parallel.sp, 1);
+  EXPECT_EQ(r.train.parallel.dp_replicate, 8);
   EXPECT_EQ(r.world, 8);
 }
 
@@ -102,16 +102,16 @@ TEST(ConfigDefaults, ContextParallelSizeIsTheRing) {
   AccelerateConfig a = parse_accelerate_config(
       "num_processes: 4\nparallelism_config:\n  parallelism_config_cp_size: 4\n", "cp.yaml", ".");
   ResolvedConfig r = resolve_train_config(cli(), nullptr, &a);
-  EXPECT_EQ(r.train.sp, 4);
-  EXPECT_EQ(r.train.sp_mode, SpMode::kRing);
+  EXPECT_EQ(r.train.parallel.sp, 4);
+  EXPECT_EQ(r.train.parallel.sp_mode, SpMode::kRing);
   EXPECT_EQ(r.source_of("sp_mode"), "cp.yaml: parallelism_config.parallelism_config_cp_size");
   a = parse_accelerate_config(
       "num_processes: 8\nparallelism_config:\n  parallelism_config_sp_size: 2\n  parallelism_config_cp_size: 4\n",
       "h.yaml", ".");
   r = resolve_train_config(cli(), nullptr, &a);
-  EXPECT_EQ(r.train.sp, 8);
-  EXPECT_EQ(r.train.sp_mode, SpMode::kHybrid);
-  EXPECT_EQ(r.train.ulysses_degree, 2);
+  EXPECT_EQ(r.train.parallel.sp, 8);
+  EXPECT_EQ(r.train.parallel.sp_mode, SpMode::kHybrid);
+  EXPECT_EQ(r.train.parallel.ulysses_degree, 2);
   EXPECT_EQ(r.world, 8);
 }
 
@@ -130,8 +130,8 @@ TEST(ConfigDefaults, EveryRuleIsCheckedWithItsSourceAndAllAtOnce) {
   CommandLine c = cli({"--beta1", "--weight-decay", "--min-lr-ratio", "--steps"});
   c.values.optimizer.adamw.beta1 = 1.0f;
   c.values.optimizer.adamw.weight_decay = -0.1f;
-  c.values.min_lr_ratio = 1.5f;
-  c.values.steps = 0;
+  c.values.schedule.min_lr_ratio = 1.5f;
+  c.values.schedule.steps = 0;
   const std::string m = error_of([&] { resolve_train_config(c, nullptr, nullptr); });
   EXPECT_NE(m.find("4 problems in the configuration"), std::string::npos) << m;
   EXPECT_NE(m.find("beta1=1 must be in [0, 1) (--beta1), from --beta1"), std::string::npos) << m;
@@ -140,8 +140,8 @@ TEST(ConfigDefaults, EveryRuleIsCheckedWithItsSourceAndAllAtOnce) {
   EXPECT_NE(m.find("steps=0 must be >= 1 (--steps), from --steps"), std::string::npos) << m;
   // The built-in model's sizes: checked with the rest of the run's rules (validate()).
   TrainConfig t;
-  t.model = LlamaConfig{};
-  t.model.hidden_size = 0;
+  t.model.arch = LlamaConfig{};
+  t.model.arch.hidden_size = 0;
   Problems p;
   t.validate_run(p);
   bool named = false;

@@ -3,6 +3,8 @@
 // against DeepSpeed's formulas, and `seqpar train --print-config` end to end.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <regex>
 #include <tuple>
 
 #include <fstream>
@@ -54,7 +56,7 @@ AccelerateConfig acc(const std::string& yaml) { return parse_accelerate_config(y
 TEST(ConfigResolve, NoFilesIsTheCommandLine) {
   CommandLine c = cli({"--lr", "--seq-len"});
   c.values.optimizer.adamw.lr = 0.02f;
-  c.values.task.seq_len = 256;
+  c.values.data.task.seq_len = 256;
   const ResolvedConfig r = resolve_train_config(c, nullptr, nullptr);
   EXPECT_FLOAT_EQ(r.train.optimizer.adamw.lr, 0.02f);
   EXPECT_EQ(r.value_of("lr"), "0.02");
@@ -62,7 +64,7 @@ TEST(ConfigResolve, NoFilesIsTheCommandLine) {
   EXPECT_EQ(r.value_of("seq_len"), "256");
   EXPECT_EQ(r.source_of("seq_len"), "--seq-len");
   EXPECT_EQ(r.source_of("micro_batch"), "default");
-  EXPECT_EQ(r.train.lr_schedule.type, LrScheduleType::kLinearCosine);
+  EXPECT_EQ(r.train.schedule.lr.type, LrScheduleType::kLinearCosine);
   EXPECT_EQ(r.world, 4);
   EXPECT_EQ(r.train_batch_size, 8);  // 8 × 1 × dp 1
   EXPECT_EQ(r.source_of("train_batch_size"), "derived: micro_batch × grad_accum × dp_world");
@@ -83,38 +85,38 @@ parallelism_config:
 )");
   // DeepSpeed over the defaults.
   ResolvedConfig r = resolve_train_config(cli(), &d, nullptr);
-  EXPECT_EQ(r.train.grad_accum, 2);
+  EXPECT_EQ(r.train.data.grad_accum, 2);
   EXPECT_EQ(r.source_of("grad_accum"), "ds.json: gradient_accumulation_steps");
   EXPECT_DOUBLE_EQ(r.train.optimizer.clip, 0.5);
-  EXPECT_EQ(r.train.sp, 2);
+  EXPECT_EQ(r.train.parallel.sp, 2);
   EXPECT_EQ(r.source_of("sp"), "ds.json: sequence_parallel_size");
   // Accelerate over DeepSpeed, with a warning naming both.
   r = resolve_train_config(cli(), &d, &a);
-  EXPECT_EQ(r.train.grad_accum, 3);
+  EXPECT_EQ(r.train.data.grad_accum, 3);
   EXPECT_EQ(r.source_of("grad_accum"), "acc.yaml: deepspeed_config.gradient_accumulation_steps");
   EXPECT_DOUBLE_EQ(r.train.optimizer.clip, 0.25);
-  EXPECT_EQ(r.train.sp, 8);
+  EXPECT_EQ(r.train.parallel.sp, 8);
   EXPECT_EQ(r.source_of("sp"), "acc.yaml: parallelism_config.parallelism_config_sp_size");
   EXPECT_TRUE(has_warning(r,
                           "grad_accum: ds.json: gradient_accumulation_steps=2 is overridden by acc.yaml: "
                           "deepspeed_config.gradient_accumulation_steps=3"));
   // Flags over everything.
   CommandLine c = cli({"--grad-accum", "--clip", "--sp"});
-  c.values.grad_accum = 5;
+  c.values.data.grad_accum = 5;
   c.values.optimizer.clip = 2.0;
-  c.values.sp = 1;
+  c.values.parallel.sp = 1;
   r = resolve_train_config(c, &d, &a);
-  EXPECT_EQ(r.train.grad_accum, 5);
+  EXPECT_EQ(r.train.data.grad_accum, 5);
   EXPECT_EQ(r.source_of("grad_accum"), "--grad-accum");
   EXPECT_DOUBLE_EQ(r.train.optimizer.clip, 2.0);
   EXPECT_EQ(r.source_of("clip"), "--clip");
-  EXPECT_EQ(r.train.sp, 1);
+  EXPECT_EQ(r.train.parallel.sp, 1);
   EXPECT_EQ(r.source_of("sp"), "--sp");
   EXPECT_TRUE(has_warning(r,
                           "grad_accum: acc.yaml: deepspeed_config.gradient_accumulation_steps=3 is overridden by "
                           "--grad-accum=5"));
   // An equal value from a higher layer is no news: no warning.
-  c.values.grad_accum = 3;
+  c.values.data.grad_accum = 3;
   r = resolve_train_config(c, nullptr, &a);
   EXPECT_FALSE(has_warning(r, "grad_accum:"));
 }
@@ -130,14 +132,14 @@ TEST(ConfigResolve, EveryDeepSpeedKeyReachesTheConfig) {
     "seq_parallel_communication_data_type": "bf16"
   })");
   CommandLine c = cli({"--dp-replicate"});
-  c.values.dp_replicate = 4;  // world 8 = dp 4 × sp 2: 24 = 3 × 2 × 4
+  c.values.parallel.dp_replicate = 4;  // world 8 = dp 4 × sp 2: 24 = 3 × 2 × 4
   const ResolvedConfig r = resolve_train_config(c, &d, nullptr);
   const TrainConfig& t = r.train;
   EXPECT_EQ(r.train_batch_size, 24);
   EXPECT_EQ(r.source_of("train_batch_size"), "ds.json: train_batch_size");
-  EXPECT_EQ(t.micro_batch, 3);
-  EXPECT_EQ(t.grad_accum, 2);
-  EXPECT_EQ(t.sp, 2);
+  EXPECT_EQ(t.data.micro_batch, 3);
+  EXPECT_EQ(t.data.grad_accum, 2);
+  EXPECT_EQ(t.parallel.sp, 2);
   EXPECT_EQ(r.world, 8);
   EXPECT_EQ(r.train.memory.zero_stage, 1);
   EXPECT_EQ(r.source_of("zero_stage"), "ds.json: zero_optimization.stage");
@@ -151,11 +153,11 @@ TEST(ConfigResolve, EveryDeepSpeedKeyReachesTheConfig) {
   EXPECT_FLOAT_EQ(t.optimizer.adamw.eps, 1e-7f);
   EXPECT_FLOAT_EQ(t.optimizer.adamw.weight_decay, 0.05f);
   EXPECT_DOUBLE_EQ(t.optimizer.clip, 0.7);
-  EXPECT_EQ(t.log_every, 5);
+  EXPECT_EQ(t.logging.log_every, 5);
   EXPECT_EQ(r.source_of("log_every"), "ds.json: steps_per_print");
   EXPECT_TRUE(r.recorded.wall_clock_breakdown);
   EXPECT_EQ(r.recorded.sp_comm_dtype, "bf16");
-  const LrSchedule& s = t.lr_schedule;
+  const LrSchedule& s = t.schedule.lr;
   EXPECT_EQ(s.type, LrScheduleType::kWarmupDecayLR);
   EXPECT_EQ(r.value_of("lr_schedule"), "WarmupDecayLR");
   EXPECT_DOUBLE_EQ(s.warmup_min_lr, 1e-6);
@@ -206,17 +208,105 @@ parallelism_config:
   EXPECT_TRUE(r.recorded.bf16);
   EXPECT_EQ(r.source_of("bf16"), "acc.yaml: mixed_precision");
   EXPECT_EQ(r.train.memory.zero_stage, 2);
-  EXPECT_EQ(t.grad_accum, 2);
+  EXPECT_EQ(t.data.grad_accum, 2);
   EXPECT_DOUBLE_EQ(t.optimizer.clip, 0.3);
   EXPECT_EQ(r.recorded.sp_comm_dtype, "bf16");
-  EXPECT_EQ(t.dp_replicate, 1);
-  EXPECT_EQ(t.dp_shard, 2);
-  EXPECT_EQ(t.sp, 4);
-  EXPECT_EQ(t.task.seq_len, 512);
+  EXPECT_EQ(t.parallel.dp_replicate, 1);
+  EXPECT_EQ(t.parallel.dp_shard, 2);
+  EXPECT_EQ(t.parallel.sp, 4);
+  EXPECT_EQ(t.data.task.seq_len, 512);
   EXPECT_EQ(r.source_of("seq_len"), "acc.yaml: parallelism_config.parallelism_config_sp_seq_length");
   EXPECT_FALSE(r.recorded.seq_length_is_variable);
-  EXPECT_EQ(r.train.attn_implementation, AttnImplementation::kFlashAttention3);
+  EXPECT_EQ(r.train.model.attn_implementation, AttnImplementation::kFlashAttention3);
   EXPECT_EQ(r.train_batch_size, 8 * 2 * 2);  // micro 8 (default) × grad_accum 2 × dp 2
+}
+
+// The declaration (config.h) names each file key that sets a setting, and config_resolve refuses
+// (an internal error) to apply a key that the setting's declaration does not name. The other
+// direction: every declared key, alone in a file, sets its setting, and --print-config names the
+// key as the setting's source (for a DeepSpeed schedule parameter, the schedule's setting of the
+// key's name: scheduler.params.warmup_num_steps is warmup_num_steps).
+std::string base_key(const std::string& key) { return key.substr(0, key.find('[')); }
+
+// The value a file gives for a declared key: the setting's default as JSON, or the file's
+// spelling where the two differ.
+nlohmann::json file_value(const SettingDecl& d, const std::string& key) {
+  static const std::map<std::string, nlohmann::json> spelled = {
+      {"scheduler.type", "WarmupLR"},
+      {"fsdp_config.fsdp_sharding_strategy", "FULL_SHARD"},
+      {"fsdp_config.fsdp_reshard_after_forward", true},
+      {"fsdp_config.fsdp_offload_params", true},
+      {"fsdp_config.fsdp_activation_checkpointing", true},
+      {"parallelism_config.parallelism_config_cp_size", 2},
+  };
+  if (auto it = spelled.find(key); it != spelled.end()) return it->second;
+  return d.to_json(TrainConfig{});
+}
+
+// A DeepSpeed file with the key (a list key's elements from every setting declared on it) and
+// what DeepSpeed needs beside it.
+nlohmann::json ds_file_with(const std::string& key) {
+  nlohmann::json j;
+  const std::string base = base_key(key);
+  nlohmann::json value = base == key ? nlohmann::json() : nlohmann::json::array();
+  for (const SettingDecl& d : train_settings())
+    for (const std::string& k : d.deepspeed_keys()) {
+      if (k == key && base == key) value = file_value(d, k);
+      if (base == key || base_key(k) != base || k == base) continue;
+      const size_t i = static_cast<size_t>(std::stoi(k.substr(base.size() + 1)));
+      while (value.size() <= i) value.push_back(nullptr);
+      value[i] = file_value(d, k);
+    }
+  j[nlohmann::json::json_pointer("/" + std::regex_replace(base, std::regex("\\."), "/"))] = value;
+  if (base.rfind("optimizer.", 0) == 0) j["optimizer"]["type"] = "AdamW";
+  if (base.rfind("scheduler.params.", 0) == 0) {
+    j["scheduler"]["type"] = "WarmupCosineLR";
+    j["scheduler"]["params"]["total_num_steps"] = 10;
+  }
+  if (j.contains("zero_optimization") && base.find("offload_param") != std::string::npos)
+    j["zero_optimization"]["stage"] = 3;
+  if (!j.contains("train_micro_batch_size_per_gpu")) j["train_micro_batch_size_per_gpu"] = 1;
+  return j;
+}
+
+// An Accelerate YAML with the key (a two-level one: section, then name) and what the setting
+// needs beside it (a sharded FSDP for FSDP's offload; Ulysses inside the ring for its degree).
+std::string yaml_with(const SettingDecl& d, const std::string& key) {
+  const size_t dot = key.find('.');
+  std::string y = key.substr(0, dot) + ":\n  " + key.substr(dot + 1) + ": " + file_value(d, key).dump() + "\n";
+  if (key.rfind("fsdp_config.", 0) == 0) {
+    y = "distributed_type: FSDP\n" + y;
+    if (key == "fsdp_config.fsdp_offload_params") y += "  fsdp_sharding_strategy: FULL_SHARD\n";
+  }
+  if (d.name == "ulysses_degree") y += "  parallelism_config_sp_size: 2\n";
+  return y;
+}
+
+TEST(ConfigResolve, EveryDeclaredFileKeySetsItsSetting) {
+  int deepspeed_keys = 0, accelerate_keys = 0;
+  for (const SettingDecl& d : train_settings()) {
+    for (const std::string& key : d.deepspeed_keys()) {
+      SCOPED_TRACE(d.name + " <- DeepSpeed " + key);
+      const nlohmann::json j = ds_file_with(key);
+      const DsConfig file = ds(j.dump());
+      const ResolvedConfig r = resolve_train_config(cli(), &file, nullptr);
+      const std::string leaf = base_key(key).substr(base_key(key).rfind('.') + 1);
+      const std::string want = "ds.json: " + base_key(key);
+      EXPECT_TRUE(r.source_of(d.name) == want || (find_setting(leaf) == nullptr && r.source_of(leaf) == want))
+          << j.dump() << ": source " << r.source_of(d.name);
+      ++deepspeed_keys;
+    }
+    for (const std::string& key : d.accelerate_keys()) {
+      SCOPED_TRACE(d.name + " <- Accelerate " + key);
+      const std::string y = yaml_with(d, key);
+      const AccelerateConfig file = acc(y);
+      const ResolvedConfig r = resolve_train_config(cli(), nullptr, &file);
+      EXPECT_EQ(r.source_of(d.name).rfind("acc.yaml: " + key, 0), 0u) << y << "source: " << r.source_of(d.name);
+      ++accelerate_keys;
+    }
+  }
+  EXPECT_GE(deepspeed_keys, 15);
+  EXPECT_GE(accelerate_keys, 12);
 }
 
 TEST(ConfigResolve, AutoTakesTheTrainersValue) {
@@ -228,16 +318,16 @@ TEST(ConfigResolve, AutoTakesTheTrainersValue) {
                   "warmup_num_steps": "auto", "total_num_steps": "auto"}}
   })");
   CommandLine c = cli({"--micro-batch", "--lr", "--dp-replicate"});
-  c.values.micro_batch = 6;
+  c.values.data.micro_batch = 6;
   c.values.optimizer.adamw.lr = 0.004f;
-  c.values.dp_replicate = 2;
-  c.values.grad_accum = 3;
-  c.values.warmup_steps = 7;
-  c.values.steps = 90;
+  c.values.parallel.dp_replicate = 2;
+  c.values.data.grad_accum = 3;
+  c.values.schedule.warmup_steps = 7;
+  c.values.schedule.steps = 90;
   const ResolvedConfig r = resolve_train_config(c, &d, nullptr);
-  EXPECT_EQ(r.train.micro_batch, 6);
+  EXPECT_EQ(r.train.data.micro_batch, 6);
   EXPECT_EQ(r.source_of("micro_batch"), "--micro-batch (auto in ds.json: train_micro_batch_size_per_gpu)");
-  EXPECT_EQ(r.train.grad_accum, 3);
+  EXPECT_EQ(r.train.data.grad_accum, 3);
   EXPECT_EQ(r.source_of("grad_accum"), "default (auto in ds.json: gradient_accumulation_steps)");
   EXPECT_EQ(r.train_batch_size, 6 * 3 * 2);  // micro × grad_accum × dp_world
   EXPECT_EQ(r.source_of("train_batch_size"),
@@ -247,7 +337,7 @@ TEST(ConfigResolve, AutoTakesTheTrainersValue) {
   EXPECT_EQ(r.source_of("beta1"), "default (auto in ds.json: optimizer.params.betas)");
   EXPECT_FLOAT_EQ(r.train.optimizer.adamw.beta1, 0.9f);
   EXPECT_FALSE(r.recorded.bf16);
-  const LrSchedule& s = r.train.lr_schedule;
+  const LrSchedule& s = r.train.schedule.lr;
   EXPECT_DOUBLE_EQ(s.warmup_min_lr, 0.0);  // the HF Trainer fills 0
   EXPECT_DOUBLE_EQ(s.warmup_max_lr, 0.004f);
   EXPECT_EQ(r.source_of("warmup_max_lr"), "--lr");  // --lr is the peak: a flag wins even over "auto"
@@ -263,49 +353,49 @@ TEST(ConfigResolve, ScheduleDefaultsAndFlagsFollowDeepSpeed) {
   const DsConfig warm = ds(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.005}},
                                "scheduler": {"type": "WarmupLR"}})");
   ResolvedConfig r = resolve_train_config(cli(), &warm, nullptr);
-  EXPECT_DOUBLE_EQ(r.train.lr_schedule.warmup_max_lr, 0.005f);
+  EXPECT_DOUBLE_EQ(r.train.schedule.lr.warmup_max_lr, 0.005f);
   EXPECT_EQ(r.source_of("warmup_max_lr"), "ds.json: DeepSpeed's default (the optimizer's lr)");
-  EXPECT_DOUBLE_EQ(r.train.lr_schedule.warmup_min_lr, 0.0);
-  EXPECT_EQ(r.train.lr_schedule.warmup_num_steps, 1000);
-  EXPECT_EQ(r.train.lr_schedule.warmup_type, WarmupType::kLog);
+  EXPECT_DOUBLE_EQ(r.train.schedule.lr.warmup_min_lr, 0.0);
+  EXPECT_EQ(r.train.schedule.lr.warmup_num_steps, 1000);
+  EXPECT_EQ(r.train.schedule.lr.warmup_type, WarmupType::kLog);
   EXPECT_EQ(r.source_of("warmup_type"), "ds.json: DeepSpeed's default");
   const DsConfig decay = ds(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 100}}})");
   r = resolve_train_config(cli(), &decay, nullptr);
-  EXPECT_DOUBLE_EQ(r.train.lr_schedule.warmup_max_lr, 0.001);
+  EXPECT_DOUBLE_EQ(r.train.schedule.lr.warmup_max_lr, 0.001);
   const DsConfig cosine = ds(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100,
                                  "cos_min_ratio": 0.2}}})");
   r = resolve_train_config(cli(), &cosine, nullptr);
-  EXPECT_DOUBLE_EQ(r.train.lr_schedule.cos_min_ratio, 0.2);
-  EXPECT_DOUBLE_EQ(r.train.lr_schedule.warmup_min_ratio, 0.0);
+  EXPECT_DOUBLE_EQ(r.train.schedule.lr.cos_min_ratio, 0.2);
+  EXPECT_DOUBLE_EQ(r.train.schedule.lr.warmup_min_ratio, 0.0);
   // The flags that name the same things win: --lr (peak), --warmup-steps, --min-lr-ratio.
   const DsConfig warm2 = ds(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.1,
                                 "warmup_num_steps": 10}}})");
   CommandLine c = cli({"--lr", "--warmup-steps", "--min-lr-ratio"});
   c.values.optimizer.adamw.lr = 0.03f;
-  c.values.warmup_steps = 4;
-  c.values.min_lr_ratio = 0.5f;
+  c.values.schedule.warmup_steps = 4;
+  c.values.schedule.min_lr_ratio = 0.5f;
   r = resolve_train_config(c, &warm2, nullptr);
-  EXPECT_DOUBLE_EQ(r.train.lr_schedule.warmup_max_lr, 0.03f);
-  EXPECT_EQ(r.train.lr_schedule.warmup_num_steps, 4);
+  EXPECT_DOUBLE_EQ(r.train.schedule.lr.warmup_max_lr, 0.03f);
+  EXPECT_EQ(r.train.schedule.lr.warmup_num_steps, 4);
   EXPECT_EQ(r.source_of("warmup_num_steps"), "--warmup-steps");
   EXPECT_TRUE(has_warning(r, "warmup_max_lr: ds.json: scheduler.params.warmup_max_lr=0.1 is overridden by --lr="));
   r = resolve_train_config(c, &cosine, nullptr);
-  EXPECT_DOUBLE_EQ(r.train.lr_schedule.cos_min_ratio, 0.5);
+  EXPECT_DOUBLE_EQ(r.train.schedule.lr.cos_min_ratio, 0.5);
   EXPECT_EQ(r.source_of("cos_min_ratio"), "--min-lr-ratio");
   // "auto" warmup from a zero --warmup-steps (HF Trainer's default) is valid: DeepSpeed's WarmupLR takes
   // max(2, warmup_num_steps); a negative one is not.
   const DsConfig auto_warm = ds(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}})");
   CommandLine zero = cli();
-  zero.values.warmup_steps = 0;
-  EXPECT_EQ(resolve_train_config(zero, &auto_warm, nullptr).train.lr_schedule.warmup_num_steps, 0);
-  zero.values.warmup_steps = -1;
+  zero.values.schedule.warmup_steps = 0;
+  EXPECT_EQ(resolve_train_config(zero, &auto_warm, nullptr).train.schedule.lr.warmup_num_steps, 0);
+  zero.values.schedule.warmup_steps = -1;
   EXPECT_ERROR_HAS(resolve_train_config(zero, &auto_warm, nullptr),
                    "warmup_num_steps=-1 (default (auto in ds.json: scheduler.params.warmup_num_steps)) must be >= 0");
 }
 
 TEST(ConfigResolve, BatchArithmetic) {
   CommandLine c = cli({"--dp-replicate"});
-  c.values.dp_replicate = 2;  // world 8 = 2 × sp 4, dp_world 2
+  c.values.parallel.dp_replicate = 2;  // world 8 = 2 × sp 4, dp_world 2
   const DsConfig bad = ds(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4,
                               "gradient_accumulation_steps": 2})");
   EXPECT_ERROR_HAS(resolve_train_config(c, &bad, nullptr),
@@ -316,24 +406,24 @@ TEST(ConfigResolve, BatchArithmetic) {
   // DeepSpeed's derivations: the missing one of micro / grad_accum from train_batch_size.
   DsConfig d = ds(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})");
   ResolvedConfig r = resolve_train_config(c, &d, nullptr);
-  EXPECT_EQ(r.train.grad_accum, 4);  // 32 / (4 × 2)
+  EXPECT_EQ(r.train.data.grad_accum, 4);  // 32 / (4 × 2)
   EXPECT_EQ(r.source_of("grad_accum"), "derived: train_batch_size / (micro_batch × dp_world)");
   d = ds(R"({"train_batch_size": 32, "gradient_accumulation_steps": 2})");
   r = resolve_train_config(c, &d, nullptr);
-  EXPECT_EQ(r.train.micro_batch, 8);  // 32 / (2 × 2)
+  EXPECT_EQ(r.train.data.micro_batch, 8);  // 32 / (2 × 2)
   EXPECT_EQ(r.source_of("micro_batch"), "derived: train_batch_size / (grad_accum × dp_world)");
   d = ds(R"({"train_batch_size": 32})");
   CommandLine c3 = c;
-  c3.values.grad_accum = 3;
+  c3.values.data.grad_accum = 3;
   r = resolve_train_config(c3, &d, nullptr);
-  EXPECT_EQ(r.train.grad_accum, 1);    // DeepSpeed sets 1
-  EXPECT_EQ(r.train.micro_batch, 16);  // 32 / (1 × 2)
+  EXPECT_EQ(r.train.data.grad_accum, 1);    // DeepSpeed sets 1
+  EXPECT_EQ(r.train.data.micro_batch, 16);  // 32 / (1 × 2)
   // A flag counts as given: --micro-batch with train_batch_size derives grad_accum.
   CommandLine c2 = cli({"--dp-replicate", "--micro-batch"});
-  c2.values.dp_replicate = 2;
-  c2.values.micro_batch = 2;
+  c2.values.parallel.dp_replicate = 2;
+  c2.values.data.micro_batch = 2;
   r = resolve_train_config(c2, &d, nullptr);
-  EXPECT_EQ(r.train.grad_accum, 8);
+  EXPECT_EQ(r.train.data.grad_accum, 8);
   d = ds(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4})");
   EXPECT_ERROR_HAS(resolve_train_config(c, &d, nullptr),
                    "train_batch_size=30 (ds.json: train_batch_size) must equal train_micro_batch_size_per_gpu × "
@@ -341,7 +431,7 @@ TEST(ConfigResolve, BatchArithmetic) {
                    "= 8, so grad_accum cannot be derived (dp_world = world / sequence_parallel_size = 8 / 4 = 2)");
   // A flag that breaks a file's arithmetic is caught with the flag named.
   CommandLine c4 = cli({"--grad-accum"});
-  c4.values.grad_accum = 3;
+  c4.values.data.grad_accum = 3;
   d = ds(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8})");
   EXPECT_ERROR_HAS(resolve_train_config(c4, &d, nullptr), "= 8 × 3 × 1 = 24");
   EXPECT_ERROR_HAS(resolve_train_config(c4, &d, nullptr), "grad_accum from --grad-accum");
@@ -364,7 +454,7 @@ parallelism_config:
   // Without dp sizes, dp_replicate fills the world (DeepSpeed's dp = world / sp).
   a = acc("num_processes: 8\nparallelism_config:\n  parallelism_config_sp_size: 4\n");
   ResolvedConfig r = resolve_train_config(cli(), nullptr, &a);
-  EXPECT_EQ(r.train.dp_replicate, 2);
+  EXPECT_EQ(r.train.parallel.dp_replicate, 2);
   EXPECT_EQ(r.source_of("dp_replicate"), "derived: num_processes / (sp × dp_shard)");
   a = acc("num_processes: 6\nparallelism_config:\n  parallelism_config_sp_size: 4\n");
   EXPECT_ERROR_HAS(resolve_train_config(cli(), nullptr, &a),
@@ -376,7 +466,7 @@ parallelism_config:
       acc("num_processes: 4\nparallelism_config:\n  parallelism_config_dp_replicate_size: 1\n"
           "  parallelism_config_sp_size: 4\n");
   CommandLine c = cli({"--sp"});
-  c.values.sp = 2;
+  c.values.parallel.sp = 2;
   EXPECT_ERROR_HAS(resolve_train_config(c, nullptr, &a), "= 1 × 1 × 2 = 2");
   EXPECT_ERROR_HAS(resolve_train_config(c, nullptr, &a), "sp from --sp)");
 }
@@ -384,24 +474,24 @@ parallelism_config:
 // Launched as one process per GPU: the launch's process count is the world, as num_processes is.
 TEST(ConfigResolve, LaunchWorldIsTheWorld) {
   CommandLine c = cli({"--sp"});
-  c.values.sp = 4;
+  c.values.parallel.sp = 4;
   c.launch_world = 8;
   c.launch_source = "the launch: torchrun, 8 processes";
   ResolvedConfig r = resolve_train_config(c, nullptr, nullptr);
-  EXPECT_EQ(r.train.dp_replicate, 2);
+  EXPECT_EQ(r.train.parallel.dp_replicate, 2);
   EXPECT_EQ(r.world, 8);
   EXPECT_EQ(r.source_of("dp_replicate"), "derived: world / (sp × dp_shard)");
   EXPECT_EQ(r.source_of("world"), "the launch: torchrun, 8 processes");
   // A DeepSpeed batch size counts the derived dp.
   DsConfig d = ds(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})");
-  EXPECT_EQ(resolve_train_config(c, &d, nullptr).train.grad_accum, 4);
+  EXPECT_EQ(resolve_train_config(c, &d, nullptr).train.data.grad_accum, 4);
   // sp that does not divide it, and a dp_replicate given that does not fill it.
-  c.values.sp = 3;
+  c.values.parallel.sp = 3;
   EXPECT_ERROR_HAS(resolve_train_config(c, nullptr, nullptr),
                    "world=8 (the launch: torchrun, 8 processes) must equal dp_replicate × dp_shard × sp; with sp=3");
   CommandLine c2 = cli({"--sp", "--dp-replicate"});
-  c2.values.sp = 4;
-  c2.values.dp_replicate = 1;
+  c2.values.parallel.sp = 4;
+  c2.values.parallel.dp_replicate = 1;
   c2.launch_world = 8;
   c2.launch_source = "the launch: Slurm, 8 processes";
   EXPECT_ERROR_HAS(resolve_train_config(c2, nullptr, nullptr),
@@ -438,9 +528,9 @@ TEST(ConfigResolve, OneDeepSpeedFile) {
                        "/acc.yaml: deepspeed_config.deepspeed_config_file = " + dir + "/b.json; give one of them");
   // The same file named twice is one file; the YAML's file alone is read too.
   ResolvedConfig r = resolve_train_config(cli(), dir + "/b.json", dir + "/acc.yaml");
-  EXPECT_EQ(r.train.micro_batch, 3);
+  EXPECT_EQ(r.train.data.micro_batch, 3);
   r = resolve_train_config(cli(), "", dir + "/acc.yaml");
-  EXPECT_EQ(r.train.micro_batch, 3);
+  EXPECT_EQ(r.train.data.micro_batch, 3);
   EXPECT_EQ(r.source_of("micro_batch"), dir + "/b.json: train_micro_batch_size_per_gpu");
 }
 
@@ -461,9 +551,9 @@ TEST(Schedules, LinearCosineIsSeqparsOwn) {
   // lr_schedule_of takes these from the TrainConfig, and the trainer's lr_at is the same function.
   TrainConfig t;
   t.optimizer.adamw.lr = 0.01f;
-  t.warmup_steps = 10;
-  t.min_lr_ratio = 0.1f;
-  t.steps = 110;
+  t.schedule.warmup_steps = 10;
+  t.schedule.min_lr_ratio = 0.1f;
+  t.schedule.steps = 110;
   EXPECT_FLOAT_EQ(scheduled_lr(lr_schedule_of(t), 60), 0.0055f);
   EXPECT_FLOAT_EQ(lr_at(t, 60), 0.0055f);
 }

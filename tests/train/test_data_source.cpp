@@ -58,18 +58,18 @@ std::string write_corpus(const Corpus& c) {
 
 TrainConfig data_run(const std::string& path) {
   TrainConfig c;
-  c.model = demo_model_config();
-  c.data_path = path;
-  c.task.seq_len = 32;
-  c.micro_batch = 2;
-  c.steps = 3;
-  c.warmup_steps = 1;
+  c.model.arch = demo_model_config();
+  c.data.path = path;
+  c.data.task.seq_len = 32;
+  c.data.micro_batch = 2;
+  c.schedule.steps = 3;
+  c.schedule.warmup_steps = 1;
   c.optimizer.adamw.lr = 1e-3f;
   c.optimizer.clip = 1.0;
-  c.sp = 1;
-  c.eval_every = 0;
-  c.log_every = 1;
-  c.quiet = true;
+  c.parallel.sp = 1;
+  c.logging.eval_every = 0;
+  c.logging.log_every = 1;
+  c.logging.quiet = true;
   return c;
 }
 
@@ -98,8 +98,8 @@ TEST(TokenData, StepsReadEachSequenceOfAnEpochOnceThenRollOver) {
   TokenDataset data(file, 32, 99, /*shuffle=*/true);
   ASSERT_GE(data.num_sequences(), 37);
   TrainConfig c = data_run(file->path());
-  c.micro_batch = 2;
-  c.grad_accum = 2;
+  c.data.micro_batch = 2;
+  c.data.grad_accum = 2;
   const int dp = 2;
   const int64_t M = 8, E = data.num_sequences() / M;
   // Sequence contents -> index, per epoch (the tokens are random, so sequences are distinct).
@@ -111,7 +111,7 @@ TEST(TokenData, StepsReadEachSequenceOfAnEpochOnceThenRollOver) {
   const auto epoch0 = index_of(0), epoch1 = index_of(1);
   std::vector<int64_t> seen;
   for (int64_t step = 1; step <= E + 1; ++step) {
-    for (int m = 0; m < c.grad_accum; ++m)
+    for (int m = 0; m < c.data.grad_accum; ++m)
       for (int d = 0; d < dp; ++d)
         for (const Sequence& s : token_data_batch(data, c, dp, step, m, d)) {
           const auto& idx = step <= E ? epoch0 : epoch1;
@@ -128,7 +128,7 @@ TEST(TokenData, StepsReadEachSequenceOfAnEpochOnceThenRollOver) {
   EXPECT_EQ(token_data_position(data.num_sequences(), M, E + 1), (std::pair<int64_t, int64_t>{1, M}));
   // dp = 2 with one micro-batch reads, per step, what dp = 1 with two micro-batches reads.
   TrainConfig one = c;
-  one.grad_accum = 1;
+  one.data.grad_accum = 1;
   for (int64_t step = 1; step <= 3; ++step)
     for (int d = 0; d < 2; ++d) {
       const auto a = token_data_batch(data, one, 2, step, 0, d);
@@ -147,10 +147,10 @@ TEST(TokenData, FirstLossIsTheModelOnTheFileAsWritten) {
     constexpr int L = 96;  // several documents per sequence
     const Corpus corpus = make_corpus(6 * L, 2, with_mask);
     TrainConfig c = data_run(write_corpus(corpus));
-    c.task.seq_len = L;
-    c.shuffle = false;
-    c.steps = 1;
-    c.init_std = 0.5f;  // sharp attention, so what a token attends to shows in the loss
+    c.data.task.seq_len = L;
+    c.data.shuffle = false;
+    c.schedule.steps = 1;
+    c.model.init_std = 0.5f;  // sharp attention, so what a token attends to shows in the loss
     const TrainResult r = run_training(c);
     ASSERT_EQ(r.losses.size(), 1u);
 
@@ -180,8 +180,8 @@ TEST(TokenData, FirstLossIsTheModelOnTheFileAsWritten) {
     }
     ASSERT_GT(packed[0].doc_lens.size(), 2u) << "the test wants packed documents";
     auto loss_of = [&](const std::vector<Sequence>& rows) {
-      LlamaModel model(c.model);
-      init_llama_params(model.params(), c.seed, c.init_std);
+      LlamaModel model(c.model.arch);
+      init_llama_params(model.params(), c.schedule.seed, c.model.init_std);
       SpBatch b = make_sp_batch(rows, 1, SpLayout::kContiguous);
       const Shard& sh = b.shards[0];
       LocalAttention attn(shard_token_meta(sh));
@@ -215,7 +215,7 @@ TEST(TokenData, SpAndDpDegreesReproduceDegreeOne) {
   const Corpus corpus = make_corpus(40 * 32, 3, true);
   const std::string path = write_corpus(corpus);
   TrainConfig base = data_run(path);
-  base.grad_accum = 2;
+  base.data.grad_accum = 2;
   const TrainResult ref = run_training(base);
   ASSERT_EQ(ref.losses.size(), 3u);
   EXPECT_EQ(ref.steps_per_epoch, ref.num_sequences / 4);
@@ -226,18 +226,18 @@ TEST(TokenData, SpAndDpDegreesReproduceDegreeOne) {
   for (const Setting& s :
        {Setting{SpMode::kUlysses, 2, 0}, Setting{SpMode::kRing, 4, 0}, Setting{SpMode::kHybrid, 4, 2}}) {
     TrainConfig c = base;
-    c.sp = s.sp;
-    c.sp_mode = s.mode;
-    c.ulysses_degree = s.u;
+    c.parallel.sp = s.sp;
+    c.parallel.sp_mode = s.mode;
+    c.parallel.ulysses_degree = s.u;
     const TrainResult r = run_training(c);
     expect_close_losses(r.losses, ref.losses, sp_mode_name(s.mode) + " sp=" + std::to_string(s.sp));
     EXPECT_EQ(r.steps_per_epoch, ref.steps_per_epoch) << "steps per epoch must not depend on SP";
   }
   TrainConfig dp = base;
-  dp.grad_accum = 1;
-  dp.dp_replicate = 2;
-  dp.sp = 2;
-  dp.sp_mode = SpMode::kRing;
+  dp.data.grad_accum = 1;
+  dp.parallel.dp_replicate = 2;
+  dp.parallel.sp = 2;
+  dp.parallel.sp_mode = SpMode::kRing;
   const TrainResult r = run_training(dp);
   expect_close_losses(r.losses, ref.losses, "dp=2 sp=2 vs grad_accum=2");
   EXPECT_EQ(r.steps_per_epoch, ref.steps_per_epoch);
@@ -248,13 +248,13 @@ TEST(TokenData, SpAndDpDegreesReproduceDegreeOne) {
 TEST(TokenData, EpochsRollOverAndResumeIsBitExact) {
   const Corpus corpus = make_corpus(9 * 32, 4, false);  // 9 sequences: 2 steps of 4 per epoch, 1 unused
   TrainConfig c = data_run(write_corpus(corpus));
-  c.sp = 2;
-  c.sp_mode = SpMode::kRing;
-  c.grad_accum = 2;
-  c.steps = 5;
+  c.parallel.sp = 2;
+  c.parallel.sp_mode = SpMode::kRing;
+  c.data.grad_accum = 2;
+  c.schedule.steps = 5;
   const std::string root = testing::temp_dir();
   TrainConfig whole = c;
-  whole.save_dir = root + "/whole";
+  whole.checkpoint.save_dir = root + "/whole";
   const TrainResult a = run_training(whole);
   EXPECT_EQ(a.num_sequences, 9);
   EXPECT_EQ(a.steps_per_epoch, 2);
@@ -263,8 +263,8 @@ TEST(TokenData, EpochsRollOverAndResumeIsBitExact) {
   for (double l : a.losses) EXPECT_TRUE(std::isfinite(l) && l > 0);
 
   TrainConfig first = c;
-  first.save_dir = root + "/split";
-  first.stop_at_step = 3;
+  first.checkpoint.save_dir = root + "/split";
+  first.checkpoint.stop_at_step = 3;
   run_training(first);
   const Checkpoint ck = load_checkpoint(root + "/split/step_000003");
   EXPECT_EQ(ck.state.data_source, "tokens");
@@ -276,8 +276,8 @@ TEST(TokenData, EpochsRollOverAndResumeIsBitExact) {
     return n;
   }());
   TrainConfig second = c;
-  second.save_dir = root + "/split";
-  second.resume = ResumeFrom::parse("latest");
+  second.checkpoint.save_dir = root + "/split";
+  second.checkpoint.resume = ResumeFrom::parse("latest");
   const TrainResult b = run_training(second);
   ASSERT_EQ(b.losses.size(), a.losses.size());
   for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
@@ -287,8 +287,8 @@ TEST(TokenData, EpochsRollOverAndResumeIsBitExact) {
 
   // Another file (same size, other tokens) is not the checkpoint's data.
   TrainConfig other = second;
-  other.data_path = write_corpus(make_corpus(9 * 32, 5, false));
-  other.resume = ResumeFrom::parse(root + "/split/step_000003");
+  other.data.path = write_corpus(make_corpus(9 * 32, 5, false));
+  other.checkpoint.resume = ResumeFrom::parse(root + "/split/step_000003");
   expect_input_error([&] { run_training(other); }, {"cannot resume", "data."});
 }
 
@@ -299,21 +299,21 @@ TEST(TokenData, EvalDataGivesTheEvalLoss) {
   const Corpus eval_corpus = make_corpus(6 * 32, 7, true);
   const std::string eval_path = write_corpus(eval_corpus);
   TrainConfig c = data_run(train_path);
-  c.eval_data_path = eval_path;
-  c.eval_every = 2;
-  c.eval_batches = 2;
-  c.steps = 3;
-  c.save_dir = testing::temp_dir();
+  c.data.eval_path = eval_path;
+  c.logging.eval_every = 2;
+  c.data.eval_batches = 2;
+  c.schedule.steps = 3;
+  c.checkpoint.save_dir = testing::temp_dir();
   const TrainResult r = run_training(c);
   ASSERT_EQ(r.eval_loss.size(), 2u);  // steps 2 and 3 (the last)
   EXPECT_EQ(r.eval_loss[0].first, 2);
   EXPECT_EQ(r.eval_loss[1].first, 3);
   EXPECT_TRUE(r.eval_accuracy.empty());
 
-  const Checkpoint ck = load_checkpoint(c.save_dir + "/step_000003");
+  const Checkpoint ck = load_checkpoint(c.checkpoint.save_dir + "/step_000003");
   LlamaModel model(ck.model_config);
   load_params_from(model.params(), ck.model_config, ck.model, ck.dir);
-  TokenDataset eval(std::make_shared<const TokenFile>(eval_path), 32, c.seed, /*shuffle=*/false);
+  TokenDataset eval(std::make_shared<const TokenFile>(eval_path), 32, c.schedule.seed, /*shuffle=*/false);
   double loss_sum = 0;
   int64_t good = 0;
   for (int b = 0; b < 2; ++b) {
@@ -330,8 +330,8 @@ TEST(TokenData, EvalDataGivesTheEvalLoss) {
   EXPECT_NEAR(r.eval_loss.back().second, static_cast<float>(loss_sum) / good, 1e-6 * r.eval_loss.back().second);
 
   TrainConfig sp = c;
-  sp.save_dir.clear();
-  sp.sp = 2;
+  sp.checkpoint.save_dir.clear();
+  sp.parallel.sp = 2;
   const TrainResult rs = run_training(sp);
   ASSERT_EQ(rs.eval_loss.size(), 2u);
   EXPECT_NEAR(rs.eval_loss[1].second, r.eval_loss[1].second, 1e-5 * r.eval_loss[1].second);
@@ -342,20 +342,20 @@ TEST(TokenData, BadDataFailsBeforeTraining) {
   Corpus corpus = make_corpus(8 * 32, 8, false);
   corpus.docs.back().back() = 200;
   TrainConfig c = data_run(write_corpus(corpus));
-  c.metrics_out = testing::temp_dir() + "/metrics.jsonl";
-  expect_input_error([&] { run_training(c); }, {"data=" + c.data_path, "token 200 at index", "is >= vocab_size=128",
+  c.logging.metrics_out = testing::temp_dir() + "/metrics.jsonl";
+  expect_input_error([&] { run_training(c); }, {"data=" + c.data.path, "token 200 at index", "is >= vocab_size=128",
                                                 "the model's vocab_size is 128"});
-  EXPECT_FALSE(fs::exists(c.metrics_out)) << "nothing may start before the data is checked";
+  EXPECT_FALSE(fs::exists(c.logging.metrics_out)) << "nothing may start before the data is checked";
   // Fewer sequences than one step reads.
   c = data_run(write_corpus(make_corpus(3 * 32, 9, false)));
-  c.micro_batch = 4;
+  c.data.micro_batch = 4;
   expect_input_error(
       [&] { run_training(c); },
-      {"data=" + c.data_path, "fewer than one step reads (micro_batch × grad_accum × dp = 4 × 1 × 1 = 4)"});
+      {"data=" + c.data.path, "fewer than one step reads (micro_batch × grad_accum × dp = 4 × 1 × 1 = 4)"});
   // An eval file without training data.
   c = data_run("");
-  c.task.seq_len = 64;
-  c.eval_data_path = "eval.bin";
+  c.data.task.seq_len = 64;
+  c.data.eval_path = "eval.bin";
   expect_input_error([&] { run_training(c); }, {"eval_data=eval.bin needs data (--data)"});
   // A file that is not a token file.
   const std::string junk = testing::temp_dir() + "/junk.bin";

@@ -87,9 +87,9 @@ TEST(PlanBounds, TrainRefusesARunThePlanSaysCannotFitBeforeAllocating) {
   // The tiny model with 2^35 tokens per sequence: tens of TiB, beyond this host's memory; the
   // trainer used to allocate the model and start.
   TrainConfig c = testing::tiny_recall_config();
-  c.task.seq_len = int64_t{1} << 35;
-  c.micro_batch = 1;
-  c.steps = 1;
+  c.data.task.seq_len = int64_t{1} << 35;
+  c.data.micro_batch = 1;
+  c.schedule.steps = 1;
   const size_t before = cpu_allocator().current_bytes();
   const std::string msg = input_error_of([&] { Trainer t(c); });
   EXPECT_HAS(msg, "the run cannot fit");

@@ -59,19 +59,19 @@ struct Setting {
 // allocator: the peak over sp ranks, divided by sp).
 double measured_peak_per_rank(const Setting& s, const std::string& data, int64_t S) {
   TrainConfig c;
-  c.model = plan_model(s.vocab, s.gpt);
-  c.data_path = data;
-  c.shuffle = false;
-  c.task.seq_len = S;
-  c.micro_batch = 1;
-  c.steps = 2;
-  c.warmup_steps = 1;
-  c.eval_every = 0;
-  c.log_every = 1;
-  c.quiet = std::getenv("SEQPAR_TEST_DEBUG") == nullptr;
-  c.sp = s.sp;
-  c.sp_mode = s.mode;
-  c.ulysses_degree = s.ulysses_degree;
+  c.model.arch = plan_model(s.vocab, s.gpt);
+  c.data.path = data;
+  c.data.shuffle = false;
+  c.data.task.seq_len = S;
+  c.data.micro_batch = 1;
+  c.schedule.steps = 2;
+  c.schedule.warmup_steps = 1;
+  c.logging.eval_every = 0;
+  c.logging.log_every = 1;
+  c.logging.quiet = std::getenv("SEQPAR_TEST_DEBUG") == nullptr;
+  c.parallel.sp = s.sp;
+  c.parallel.sp_mode = s.mode;
+  c.parallel.ulysses_degree = s.ulysses_degree;
   c.memory.activation_checkpointing = s.ckpt;
   c.memory.checkpoint_keep_attention = s.keep_attention;
   c.memory.checkpoint_offload = s.offload;

@@ -51,18 +51,18 @@ const Levers kLevers[] = {{"optimizer offload", 0, OffloadDevice::kCpu, OffloadD
 
 TrainConfig tiny_run(const Mesh& m) {
   TrainConfig c = testing::tiny_recall_config();
-  c.steps = 4;
-  c.warmup_steps = 1;
+  c.schedule.steps = 4;
+  c.schedule.warmup_steps = 1;
   c.optimizer.adamw.lr = 1e-2f;
   c.optimizer.adamw.weight_decay = 0.01f;
   c.optimizer.clip = 1e-3;  // far below the gradients' norm: every step clips
-  c.eval_every = 0;
-  c.log_every = 1;
-  c.quiet = true;
-  c.sp = m.sp;
-  c.sp_mode = m.mode;
-  c.dp_replicate = m.dp_replicate;
-  c.grad_accum = m.grad_accum;
+  c.logging.eval_every = 0;
+  c.logging.log_every = 1;
+  c.logging.quiet = true;
+  c.parallel.sp = m.sp;
+  c.parallel.sp_mode = m.mode;
+  c.parallel.dp_replicate = m.dp_replicate;
+  c.data.grad_accum = m.grad_accum;
   return c;
 }
 
@@ -76,8 +76,8 @@ TrainConfig with_levers(TrainConfig c, const Levers& l) {
 // Runs `c`, saving at its last step, and returns that checkpoint's weights (the f32 master weights
 // the optimizer holds, whole).
 SafetensorsData final_weights(TrainConfig c, const std::string& dir) {
-  c.save_dir = dir;
-  c.save_every = c.steps;
+  c.checkpoint.save_dir = dir;
+  c.checkpoint.save_every = c.schedule.steps;
   const TrainResult r = run_training(c);
   EXPECT_FALSE(r.checkpoints.empty());
   return read_safetensors(r.checkpoints.back() + "/model.safetensors");
@@ -125,7 +125,7 @@ void expect_every_lever_trains_as_stage0(const LlamaConfig& gpt, const char* edg
     SCOPED_TRACE(m.name);
     const std::string root = testing::temp_dir();
     TrainConfig base = tiny_run(m);
-    base.model = gpt;
+    base.model.arch = gpt;
     const SafetensorsData plain = final_weights(base, root + "/plain");
     EXPECT_NE(plain.find(edge), nullptr);
     for (const Levers& l : kLevers) {
@@ -165,7 +165,7 @@ TEST(Offload, TheComparisonSeesTrainingAndClipping) {
   const SafetensorsData clipped = final_weights(c, root + "/clipped");
   c.optimizer.clip = 0;
   const SafetensorsData unclipped = final_weights(c, root + "/unclipped");
-  c.steps = 1;
+  c.schedule.steps = 1;
   c.optimizer.adamw.lr = 1e-12f;
   const SafetensorsData initial = final_weights(c, root + "/initial");
   EXPECT_GT(max_abs_diff(clipped, initial), 1e-3);
@@ -187,12 +187,12 @@ TEST(Offload, ResumeAcrossStages) {
       SCOPED_TRACE(std::string(first.name) + " then " + second.name);
       const std::string dir = root + "/" + first.name + "-" + second.name;
       TrainConfig a = with_levers(tiny_run(m), first);
-      a.save_dir = dir;
-      a.save_every = 2;
-      a.stop_at_step = 2;
+      a.checkpoint.save_dir = dir;
+      a.checkpoint.save_every = 2;
+      a.checkpoint.stop_at_step = 2;
       run_training(a);
       TrainConfig b = with_levers(tiny_run(m), second);
-      b.resume = ResumeFrom::parse("latest");
+      b.checkpoint.resume = ResumeFrom::parse("latest");
       const SafetensorsData got = final_weights(b, dir);
       EXPECT_LE(max_abs_diff(got, want), 1e-6);
     }
@@ -322,17 +322,17 @@ TEST(Offload, PlanHostBytesAreTheAllocations) {
   for (const Mesh& m : {kMeshes[0], kMeshes[1]}) {
     SCOPED_TRACE(m.name);
     TrainConfig c = with_levers(tiny_run(m), kLevers[5]);
-    c.steps = 2;
+    c.schedule.steps = 2;
     offload_host_allocator().reset_peak();
     const size_t before = offload_host_allocator().current_bytes();
     run_training(c);
     MemoryPlanInput in;
-    in.model = c.model;
-    in.seq_len = c.task.seq_len;
-    in.micro_batch = c.micro_batch;
-    in.sp = c.sp;
-    in.ulysses_degree = c.sp;
-    in.world = c.sp * c.dp_replicate;
+    in.model = c.model.arch;
+    in.seq_len = c.data.task.seq_len;
+    in.micro_batch = c.data.micro_batch;
+    in.sp = c.parallel.sp;
+    in.ulysses_degree = c.parallel.sp;
+    in.world = c.parallel.sp * c.parallel.dp_replicate;
     in.cuda = false;
     in.memory = c.memory;
     const MemoryPlan p = plan_memory(in);

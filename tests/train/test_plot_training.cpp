@@ -26,20 +26,20 @@ TEST(Plot, TrainingWritesThePlotNextToTheMetrics) {
   EXPECT_EQ(metrics_plot_path("m.svg"), "m.svg.svg");
 
   TrainConfig c = testing::tiny_recall_config();
-  c.steps = 6;
-  c.sp = 1;
-  c.eval_every = 3;
-  c.eval_batches = 1;
-  c.log_every = 2;
-  c.quiet = true;
-  c.metrics_out = testing::temp_dir() + "/metrics.jsonl";
+  c.schedule.steps = 6;
+  c.parallel.sp = 1;
+  c.logging.eval_every = 3;
+  c.data.eval_batches = 1;
+  c.logging.log_every = 2;
+  c.logging.quiet = true;
+  c.logging.metrics_out = testing::temp_dir() + "/metrics.jsonl";
   run_training(c);
-  const std::vector<json> recs = read_metrics_jsonl(c.metrics_out);
+  const std::vector<json> recs = read_metrics_jsonl(c.logging.metrics_out);
   size_t logged = 0, evals = 0;
   for (const json& r : recs) (r.contains("loss") ? logged : evals) += 1;
   EXPECT_EQ(logged, 4u);  // steps 1, 2, 4, 6
   EXPECT_EQ(evals, 2u);   // steps 3, 6
-  std::ifstream in(metrics_plot_path(c.metrics_out));
+  std::ifstream in(metrics_plot_path(c.logging.metrics_out));
   ASSERT_TRUE(in.good());
   std::stringstream ss;
   ss << in.rdbuf();
@@ -49,8 +49,8 @@ TEST(Plot, TrainingWritesThePlotNextToTheMetrics) {
   EXPECT_EQ(polyline_points(svg, "tokens_per_s"), std::vector<size_t>{logged});
   EXPECT_EQ(polyline_points(svg, "eval_accuracy"), std::vector<size_t>{evals});
 
-  std::ofstream(c.metrics_out, std::ios::app) << "{not json\n";
-  EXPECT_THROW(read_metrics_jsonl(c.metrics_out), InputError);
+  std::ofstream(c.logging.metrics_out, std::ios::app) << "{not json\n";
+  EXPECT_THROW(read_metrics_jsonl(c.logging.metrics_out), InputError);
 }
 
 }  // namespace

@@ -28,15 +28,15 @@ using json = nlohmann::json;
 
 TrainConfig tiny_run() {
   TrainConfig c = testing::tiny_recall_config();
-  c.steps = 4;
-  c.warmup_steps = 0;
+  c.schedule.steps = 4;
+  c.schedule.warmup_steps = 0;
   c.optimizer.adamw.lr = 1e-3f;
   c.optimizer.clip = 1.0;
-  c.sp = 1;
-  c.eval_every = 0;
-  c.eval_batches = 1;
-  c.log_every = 1;
-  c.quiet = true;
+  c.parallel.sp = 1;
+  c.logging.eval_every = 0;
+  c.data.eval_batches = 1;
+  c.logging.log_every = 1;
+  c.logging.quiet = true;
   return c;
 }
 
@@ -107,24 +107,24 @@ TEST(NonFinite, DefaultAbortsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
   for (int sp : {1, 2}) {
     SCOPED_TRACE(sp);
     TrainConfig c = diverging_run();
-    c.sp = sp;
-    c.dp_replicate = sp;
-    c.save_dir = testing::temp_dir() + "/ckpt";
-    c.save_every = 1;
-    c.keep_last = 1;
+    c.parallel.sp = sp;
+    c.parallel.dp_replicate = sp;
+    c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
+    c.checkpoint.save_every = 1;
+    c.checkpoint.keep_last = 1;
     expect_error<Error>([&] { run_training(c); },
                         {"step 2: the loss or the gradient norm is not finite", "on_nonfinite=abort",
-                         "the last checkpoint, " + c.save_dir + "/step_000001, is intact"});
-    EXPECT_EQ(latest_checkpoint(c.save_dir), c.save_dir + "/step_000001");
-    EXPECT_FALSE(fs::exists(c.save_dir + "/step_000002"));
-    const Checkpoint ck = load_checkpoint(c.save_dir + "/step_000001");
+                         "the last checkpoint, " + c.checkpoint.save_dir + "/step_000001, is intact"});
+    EXPECT_EQ(latest_checkpoint(c.checkpoint.save_dir), c.checkpoint.save_dir + "/step_000001");
+    EXPECT_FALSE(fs::exists(c.checkpoint.save_dir + "/step_000002"));
+    const Checkpoint ck = load_checkpoint(c.checkpoint.save_dir + "/step_000001");
     EXPECT_EQ(ck.state.step, 1);
     for (const auto& [name, t] : ck.model.tensors)
       for (float v : t.to_f32_vector()) ASSERT_TRUE(std::isfinite(v)) << name;
     // And it resumes: the run goes on from step 2 (skipping, as its weights are those of lr 1e30).
     TrainConfig r = c;
-    r.on_nonfinite = "skip";
-    r.resume = ResumeFrom::parse("latest");
+    r.checkpoint.on_nonfinite = "skip";
+    r.checkpoint.resume = ResumeFrom::parse("latest");
     const TrainResult res = run_training(r);
     EXPECT_EQ(res.first_step, 2);
     EXPECT_EQ(res.steps_run, 4);
@@ -137,14 +137,14 @@ TEST(NonFinite, DefaultAbortsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
 // and loads (its NaN losses written as null).
 TEST(NonFinite, SkipLeavesWeightsAndMomentsUnchangedAndCountsTheSteps) {
   TrainConfig c = diverging_run();
-  c.on_nonfinite = "skip";
-  c.save_dir = testing::temp_dir() + "/ckpt";
-  c.save_every = 1;
-  c.metrics_out = testing::temp_dir() + "/m.jsonl";
+  c.checkpoint.on_nonfinite = "skip";
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
+  c.checkpoint.save_every = 1;
+  c.logging.metrics_out = testing::temp_dir() + "/m.jsonl";
   const TrainResult r = run_training(c);
   EXPECT_EQ(r.steps_run, 4);
   EXPECT_EQ(r.skipped_steps, (std::vector<int64_t>{2, 3, 4}));
-  const std::string one = c.save_dir + "/step_000001", four = c.save_dir + "/step_000004";
+  const std::string one = c.checkpoint.save_dir + "/step_000001", four = c.checkpoint.save_dir + "/step_000004";
   EXPECT_EQ(bytes_of(one + "/model.safetensors"), bytes_of(four + "/model.safetensors"));
   EXPECT_EQ(bytes_of(one + "/optimizer.safetensors"), bytes_of(four + "/optimizer.safetensors"));
   const Checkpoint ck = load_checkpoint(four);
@@ -154,7 +154,7 @@ TEST(NonFinite, SkipLeavesWeightsAndMomentsUnchangedAndCountsTheSteps) {
   EXPECT_TRUE(std::isfinite(ck.state.losses[0]));
   EXPECT_TRUE(std::isnan(ck.state.losses[3]));
   int skipped_records = 0;
-  std::ifstream in(c.metrics_out);
+  std::ifstream in(c.logging.metrics_out);
   for (std::string line; std::getline(in, line);) {
     const json j = json::parse(line);
     if (j.value("skipped", false)) {
@@ -170,15 +170,15 @@ TEST(NonFinite, SkipLeavesWeightsAndMomentsUnchangedAndCountsTheSteps) {
 // across a resume (the checkpoint records the skipped steps).
 TEST(NonFinite, AbortAfterKInARow) {
   TrainConfig c = diverging_run();
-  c.steps = 8;
-  c.max_nonfinite_steps = 3;
-  c.save_dir = testing::temp_dir() + "/ckpt";
-  c.save_every = 1;
+  c.schedule.steps = 8;
+  c.checkpoint.max_nonfinite_steps = 3;
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
+  c.checkpoint.save_every = 1;
   expect_error<Error>([&] { run_training(c); }, {"step 4:", "the 3th such step in a row", "max_nonfinite_steps=3"});
-  EXPECT_EQ(load_checkpoint(*latest_checkpoint(c.save_dir)).state.step, 3);
+  EXPECT_EQ(load_checkpoint(*latest_checkpoint(c.checkpoint.save_dir)).state.step, 3);
   TrainConfig again = c;
-  again.resume = ResumeFrom::parse("latest");
-  again.max_nonfinite_steps = 4;  // two skipped before the checkpoint: steps 4 and 5 make four in a row
+  again.checkpoint.resume = ResumeFrom::parse("latest");
+  again.checkpoint.max_nonfinite_steps = 4;  // two skipped before the checkpoint: steps 4 and 5 make four in a row
   expect_error<Error>([&] { run_training(again); }, {"step 5:", "the 4th such step in a row"});
 }
 
@@ -187,8 +187,8 @@ TEST(NonFinite, SettingsAreValidated) {
   const SettingDecl* d = find_setting("on_nonfinite");
   ASSERT_NE(d, nullptr);
   expect_error([&] { d->set(c, "ignore", "--on-nonfinite"); }, {"--on-nonfinite=ignore: expected abort or skip"});
-  c.on_nonfinite = "abort";
-  c.max_nonfinite_steps = 0;
+  c.checkpoint.on_nonfinite = "abort";
+  c.checkpoint.max_nonfinite_steps = 0;
   expect_error([&] { Trainer t(c); }, {"max_nonfinite_steps=0 must be >= 1"});
 }
 
@@ -198,22 +198,22 @@ TEST(NothingToLearn, SeqLenOneAndFullyMaskedDataAreRefusedBeforeTraining) {
   std::vector<std::vector<int32_t>> docs = {{1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 16}};
   write_token_file(dir + "/masked.bin", docs, {std::vector<uint8_t>(8, 0), std::vector<uint8_t>(8, 0)});
   TrainConfig c = tiny_run();
-  c.data_path = dir + "/masked.bin";
-  c.task.seq_len = 4;
-  c.micro_batch = 1;
+  c.data.path = dir + "/masked.bin";
+  c.data.task.seq_len = 4;
+  c.data.micro_batch = 1;
   expect_error([&] { Trainer t(c); },
                {"data=" + dir + "/masked.bin", "no token of its 2 documents is a target", "nothing to learn from"});
   // Only the documents' first tokens labelled: no target either (labels shift inside a document).
   std::vector<uint8_t> first(8, 0);
   first[0] = 1;
   write_token_file(dir + "/first.bin", docs, {first, first});
-  c.data_path = dir + "/first.bin";
+  c.data.path = dir + "/first.bin";
   expect_error([&] { Trainer t(c); }, {"nothing to learn from"});
   write_token_file(dir + "/plain.bin", docs);
-  c.data_path = dir + "/plain.bin";
-  c.task.seq_len = 1;
+  c.data.path = dir + "/plain.bin";
+  c.data.task.seq_len = 1;
   expect_error([&] { Trainer t(c); }, {"seq_len=1: a sequence of one token has no next token to predict"});
-  c.task.seq_len = 4;
+  c.data.task.seq_len = 4;
   EXPECT_NO_THROW(Trainer t(c));
 }
 
@@ -221,10 +221,10 @@ TEST(NothingToLearn, SeqLenOneAndFullyMaskedDataAreRefusedBeforeTraining) {
 // directory falls back to the previous checkpoint (said in the log), export refuses.
 TEST(Checksums, FlippedBytesAreRefusedAndResumeFallsBack) {
   TrainConfig c = tiny_run();
-  c.save_dir = testing::temp_dir() + "/ckpt";
-  c.save_every = 2;
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
+  c.checkpoint.save_every = 2;
   run_training(c);
-  const std::string two = c.save_dir + "/step_000002", four = c.save_dir + "/step_000004";
+  const std::string two = c.checkpoint.save_dir + "/step_000002", four = c.checkpoint.save_dir + "/step_000004";
   const std::string model = bytes_of(four + "/model.safetensors");
   std::string flipped = model;
   flipped[flipped.size() - 3] ^= 0x10;  // inside the last tensor's bytes: the file still parses
@@ -233,16 +233,16 @@ TEST(Checksums, FlippedBytesAreRefusedAndResumeFallsBack) {
   expect_error([&] { export_checkpoint(four, testing::temp_dir() + "/hf", DType::kF32); },
                {"model.safetensors: checksum mismatch"});
   TrainConfig r = c;
-  r.steps = 5;
-  r.resume = ResumeFrom::parse("latest");
+  r.schedule.steps = 5;
+  r.checkpoint.resume = ResumeFrom::parse("latest");
   const TrainResult res = run_training(r);
   EXPECT_EQ(res.resumed_from, two);
   EXPECT_EQ(res.first_step, 3);
   // An explicit path does not fall back.
   TrainConfig p = c;
-  p.save_dir = "";
-  p.save_every = 0;
-  p.resume = ResumeFrom::parse(four);
+  p.checkpoint.save_dir = "";
+  p.checkpoint.save_every = 0;
+  p.checkpoint.resume = ResumeFrom::parse(four);
   write_bytes(four + "/model.safetensors", flipped);
   expect_error([&] { run_training(p); }, {"model.safetensors: checksum mismatch"});
 
@@ -260,10 +260,10 @@ TEST(Checksums, FlippedBytesAreRefusedAndResumeFallsBack) {
 // anything is allocated from the wrong size.
 TEST(Checksums, FilesThatDisagreeAreRefused) {
   TrainConfig c = tiny_run();
-  c.steps = 2;
-  c.save_dir = testing::temp_dir() + "/ckpt";
+  c.schedule.steps = 2;
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
   run_training(c);
-  const std::string two = c.save_dir + "/step_000002";
+  const std::string two = c.checkpoint.save_dir + "/step_000002";
   const std::string config = bytes_of(two + "/config.json");
   json cfg = json::parse(config);
   cfg["num_hidden_layers"] = 3;  // within every size bound (the tiny model has 2): only the cross-check sees it
@@ -273,9 +273,9 @@ TEST(Checksums, FilesThatDisagreeAreRefused) {
                {"config.json disagrees with trainer_state.json's model", "num_hidden_layers=3"});
   expect_error([&] { export_checkpoint(two, testing::temp_dir() + "/hf", DType::kF32); }, {"config.json disagrees"});
   TrainConfig r = c;
-  r.steps = 3;
-  r.resume = ResumeFrom::parse(two);
-  r.save_dir = "";
+  r.schedule.steps = 3;
+  r.checkpoint.resume = ResumeFrom::parse(two);
+  r.checkpoint.save_dir = "";
   expect_error([&] { run_training(r); }, {"config.json disagrees"});
   write_bytes(two + "/config.json", config);
 
@@ -300,39 +300,39 @@ TEST(Checksums, FilesThatDisagreeAreRefused) {
 // seqpar export never writes into a checkpoint (nor a save directory): refused before writing.
 TEST(Export, RefusesToWriteOverACheckpoint) {
   TrainConfig c = tiny_run();
-  c.steps = 2;
-  c.save_dir = testing::temp_dir() + "/ckpt";
+  c.schedule.steps = 2;
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
   run_training(c);
-  const std::string two = c.save_dir + "/step_000002";
+  const std::string two = c.checkpoint.save_dir + "/step_000002";
   const std::string model = bytes_of(two + "/model.safetensors");
   for (const std::string& out : {two, two + "/", two + "/hf", two + "/../step_000002/x"})
-    expect_error([&] { export_checkpoint(c.save_dir, out, DType::kBF16); },
+    expect_error([&] { export_checkpoint(c.checkpoint.save_dir, out, DType::kBF16); },
                  {"--out=" + out, "is a training checkpoint"});
-  expect_error([&] { export_checkpoint(two, c.save_dir, DType::kBF16); }, {"a training save directory"});
+  expect_error([&] { export_checkpoint(two, c.checkpoint.save_dir, DType::kBF16); }, {"a training save directory"});
   EXPECT_EQ(bytes_of(two + "/model.safetensors"), model);
   EXPECT_NO_THROW(load_checkpoint(two));
-  EXPECT_NO_THROW(export_checkpoint(two, c.save_dir + "/hf", DType::kBF16));  // beside the checkpoints is fine
+  EXPECT_NO_THROW(export_checkpoint(two, c.checkpoint.save_dir + "/hf", DType::kBF16));  // beside the checkpoints is fine
 }
 
 // One trainer per save directory: a second refuses naming the holder; the lock goes with the
 // trainer. Taking it removes what killed saves left.
 TEST(SaveDir, LockedWhileATrainerHoldsItAndLeftoversAreCleaned) {
   TrainConfig c = tiny_run();
-  c.steps = 2;
-  c.save_dir = testing::temp_dir() + "/ckpt";
+  c.schedule.steps = 2;
+  c.checkpoint.save_dir = testing::temp_dir() + "/ckpt";
   {
     Trainer first(c);
-    expect_error([&] { Trainer second(c); }, {"save_dir=" + c.save_dir + " is in use by another trainer",
-                                              fmt::format("pid {} on host", ::getpid()), c.save_dir + "/.lock"});
+    expect_error([&] { Trainer second(c); }, {"save_dir=" + c.checkpoint.save_dir + " is in use by another trainer",
+                                              fmt::format("pid {} on host", ::getpid()), c.checkpoint.save_dir + "/.lock"});
   }
   run_training(c);
-  fs::create_directories(c.save_dir + "/.tmp_step_000009");
-  write_bytes(c.save_dir + "/.tmp_step_000009/model.safetensors", std::string(1000, 'x'));
-  write_bytes(c.save_dir + "/latest.tmp.123.0", "step_000009\n");
+  fs::create_directories(c.checkpoint.save_dir + "/.tmp_step_000009");
+  write_bytes(c.checkpoint.save_dir + "/.tmp_step_000009/model.safetensors", std::string(1000, 'x'));
+  write_bytes(c.checkpoint.save_dir + "/latest.tmp.123.0", "step_000009\n");
   { Trainer t(c); }
-  EXPECT_FALSE(fs::exists(c.save_dir + "/.tmp_step_000009"));
-  EXPECT_FALSE(fs::exists(c.save_dir + "/latest.tmp.123.0"));
-  EXPECT_EQ(latest_checkpoint(c.save_dir), c.save_dir + "/step_000002");
+  EXPECT_FALSE(fs::exists(c.checkpoint.save_dir + "/.tmp_step_000009"));
+  EXPECT_FALSE(fs::exists(c.checkpoint.save_dir + "/latest.tmp.123.0"));
+  EXPECT_EQ(latest_checkpoint(c.checkpoint.save_dir), c.checkpoint.save_dir + "/step_000002");
 }
 
 }  // namespace

@@ -131,10 +131,10 @@ std::vector<SpSetting> settings_for(int64_t H) {
 
 TrainConfig options_for(const SpSetting& s) {
   TrainConfig o;
-  o.sp = s.P;
-  o.sp_mode = s.mode;
-  o.ulysses_degree = s.ulysses;
-  o.layout = s.layout;
+  o.parallel.sp = s.P;
+  o.parallel.sp_mode = s.mode;
+  o.parallel.ulysses_degree = s.ulysses;
+  o.parallel.layout = s.layout;
   // AdamW's first update is g / (|g| + eps) per element: a gradient element at the rounding level
   // of the largest ones (e.g. k_proj, whose per-segment key gradients sum to 0 by the softmax's
   // shift invariance, has some of ~1e-7 of the max) moves by a visible fraction of lr between two
@@ -272,16 +272,16 @@ TEST(SpModel, ConfigErrorsBeforeAnyWork) {
     }
   };
   TrainConfig o;
-  o.sp = 8;  // Ulysses 8 > 4 query heads
+  o.parallel.sp = 8;  // Ulysses 8 > 4 query heads
   expect_error(o, "ulysses degree 8 exceeds num_attention_heads=4");
-  o.sp = 6;
-  o.sp_mode = SpMode::kHybrid;
-  o.ulysses_degree = 4;
+  o.parallel.sp = 6;
+  o.parallel.sp_mode = SpMode::kHybrid;
+  o.parallel.ulysses_degree = 4;
   expect_error(o, "ulysses_degree=4 must divide sp_size=6");
-  o.ulysses_degree = 0;
+  o.parallel.ulysses_degree = 0;
   expect_error(o, "ulysses_degree");
-  o.sp = 0;
-  o.sp_mode = SpMode::kRing;
+  o.parallel.sp = 0;
+  o.parallel.sp_mode = SpMode::kRing;
   expect_error(o, "--sp=0");
 }
 

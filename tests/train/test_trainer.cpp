@@ -22,16 +22,16 @@ constexpr double kTol = 1e-5;
 // The tiny demo model on a short recall task: a few steps take milliseconds.
 TrainConfig tiny_run() {
   TrainConfig c = testing::tiny_recall_config();
-  c.grad_accum = 1;
-  c.steps = 4;
-  c.warmup_steps = 2;
+  c.data.grad_accum = 1;
+  c.schedule.steps = 4;
+  c.schedule.warmup_steps = 2;
   c.optimizer.adamw.lr = 1e-3f;
   c.optimizer.clip = 1.0;
-  c.sp = 1;
-  c.eval_every = 0;  // evaluate only at the end
-  c.eval_batches = 1;
-  c.log_every = 1;
-  c.quiet = true;
+  c.parallel.sp = 1;
+  c.logging.eval_every = 0;  // evaluate only at the end
+  c.data.eval_batches = 1;
+  c.logging.log_every = 1;
+  c.logging.quiet = true;
   return c;
 }
 
@@ -72,10 +72,10 @@ TEST(Trainer, SpDegreesReproduceDegreeOne) {
                            Setting{SpMode::kRing, 4, 0, SpLayout::kContiguous},
                            Setting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
     TrainConfig c = tiny_run();
-    c.sp = s.sp;
-    c.sp_mode = s.mode;
-    c.ulysses_degree = s.u;
-    c.layout = s.layout;
+    c.parallel.sp = s.sp;
+    c.parallel.sp_mode = s.mode;
+    c.parallel.ulysses_degree = s.u;
+    c.parallel.layout = s.layout;
     const TrainResult r = run_training(c);
     expect_same_losses(r, ref,
                        sp_mode_name(s.mode) + " sp=" + std::to_string(s.sp) + " " + std::string(sp_layout_name(s.layout)));
@@ -95,7 +95,7 @@ TEST(Trainer, SpDegreesReproduceDegreeOne) {
 // --activation-checkpointing trains exactly as without (the CPU recompute is bit-identical).
 TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
   TrainConfig c = tiny_run();
-  c.sp = 2;
+  c.parallel.sp = 2;
   const TrainResult keep = run_training(c);
   for (bool offload : {false, true}) {
     for (bool keep_attention : {false, true}) {
@@ -122,30 +122,30 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
 // its step peak drops by about all but two layers' inputs — and come back bit for bit.
 TEST(Trainer, CheckpointOffloadLowersTheDevicePeak) {
   TrainConfig c = tiny_run();
-  c.model.num_layers = 6;
-  c.task.seq_len = 64;
-  c.micro_batch = 4;
+  c.model.arch.num_layers = 6;
+  c.data.task.seq_len = 64;
+  c.data.micro_batch = 4;
   c.memory.activation_checkpointing = true;
-  c.steps = 2;
+  c.schedule.steps = 2;
   const TrainResult ckpt = run_training(c);
   c.memory.checkpoint_offload = true;
   const TrainResult off = run_training(c);
   ASSERT_EQ(off.losses, ckpt.losses);
-  const int64_t T = c.task.seq_len * c.micro_batch, C = c.model.hidden_size;
+  const int64_t T = c.data.task.seq_len * c.data.micro_batch, C = c.model.arch.hidden_size;
   const int64_t input_bytes = T * C * 4;  // one layer's input, f32 on the CPU
   const int64_t saved = ckpt.step_peak_bytes.back() - off.step_peak_bytes.back();
   std::printf("step peak %lld -> %lld bytes (one layer input %lld)\n", static_cast<long long>(ckpt.step_peak_bytes.back()),
               static_cast<long long>(off.step_peak_bytes.back()), static_cast<long long>(input_bytes));
-  EXPECT_GE(saved, (c.model.num_layers - 3) * input_bytes);
-  EXPECT_LE(saved, c.model.num_layers * input_bytes);
+  EXPECT_GE(saved, (c.model.arch.num_layers - 3) * input_bytes);
+  EXPECT_LE(saved, c.model.arch.num_layers * input_bytes);
 }
 
 // The memory levers together (checkpointing, tiled MLP, tiled loss) train as without them, up to
 // f32 summation order.
 TEST(Trainer, MemoryLeversTrainAlike) {
   TrainConfig c = tiny_run();
-  c.sp = 2;
-  c.sp_mode = SpMode::kRing;
+  c.parallel.sp = 2;
+  c.parallel.sp_mode = SpMode::kRing;
   const TrainResult plain = run_training(c);
   c.memory.activation_checkpointing = true;
   c.memory.mlp_tile_tokens = 5;
@@ -157,14 +157,14 @@ TEST(Trainer, MemoryLeversTrainAlike) {
 
 TEST(Trainer, DataParallelEqualsGradientAccumulationOnTheSameBatches) {
   TrainConfig accum = tiny_run();
-  accum.grad_accum = 2;
+  accum.data.grad_accum = 2;
   const TrainResult ref = run_training(accum);
   for (auto [rep, shard, sp] : {std::tuple{2, 1, 1}, std::tuple{1, 2, 1}, std::tuple{2, 1, 2}}) {
     TrainConfig c = tiny_run();
-    c.dp_replicate = rep;
-    c.dp_shard = shard;
-    c.sp = sp;
-    c.sp_mode = SpMode::kRing;
+    c.parallel.dp_replicate = rep;
+    c.parallel.dp_shard = shard;
+    c.parallel.sp = sp;
+    c.parallel.sp_mode = SpMode::kRing;
     const TrainResult r = run_training(c);
     expect_same_losses(r, ref,
                        "dp_replicate=" + std::to_string(rep) + " dp_shard=" + std::to_string(shard) +
@@ -178,18 +178,18 @@ TEST(Trainer, ProfileTimesTheOpsOfTheStepsAfterTheFirst) {
   EXPECT_TRUE(plain.profile.empty());
   EXPECT_EQ(plain.profile_steps, 0);
   TrainConfig c = tiny_run();
-  c.profile = true;
-  c.sp = 2;  // two ranks: only the leader's ops are counted
-  c.micro_batch = 3;  // three sequences, packed into one stream
+  c.logging.profile = true;
+  c.parallel.sp = 2;  // two ranks: only the leader's ops are counted
+  c.data.micro_batch = 3;  // three sequences, packed into one stream
   const TrainResult r = run_training(c);
   TrainConfig c2 = tiny_run();
-  c2.sp = 2;
-  c2.micro_batch = 3;
+  c2.parallel.sp = 2;
+  c2.data.micro_batch = 3;
   expect_same_losses(r, run_training(c2), "profiled");
-  ASSERT_EQ(r.profile_steps, c.steps - 1);
+  ASSERT_EQ(r.profile_steps, c.schedule.steps - 1);
   EXPECT_GT(r.profile_seconds, 0);
   ASSERT_FALSE(profiling()) << "the trainer leaves profiling off";
-  const int64_t layers = c.model.num_layers, steps = r.profile_steps;
+  const int64_t layers = c.model.arch.num_layers, steps = r.profile_steps;
   std::map<std::string, int64_t> calls;
   double sum = 0;
   for (const ProfileEntry& e : r.profile) {
@@ -203,7 +203,7 @@ TEST(Trainer, ProfileTimesTheOpsOfTheStepsAfterTheFirst) {
   // backward per Ulysses head group (H / sp query heads per rank, cut into at most
   // c.kernels.ulysses_head_groups groups).
   const int64_t groups =
-      std::min<int64_t>(c.kernels.ulysses_head_groups, c.model.num_heads / static_cast<int64_t>(c.sp));
+      std::min<int64_t>(c.kernels.ulysses_head_groups, c.model.arch.num_heads / static_cast<int64_t>(c.parallel.sp));
   EXPECT_EQ(calls["attn_forward"], layers * groups * steps);
   EXPECT_EQ(calls["attn_backward"], layers * groups * steps);
   EXPECT_EQ(calls["rmsnorm_forward"], (2 * layers + 1) * steps);
@@ -220,11 +220,11 @@ TEST(Trainer, ProfileTimesTheOpsOfTheStepsAfterTheFirst) {
 
 TEST(Trainer, MetricsJsonl) {
   TrainConfig c = tiny_run();
-  c.sp = 2;
-  c.metrics_out = testing::temp_dir() + "/metrics.jsonl";
+  c.parallel.sp = 2;
+  c.logging.metrics_out = testing::temp_dir() + "/metrics.jsonl";
   const TrainResult r = run_training(c);
-  std::ifstream in(c.metrics_out);
-  ASSERT_TRUE(in.good()) << c.metrics_out;
+  std::ifstream in(c.logging.metrics_out);
+  ASSERT_TRUE(in.good()) << c.logging.metrics_out;
   std::vector<nlohmann::json> train, eval;
   std::string line;
   while (std::getline(in, line)) {
@@ -258,9 +258,9 @@ TEST(Trainer, MetricsJsonl) {
 TEST(Trainer, LearningRateWarmupThenCosine) {
   TrainConfig c;
   c.optimizer.adamw.lr = 1e-3f;
-  c.warmup_steps = 10;
-  c.steps = 110;
-  c.min_lr_ratio = 0.1f;
+  c.schedule.warmup_steps = 10;
+  c.schedule.steps = 110;
+  c.schedule.min_lr_ratio = 0.1f;
   EXPECT_FLOAT_EQ(lr_at(c, 1), 1e-4f);  // linear from 0: step / warmup
   EXPECT_FLOAT_EQ(lr_at(c, 5), 5e-4f);
   EXPECT_FLOAT_EQ(lr_at(c, 10), 1e-3f);  // peak at the end of warmup
@@ -270,50 +270,50 @@ TEST(Trainer, LearningRateWarmupThenCosine) {
   EXPECT_FLOAT_EQ(lr_at(c, 110), 1e-4f);                       // the floor at the last step
   EXPECT_FLOAT_EQ(lr_at(c, 200), 1e-4f);                       // and after it
   for (int64_t s = 11; s < 110; ++s) EXPECT_LE(lr_at(c, s + 1), lr_at(c, s)) << s;
-  c.warmup_steps = 0;  // no warmup: the cosine starts at the peak
+  c.schedule.warmup_steps = 0;  // no warmup: the cosine starts at the peak
   EXPECT_NEAR(lr_at(c, 1), 1e-3f, 1e-6);
 }
 
 TEST(Trainer, ConfigErrorsNameTheSetting) {
   TrainConfig c = tiny_run();
-  c.micro_batch = 0;
+  c.data.micro_batch = 0;
   expect_input_error(c, "micro_batch=0 must be >= 1");
   c = tiny_run();
-  c.grad_accum = 0;
+  c.data.grad_accum = 0;
   expect_input_error(c, "grad_accum=0 must be >= 1");
   c = tiny_run();
-  c.steps = 0;
+  c.schedule.steps = 0;
   expect_input_error(c, "steps=0 must be >= 1");
   c = tiny_run();
-  c.sp = 0;
+  c.parallel.sp = 0;
   expect_input_error(c, "sp=0 must be >= 1");
   c = tiny_run();
-  c.dp_replicate = 0;
+  c.parallel.dp_replicate = 0;
   expect_input_error(c, "dp_replicate=0");
   c = tiny_run();
   c.optimizer.adamw.lr = 0;
   expect_input_error(c, "lr=0 must be > 0");
   c = tiny_run();
-  c.sp = 4;
-  c.sp_mode = SpMode::kHybrid;  // no ulysses_degree
+  c.parallel.sp = 4;
+  c.parallel.sp_mode = SpMode::kHybrid;  // no ulysses_degree
   expect_input_error(c, "ulysses_degree");
-  c.ulysses_degree = 3;
+  c.parallel.ulysses_degree = 3;
   expect_input_error(c, "ulysses_degree=3 must divide sp_size=4");
   // A sequence too short for its shards: zigzag over 8 ranks needs 16 tokens.
   c = tiny_run();
-  c.task.num_pairs = 1;
-  c.task.num_queries = 1;
-  c.task.seq_len = 8;
-  c.sp = 8;
-  c.sp_mode = SpMode::kRing;
+  c.data.task.num_pairs = 1;
+  c.data.task.num_queries = 1;
+  c.data.task.seq_len = 8;
+  c.parallel.sp = 8;
+  c.parallel.sp_mode = SpMode::kRing;
   expect_input_error(c, "seq_len=8 is too short for sp=8 with the zigzag layout");
   // Found when the model is known, before any rank starts: Ulysses 8 > the demo's 4 heads.
   c = tiny_run();
-  c.sp = 8;
-  c.sp_mode = SpMode::kUlysses;
+  c.parallel.sp = 8;
+  c.parallel.sp_mode = SpMode::kUlysses;
   expect_input_error(c, "ulysses degree 8 exceeds num_attention_heads=4");
   c = tiny_run();
-  c.task.seq_len = 10;  // 4 pairs and 4 queries need 17
+  c.data.task.seq_len = 10;  // 4 pairs and 4 queries need 17
   expect_input_error(c, "recall task: seq_len=10 is too short");
 }
 

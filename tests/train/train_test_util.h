@@ -9,11 +9,11 @@ namespace seqpar::testing {
 // sequences per micro-batch: a step takes milliseconds. Callers set the steps, mesh and outputs.
 inline TrainConfig tiny_recall_config() {
   TrainConfig c;
-  c.model = demo_model_config();
-  c.task.seq_len = 32;
-  c.task.num_pairs = 4;
-  c.task.num_queries = 4;
-  c.micro_batch = 2;
+  c.model.arch = demo_model_config();
+  c.data.task.seq_len = 32;
+  c.data.task.num_pairs = 4;
+  c.data.task.num_queries = 4;
+  c.data.micro_batch = 2;
   return c;
 }
 
