@@ -48,7 +48,13 @@ note() { status+=("$1"); echo "== $1"; }
   python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1
 } >"$OUT/build.log" 2>&1
 t0=$SECONDS
-if cmake -S . -B "$BUILD" -G Ninja -DSEQPAR_CUDA=ON -DCMAKE_BUILD_TYPE=Release >>"$OUT/build.log" 2>&1; then
+# The GPU machine has no utf8proc and no package registry: when .devtmp/utf8proc holds its header and
+# static library (copied from the development machine's libutf8proc-dev and carried), build with those.
+utf8proc=()
+if [[ -f .devtmp/utf8proc/utf8proc.h && -f .devtmp/utf8proc/libutf8proc.a ]]; then
+  utf8proc=(-DUTF8PROC_INCLUDE_DIR="$PWD/.devtmp/utf8proc" -DUTF8PROC_LIBRARY="$PWD/.devtmp/utf8proc/libutf8proc.a")
+fi
+if cmake -S . -B "$BUILD" -G Ninja -DSEQPAR_CUDA=ON -DCMAKE_BUILD_TYPE=Release "${utf8proc[@]}" >>"$OUT/build.log" 2>&1; then
   # -k 0: keep building the other targets when one fails (a colleague's part mid-edit).
   if cmake --build "$BUILD" -j "$JOBS" -- -k 0 >>"$OUT/build.log" 2>&1; then
     note "build: ok ($((SECONDS - t0)) s)"

@@ -47,6 +47,13 @@ void add_bench_train_options(CLI::App& cmd, BenchTrainOptions& o) {
       ->capture_default_str();
   cmd.add_option("--seq-lens", o.seq_lens, "sequence lengths, comma-separated")->capture_default_str();
   cmd.add_option("--out", o.out, "also append the JSON lines here");
+  cmd.add_option("--layers", o.layers, "number of layers instead of the model's (0: the model's)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--sliding-window", o.sliding_window,
+                 "sliding window of every layer instead of the model's (-1: the model's, 0: none, W: a token "
+                 "sees itself and the W - 1 tokens before it)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30))
+      ->capture_default_str();
   add_setting_options(cmd, o.train, kBenchTrainCommand);
   // Here an empty --model means the preset, not train's built-in tiny Llama.
   cmd.get_option("--model")->description("HF model directory instead of a preset (its config.json and weights)");
@@ -56,8 +63,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// The published sizes (config.json of each model). RoPE is plain with the model's theta (the
-// llama3 frequency scaling changes no cost).
 // The profile's calls and times multiplied by `factor` (per step from the sum over steps).
 std::vector<ProfileEntry> scaled_profile(std::vector<ProfileEntry> entries, double factor) {
   for (ProfileEntry& e : entries) {
@@ -91,7 +96,17 @@ int run_bench_train(const BenchTrainOptions& o) {
   const Device device = base.parallel.device;
   const Transport transport = base.parallel.transport;
   const int sp = base.parallel.sp;
-  const LlamaConfig model = base.model.dir.empty() ? llama_preset(o.preset) : load_hf_llama_config(base.model.dir);
+  LlamaConfig model = base.model.dir.empty() ? llama_preset(o.preset) : load_hf_llama_config(base.model.dir);
+  SEQPAR_INPUT_CHECK(o.layers == 0 || base.model.dir.empty(),
+                     "--layers={}: the layer count of a --model directory is its checkpoint's (give a --preset)",
+                     o.layers);
+  if (o.layers > 0) model.num_layers = o.layers;
+  if (o.sliding_window >= 0) {
+    model.sliding_window = o.sliding_window;
+    model.sliding_layers.assign(static_cast<size_t>(model.num_layers), o.sliding_window > 0);
+  } else if (!model.sliding_layers.empty()) {
+    model.sliding_layers.resize(static_cast<size_t>(model.num_layers), model.sliding_layers.back());
+  }
   // Under a launcher the world is the launch's: dp fills what sp leaves.
   int dp = 1;
   if (device.is_cuda() && job_transport(transport, device) == Transport::kNccl) {
@@ -138,6 +153,8 @@ int run_bench_train(const BenchTrainOptions& o) {
     json line = {{"bench", "train"},
                  {"impl", "seqpar"},
                  {"model", base.model.dir.empty() ? o.preset : base.model.dir},
+                 {"layers", model.num_layers},
+                 {"sliding_window", model.sliding_layers.empty() || !model.sliding_layers[0] ? 0 : model.sliding_window},
                  {"seq_len", S},
                  {"micro_batch", base.data.micro_batch},
                  {"sp", sp},

@@ -22,9 +22,14 @@ class App;
 namespace seqpar {
 
 struct BenchTrainOptions {
-  std::string preset = "llama-3.2-1b";  // llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | tiny
+  std::string preset = "llama-3.2-1b";  // a name of llama_preset_names()
   std::string seq_lens = "8192";        // comma-separated; each rank holds seq_len / sp tokens
   std::string out;                      // also append the JSON lines here
+  // Shape overrides of the preset (or --model's config.json), for a model of the same layer shape
+  // that fits a benchmark: the number of layers (0: the model's), and the sliding window of every
+  // layer (-1: the model's; 0: none, full causal; W: a token sees itself and the W - 1 before it).
+  int layers = 0;
+  int64_t sliding_window = -1;
   // The declared settings bench train takes (train/config.h, kBenchTrainCommand: --model, the
   // mesh, the memory levers, ZeRO, --attn-implementation, --device, --transport, --profile, and
   // --micro-batch, --steps, the first step not timed); the rest is the benchmark's own.

@@ -463,6 +463,11 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
     SEQPAR_INPUT_CHECK(!fs::exists(o.output) || !fs::equivalent(in, o.output),
                        "--output '{}' is also an --input: refusing to overwrite the data being read", o.output);
   }
+  if (o.chat_format)
+    SEQPAR_INPUT_CHECK(*o.chat_format == "llama3" || *o.chat_format == "chatml" || *o.chat_format == "qwen2.5",
+                       "--chat-format={}: not a built-in chat format (built in: {}; a Jinja template file is given "
+                       "with --chat-template)",
+                       *o.chat_format, chat_formats());
   // The chat settings render SFT 'messages' only: with another format they would be read and not applied.
   for (const auto& [flag, value] : {std::pair{"--chat-format", &o.chat_format},
                                     std::pair{"--chat-template", &o.chat_template_file},
@@ -472,11 +477,6 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
                        "{}={}: a chat setting renders the 'messages' of SFT records, and --format is {}; give "
                        "--format sft",
                        flag, value->value_or(""), o.format == DataFormat::kText ? "text" : "jsonl");
-  if (o.chat_format)
-    SEQPAR_INPUT_CHECK(*o.chat_format == "llama3" || *o.chat_format == "chatml" || *o.chat_format == "qwen2.5",
-                       "--chat-format={}: not a built-in chat format (built in: {}; a Jinja template file is given "
-                       "with --chat-template)",
-                       *o.chat_format, chat_formats());
   SEQPAR_INPUT_CHECK(!o.chat_format || !o.chat_template_file,
                      "--chat-format={} and --chat-template={} both say how chat 'messages' are rendered (a built-in "
                      "format, a template file): give one of them",
