@@ -82,7 +82,13 @@ double step_flops(const LlamaConfig& c, int64_t seq_len, int64_t sequences) {
   const double params = static_cast<double>(c.num_layers) * per_layer + C + static_cast<double>(c.vocab_size) * C;
   const double tokens = static_cast<double>(seq_len) * static_cast<double>(sequences);
   const double S = static_cast<double>(seq_len);
-  const double attention = static_cast<double>(c.num_layers) * 3.5 * 2 * S * S * HD * static_cast<double>(sequences);
+  // Query-key pairs a causal layer computes: S²/2, less the (S − W)²/2 outside a sliding window W.
+  double attention = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const double W = static_cast<double>(c.layer_window(l));
+    const double pairs = W > 0 && W < S ? (S * S - (S - W) * (S - W)) / 2 : S * S / 2;
+    attention += 3.5 * 4 * pairs * HD * static_cast<double>(sequences);
+  }
   return 6 * params * tokens + attention;
 }
 

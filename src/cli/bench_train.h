@@ -7,7 +7,8 @@
 //
 // FLOPs per step (the MFU convention, recompute not counted): 6 × (parameters outside the
 // embedding table, the LM head included) × tokens + layers × 3.5 × 2 S² H D per sequence
-// (causal attention forward 2 S² H D, backward 2.5×).
+// (causal attention forward 2 S² H D, backward 2.5×); a layer with a sliding window W < S counts only
+// the query-key pairs inside the window, (S² − (S − W)²) / 2 instead of S² / 2.
 #pragma once
 
 #include <cstdint>
