@@ -215,7 +215,7 @@ TEST(SpBatch, PositionIdsRestartPerDocumentAndSegmentsSeparateRowsDocsPads) {
 TEST(SpBatch, RopeLenIsTheLongestDocument) {
   std::vector<Sequence> batch = {pretrain_row({1, 2, 3}), pretrain_row({4, 5, 6, 7, 8}, {2, 3})};
   EXPECT_EQ(make_sp_batch(batch, 3, SpLayout::kContiguous).rope_len, 3);
-  EXPECT_EQ(make_sp_batch(batch, 4, SpLayout::kZigzag).rope_len, 3) << "8 pads (positions 0..7) do not count";
+  EXPECT_EQ(make_sp_batch(batch, 3, SpLayout::kZigzag).rope_len, 3) << "4 pads (positions 0..3) do not count";
   batch.push_back(pretrain_row({9, 10, 11, 12}));
   EXPECT_EQ(make_sp_batch(batch, 1, SpLayout::kContiguous).rope_len, 4);
 }

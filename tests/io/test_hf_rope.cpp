@@ -136,7 +136,7 @@ TEST(HfRope, RefusalsNameTheFieldTheValueAndTheRule) {
   lr["long_factor"] = {1, 2, "x", 4};
   EXPECT_INPUT_ERROR(parse(small(lr)), "field 'rope_scaling.long_factor[2]' must be a number, got string");
   lr["long_factor"] = 2.0;
-  EXPECT_INPUT_ERROR(parse(small(lr)), "field 'rope_scaling.long_factor' must be a list of numbers, got number");
+  EXPECT_INPUT_ERROR(parse(small(lr)), "field 'rope_scaling.long_factor' must be a list of numbers, got float 2.0");
   lr["long_factor"] = {1, 2, 3, 4};
   EXPECT_NO_THROW(parse(small(lr)));
   lr["attention_factor"] = -1.0;
