@@ -159,10 +159,9 @@ RopeConfig parse_rope(const Fields& top, const std::string& source, int64_t max_
       type_field = dict_name + ".type";
     }
     const std::string& t = rope.type;
-    SEQPAR_INPUT_CHECK(t == "default" || t == "linear" || t == "dynamic" || t == "llama3" || t == "yarn" ||
-                           t == "longrope",
-                       "{}: field '{}' = '{}' is not supported (supported rope types: {})", source, type_field, t,
-                       rope_type_names());
+    SEQPAR_INPUT_CHECK(
+        t == "default" || t == "linear" || t == "dynamic" || t == "llama3" || t == "yarn" || t == "longrope",
+        "{}: field '{}' = '{}' is not supported (supported rope types: {})", source, type_field, t, rope_type_names());
     // llama3, yarn, longrope (transformers' standardize_rope_params): a top-level
     // original_max_position_embeddings wins over the dict's, max_position_embeddings is the fallback.
     if (t == "llama3" || t == "yarn" || t == "longrope") {
@@ -171,8 +170,8 @@ RopeConfig parse_rope(const Fields& top, const std::string& source, int64_t max_
               ? top.integer("original_max_position_embeddings")
               : d.integer("original_max_position_embeddings", max_position_embeddings);
     }
-    const double implicit_factor = static_cast<double>(max_position_embeddings) /
-                                   static_cast<double>(rope.original_max_position_embeddings);
+    const double implicit_factor =
+        static_cast<double>(max_position_embeddings) / static_cast<double>(rope.original_max_position_embeddings);
     if (t == "linear" || t == "dynamic" || t == "llama3") {
       rope.factor = d.number("factor");
     } else if (t == "yarn") {
@@ -188,9 +187,10 @@ RopeConfig parse_rope(const Fields& top, const std::string& source, int64_t max_
       rope.high_freq_factor = d.number("high_freq_factor");
     }
     if (t == "dynamic" && d.has("original_max_position_embeddings"))
-      log_warn("{}: {}.original_max_position_embeddings ignored for rope_type=dynamic: transformers scales from "
-               "max_position_embeddings={}",
-               source, dict_name, max_position_embeddings);
+      log_warn(
+          "{}: {}.original_max_position_embeddings ignored for rope_type=dynamic: transformers scales from "
+          "max_position_embeddings={}",
+          source, dict_name, max_position_embeddings);
     if (t == "yarn" || t == "longrope") {
       if (d.has("attention_factor")) rope.attention_factor = d.number("attention_factor");
     }

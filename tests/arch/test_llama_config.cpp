@@ -108,7 +108,7 @@ TEST(LlamaConfig, RopeLengthWarning) {
   EXPECT_EQ(rope_covered_length(c), 2048);  // factor 4 * original 512
   c.rope.factor = 1;
   EXPECT_EQ(rope_covered_length(c), 1024);  // never below max_position_embeddings
-  make_gpt2(c, "gelu_new");  // learned positions: check_positions' error, not a RoPE warning
+  make_gpt2(c, "gelu_new");                 // learned positions: check_positions' error, not a RoPE warning
   EXPECT_EQ(rope_length_warning(c, 1 << 20), "");
 }
 

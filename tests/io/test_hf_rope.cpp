@@ -92,8 +92,12 @@ TEST(HfRope, ExportRoundTripKeepsTheFrequencies) {
 }
 
 json small(json rope) {
-  return {{"vocab_size", 32},    {"hidden_size", 16},          {"intermediate_size", 48},
-          {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"max_position_embeddings", 64},
+  return {{"vocab_size", 32},
+          {"hidden_size", 16},
+          {"intermediate_size", 48},
+          {"num_hidden_layers", 1},
+          {"num_attention_heads", 2},
+          {"max_position_embeddings", 64},
           {"rope_scaling", std::move(rope)}};
 }
 
@@ -122,9 +126,8 @@ TEST(HfRope, RefusalsNameTheFieldTheValueAndTheRule) {
                      "rope beta_fast=-1 and beta_slow=1 must be positive finite numbers (rope_type=yarn)");
   EXPECT_INPUT_ERROR(parse(small({{"rope_type", "yarn"}, {"factor", 4.0}, {"truncate", 1}})),
                      "field 'rope_scaling.truncate' must be true or false");
-  EXPECT_INPUT_ERROR(
-      parse(small({{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 0}})),
-      "rope original_max_position_embeddings=0 must be positive (rope_type=yarn)");
+  EXPECT_INPUT_ERROR(parse(small({{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 0}})),
+                     "rope original_max_position_embeddings=0 must be positive (rope_type=yarn)");
   // longrope lists: head_dim / 2 = 4 positive numbers each.
   json lr = {{"rope_type", "longrope"}, {"short_factor", {1, 1, 1}}, {"long_factor", {1, 2, 3, 4}}};
   EXPECT_INPUT_ERROR(parse(small(lr)),
@@ -140,7 +143,8 @@ TEST(HfRope, RefusalsNameTheFieldTheValueAndTheRule) {
   lr["long_factor"] = {1, 2, 3, 4};
   EXPECT_NO_THROW(parse(small(lr)));
   lr["attention_factor"] = -1.0;
-  EXPECT_INPUT_ERROR(parse(small(lr)), "rope attention_factor=-1 must be a positive finite number (rope_type=longrope)");
+  EXPECT_INPUT_ERROR(parse(small(lr)),
+                     "rope attention_factor=-1 must be a positive finite number (rope_type=longrope)");
   // partial_rotary_factor stays refused.
   json j = small({{"rope_type", "linear"}, {"factor", 2.0}, {"partial_rotary_factor", 0.5}});
   EXPECT_INPUT_ERROR(parse(j), "partial_rotary_factor=0.5 is not supported");
@@ -149,8 +153,8 @@ TEST(HfRope, RefusalsNameTheFieldTheValueAndTheRule) {
 TEST(HfRope, DefaultsAsTransformers) {
   // yarn: beta_fast / beta_slow 32 / 1 (0 counts as absent: transformers' `or`), truncate true,
   // a null factor is max_position_embeddings / original_max_position_embeddings.
-  LlamaConfig c = parse(small({{"rope_type", "yarn"}, {"factor", nullptr}, {"original_max_position_embeddings", 16},
-                               {"beta_fast", 0}}));
+  LlamaConfig c = parse(
+      small({{"rope_type", "yarn"}, {"factor", nullptr}, {"original_max_position_embeddings", 16}, {"beta_fast", 0}}));
   EXPECT_DOUBLE_EQ(c.rope.factor, 4.0);
   EXPECT_DOUBLE_EQ(c.rope.beta_fast, 32.0);
   EXPECT_DOUBLE_EQ(c.rope.beta_slow, 1.0);

@@ -222,9 +222,9 @@ void rope_cases(std::vector<OpCase>& cases) {
     bool fd;
     float scale;  // HF's attention_scaling on cos and sin (yarn, longrope); 1 = the plain rotation
   };
-  for (const Shape3s& s : {Shape3s{50, 6, 64, false, 1.0f}, Shape3s{50, 3, 20, false, 1.0f},
-                           Shape3s{3, 2, 8, true, 1.0f}, Shape3s{50, 6, 64, false, 1.1386294f},
-                           Shape3s{50, 3, 20, false, 1.4142135f}, Shape3s{3, 2, 8, true, 0.8f}}) {
+  for (const Shape3s& s :
+       {Shape3s{50, 6, 64, false, 1.0f}, Shape3s{50, 3, 20, false, 1.0f}, Shape3s{3, 2, 8, true, 1.0f},
+        Shape3s{50, 6, 64, false, 1.1386294f}, Shape3s{50, 3, 20, false, 1.4142135f}, Shape3s{3, 2, 8, true, 0.8f}}) {
     const auto [T, H, D, fd, scale] = s;  // 64: vectorised; 20: scalar (D/2 = 10)
     std::vector<float> inv_freq(static_cast<size_t>(D / 2));
     for (int64_t i = 0; i < D / 2; ++i)

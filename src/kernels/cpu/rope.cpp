@@ -9,8 +9,8 @@ namespace {
 
 // Rotates every (i, i + D/2) pair of x (T, H, D) by sign * angle(t, i) and multiplies it by scale.
 template <typename Real>
-void rope_rotate(Real* x, const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D,
-                 int sign, float scale) {
+void rope_rotate(Real* x, const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D, int sign,
+                 float scale) {
   const int64_t half = D / 2;
   std::vector<Real> cos_t(static_cast<size_t>(half));
   std::vector<Real> sin_t(static_cast<size_t>(half));

@@ -316,8 +316,8 @@ void rope_apply(const char* op, Tensor& x, const Tensor& position_ids, const Ten
   SEQPAR_CHECK(D % 2 == 0, "{}: head_dim D={} must be even", op, D);
   check_shape(position_ids, {T}, "rope position_ids");
   check_shape(inv_freq, {D / 2}, "rope inv_freq");
-  cuda_kernels::rope(x.raw(), x.dtype(), position_ids.data<int32_t>(), inv_freq.data<float>(), T, H, D, inverse,
-                     scale, current_stream());
+  cuda_kernels::rope(x.raw(), x.dtype(), position_ids.data<int32_t>(), inv_freq.data<float>(), T, H, D, inverse, scale,
+                     current_stream());
 }
 }  // namespace
 
