@@ -22,7 +22,9 @@ is used as its bf16 values upcast), and the three places where transformers forc
 (RMSNorm's upcast, the RoPE cos/sin, the loss's logits.float()) are kept in float64; the loss is
 mean cross-entropy over the shifted, non-ignored labels of the whole batch, as HF computes it
 (checked against HF's own `model(input_ids, labels=labels).loss`). RoPE's inv_freq keeps the
-values transformers computes (f32 pow).
+values transformers computes (f32 pow), and the float64 rotary forward keeps transformers'
+dynamic_rope_update, so the rope_scaling cases (linear, dynamic, yarn, longrope) use the
+frequencies of this batch's length (max(position_ids) + 1 = S) and attention_scaling as HF does.
 
 Deterministic: every weight and token comes from a torch.Generator seeded per case, never from
 transformers' initializers, and torch runs on one thread; rerunning with the same versions
