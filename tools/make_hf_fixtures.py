@@ -22,7 +22,9 @@ is used as its bf16 values upcast), and the three places where transformers forc
 (RMSNorm's upcast, the RoPE cos/sin, the loss's logits.float()) are kept in float64; the loss is
 mean cross-entropy over the shifted, non-ignored labels of the whole batch, as HF computes it
 (checked against HF's own `model(input_ids, labels=labels).loss`). RoPE's inv_freq keeps the
-values transformers computes (f32 pow).
+values transformers computes (f32 pow), and the float64 rotary forward keeps transformers'
+dynamic_rope_update, so the rope_scaling cases (linear, dynamic, yarn, longrope) use the
+frequencies of this batch's length (max(position_ids) + 1 = S) and attention_scaling as HF does.
 
 Deterministic: every weight and token comes from a torch.Generator seeded per case, never from
 transformers' initializers, and torch runs on one thread; rerunning with the same versions
@@ -47,6 +49,7 @@ import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers.modeling_rope_utils import dynamic_rope_update
 
 # family -> (config class, model class)
 FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
@@ -167,6 +170,41 @@ CASES = [
          optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
          description="Mistral, head_dim=64 (a CUDA kernel head size) and sliding_window=7 < S=24: the GPU run of a "
                      "windowed model"),
+    # --- rope_scaling types (issue 18 item 7) ---
+    dict(name="rope_linear_v4", seed=1201, B=2, S=16, spelling="v4", v4_type_key=True,
+         config=dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                     rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0)),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="linear RoPE scaling (factor 4: inv_freq / 4) in the older 4.x spelling: rope_theta at top "
+                     "level, rope_scaling {type: linear, factor: 4} with the key 'type', torch_dtype, no head_dim"),
+    dict(name="rope_dynamic", seed=1202, B=2, S=16,
+         config=dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+                     rms_norm_eps=1e-5, max_position_embeddings=8,
+                     rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=3.0)),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="dynamic (NTK-aware) RoPE, factor 3, max_position_embeddings 8 < S=16: transformers' "
+                     "dynamic_rope_update raises the base to theta * (3 * 16 / 8 - 2)^(16/14) for this batch "
+                     "(seq_len = max(position_ids) + 1 = 16); head_dim 16, 5.x spelling"),
+    dict(name="rope_yarn", seed=1203, B=2, S=20,
+         config=dict(num_attention_heads=4, num_key_value_heads=1, head_dim=16, tie_word_embeddings=False,
+                     rms_norm_eps=1e-5, max_position_embeddings=256,
+                     rope_parameters=dict(rope_type="yarn", rope_theta=100.0, factor=4.0,
+                                          original_max_position_embeddings=64, truncate=False)),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="YaRN: factor 4, original_max_position_embeddings 64, beta_fast/slow defaults (32, 1), "
+                     "truncate false (the 5.x key), theta 100 and head_dim 16 so the ramp is fractional on dims "
+                     "0-4; attention_factor from get_mscale (0.1 ln 4 + 1) on cos and sin; 5.x spelling"),
+    dict(name="rope_longrope", seed=1204, B=2, S=16,
+         config=dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+                     rms_norm_eps=1e-5, max_position_embeddings=64,
+                     rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                                          original_max_position_embeddings=8,
+                                          short_factor=[1.0, 1.1, 1.25, 1.5, 1.8, 2.2, 2.6, 3.0],
+                                          long_factor=[1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 16.0])),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="LongRoPE: S=16 > original_max_position_embeddings 8, so long_factor divides the "
+                     "frequencies; no factor, so attention_factor = sqrt(1 + ln(64/8) / ln 8) = sqrt(2) on cos and "
+                     "sin; head_dim 16, 5.x spelling"),
 ]
 
 # Initialization: N(0, std) matrices, RMSNorm weights 1 + N(0, 0.1). A small embedding std keeps
@@ -208,12 +246,14 @@ def make_inputs(case, vocab_size):
     return input_ids, labels
 
 
-def to_v4_spelling(config_path):
+def to_v4_spelling(config_path, type_key=False):
     with open(config_path) as f:
         cfg = json.load(f)
     rope = cfg.pop("rope_parameters")
     cfg["rope_theta"] = rope.pop("rope_theta")
-    cfg["rope_scaling"] = None if rope["rope_type"] == "default" else rope
+    if type_key:  # the older 4.x key
+        rope["type"] = rope.pop("rope_type")
+    cfg["rope_scaling"] = None if rope.get("rope_type") == "default" else rope
     cfg["torch_dtype"] = cfg.pop("dtype")
     cfg.pop("head_dim")
     with open(config_path, "w") as f:
@@ -227,6 +267,7 @@ def _rmsnorm_f64(self, x):  # LlamaRMSNorm.forward without its float32 upcast
     return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
 
 
+@dynamic_rope_update  # as LlamaRotaryEmbedding.forward: dynamic / longrope pick inv_freq by the batch's length
 def _rope_f64(self, x, position_ids):  # LlamaRotaryEmbedding.forward without its float32 cast
     freqs = position_ids[..., None].to(torch.float64) * self.inv_freq.to(device=x.device, dtype=torch.float64)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -288,13 +329,13 @@ def make_case(case, root):
     os.makedirs(d)
     wdtype = case.get("weights_dtype", "float32")
     config_class, model_class = classes(case)
-    cfg = config_class(**COMMON, **case["config"], initializer_range=STD)
+    cfg = config_class(**{**COMMON, **case["config"]}, initializer_range=STD)
     model = model_class(cfg).to(torch.float64)
     init_weights(model, case["seed"])
     model = model.to(getattr(torch, wdtype))
     model.save_pretrained(d)
     if case.get("spelling") == "v4":
-        to_v4_spelling(os.path.join(d, "config.json"))
+        to_v4_spelling(os.path.join(d, "config.json"), type_key=case.get("v4_type_key", False))
 
     input_ids, labels = make_inputs(case, cfg.vocab_size)
     safetensors.torch.save_file({"input_ids": input_ids.to(torch.int32), "labels": labels.to(torch.int32)},
@@ -408,9 +449,17 @@ def verify_case(case, root):
                                                    rope_theta=cfg.rope_parameters["rope_theta"] * 2)),
         "rms_norm_eps 1e-6 <-> 1e-5": dict(rms_norm_eps=1e-6 if cfg.rms_norm_eps != 1e-6 else 1e-5),
     }
-    if cfg.rope_parameters["rope_type"] == "llama3":
-        mutants["no llama3 scaling"] = dict(rope_parameters=dict(rope_type="default",
-                                                                 rope_theta=cfg.rope_parameters["rope_theta"]))
+    rope_type = cfg.rope_parameters["rope_type"]
+    if rope_type != "default":
+        mutants[f"no {rope_type} scaling"] = dict(rope_parameters=dict(rope_type="default",
+                                                                      rope_theta=cfg.rope_parameters["rope_theta"]))
+    if rope_type in ("yarn", "longrope"):  # the attention factor on cos/sin matters
+        mutants["attention_factor 1"] = dict(rope_parameters=dict(cfg.rope_parameters, attention_factor=1.0))
+    if rope_type == "longrope":  # the long factors, not the short ones, at this length
+        mutants["short factors"] = dict(rope_parameters=dict(cfg.rope_parameters,
+                                                             long_factor=cfg.rope_parameters["short_factor"]))
+    if rope_type == "dynamic":  # the base of this batch's length, not of a shorter one
+        mutants["dynamic at max_position_embeddings + 2"] = dict(max_position_embeddings=cfg.max_position_embeddings + 2)
     # Optimizer mistakes show in param.* (beta1/beta2 do not: they cancel in AdamW's first step).
     bad_optims = {"eps 1e-8": dict(optim, eps=1e-8), "no weight decay": dict(optim, weight_decay=0.0),
                   "lr x1.01": dict(optim, lr=optim["lr"] * 1.01)}

@@ -15,7 +15,10 @@
 //   relative against transformers 5.24 for theta in {1e4, 5e5, 1e6, 1e7}, D in {6, 64, 96, 128},
 //   default and llama3). The llama3 scaling is continuous at both wavelength thresholds (smooth
 //   factor 0 gives inv/factor, 1 gives inv), so a float32-vs-double disagreement on which side of
-//   a threshold a frequency falls changes the result by rounding error only.
+//   a threshold a frequency falls changes the result by rounding error only; so is yarn's clamped
+//   ramp. linear, dynamic (whose raised base torch forms in f32: rounded to f32 here too), yarn and
+//   longrope are measured within 5e-7 relative against transformers 5.24
+//   (tests/io/test_hf_rope.cpp). The attention factors are double formulas, as in Python.
 #include "arch/llama_config.h"
 
 #include <algorithm>
@@ -39,30 +42,81 @@ void check_size(int64_t value, const char* field, int64_t max) {
                      max);
 }
 
+constexpr const char* kRopeTypes = "default, linear, dynamic, llama3, yarn, longrope";
+
+void check_original_max(const RopeConfig& rope) {
+  SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings > 0,
+                     "rope original_max_position_embeddings={} must be positive (rope_type={})",
+                     rope.original_max_position_embeddings, rope.type);
+  SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings <= kMaxPositionEmbeddings,
+                     "rope original_max_position_embeddings={} is larger than {}, the most seqpar accepts (a corrupt "
+                     "config?)",
+                     rope.original_max_position_embeddings, kMaxPositionEmbeddings);
+}
+
+void check_factor_list(const std::vector<double>& list, const char* field, int64_t head_dim) {
+  SEQPAR_INPUT_CHECK(static_cast<int64_t>(list.size()) == head_dim / 2,
+                     "rope {} has {} entries but must have head_dim / 2 = {} (one per frequency; rope_type=longrope)",
+                     field, list.size(), head_dim / 2);
+  for (size_t i = 0; i < list.size(); ++i)
+    SEQPAR_INPUT_CHECK(std::isfinite(list[i]) && list[i] > 0,
+                       "rope {}[{}]={} must be a positive finite number (it divides a frequency; rope_type=longrope)",
+                       field, i, list[i]);
+}
+
 // The RoPE part of validate(), also the precondition of rope_inv_freq.
 void validate_rope(const RopeConfig& rope, int64_t head_dim) {
   check_size(head_dim, "head_dim", kMaxHeadDim);
   SEQPAR_INPUT_CHECK(head_dim % 2 == 0, "head_dim={} must be even (RoPE rotates pairs of dimensions)", head_dim);
   SEQPAR_INPUT_CHECK(std::isfinite(rope.theta) && rope.theta > 0, "rope_theta={} must be a positive finite number",
                      rope.theta);
-  SEQPAR_INPUT_CHECK(rope.type == "default" || rope.type == "llama3",
-                     "rope_type='{}' is not supported (supported: default, llama3)", rope.type);
-  if (rope.type != "llama3") return;
-  SEQPAR_INPUT_CHECK(std::isfinite(rope.factor) && rope.factor >= 1.0,
-                     "rope factor={} must be a finite number >= 1 (rope_type=llama3)", rope.factor);
-  SEQPAR_INPUT_CHECK(std::isfinite(rope.low_freq_factor) && rope.low_freq_factor > 0,
-                     "rope low_freq_factor={} must be positive (rope_type=llama3)", rope.low_freq_factor);
-  SEQPAR_INPUT_CHECK(std::isfinite(rope.high_freq_factor) && rope.high_freq_factor > rope.low_freq_factor,
-                     "rope low_freq_factor={} must be less than high_freq_factor={} (rope_type=llama3)",
-                     rope.low_freq_factor, rope.high_freq_factor);
-  SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings > 0,
-                     "rope original_max_position_embeddings={} must be positive (rope_type=llama3)",
-                     rope.original_max_position_embeddings);
-  SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings <= kMaxPositionEmbeddings,
-                     "rope original_max_position_embeddings={} is larger than {}, the most seqpar accepts (a corrupt "
-                     "config?)",
-                     rope.original_max_position_embeddings, kMaxPositionEmbeddings);
+  const std::string& t = rope.type;
+  SEQPAR_INPUT_CHECK(
+      t == "default" || t == "linear" || t == "dynamic" || t == "llama3" || t == "yarn" || t == "longrope",
+      "rope_type='{}' is not supported (supported: {})", t, kRopeTypes);
+  if (t == "default") return;
+  if (t == "llama3") {
+    SEQPAR_INPUT_CHECK(std::isfinite(rope.factor) && rope.factor >= 1.0,
+                       "rope factor={} must be a finite number >= 1 (rope_type=llama3)", rope.factor);
+    SEQPAR_INPUT_CHECK(std::isfinite(rope.low_freq_factor) && rope.low_freq_factor > 0,
+                       "rope low_freq_factor={} must be positive (rope_type=llama3)", rope.low_freq_factor);
+    SEQPAR_INPUT_CHECK(std::isfinite(rope.high_freq_factor) && rope.high_freq_factor > rope.low_freq_factor,
+                       "rope low_freq_factor={} must be less than high_freq_factor={} (rope_type=llama3)",
+                       rope.low_freq_factor, rope.high_freq_factor);
+    check_original_max(rope);
+    return;
+  }
+  if (t == "yarn" || t == "longrope") check_original_max(rope);
+  // linear, dynamic, yarn, longrope: transformers only warns below 1; a factor <= 0 is no scaling at all.
+  SEQPAR_INPUT_CHECK(std::isfinite(rope.factor) && rope.factor > 0,
+                     "rope factor={} must be a positive finite number (rope_type={})", rope.factor, t);
+  SEQPAR_INPUT_CHECK(!rope.attention_factor || (std::isfinite(*rope.attention_factor) && *rope.attention_factor > 0),
+                     "rope attention_factor={} must be a positive finite number (rope_type={})",
+                     rope.attention_factor.value_or(0.0), t);
+  if (t == "dynamic") {
+    // base = theta * (...)^(D / (D - 2)): D = 2 would divide by zero.
+    SEQPAR_INPUT_CHECK(head_dim > 2,
+                       "head_dim={} must be larger than 2 for rope_type=dynamic (its exponent is D/(D-2))", head_dim);
+  } else if (t == "yarn") {
+    SEQPAR_INPUT_CHECK(
+        std::isfinite(rope.beta_fast) && std::isfinite(rope.beta_slow) && rope.beta_fast > 0 && rope.beta_slow > 0,
+        "rope beta_fast={} and beta_slow={} must be positive finite numbers (rope_type=yarn)", rope.beta_fast,
+        rope.beta_slow);
+    SEQPAR_INPUT_CHECK(std::isfinite(rope.mscale) && std::isfinite(rope.mscale_all_dim),
+                       "rope mscale={} and mscale_all_dim={} must be finite (rope_type=yarn)", rope.mscale,
+                       rope.mscale_all_dim);
+  } else if (t == "longrope") {
+    SEQPAR_INPUT_CHECK(rope.original_max_position_embeddings > 1,
+                       "rope original_max_position_embeddings={} must be > 1 (rope_type=longrope: the attention factor "
+                       "divides by its log)",
+                       rope.original_max_position_embeddings);
+    check_factor_list(rope.short_factor, "short_factor", head_dim);
+    check_factor_list(rope.long_factor, "long_factor", head_dim);
+  }
 }
+
+// transformers' get_mscale (yarn).
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 }  // namespace
 
@@ -153,24 +207,60 @@ void LlamaConfig::check_positions(int64_t seq_len, const std::string& setting) c
                      setting, seq_len, max_position_embeddings, max_position_embeddings);
 }
 
-std::vector<float> rope_inv_freq(const LlamaConfig& config) {
+const char* rope_type_names() { return kRopeTypes; }
+
+bool rope_depends_on_length(const RopeConfig& rope) { return rope.type == "dynamic" || rope.type == "longrope"; }
+
+std::vector<float> rope_inv_freq(const LlamaConfig& config, int64_t rope_len) {
   const RopeConfig& rope = config.rope;
   const int64_t D = config.head_dim;
   validate_rope(rope, D);
+  const std::string& type = rope.type;
+
+  // dynamic (NTK-aware): above max_position_embeddings the base grows with the length,
+  //   base = theta * (factor * L / M - (factor - 1))^(D / (D - 2)),  L = rope_len, M = max_position_embeddings;
+  // at or below M transformers keeps (or resets to) the default frequencies. torch forms that base
+  // in f32 (L is a tensor); it is rounded to f32 here too.
+  double theta = rope.theta;
+  const auto M = static_cast<double>(config.max_position_embeddings);
+  if (type == "dynamic" && static_cast<double>(rope_len) > M) {
+    const double L = static_cast<double>(rope_len);
+    const double Dd = static_cast<double>(D);
+    theta = static_cast<float>(theta * std::pow(rope.factor * L / M - (rope.factor - 1.0), Dd / (Dd - 2.0)));
+  }
 
   // Llama-3.1 scaling: frequencies whose wavelength exceeds old_ctx / low_freq_factor are divided
   // by factor, those below old_ctx / high_freq_factor are kept, the band between is interpolated.
-  const bool llama3 = rope.type == "llama3";
   const double old_ctx = static_cast<double>(rope.original_max_position_embeddings);
   const double low_freq_wavelen = old_ctx / rope.low_freq_factor;
   const double high_freq_wavelen = old_ctx / rope.high_freq_factor;
+
+  // yarn: the dims [low, high] (of D) between the rotation counts beta_fast and beta_slow over
+  // old_ctx positions ramp from extrapolated (the default frequency) to interpolated (/ factor).
+  double yarn_low = 0, yarn_high = 0;
+  if (type == "yarn") {
+    const double Dd = static_cast<double>(D);
+    auto correction_dim = [&](double rotations) {
+      return Dd * std::log(old_ctx / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(rope.theta));
+    };
+    yarn_low = correction_dim(rope.beta_fast);
+    yarn_high = correction_dim(rope.beta_slow);
+    if (rope.truncate) yarn_low = std::floor(yarn_low), yarn_high = std::ceil(yarn_high);
+    yarn_low = std::max(yarn_low, 0.0);
+    yarn_high = std::min(yarn_high, Dd - 1.0);
+    if (yarn_low == yarn_high) yarn_high += 0.001;  // transformers: "prevent singularity"
+  }
+  const std::vector<double>& longrope_factors =
+      type == "longrope" && static_cast<double>(rope_len) > old_ctx ? rope.long_factor : rope.short_factor;
 
   std::vector<float> inv_freq(static_cast<size_t>(D / 2));  // (D/2)
   for (int64_t i = 0; i < D / 2; ++i) {
     // torch: arange(0, D, 2).float() / D, a float32 division (see the header comment).
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(D);
-    double inv = 1.0 / std::pow(rope.theta, static_cast<double>(exponent));
-    if (llama3) {
+    double inv = 1.0 / std::pow(theta, static_cast<double>(exponent));
+    if (type == "linear") {
+      inv = inv / rope.factor;
+    } else if (type == "llama3") {
       const double wavelen = 2.0 * std::numbers::pi / inv;
       if (wavelen > low_freq_wavelen) {
         inv = inv / rope.factor;
@@ -179,10 +269,61 @@ std::vector<float> rope_inv_freq(const LlamaConfig& config) {
             (old_ctx / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
         inv = (1.0 - smooth) * inv / rope.factor + smooth * inv;
       }
+    } else if (type == "yarn") {
+      // transformers: extrapolation_factor = 1 - ramp; inv = interp * (1 - ef) + extrap * ef.
+      const double ramp = std::clamp((static_cast<double>(i) - yarn_low) / (yarn_high - yarn_low), 0.0, 1.0);
+      const double extrapolation = 1.0 - ramp;
+      inv = inv / rope.factor * (1.0 - extrapolation) + inv * extrapolation;
+    } else if (type == "longrope") {
+      inv = inv / longrope_factors[static_cast<size_t>(i)];
     }
     inv_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
   }
   return inv_freq;
+}
+
+double rope_attention_factor(const LlamaConfig& config) {
+  const RopeConfig& rope = config.rope;
+  validate_rope(rope, config.head_dim);
+  if (rope.type != "yarn" && rope.type != "longrope") return 1.0;
+  if (rope.attention_factor) return *rope.attention_factor;
+  if (rope.type == "yarn") {
+    // transformers: `if mscale and mscale_all_dim` (both given and non-zero).
+    if (rope.mscale != 0 && rope.mscale_all_dim != 0)
+      return yarn_mscale(rope.factor, rope.mscale) / yarn_mscale(rope.factor, rope.mscale_all_dim);
+    return yarn_mscale(rope.factor, 1.0);
+  }
+  if (rope.factor <= 1.0) return 1.0;
+  return std::sqrt(1.0 + std::log(rope.factor) / std::log(static_cast<double>(rope.original_max_position_embeddings)));
+}
+
+int64_t rope_covered_length(const LlamaConfig& config) {
+  const RopeConfig& rope = config.rope;
+  const int64_t M = config.max_position_embeddings;
+  auto scaled = [](double factor, int64_t length) {
+    const double n = factor * static_cast<double>(length);
+    return n >= 9.0e18 ? INT64_MAX : static_cast<int64_t>(n);
+  };
+  if (rope.type == "dynamic") return INT64_MAX;
+  if (rope.type == "linear") return std::max(M, scaled(rope.factor, M));
+  if (rope.type == "llama3" || rope.type == "yarn")
+    return std::max(M, scaled(rope.factor, rope.original_max_position_embeddings));
+  return M;
+}
+
+std::string rope_length_warning(const LlamaConfig& config, int64_t seq_len, const std::string& setting) {
+  if (config.positions != PositionKind::kRope) return "";
+  const int64_t covered = rope_covered_length(config);
+  if (seq_len <= covered) return "";
+  if (config.rope.type == "default")
+    return fmt::format(
+        "{}={} is longer than the model's max_position_embeddings={} and its config has no rope scaling: positions "
+        "beyond it were never trained (rope_scaling linear, dynamic, llama3, yarn or longrope extends a context)",
+        setting, seq_len, config.max_position_embeddings);
+  return fmt::format(
+      "{}={} is longer than the {} tokens the model's rope scaling covers (rope_type={}, factor={}, "
+      "max_position_embeddings={})",
+      setting, seq_len, covered, config.rope.type, config.rope.factor, config.max_position_embeddings);
 }
 
 // The GPT family's options on a config whose sizes are set: GPT-2 as transformers' GPT2LMHeadModel

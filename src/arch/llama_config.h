@@ -12,21 +12,49 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace seqpar {
 
-// RoPE frequencies. rope_type "default" or "llama3" (Llama-3.1 style frequency scaling).
+// RoPE frequencies, the rope_types of transformers' modeling_rope_utils (docs/models.md, "RoPE"):
+//   default   inv_freq[i] = 1 / theta^(2i/D)
+//   linear    default / factor (positions divided by factor)
+//   dynamic   NTK-aware: above max_position_embeddings, theta grows with the batch's length (rope_len)
+//   llama3    Llama-3.1 frequency bands (factor, low/high_freq_factor, original_max_position_embeddings)
+//   yarn      YaRN ramp between interpolated and extrapolated frequencies (factor, beta_fast/slow,
+//             original_max_position_embeddings, truncate), cos/sin times attention_factor
+//   longrope  default / short_factor[i] or / long_factor[i] by the batch's length against
+//             original_max_position_embeddings, cos/sin times attention_factor
 struct RopeConfig {
   double theta = 10000.0;
   std::string type = "default";
-  // llama3 scaling (used when type == "llama3")
+  // linear, dynamic, llama3, yarn, longrope. yarn / longrope given without one (null): the parser
+  // sets max_position_embeddings / original_max_position_embeddings, transformers' fallback.
   double factor = 1.0;
+  // llama3
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
+  // llama3, yarn, longrope (dynamic uses max_position_embeddings, as transformers does)
   int64_t original_max_position_embeddings = 8192;
+  // yarn: the ramp's bounds in rotations (transformers' `or` defaults: 0 or absent = 32 and 1),
+  // the correction range rounded outwards (truncate, 5.x key, default true), and the attention
+  // factor's inputs: mscale / mscale_all_dim (0 = absent; used only when both are given).
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+  double mscale = 0.0;
+  double mscale_all_dim = 0.0;
+  // yarn, longrope: the explicit factor on cos and sin; absent = derived (rope_attention_factor).
+  std::optional<double> attention_factor;
+  // longrope: per-frequency divisors, D/2 each; long_factor when rope_len > original_max_position_embeddings.
+  std::vector<double> short_factor;
+  std::vector<double> long_factor;
 };
+
+// The rope types seqpar knows, "default, linear, ..." (messages).
+const char* rope_type_names();
 
 enum class ModelFamily { kLlama, kQwen2, kQwen3, kMistral, kGpt2 };
 // HF model_type: "llama" | "qwen2" | "qwen3" | "mistral" | "gpt2"; the *ForCausalLM class name
@@ -127,6 +155,24 @@ std::string preset_choices();
 // inv_freq[i] = 1 / theta^(2i / D), i < D/2, then the rope_type's scaling. HF computes this in
 // float32 torch ops; we round the exponent 2i/D to f32 as torch does and do the rest in double
 // (within 3e-7 of HF; llama_config.cpp says why).
-std::vector<float> rope_inv_freq(const LlamaConfig& config);
+// rope_len: 1 + the largest position id of the batch's real tokens over the whole (global) batch,
+// what transformers' dynamic_rope_update calls seq_len (max(position_ids) + 1). Only dynamic and
+// longrope depend on it; 0 (or anything <= the original length) gives the frequencies transformers
+// builds at init (dynamic: default; longrope: short_factor).
+std::vector<float> rope_inv_freq(const LlamaConfig& config, int64_t rope_len = 0);
+// Whether rope_inv_freq depends on rope_len (dynamic, longrope).
+bool rope_depends_on_length(const RopeConfig& rope);
+// The factor on cos and sin (transformers' attention_scaling): yarn and longrope, explicit
+// attention_factor or derived from factor (yarn: get_mscale, with mscale / mscale_all_dim;
+// longrope: sqrt(1 + ln(factor) / ln(original_max_position_embeddings)), 1 when factor <= 1);
+// 1 for every other type.
+double rope_attention_factor(const LlamaConfig& config);
+// The longest sequence the config's RoPE claims to cover: max_position_embeddings (default,
+// longrope: Phi-3 style configs give the extended length there), factor * max_position_embeddings
+// (linear), max(max_position_embeddings, factor * original) (llama3, yarn), unbounded (dynamic:
+// INT64_MAX). A training length above it gets a warning (rope_length_warning).
+int64_t rope_covered_length(const LlamaConfig& config);
+// A warning text when seq_len is longer than rope_covered_length (RoPE only), else "".
+std::string rope_length_warning(const LlamaConfig& config, int64_t seq_len, const std::string& setting = "seq_len");
 
 }  // namespace seqpar

@@ -1,5 +1,6 @@
 #include "data/sp_batch.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace seqpar {
@@ -115,12 +116,14 @@ SpBatch make_sp_batch(const std::vector<Sequence>& batch, int sp_size, SpLayout 
   position_ids.reserve(static_cast<size_t>(S));
   seg.reserve(static_cast<size_t>(S));
   int32_t next_seg = 0;
+  int64_t longest_doc = 0;
   for (const Sequence& row : batch) {
     const size_t n = row.input_ids.size();
     ids.insert(ids.end(), row.input_ids.begin(), row.input_ids.end());
     targets.resize(targets.size() + n);
     shift_row(targets.data() + targets.size() - n, row.labels, row.doc_lens);
     for (int32_t len : row_docs(row.doc_lens, n)) {
+      longest_doc = std::max<int64_t>(longest_doc, len);
       for (int32_t p = 0; p < len; ++p) {
         position_ids.push_back(p);
         seg.push_back(next_seg);
@@ -144,6 +147,7 @@ SpBatch make_sp_batch(const std::vector<Sequence>& batch, int sp_size, SpLayout 
   out.unpadded_len = unpadded;
   out.num_pad = S - unpadded;
   out.num_docs = pad_seg;
+  out.rope_len = longest_doc;
   out.shards.resize(static_cast<size_t>(sp_size));
   for (int r = 0; r < sp_size; ++r) {
     Shard& sh = out.shards[static_cast<size_t>(r)];

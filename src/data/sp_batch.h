@@ -73,6 +73,10 @@ struct SpBatch {
   int64_t num_pad = 0;       // S - unpadded_len
   int64_t num_docs = 0;      // documents over all rows (segments 0 .. num_docs-1; pads are num_docs)
   int64_t good_tokens = 0;   // sum over shards
+  // 1 + the largest position id of a real token (pads excluded): the longest document. The
+  // length transformers' dynamic_rope_update calls seq_len (max(position_ids) + 1 over the batch),
+  // by which dynamic and longrope RoPE pick their frequencies; global, so every rank agrees.
+  int64_t rope_len = 0;
   std::vector<Shard> shards;  // [P]
 
   int64_t shard_len() const { return padded_len / sp_size; }  // T_r

@@ -11,12 +11,18 @@
 //     head_dim defaults to 128 for qwen3 (Qwen3Config's default).
 //   refused by name: use_mrope, rope_deltas, vision_config (multimodal Qwen), use_qk_norm.
 //   RoPE, both spellings, with transformers 5's precedence (RotaryEmbeddingConfigMixin):
-//     4.x: top-level rope_theta + optional rope_scaling {rope_type | type, factor, low_freq_factor,
-//          high_freq_factor, original_max_position_embeddings}
+//     4.x: top-level rope_theta + optional rope_scaling {rope_type | type, factor, ...}
 //     5.x: rope_parameters {rope_theta, rope_type, factor, ...}
 //     A non-empty rope_scaling replaces rope_parameters; rope_theta comes from that dict, else the
-//     top-level rope_theta, else 10000; for llama3, a top-level original_max_position_embeddings
-//     wins over the dict's, and max_position_embeddings is the last fallback.
+//     top-level rope_theta, else 10000; for llama3, yarn and longrope a top-level
+//     original_max_position_embeddings wins over the dict's, and max_position_embeddings is the last
+//     fallback. The keys per rope_type (transformers' required ones must be there):
+//       linear, dynamic: factor (dynamic scales from max_position_embeddings, as transformers does)
+//       llama3: factor, low_freq_factor, high_freq_factor
+//       yarn: factor (null: max_position_embeddings / original), beta_fast (32), beta_slow (1),
+//             truncate (true), attention_factor, mscale, mscale_all_dim
+//       longrope: short_factor, long_factor (head_dim / 2 numbers each), factor (absent:
+//             max_position_embeddings / original), attention_factor
 // gpt2 (GPT2LMHeadModel: parse_gpt2): its own keys, n_embd, n_layer, n_head, n_positions,
 //   vocab_size (required), n_inner (null = 4 n_embd), layer_norm_epsilon (1e-5),
 //   activation_function (gelu_new; gelu, gelu_new, gelu_pytorch_tanh accepted), tie_word_embeddings
@@ -90,6 +96,21 @@ class Fields {
     return v.get<std::string>();
   }
 
+  // A list of numbers (a required field).
+  std::vector<double> numbers(const char* name) const {
+    const json& v = required(name);
+    SEQPAR_INPUT_CHECK(v.is_array(), "{}: field '{}{}' must be a list of numbers, got {}", source_, prefix_, name,
+                       describe(v));
+    std::vector<double> out;
+    out.reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      SEQPAR_INPUT_CHECK(v[i].is_number(), "{}: field '{}{}[{}]' must be a number, got {}", source_, prefix_, name, i,
+                         describe(v[i]));
+      out.push_back(v[i].get<double>());
+    }
+    return out;
+  }
+
   // The object under `name`, or nullptr when absent/null.
   const json* object(const char* name) const {
     if (!has(name)) return nullptr;
@@ -137,17 +158,55 @@ RopeConfig parse_rope(const Fields& top, const std::string& source, int64_t max_
       rope.type = *t2;
       type_field = dict_name + ".type";
     }
-    SEQPAR_INPUT_CHECK(rope.type == "default" || rope.type == "llama3",
-                       "{}: field '{}' = '{}' is not supported (supported rope types: default, llama3)", source,
-                       type_field, rope.type);
-    if (rope.type == "llama3") {
-      rope.factor = d.number("factor");
-      rope.low_freq_factor = d.number("low_freq_factor");
-      rope.high_freq_factor = d.number("high_freq_factor");
+    const std::string& t = rope.type;
+    SEQPAR_INPUT_CHECK(
+        t == "default" || t == "linear" || t == "dynamic" || t == "llama3" || t == "yarn" || t == "longrope",
+        "{}: field '{}' = '{}' is not supported (supported rope types: {})", source, type_field, t, rope_type_names());
+    // llama3, yarn, longrope (transformers' standardize_rope_params): a top-level
+    // original_max_position_embeddings wins over the dict's, max_position_embeddings is the fallback.
+    if (t == "llama3" || t == "yarn" || t == "longrope") {
       rope.original_max_position_embeddings =
           top.has("original_max_position_embeddings")
               ? top.integer("original_max_position_embeddings")
               : d.integer("original_max_position_embeddings", max_position_embeddings);
+    }
+    const double implicit_factor =
+        static_cast<double>(max_position_embeddings) / static_cast<double>(rope.original_max_position_embeddings);
+    if (t == "linear" || t == "dynamic" || t == "llama3") {
+      rope.factor = d.number("factor");
+    } else if (t == "yarn") {
+      // Required, but a null factor is transformers' max_position_embeddings / original.
+      SEQPAR_INPUT_CHECK(dict->contains("factor"), "{}: field '{}.factor' is missing (rope_type=yarn)", source,
+                         dict_name);
+      rope.factor = d.number("factor", implicit_factor);
+    } else if (t == "longrope") {
+      rope.factor = d.number("factor", implicit_factor);
+    }
+    if (t == "llama3") {
+      rope.low_freq_factor = d.number("low_freq_factor");
+      rope.high_freq_factor = d.number("high_freq_factor");
+    }
+    if (t == "dynamic" && d.has("original_max_position_embeddings"))
+      log_warn(
+          "{}: {}.original_max_position_embeddings ignored for rope_type=dynamic: transformers scales from "
+          "max_position_embeddings={}",
+          source, dict_name, max_position_embeddings);
+    if (t == "yarn" || t == "longrope") {
+      if (d.has("attention_factor")) rope.attention_factor = d.number("attention_factor");
+    }
+    if (t == "yarn") {
+      // transformers: `beta_fast or 32`, `beta_slow or 1` (0 counts as absent), truncate defaults to true.
+      rope.beta_fast = d.number("beta_fast", 0.0);
+      rope.beta_slow = d.number("beta_slow", 0.0);
+      if (rope.beta_fast == 0.0) rope.beta_fast = 32.0;
+      if (rope.beta_slow == 0.0) rope.beta_slow = 1.0;
+      rope.mscale = d.number("mscale", 0.0);
+      rope.mscale_all_dim = d.number("mscale_all_dim", 0.0);
+      rope.truncate = d.boolean("truncate", true);
+    }
+    if (t == "longrope") {
+      rope.short_factor = d.numbers("short_factor");
+      rope.long_factor = d.numbers("long_factor");
     }
   }
   SEQPAR_INPUT_CHECK(partial_rotary_factor == 1.0,
@@ -398,16 +457,31 @@ std::string hf_llama_config_json(const LlamaConfig& config, const std::string& t
   const RopeConfig& rope = config.rope;
 
   // transformers 5 reads rope_parameters (and takes rope_theta into it); 4.x reads rope_theta and
-  // rope_scaling. For llama3 both dicts are written with the same values: 5.x lets a non-empty
-  // rope_scaling replace rope_parameters, so the two can never disagree.
+  // rope_scaling. For every scaled type both dicts are written with the same values: 5.x lets a
+  // non-empty rope_scaling replace rope_parameters, so the two can never disagree. Every key that
+  // changes the frequencies is written, defaults included, so transformers rebuilds the same ones.
   json scaling = nullptr;
   json params = {{"rope_type", rope.type}, {"rope_theta", rope.theta}};
-  if (rope.type == "llama3") {
-    scaling = {{"rope_type", "llama3"},
-               {"factor", rope.factor},
-               {"low_freq_factor", rope.low_freq_factor},
-               {"high_freq_factor", rope.high_freq_factor},
-               {"original_max_position_embeddings", rope.original_max_position_embeddings}};
+  if (rope.type != "default") {
+    scaling = {{"rope_type", rope.type}, {"factor", rope.factor}};
+    if (rope.type == "llama3") {
+      scaling["low_freq_factor"] = rope.low_freq_factor;
+      scaling["high_freq_factor"] = rope.high_freq_factor;
+    }
+    if (rope.type == "llama3" || rope.type == "yarn" || rope.type == "longrope")
+      scaling["original_max_position_embeddings"] = rope.original_max_position_embeddings;
+    if (rope.type == "yarn") {
+      scaling["beta_fast"] = rope.beta_fast;
+      scaling["beta_slow"] = rope.beta_slow;
+      scaling["truncate"] = rope.truncate;
+      if (rope.mscale != 0.0) scaling["mscale"] = rope.mscale;
+      if (rope.mscale_all_dim != 0.0) scaling["mscale_all_dim"] = rope.mscale_all_dim;
+    }
+    if (rope.type == "longrope") {
+      scaling["short_factor"] = rope.short_factor;
+      scaling["long_factor"] = rope.long_factor;
+    }
+    if (rope.attention_factor) scaling["attention_factor"] = *rope.attention_factor;
     params.update(scaling);
   }
 

@@ -254,18 +254,18 @@ Device rope_check(const char* op, const Arg& a_x, const Tensor& position_ids, co
 }
 }  // namespace
 
-void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq) {
+void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, float scale) {
   const Device dev = rope_check("rope_forward", {"x", x}, position_ids, inv_freq);
   ProfileScope prof(dev, __func__);
-  SEQPAR_DISPATCH_CUDA(dev, rope_forward(x, position_ids, inv_freq));
-  cpu::rope_forward(f32(x), i32(position_ids), f32(inv_freq), x.dim(0), x.dim(1), x.dim(2));
+  SEQPAR_DISPATCH_CUDA(dev, rope_forward(x, position_ids, inv_freq, scale));
+  cpu::rope_forward(f32(x), i32(position_ids), f32(inv_freq), x.dim(0), x.dim(1), x.dim(2), scale);
 }
 
-void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq) {
+void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq, float scale) {
   const Device dev = rope_check("rope_backward", {"dx", dx}, position_ids, inv_freq);
   ProfileScope prof(dev, __func__);
-  SEQPAR_DISPATCH_CUDA(dev, rope_backward(dx, position_ids, inv_freq));
-  cpu::rope_backward(f32(dx), i32(position_ids), f32(inv_freq), dx.dim(0), dx.dim(1), dx.dim(2));
+  SEQPAR_DISPATCH_CUDA(dev, rope_backward(dx, position_ids, inv_freq, scale));
+  cpu::rope_backward(f32(dx), i32(position_ids), f32(inv_freq), dx.dim(0), dx.dim(1), dx.dim(2), scale);
 }
 
 // ---- SwiGLU -----------------------------------------------------------------------------

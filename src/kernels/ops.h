@@ -46,10 +46,11 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
 // HF "rotate_half" convention: for pair (i, i + D/2), angle = position_ids[t] * inv_freq[i],
 //   y_i = x_i cos - x_{i+D/2} sin,  y_{i+D/2} = x_{i+D/2} cos + x_i sin.
 // x [T, H, D] rotated in place; position_ids i32 [T] (global positions, restart per document);
-// inv_freq f32 [D/2] (rope_inv_freq in arch/llama_config.h builds it from the config).
-void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq);
-// The transpose of the rotation (rotation by -angle), in place on dx (=).
-void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq);
+// inv_freq f32 [D/2] (rope_inv_freq in arch/llama_config.h builds it from the config); cos and sin
+// multiplied by scale (HF's attention_scaling: rope_attention_factor; 1 = exactly the plain rotation).
+void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, float scale = 1.0f);
+// The transpose of the (scaled) rotation (rotation by -angle, times scale), in place on dx (=).
+void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq, float scale = 1.0f);
 
 // ---- SwiGLU -----------------------------------------------------------------------------
 // out = silu(gate) * up; gate/up/out [T, F].

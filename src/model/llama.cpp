@@ -193,6 +193,7 @@ struct LlamaModel::LayerActs {
 
 struct LlamaModel::Acts {
   LlamaBatch batch;
+  Tensor inv_freq;  // f32 [D/2]: this batch's RoPE frequencies (rope_table(batch.rope_len))
   Attention* attention = nullptr;
   std::vector<LayerActs> layers;
   Tensor x_final;  // [T, C]
@@ -212,7 +213,20 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Device device, DType dtype)
   if (config_.positions == PositionKind::kRope) {
     std::vector<float> inv = rope_inv_freq(config_);
     inv_freq_ = Tensor::from_vector<float>({static_cast<int64_t>(inv.size())}, inv).to(device_);
+    rope_scale_ = static_cast<float>(rope_attention_factor(config_));
   }
+}
+
+Tensor LlamaModel::rope_table(int64_t rope_len) {
+  if (config_.positions != PositionKind::kRope) return {};
+  if (!rope_depends_on_length(config_.rope)) return inv_freq_;
+  std::vector<float> inv = rope_inv_freq(config_, rope_len);
+  if (!inv_freq_len_.defined() || inv != inv_freq_len_values_) {
+    // A new tensor, not a copy into the old one: a batch still in flight keeps its own.
+    inv_freq_len_ = Tensor::from_vector<float>({static_cast<int64_t>(inv.size())}, inv).to(device_);
+    inv_freq_len_values_ = std::move(inv);
+  }
+  return inv_freq_len_;
 }
 
 LlamaModel::ActivationPolicy LlamaModel::policy_for(bool checkpointing, bool keep_attention) {
@@ -344,8 +358,8 @@ void LlamaModel::attention_half(int64_t l, LayerActs& s, bool norm_only) {
     k = head_norm_forward(s.k_raw, P.k_norm, s.rstd_k);
   }
   if (c.positions == PositionKind::kRope) {
-    rope_forward(q, acts_->batch.position_ids, inv_freq_);
-    rope_forward(k, acts_->batch.position_ids, inv_freq_);
+    rope_forward(q, acts_->batch.position_ids, acts_->inv_freq, rope_scale_);
+    rope_forward(k, acts_->batch.position_ids, acts_->inv_freq, rope_scale_);
   }
   s.attn_out = Tensor::empty({T, H, D}, act, device_);
   s.attn_ctx = acts_->attention->forward(q, k, v, s.attn_out, scale, config_.layer_window(l));
@@ -516,6 +530,7 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
   held_layer_ = -1;
   Acts& a = *acts_;
   a.batch = batch;
+  a.inv_freq = rope_table(batch.rope_len);
   a.attention = &attention;
   a.layers.resize(c.num_layers);
 
@@ -648,8 +663,8 @@ void LlamaModel::backward(float dloss) {
     a.attention->backward(*s.attn_ctx, dattn.view({T, H, D}), dq, dk, dv);
     s.attn_ctx.reset();
     if (c.positions == PositionKind::kRope) {
-      rope_backward(dq, a.batch.position_ids, inv_freq_);
-      rope_backward(dk, a.batch.position_ids, inv_freq_);
+      rope_backward(dq, a.batch.position_ids, a.inv_freq, rope_scale_);
+      rope_backward(dk, a.batch.position_ids, a.inv_freq, rope_scale_);
     }
     if (c.qk_norm) {  // dq, dk become the gradients of the projections' outputs
       dq = head_norm_backward(dq, s.q_raw, P.q_norm, G.q_norm, s.rstd_q);

@@ -93,6 +93,10 @@ struct LlamaBatch {
   Tensor input_ids;
   Tensor position_ids;  // RoPE positions / rows of the learned position embedding (restarting per document)
   Tensor targets;       // labels already shifted; -100 = no loss
+  // 1 + the largest position id of the real tokens of the whole batch (every rank's shard: the same
+  // on every rank; SpBatch::rope_len), known on the host. dynamic / longrope RoPE choose their
+  // frequencies by it (rope_inv_freq); 0 = the config's own (transformers' at init).
+  int64_t rope_len = 0;
 };
 
 struct LossStats {
@@ -227,7 +231,14 @@ class LlamaModel {
   DType dtype_;
   LlamaParams params_;
   LlamaParams grads_;
-  Tensor inv_freq_;  // f32 [D/2]
+  // This batch's RoPE frequencies (rope_len): the config's, or for dynamic / longrope the last
+  // length-dependent set, uploaded when it changes (a host computation; no wait on the device).
+  Tensor rope_table(int64_t rope_len);
+
+  Tensor inv_freq_;                         // f32 [D/2], rope_inv_freq(config) (rope_len 0)
+  Tensor inv_freq_len_;                     // f32 [D/2], the last rope_table of a length-dependent type
+  std::vector<float> inv_freq_len_values_;  // its values (host)
+  float rope_scale_ = 1.0f;                 // rope_attention_factor: cos and sin times this
   std::shared_ptr<Acts> acts_;
   ActivationPolicy policy_ = ActivationPolicy::kKeep;
   int64_t mlp_tile_ = 0;

@@ -141,7 +141,7 @@ TrainStep::Prepared TrainStep::prepare(const SpBatch& b) {
                                     config_.kernels.ulysses_head_groups);
   }
   p.attention->prepare(device_);
-  p.batch = {i32(sh.input_ids).to(device_), i32(sh.position_ids).to(device_), i32(sh.targets).to(device_)};
+  p.batch = {i32(sh.input_ids).to(device_), i32(sh.position_ids).to(device_), i32(sh.targets).to(device_), b.rope_len};
   return p;
 }
 

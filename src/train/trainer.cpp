@@ -351,6 +351,11 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
     for (const Sequence& row : *s.batch)
       longest = std::max<int64_t>(longest, static_cast<int64_t>(row.input_ids.size()));
   mc.check_positions(longest, s.batch ? "seq_len (the batch's longest row)" : "seq_len");
+  // RoPE: a longer sequence runs, but at positions the model's config does not claim.
+  if (s.leads)
+    if (const std::string w = rope_length_warning(mc, longest, s.batch ? "the batch's longest row" : "seq_len");
+        !w.empty())
+      log_warn("{}", w);
   if (cfg_.parallel.device.is_cuda()) {
     SEQPAR_INPUT_CHECK(cuda_built(), "device={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)",
                        cfg_.parallel.device.str());

@@ -70,8 +70,46 @@ TEST(LlamaConfig, Rules) {
   c.rope.theta = -1;
   EXPECT_INPUT_ERROR(c.validate(), "rope_theta=-1 must be a positive finite number");
   c = small();
+  c.rope.type = "ntk";
+  EXPECT_INPUT_ERROR(c.validate(),
+                     "rope_type='ntk' is not supported (supported: default, linear, dynamic, llama3, yarn, longrope)");
+  c = small();
+  c.rope.type = "longrope";
+  c.rope.original_max_position_embeddings = 16;
+  c.rope.short_factor.assign(static_cast<size_t>(c.head_dim / 2), 1.0);
+  c.rope.long_factor.assign(static_cast<size_t>(c.head_dim / 2) + 1, 2.0);
+  EXPECT_INPUT_ERROR(c.validate(), fmt::format("rope long_factor has {} entries but must have head_dim / 2 = {}",
+                                               c.head_dim / 2 + 1, c.head_dim / 2));
+  c.rope.long_factor.pop_back();
+  EXPECT_NO_THROW(c.validate());
+  c.rope.original_max_position_embeddings = 1;
+  EXPECT_INPUT_ERROR(c.validate(), "rope original_max_position_embeddings=1 must be > 1 (rope_type=longrope");
+}
+
+// A training length beyond what the config's RoPE covers is a warning text (the trainer logs it).
+TEST(LlamaConfig, RopeLengthWarning) {
+  LlamaConfig c = small();
+  c.max_position_embeddings = 1024;
+  EXPECT_EQ(rope_length_warning(c, 1024), "");
+  EXPECT_NE(rope_length_warning(c, 1025).find("seq_len=1025 is longer than the model's max_position_embeddings=1024 "
+                                              "and its config has no rope scaling"),
+            std::string::npos);
+  c.rope.type = "linear";
+  c.rope.factor = 4;
+  EXPECT_EQ(rope_covered_length(c), 4096);
+  EXPECT_EQ(rope_length_warning(c, 4096), "");
+  EXPECT_NE(rope_length_warning(c, 4097).find("seq_len=4097 is longer than the 4096 tokens the model's rope scaling "
+                                              "covers (rope_type=linear, factor=4"),
+            std::string::npos);
+  c.rope.type = "dynamic";
+  EXPECT_EQ(rope_length_warning(c, int64_t{1} << 40), "");
   c.rope.type = "yarn";
-  EXPECT_INPUT_ERROR(c.validate(), "rope_type='yarn' is not supported (supported: default, llama3)");
+  c.rope.original_max_position_embeddings = 512;
+  EXPECT_EQ(rope_covered_length(c), 2048);  // factor 4 * original 512
+  c.rope.factor = 1;
+  EXPECT_EQ(rope_covered_length(c), 1024);  // never below max_position_embeddings
+  make_gpt2(c, "gelu_new");                 // learned positions: check_positions' error, not a RoPE warning
+  EXPECT_EQ(rope_length_warning(c, 1 << 20), "");
 }
 
 TEST(LlamaConfig, Llama3Rules) {

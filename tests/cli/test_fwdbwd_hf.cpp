@@ -33,6 +33,8 @@ const std::vector<std::string> kCases = {"gqa_untied", "mha_tied", "gqa_llama3_r
                                          // the families (issue 17)
                                          "qwen2_untied", "qwen2_tied_window", "qwen3_head_dim", "qwen3_bias_window",
                                          "mistral_window", "mistral_full_tied", "mistral_d64_window",
+                                         // rope_scaling types (issue 18 item 7)
+                                         "rope_linear_v4", "rope_dynamic", "rope_yarn", "rope_longrope",
                                          // the GPT family (issue 16; tools/make_gpt2_fixtures.py)
                                          "gpt2_gelu_new", "gpt2_gelu_erf", "gpt2_near_positions", "gpt2_d64"};
 

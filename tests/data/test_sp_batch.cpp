@@ -210,6 +210,16 @@ TEST(SpBatch, PositionIdsRestartPerDocumentAndSegmentsSeparateRowsDocsPads) {
   EXPECT_EQ(stream_of(b, [](const Shard& s) { return s.targets; }), (I32{2, 3, -100, 5, -100, 7, 8, -100, -100}));
 }
 
+// rope_len (dynamic / longrope RoPE's batch length): 1 + the largest position of a real token, i.e.
+// the longest document over all rows; pads do not count, and it is one number for every rank.
+TEST(SpBatch, RopeLenIsTheLongestDocument) {
+  std::vector<Sequence> batch = {pretrain_row({1, 2, 3}), pretrain_row({4, 5, 6, 7, 8}, {2, 3})};
+  EXPECT_EQ(make_sp_batch(batch, 3, SpLayout::kContiguous).rope_len, 3);
+  EXPECT_EQ(make_sp_batch(batch, 3, SpLayout::kZigzag).rope_len, 3) << "4 pads (positions 0..3) do not count";
+  batch.push_back(pretrain_row({9, 10, 11, 12}));
+  EXPECT_EQ(make_sp_batch(batch, 1, SpLayout::kContiguous).rope_len, 4);
+}
+
 TEST(SpBatch, MaskMetadataMatchesDocumentsInEveryLayout) {
   // attention.h: query i sees key j iff seg equal and pos_k <= pos_q. Across all ranks' tokens,
   // that must mean "same document of the same row, and j not after i", and pads see no real token.

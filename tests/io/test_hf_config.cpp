@@ -176,11 +176,12 @@ TEST(HfConfig, RopePrecedenceFollowsTransformers5) {
 }
 
 TEST(HfConfig, UnsupportedRopeTypes) {
-  for (const char* type : {"linear", "dynamic", "yarn", "longrope", "ntk"}) {
+  // The supported scaled types are tests/io/test_hf_rope.cpp's.
+  for (const char* type : {"ntk", "proportional", "su", "mrope"}) {
     json j = minimal();
     j["rope_scaling"] = {{"rope_type", type}, {"factor", 2.0}};
     EXPECT_INPUT_ERROR(parse(j), fmt::format("cfg.json: field 'rope_scaling.rope_type' = '{}' is not supported "
-                                             "(supported rope types: default, llama3)",
+                                             "(supported rope types: default, linear, dynamic, llama3, yarn, longrope)",
                                              type));
     j.erase("rope_scaling");
     j["rope_parameters"] = {{"type", type}, {"rope_theta", 10000.0}};

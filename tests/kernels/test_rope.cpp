@@ -143,5 +143,30 @@ TEST(Rope, BackwardMatchesFiniteDifferences) {
   EXPECT_LT(err / scale, 1e-8);  // the loss is linear in x: only rounding remains
 }
 
+// HF's attention_scaling (yarn, longrope): cos and sin times scale. scale = 1 is the plain rotation
+// bit for bit; another scale is scale times it, and the backward stays the forward's transpose.
+TEST(Rope, ScaleMultipliesCosAndSin) {
+  const std::vector<double> x = random_doubles(kT * kH * kD, 7);
+  const std::vector<float> inv_freq = llama_inv_freq(kD);
+  std::vector<float> plain(x.begin(), x.end()), one = plain, scaled = plain;
+  cpu::rope_forward(plain.data(), kPos.data(), inv_freq.data(), kT, kH, kD);
+  cpu::rope_forward(one.data(), kPos.data(), inv_freq.data(), kT, kH, kD, 1.0f);
+  EXPECT_EQ(one, plain);
+  const float s = 1.1386294f;
+  cpu::rope_forward(scaled.data(), kPos.data(), inv_freq.data(), kT, kH, kD, s);
+  for (size_t i = 0; i < x.size(); i++) EXPECT_NEAR(scaled[i], s * plain[i], 2e-6) << "i=" << i;
+
+  std::vector<double> gd = random_doubles(kT * kH * kD, 8), xd = x;
+  std::vector<double> dx = gd;
+  cpu::rope_forward(xd.data(), kPos.data(), inv_freq.data(), kT, kH, kD, s);
+  cpu::rope_backward(dx.data(), kPos.data(), inv_freq.data(), kT, kH, kD, s);
+  double lhs = 0, rhs = 0;  // <g, R x> = <R^T g, x>
+  for (size_t i = 0; i < x.size(); i++) lhs += gd[i] * xd[i], rhs += dx[i] * x[i];
+  EXPECT_NEAR(lhs, rhs, 1e-12 * std::abs(lhs) + 1e-12);
+  std::vector<double> back = xd;  // R^T R x = s^2 x
+  cpu::rope_backward(back.data(), kPos.data(), inv_freq.data(), kT, kH, kD, s);
+  for (size_t i = 0; i < x.size(); i++) EXPECT_NEAR(back[i], double{s} * s * x[i], 1e-13);
+}
+
 }  // namespace
 }  // namespace seqpar

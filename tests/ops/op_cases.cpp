@@ -217,30 +217,34 @@ void layernorm_cases(std::vector<OpCase>& cases) {
 // ---- RoPE ---------------------------------------------------------------------------------------
 
 void rope_cases(std::vector<OpCase>& cases) {
-  struct Shape3 {
+  struct Shape3s {
     int64_t T, H, D;
     bool fd;
+    float scale;  // HF's attention_scaling on cos and sin (yarn, longrope); 1 = the plain rotation
   };
-  for (const Shape3& s : {Shape3{50, 6, 64, false}, Shape3{50, 3, 20, false}, Shape3{3, 2, 8, true}}) {
-    const auto [T, H, D, fd] = s;  // 64: vectorised; 20: scalar (D/2 = 10)
+  for (const Shape3s& s :
+       {Shape3s{50, 6, 64, false, 1.0f}, Shape3s{50, 3, 20, false, 1.0f}, Shape3s{3, 2, 8, true, 1.0f},
+        Shape3s{50, 6, 64, false, 1.1386294f}, Shape3s{50, 3, 20, false, 1.4142135f}, Shape3s{3, 2, 8, true, 0.8f}}) {
+    const auto [T, H, D, fd, scale] = s;  // 64: vectorised; 20: scalar (D/2 = 10)
     std::vector<float> inv_freq(static_cast<size_t>(D / 2));
     for (int64_t i = 0; i < D / 2; ++i)
       inv_freq[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * static_cast<double>(i) / static_cast<double>(D)));
     OpCase c;
-    c.name = dims("rope forward, backward", {{"T", T}, {"H", H}, {"D", D}});
+    c.name = dims("rope forward, backward", {{"T", T}, {"H", H}, {"D", D}}) +
+             (scale == 1.0f ? std::string() : " scale " + std::to_string(scale));
     Operand freq{"inv_freq", {D / 2}, Role::kIn, Store::kF32, inv_freq, {}};
     // long-context positions: large angles
     c.operands = {ints("pos", random_ints(T, 17, 0, 100000)), freq, inout("x", {T, H, D}, 18),
                   inout("g", {T, H, D}, 19)};
-    c.run = [](Tensors& t, auto&, const Backend&) {
-      rope_forward(t.at("x"), t.at("pos"), t.at("inv_freq"));
-      rope_backward(t.at("g"), t.at("pos"), t.at("inv_freq"));
+    c.run = [scale](Tensors& t, auto&, const Backend&) {
+      rope_forward(t.at("x"), t.at("pos"), t.at("inv_freq"), scale);
+      rope_backward(t.at("g"), t.at("pos"), t.at("inv_freq"), scale);
     };
-    c.reference = [T, H, D](Values& v) {
+    c.reference = [T, H, D, scale](Values& v) {
       const std::vector<int32_t> pos = as_ints(v["pos"]);
       const std::vector<float> f(v["inv_freq"].begin(), v["inv_freq"].end());
-      cpu::rope_forward<double>(v["x"].data(), pos.data(), f.data(), T, H, D);
-      cpu::rope_backward<double>(v["g"].data(), pos.data(), f.data(), T, H, D);
+      cpu::rope_forward<double>(v["x"].data(), pos.data(), f.data(), T, H, D, scale);
+      cpu::rope_backward<double>(v["g"].data(), pos.data(), f.data(), T, H, D, scale);
     };
     c.checked = {"x", "g"};
     // rope_backward is the transpose of rope_forward: d(sum(g0 * rope(x))) / dx = rope_backward(g0).

@@ -553,3 +553,51 @@ TEST(SpModel, TiledLossMatchesWholeLogits) {
 
 }  // namespace
 }  // namespace seqpar
+
+namespace seqpar {
+namespace {
+
+// dynamic / longrope RoPE take their frequencies from the batch's rope_len, per forward and
+// stateless (docs/models.md, "RoPE"): the same batch gives the same loss and gradients whatever ran
+// before it, unlike transformers' growing cache; a length at or below the threshold is the config's.
+TEST(SpModel, LengthDependentRopeIsPerBatchAndStateless) {
+  for (const char* type : {"dynamic", "longrope"}) {
+    SCOPED_TRACE(type);
+    LlamaConfig config = tiny_config(4, 2, 8, false);
+    config.max_position_embeddings = 8;
+    config.rope.type = type;
+    config.rope.factor = 2.0;
+    config.rope.original_max_position_embeddings = 8;
+    config.rope.short_factor = {1.0, 1.1, 1.2, 1.3};
+    config.rope.long_factor = {1.0, 2.0, 4.0, 8.0};
+    const int64_t T = 16;
+    LlamaModel model(config);
+    init_llama_params(model.params(), 7, 0.05f);
+    std::vector<int32_t> ids(T), pos(T);
+    for (int64_t t = 0; t < T; ++t) {
+      ids[t] = static_cast<int32_t>((t * 11) % config.vocab_size);
+      pos[t] = static_cast<int32_t>(t);
+    }
+    LocalAttention attn(token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)}));
+    auto run = [&](int64_t rope_len) {
+      model.zero_grads();
+      const LossStats s = model.forward({Tensor::from_vector<int32_t>({T}, ids), Tensor::from_vector<int32_t>({T}, pos),
+                                         Tensor::from_vector<int32_t>({T}, ids), rope_len},
+                                        attn);
+      model.backward(1.f / static_cast<float>(T));
+      const Tensor& g = model.grads().embed_tokens;  // f32, host
+      return std::make_pair(s.loss_sum, std::vector<float>(g.data<float>(), g.data<float>() + g.numel()));
+    };
+    const auto at_init = run(0);
+    EXPECT_EQ(run(8), at_init) << "rope_len <= the threshold: the config's frequencies";
+    const auto long16 = run(16);
+    EXPECT_NE(long16.first, at_init.first);
+    run(64);
+    EXPECT_EQ(run(16), long16) << "a longer batch before changes nothing";
+    run(0);
+    EXPECT_EQ(run(16), long16);
+  }
+}
+
+}  // namespace
+}  // namespace seqpar

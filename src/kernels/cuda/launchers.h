@@ -51,7 +51,7 @@ void gelu_backward(void* dinp, const void* dout, const void* inp, DType dt, int6
 
 // x [T, H, D] rotated in place by +angle (inverse = false) or -angle (inverse = true).
 void rope(void* x, DType dt, const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D,
-          bool inverse, cudaStream_t stream);
+          bool inverse, float scale, cudaStream_t stream);
 
 // n elements each, one dtype.
 void swiglu_forward(void* out, const void* gate, const void* up, DType dt, int64_t n, cudaStream_t stream);

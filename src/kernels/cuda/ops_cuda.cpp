@@ -305,7 +305,8 @@ void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind
 // ---- RoPE ---------------------------------------------------------------------------------
 
 namespace {
-void rope_apply(const char* op, Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, bool inverse) {
+void rope_apply(const char* op, Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, bool inverse,
+                float scale) {
   DeviceScope scope(op, {{"x", &x}, {"position_ids", &position_ids}, {"inv_freq", &inv_freq}});
   check_float(x, op, "x");
   check_dtype(position_ids, DType::kI32, "rope position_ids");
@@ -315,17 +316,17 @@ void rope_apply(const char* op, Tensor& x, const Tensor& position_ids, const Ten
   SEQPAR_CHECK(D % 2 == 0, "{}: head_dim D={} must be even", op, D);
   check_shape(position_ids, {T}, "rope position_ids");
   check_shape(inv_freq, {D / 2}, "rope inv_freq");
-  cuda_kernels::rope(x.raw(), x.dtype(), position_ids.data<int32_t>(), inv_freq.data<float>(), T, H, D, inverse,
+  cuda_kernels::rope(x.raw(), x.dtype(), position_ids.data<int32_t>(), inv_freq.data<float>(), T, H, D, inverse, scale,
                      current_stream());
 }
 }  // namespace
 
-void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq) {
-  rope_apply("rope_forward", x, position_ids, inv_freq, false);
+void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, float scale) {
+  rope_apply("rope_forward", x, position_ids, inv_freq, false, scale);
 }
 
-void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq) {
-  rope_apply("rope_backward", dx, position_ids, inv_freq, true);
+void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq, float scale) {
+  rope_apply("rope_backward", dx, position_ids, inv_freq, true, scale);
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------

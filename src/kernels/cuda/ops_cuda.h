@@ -21,8 +21,8 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
                         const Tensor& weight, const Tensor& mean, const Tensor& rstd);
 void gelu_forward(Tensor& out, const Tensor& inp, GeluKind kind);
 void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind kind);
-void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq);
-void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq);
+void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, float scale);
+void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq, float scale);
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
 void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up);
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,

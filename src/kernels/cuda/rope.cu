@@ -11,13 +11,15 @@ constexpr int kHeadsPerThread = 4;  // one sin/cos evaluation serves this many h
 
 // One thread per (token, group of heads, pack of N pairs). For pair (i, i + D/2):
 //   y_i = x_i cos - x_{i+D/2} sin,  y_{i+D/2} = x_{i+D/2} cos + x_i sin,  angle = pos * inv_freq[i];
-// sign = -1 applies the inverse rotation (the backward). The angle is formed in f32 exactly as HF
-// does (pos * inv_freq), and sincosf is the accurate version (large angles take its slow path).
+// sign = -1 applies the inverse rotation (the backward); cos and sin are multiplied by scale (HF's
+// attention_scaling, yarn / longrope; a product with 1.0f is exact, so scale = 1 is the unscaled
+// rotation). The angle is formed in f32 exactly as HF does (pos * inv_freq), and sincosf is the
+// accurate version (large angles take its slow path).
 template <int N, typename T>
-__global__ void rope_kernel(T* __restrict__ x,                      // [T, H, D]
+__global__ void rope_kernel(T* __restrict__ x,                         // [T, H, D]
                             const int32_t* __restrict__ position_ids,  // [T]
-                            const float* __restrict__ inv_freq,     // [D/2]
-                            int64_t tokens, int64_t H, int64_t D, float sign) {
+                            const float* __restrict__ inv_freq,        // [D/2]
+                            int64_t tokens, int64_t H, int64_t D, float sign, float scale) {
   const int64_t half = D / 2, packs = half / N;
   const int64_t groups = (H + kHeadsPerThread - 1) / kHeadsPerThread;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -30,6 +32,8 @@ __global__ void rope_kernel(T* __restrict__ x,                      // [T, H, D]
   for (int k = 0; k < N; ++k) {
     sincosf(pos * f[k], &sn[k], &cs[k]);
     sn[k] *= sign;
+    cs[k] *= scale;
+    sn[k] *= scale;
   }
   const int64_t h_end = (hg + 1) * kHeadsPerThread < H ? (hg + 1) * kHeadsPerThread : H;
   for (int64_t h = hg * kHeadsPerThread; h < h_end; ++h) {
@@ -50,7 +54,7 @@ __global__ void rope_kernel(T* __restrict__ x,                      // [T, H, D]
 }  // namespace
 
 void rope(void* x, DType dt, const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D,
-          bool inverse, cudaStream_t stream) {
+          bool inverse, float scale, cudaStream_t stream) {
   if (T == 0 || H == 0) return;
   const int64_t half = D / 2;
   // Every pack start (row + p * 8 and row + half + p * 8) is 16-byte aligned when the base is
@@ -62,10 +66,10 @@ void rope(void* x, DType dt, const int32_t* position_ids, const float* inv_freq,
     using TE = decltype(tag);
     if (vec) {
       rope_kernel<8><<<ceil_div(T * groups * (half / 8), kThreads), kThreads, 0, stream>>>(
-          static_cast<TE*>(x), position_ids, inv_freq, T, H, D, sign);
+          static_cast<TE*>(x), position_ids, inv_freq, T, H, D, sign, scale);
     } else {
-      rope_kernel<1><<<ceil_div(T * groups * half, kThreads), kThreads, 0, stream>>>(
-          static_cast<TE*>(x), position_ids, inv_freq, T, H, D, sign);
+      rope_kernel<1><<<ceil_div(T * groups * half, kThreads), kThreads, 0, stream>>>(static_cast<TE*>(x), position_ids,
+                                                                                     inv_freq, T, H, D, sign, scale);
     }
     SEQPAR_LAUNCH_CHECK();
   });
