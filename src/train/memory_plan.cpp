@@ -320,6 +320,40 @@ void add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
 // this rank's piece and every rank's), on top of its destination.
 int64_t gather_bytes(int64_t a, int64_t cap, int world) { return world > 1 ? a * cap * (1 + world) : 0; }
 
+// The optimizer step's transient bytes. ZeRO-1/2 all-gather the updated weights (this rank's shard,
+// then all of them); ZeRO-3 gathers the embedding and the tail into a region buffer each (the larger
+// alive at once, with its gather's temporaries); a GPU optimizer writing host weights casts each
+// piece on the GPU first.
+int64_t optimizer_phase_bytes(const Placement& pl, int64_t a, int world) {
+  int64_t optimizer = 0;
+  if (pl.stage3) {
+    for (size_t k : {size_t{0}, pl.layout.regions.size() - 1}) {
+      const ShardLayout::Region& g = pl.layout.regions[k];
+      optimizer = std::max(optimizer, a * g.len + gather_bytes(a, g.cap, world));
+    }
+    if (pl.offload_param && !pl.offload_opt) {
+      int64_t piece = 0;
+      for (const ShardLayout::Region& g : pl.layout.regions) piece = std::max(piece, g.cap);
+      optimizer = std::max(optimizer, a * piece);
+    }
+  } else if (pl.sharded) {
+    optimizer = a * pl.layout.shard_len * (1 + world);
+  }
+  return optimizer;
+}
+
+// The checkpoint offload's host buffer, then the host totals (pinned, all, the setup's copy).
+void add_host_totals(MemoryPlan& p, const MemoryPlanInput& in) {
+  if (p.host_offload_bytes > 0) {
+    p.host.emplace_back(fmt::format("checkpoint offload (layer inputs{})", in.cuda ? ", pinned" : ""),
+                        p.host_offload_bytes);
+    if (in.cuda) p.host_pinned_bytes += p.host_offload_bytes;
+  }
+  if (!in.cuda) p.host_pinned_bytes = 0;  // the CPU pins nothing
+  for (const auto& [name, bytes] : p.host) p.host_bytes += bytes;
+  p.host_setup_bytes = (in.cuda ? 2 : 4) * LlamaParams::flat_layout(in.model).total;  // bf16 for a GPU, f32 on the CPU
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
@@ -420,36 +454,13 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // dxn alive; x_in is kept).
   if (in.sp > 1 && in.memory.activation_checkpointing && !in.memory.checkpoint_keep_attention)
     layer_bwd = std::max(layer_bwd, layers_kept + 3 * a * C * T + attn_inputs + sp_fwd.peak * T);
-  // Optimizer: ZeRO-1/2 all-gather the updated weights (this rank's shard, then all of them); ZeRO-3
-  // gathers the embedding and the tail into a region buffer each (the larger alive at once, with
-  // its gather's temporaries); a GPU optimizer writing host weights casts each piece on the GPU first.
-  int64_t optimizer = 0;
-  if (pl.stage3) {
-    for (size_t k : {size_t{0}, pl.layout.regions.size() - 1}) {
-      const ShardLayout::Region& g = pl.layout.regions[k];
-      optimizer = std::max(optimizer, a * g.len + gather_bytes(a, g.cap, in.world));
-    }
-    if (pl.offload_param && !pl.offload_opt) {
-      int64_t piece = 0;
-      for (const ShardLayout::Region& g : pl.layout.regions) piece = std::max(piece, g.cap);
-      optimizer = std::max(optimizer, a * piece);
-    }
-  } else if (pl.sharded) {
-    optimizer = a * pl.layout.shard_len * (1 + in.world);
-  }
+  const int64_t optimizer = optimizer_phase_bytes(pl, a, in.world);
 
   p.phases = {{"forward (activations kept + LM head)", forward},
               {"loss backward (activations kept + logits and their gradient)", loss_bwd},
               {"top layer backward (activations kept + recompute + gradients)", layer_bwd},
               {"optimizer step (ZeRO weight all-gather)", optimizer}};
-  if (p.host_offload_bytes > 0) {
-    p.host.emplace_back(fmt::format("checkpoint offload (layer inputs{})", in.cuda ? ", pinned" : ""),
-                        p.host_offload_bytes);
-    if (in.cuda) p.host_pinned_bytes += p.host_offload_bytes;
-  }
-  if (!in.cuda) p.host_pinned_bytes = 0;  // the CPU pins nothing
-  for (const auto& [name, bytes] : p.host) p.host_bytes += bytes;
-  p.host_setup_bytes = (in.cuda ? 2 : 4) * LlamaParams::flat_layout(m).total;  // bf16 for a GPU, f32 on the CPU
+  add_host_totals(p, in);
   int64_t best = -1;
   for (const auto& [name, bytes] : p.phases)
     if (bytes > best) best = bytes, p.peak_phase = name;
