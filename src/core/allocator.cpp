@@ -1,5 +1,6 @@
 #include "core/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -18,25 +19,61 @@ void Allocator::account_alloc(size_t bytes) {
 
 namespace {
 
+thread_local int t_allocation_rank = -1;
+
+// A block's first 64 bytes (a cache line, so the caller's bytes stay 64-byte aligned) hold the rank
+// it counts for.
+constexpr size_t kHeader = 64;
+
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
+    char* p = static_cast<char*>(std::aligned_alloc(64, kHeader + rounded));
     if (!p) throw Error(fmt::format("out of host memory allocating {} bytes (in use: {})", bytes, current_bytes()));
+    const int rank = t_allocation_rank >= 0 && t_allocation_rank < kAllocationRanks ? t_allocation_rank : -1;
+    *reinterpret_cast<int*>(p) = rank;
     account_alloc(bytes);
-    return p;
+    if (rank >= 0) {
+      Rank& r = ranks_[rank];
+      const size_t now = r.current += bytes;
+      size_t prev = r.peak.load();
+      while (now > prev && !r.peak.compare_exchange_weak(prev, now)) {
+      }
+    }
+    return p + kHeader;
   }
   void deallocate(void* ptr, size_t bytes) override {
     if (!ptr) return;
-    std::free(ptr);
+    char* p = static_cast<char*>(ptr) - kHeader;
+    const int rank = *reinterpret_cast<const int*>(p);
+    std::free(p);
     account_free(bytes);
+    if (rank >= 0) ranks_[rank].current -= bytes;
   }
   Device device() const override { return Device::cpu(); }
+
+  size_t rank_peak_bytes() const override {
+    size_t best = 0;
+    for (const Rank& r : ranks_) best = std::max(best, r.peak.load());
+    return best;
+  }
+  void reset_peak() override {
+    Allocator::reset_peak();
+    for (Rank& r : ranks_) r.peak = r.current.load();
+  }
+
+ private:
+  struct Rank {
+    std::atomic<size_t> current{0}, peak{0};
+  };
+  Rank ranks_[kAllocationRanks];
 };
 
 }  // namespace
+
+void set_allocation_rank(int rank) { t_allocation_rank = rank; }
 
 Allocator& cpu_allocator() {
   static CpuAllocator a;

@@ -18,8 +18,13 @@ class Allocator {
 
   size_t current_bytes() const { return current_; }
   size_t peak_bytes() const { return peak_; }
-  // Starts a new peak window at the current usage (e.g. per training step).
-  void reset_peak() { peak_ = current_.load(); }
+  // Ranks as threads on one allocator (the local transport): the largest peak of one rank's own
+  // bytes since reset_peak(), as that rank's own device would see it. A thread's allocations count
+  // for the rank set_allocation_rank() named on it (none: only in the totals), a free for the rank
+  // that allocated. An allocator that keeps no ranks (the CUDA pool) answers peak_bytes().
+  virtual size_t rank_peak_bytes() const { return peak_bytes(); }
+  // Starts a new peak window at the current usage (e.g. per training step), the ranks' too.
+  virtual void reset_peak() { peak_ = current_.load(); }
 
  protected:
   void account_alloc(size_t bytes);
@@ -32,6 +37,11 @@ class Allocator {
 
 // Host memory, 64-byte aligned (cache lines, AVX-512).
 Allocator& cpu_allocator();
+
+// The rank this thread's host allocations count for (Allocator::rank_peak_bytes); -1: none. Ranks
+// 0 .. kAllocationRanks - 1 are kept apart, others count in the totals only.
+void set_allocation_rank(int rank);
+inline constexpr int kAllocationRanks = 64;
 
 // Host memory for what the CPU backend offloads (core/offload.h): the same memory as
 // cpu_allocator(), accounted apart, so the "device" peak shows what offloading took off it.

@@ -624,8 +624,11 @@ void LlamaModel::backward(float dloss) {
   norm_backward(dx, grads_.final_norm, grads_.final_norm_bias, dxn, a.x_final, params_.final_norm, a.mean_f, a.rstd_f);
   // The final norm's activations are done with: free them before the layers' backward (the peak).
   a.x_final = a.xn_f = a.rstd_f = a.mean_f = Tensor();
+  dxn = Tensor();
 
-  Tensor dtmp = Tensor::empty({T, C}, act, device_);
+  // Each layer's backward holds dx throughout and its other [T, C] gradients (dxn: a norm's output
+  // gradient; dtmp: a norm's input gradient) only while they are used; the MLP half's activations
+  // are freed before attention's backward, the layer's peak (train/memory_plan.cpp counts each phase).
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
     acquire_layer(l, l - 1);
     const LlamaLayerParams& P = layer_params(l);
@@ -642,6 +645,7 @@ void LlamaModel::backward(float dloss) {
     if (!s.xn1.defined()) recompute_layer(l, s);  // a checkpointed layer
     if (grad_sink_) grad_block_.zero();
     // MLP: x_out = x_mid + h @ Wdown^T; tiled when forward was (no [T, F] tensors kept).
+    dxn = Tensor::empty({T, C}, act, device_);
     if (s.h.defined()) {
       mlp_tile_backward(l, dx, s.xn2, s.gate, s.up, s.h, dxn);
     } else {
@@ -654,8 +658,14 @@ void LlamaModel::backward(float dloss) {
       }
     }
     if (c.mlp_bias) bias_backward(G.down_bias, dx);
-    norm_backward(dtmp, G.post_norm, G.post_norm_bias, dxn, s.x_mid, P.post_norm, s.mean2, s.rstd2);
-    add_inplace(dx, dtmp);  // dx is now d(x_mid)
+    {
+      Tensor dtmp = Tensor::empty({T, C}, act, device_);
+      norm_backward(dtmp, G.post_norm, G.post_norm_bias, dxn, s.x_mid, P.post_norm, s.mean2, s.rstd2);
+      add_inplace(dx, dtmp);  // dx is now d(x_mid)
+    }
+    // The MLP half is done with: its activations and dxn are not held through attention's backward.
+    dxn = Tensor();
+    s.x_mid = s.xn2 = s.rstd2 = s.mean2 = s.gate = s.up = s.h = Tensor();
     if (c.o_bias) bias_backward(G.o_bias, dx);
     // Attention: x_mid = x_in + attn_out @ Wo^T.
     Tensor dattn = Tensor::empty({T, H * D}, act, device_);
@@ -665,6 +675,7 @@ void LlamaModel::backward(float dloss) {
     Tensor dv = Tensor::empty({T, Hkv, D}, act, device_);
     a.attention->backward(*s.attn_ctx, dattn.view({T, H, D}), dq, dk, dv);
     s.attn_ctx.reset();
+    dattn = Tensor();
     if (c.positions == PositionKind::kRope) {
       rope_backward(dq, a.batch.position_ids, a.inv_freq, rope_scale_);
       rope_backward(dk, a.batch.position_ids, a.inv_freq, rope_scale_);
@@ -678,11 +689,17 @@ void LlamaModel::backward(float dloss) {
       bias_backward(G.k_bias, dk.view({T, Hkv * D}));
       bias_backward(G.v_bias, dv.view({T, Hkv * D}));
     }
+    dxn = Tensor::empty({T, C}, act, device_);
     linear_backward(dxn, G.q_proj, dq.view({T, H * D}), s.xn1, P.q_proj, 0.f);
     linear_backward(dxn, G.k_proj, dk.view({T, Hkv * D}), s.xn1, P.k_proj, 1.f);
     linear_backward(dxn, G.v_proj, dv.view({T, Hkv * D}), s.xn1, P.v_proj, 1.f);
-    norm_backward(dtmp, G.input_norm, G.input_norm_bias, dxn, s.x_in, P.input_norm, s.mean1, s.rstd1);
-    add_inplace(dx, dtmp);  // dx is now d(x_in)
+    dq = dk = dv = Tensor();
+    {
+      Tensor dtmp = Tensor::empty({T, C}, act, device_);
+      norm_backward(dtmp, G.input_norm, G.input_norm_bias, dxn, s.x_in, P.input_norm, s.mean1, s.rstd1);
+      add_inplace(dx, dtmp);  // dx is now d(x_in)
+    }
+    dxn = Tensor();
     s = LayerActs();
     release_layer(l);
     if (grad_sink_) grad_sink_(l, grad_block_);

@@ -67,6 +67,7 @@ void run_job(int world, Device device, Transport transport, const std::string& c
   if (transport == Transport::kLocal) {
     run_local_ranks(world, [&](Communicator& comm) {
       set_current_device(device);
+      set_allocation_rank(comm.rank());  // the CPU allocator keeps each rank's own peak
       JobRank r{comm, device, comm.rank() == 0};
       fn(r);
     });

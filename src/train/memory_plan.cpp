@@ -436,10 +436,15 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   if (in.sp > 1) forward = std::max(forward, (L - 1) * kept * T + a * C * T + attn_inputs + sp_fwd.peak * T);
   // Loss backward: logits and dlogits (whole or one tile) and dxn.
   const int64_t loss_bwd = layers_kept + final_acts + 2 * a * V * loss_rows + a * C * T;
-  // Top layer's backward: dx, dtmp, dxn; the recompute of what forward dropped (not the layer's
-  // output); then the larger of the MLP's transient (dh, dgate, dup; per tile also gate, up, h)
-  // and attention's (dattn, dq, dk, dv, the sequence-parallel gathered dout / dq / dk / dv, the
-  // CUDA flash backward's f32 dq accumulator and row statistics).
+  // Top layer's backward (LlamaModel::backward), on top of the layers' kept activations: dx
+  // throughout; the recompute of what forward dropped (not the layer's output), which makes the top
+  // layer's activations whole; then, phase by phase,
+  //   MLP:        dxn and the MLP's transient (dh, dgate, dup; per tile also gate, up, h);
+  //   post norm:  dxn and dtmp;
+  //   attention:  the MLP half's activations (x_mid, its norm's statistics, xn2, the untiled MLP's
+  //               [T, F] tensors) freed, then dattn, dq, dk, dv, the sequence-parallel gathered dout /
+  //               dq / dk / dv and the CUDA backward's f32 dq accumulator and row statistics;
+  //   projections: the attention context freed, dq, dk, dv and dxn (input norm: dxn, dtmp).
   const int64_t recompute = (full - kept) * T;
   // SwiGLU: dh, dgate, dup (per tile also gate, up, h); GELU: dh, made d(up) in place (per tile also
   // up, h).
@@ -448,12 +453,16 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   int64_t attn_t = (2 * a * H * D + 2 * a * Hkv * D) * T;
   if (in.sp > 1) attn_t += sp_bwd * T;  // the walk above counts the backend's workspace
   if (in.sp == 1 && in.cuda) attn_t += (4 * H * D + 8 * H) * T;
+  const int64_t mlp_half_acts = (2 * a * C + norm_stats + mlp_kept) * T;  // x_mid, rstd2 (mean2), xn2, MLP
+  const int64_t top = layers_kept + recompute + a * C * T;                // the layer whole, and dx
   // The final norm's activations are freed before the layers' backward (LlamaModel::backward).
-  int64_t layer_bwd = layers_kept + 3 * a * C * T + std::max(recompute + std::max(mlp_t, attn_t), layer_gather);
-  // A checkpointed layer's recompute runs its sequence-parallel attention forward again (dx, dtmp,
-  // dxn alive; x_in is kept).
+  int64_t layer_bwd = std::max({layers_kept + a * C * T + layer_gather, top + a * C * T + mlp_t, top + 2 * a * C * T,
+                                top - mlp_half_acts + attn_t,
+                                top - mlp_half_acts - ctx * T + (a * H * D + 2 * a * Hkv * D) * T + a * C * T});
+  // A checkpointed layer's recompute runs its sequence-parallel attention forward again (dx alive;
+  // x_in is kept).
   if (in.sp > 1 && in.memory.activation_checkpointing && !in.memory.checkpoint_keep_attention)
-    layer_bwd = std::max(layer_bwd, layers_kept + 3 * a * C * T + attn_inputs + sp_fwd.peak * T);
+    layer_bwd = std::max(layer_bwd, layers_kept + a * C * T + attn_inputs + sp_fwd.peak * T);
   const int64_t optimizer = optimizer_phase_bytes(pl, a, in.world);
 
   p.phases = {{"forward (activations kept + LM head)", forward},

@@ -678,6 +678,7 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
   // This step's peak; the allocator then counts the next step's from here.
   Allocator& mem = allocator_for(device);
   const int64_t peak = static_cast<int64_t>(mem.peak_bytes());
+  const int64_t rank_peak = static_cast<int64_t>(mem.rank_peak_bytes());
   // What stays allocated between steps (the resident state, plus anything a step leaves behind).
   log_debug("step {}: device memory {:.3f} GiB in use at the step's end, {:.3f} GiB at its peak", step,
             static_cast<double>(mem.current_bytes()) / (1ll << 30), static_cast<double>(peak) / (1ll << 30));
@@ -692,6 +693,7 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
     s.result.losses.push_back(loss.loss);
     s.result.step_seconds.push_back(secs);
     s.result.step_peak_bytes.push_back(peak);
+    s.result.step_rank_peak_bytes.push_back(rank_peak);
     s.result.peak_mem_bytes = std::max(s.result.peak_mem_bytes, peak);
     if (skipped) s.result.skipped_steps.push_back(step);
     if (loss.good_tokens == 0) s.result.empty_steps += 1;

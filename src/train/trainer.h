@@ -42,6 +42,9 @@ struct TrainResult {
   // device-allocator peak and the largest (all ranks of this process on that device).
   std::vector<double> step_seconds;
   std::vector<int64_t> step_peak_bytes;  // each step's own peak (the first includes the run's setup)
+  // Each step's largest peak of one rank (Allocator::rank_peak_bytes: on the CPU, ranks as threads
+  // kept apart; a GPU's pool answers its whole peak).
+  std::vector<int64_t> step_rank_peak_bytes;
   int64_t peak_mem_bytes = 0;
   // With LoggingSettings::profile: the op totals over the profiled steps, their count and wall seconds.
   std::vector<ProfileEntry> profile;
