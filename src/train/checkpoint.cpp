@@ -775,8 +775,8 @@ void refuse_export_over_checkpoint(const std::string& out_dir, const std::string
 
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out_dir, DType dtype,
                                const std::string& tokenizer_dir) {
-  SEQPAR_INPUT_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "--dtype={}: expected f32 or bf16",
-                     dtype_name(dtype));
+  SEQPAR_INPUT_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
+                     "--dtype={}: expected f32, bf16 or f16", dtype_name(dtype));
   const std::string dir = resolve_checkpoint_dir(checkpoint);
   refuse_export_over_checkpoint(out_dir, dir);
   Checkpoint ck = load_checkpoint(dir);
@@ -792,7 +792,9 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     tensors.emplace_back(name, dtype == DType::kF32 ? t : t.to_dtype(dtype));
   write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   write_file_atomic((fs::path(out_dir) / "config.json").string(),
-                    hf_llama_config_json(ck.model_config, dtype == DType::kF32 ? "float32" : "bfloat16"));
+                    hf_llama_config_json(ck.model_config, dtype == DType::kF32    ? "float32"
+                                                          : dtype == DType::kF16 ? "float16"
+                                                                                 : "bfloat16"));
 
   ExportResult result{dir, {}};
   std::string from = tokenizer_dir;

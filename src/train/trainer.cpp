@@ -70,8 +70,8 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device dra
   const auto named = params.named();
   for (size_t k = 0; k < named.size(); ++k) {
     Tensor& t = *named[k].second;
-    SEQPAR_CHECK(t.device().is_cpu() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16),
-                 "init_llama_params: {} is {} on {} (f32 or bf16 on the CPU)", named[k].first, dtype_name(t.dtype()),
+    SEQPAR_CHECK(t.device().is_cpu() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16),
+                 "init_llama_params: {} is {} on {} (f32, bf16 or f16 on the CPU)", named[k].first, dtype_name(t.dtype()),
                  t.device().str());
     const bool is_norm = named[k].first.find("norm.weight") != std::string::npos;  // biases draw like weights,
     const bool is_norm_bias = named[k].first.find("norm.bias") != std::string::npos;  // LayerNorm's start at 0
@@ -82,7 +82,8 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device dra
       const float v = is_norm ? 1.f : 0.f;
       for (int64_t i = 0; i < n; ++i) {
         if (t.dtype() == DType::kF32) t.data<float>()[i] = v;
-        else t.data<bf16>()[i] = f32_to_bf16(v);
+        else if (t.dtype() == DType::kBF16) t.data<bf16>()[i] = f32_to_bf16(v);
+        else t.data<f16>()[i] = f32_to_f16(v);
       }
       continue;
     }

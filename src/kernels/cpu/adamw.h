@@ -1,6 +1,6 @@
 // AdamW step with torch.optim.AdamW semantics (single-tensor path, foreach=False), CPU
 // reference: the spec for kernels/cuda/adamw.cu. Parameters, moments and the update are f32
-// (master weights); the gradient may be f32 or bf16.
+// (master weights); the gradient may be f32, bf16 or f16.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ template <typename Grad>
 void adamw_step(float* param,       // (n) updated
                 float* m,           // (n) first moment, updated
                 float* v,           // (n) second moment, updated
-                const Grad* grad,   // (n) float or bf16
+                const Grad* grad,   // (n) float, bf16 or f16
                 int64_t n, const AdamWScalars& s);
 
 }  // namespace seqpar::cpu
