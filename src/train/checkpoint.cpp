@@ -160,6 +160,8 @@ json trainer_state_to_json(const TrainerState& s) {
       {"eval_loss", eval_loss},
       {"metrics", s.metrics},
       {"skipped_steps", s.skipped_steps},
+      {"overflow_steps", s.overflow_steps},
+      {"loss_scaler", s.loss_scaler ? loss_scaler_state_to_json(*s.loss_scaler) : json(nullptr)},
   };
 }
 
@@ -202,6 +204,14 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
       for (int64_t k : s.skipped_steps)
         SEQPAR_INPUT_CHECK(k >= 1 && k <= s.step, "{}: skipped_steps holds {}, outside steps 1..{}", source, k, s.step);
     }
+    if (j.contains("overflow_steps")) {  // absent before fp16: none
+      s.overflow_steps = j.at("overflow_steps").get<std::vector<int64_t>>();
+      for (int64_t k : s.overflow_steps)
+        SEQPAR_INPUT_CHECK(std::count(s.skipped_steps.begin(), s.skipped_steps.end(), k) == 1,
+                           "{}: overflow_steps holds {}, which skipped_steps does not", source, k);
+    }
+    if (j.contains("loss_scaler") && !j.at("loss_scaler").is_null())
+      s.loss_scaler = loss_scaler_state_from_json(j.at("loss_scaler"), source);
   } catch (const json::exception& e) {
     throw InputError(fmt::format("{}: {}", source, e.what()));
   }

@@ -458,20 +458,23 @@ void Trainer::setup_resume() {
   r.resumed_from = ckpt.dir;
   r.first_step = ckpt.state.step + 1;
   r.skipped_steps = ckpt.state.skipped_steps;
+  r.overflow_steps = ckpt.state.overflow_steps;
   s.last_saved = ckpt.dir;
-  // The guard's count of non-finite steps in a row goes on across the resume.
-  for (int64_t k = ckpt.state.step; std::count(r.skipped_steps.begin(), r.skipped_steps.end(), k) > 0; --k)
-    ++s.nonfinite_in_a_row;
+  // The guard's count of non-finite steps in a row goes on across the resume (fp16 overflows the
+  // scaler took neither count nor break it).
+  auto in = [](const std::vector<int64_t>& v, int64_t k) { return std::count(v.begin(), v.end(), k) > 0; };
+  for (int64_t k = ckpt.state.step; k >= 1 && in(r.skipped_steps, k); --k)
+    if (!in(r.overflow_steps, k)) ++s.nonfinite_in_a_row;
   if (s.talk) log_info("resuming from {} (step {})", ckpt.dir, ckpt.state.step);
 }
 
 // The weights every rank starts from (replicated over the mesh), on the host in the dtype the ranks
-// compute in: bf16 for a GPU (the model's weights and the optimizer's f32 master weights are both
-// made from the bf16 rounding, so nothing is lost) — half the host memory of an f32 copy, which sits
+// compute in: bf16 or f16 for a GPU (the model's weights and the optimizer's f32 master weights are
+// both made from that rounding, so nothing is lost) — half the host memory of an f32 copy, which sits
 // beside the offloaded optimizer's state while the ranks start (an 8B model: 16 GB instead of 32).
 void Trainer::setup_model() {
   State& s = *s_;
-  const DType dtype = cfg_.parallel.device.is_cuda() ? DType::kBF16 : DType::kF32;
+  const DType dtype = cfg_.precision.compute_dtype(cfg_.parallel.device);
   const auto t0 = std::chrono::steady_clock::now();
   if (s.ckpt) {
     s.initial = params_from_tensors(s.ckpt->model_config, s.ckpt->model, s.ckpt->dir, dtype);
@@ -550,7 +553,7 @@ void Trainer::run_rank(JobRank& job) {
   int64_t nonfinite_in_a_row = s.nonfinite_in_a_row;  // every rank counts alike (agreed flags)
   for (; step <= s.last_step; ++step) {
     const StepOutcome o = this->step(rank, leader, step, profile_rank && step >= profile_from);
-    nonfinite_in_a_row = o.nonfinite ? nonfinite_in_a_row + 1 : 0;
+    if (!o.overflow) nonfinite_in_a_row = o.nonfinite ? nonfinite_in_a_row + 1 : 0;  // an overflow is no divergence
     if (o.nonfinite && cfg_.checkpoint.on_nonfinite == "abort" && nonfinite_in_a_row >= cfg_.checkpoint.max_nonfinite_steps)
       abort_nonfinite(leader, step, nonfinite_in_a_row);
     bool stop = step == s.last_step || o.stop;
@@ -578,6 +581,7 @@ void Trainer::run_rank(JobRank& job) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.t_start).count();
   std::lock_guard<std::mutex> lock(s.mu);
   s.result.steps_run = done;
+  s.result.loss_scale = rank.loss_scaler().scale();
   s.result.tokens_per_s = static_cast<double>(s.tokens_per_step * (done - s.first_step + 1)) / std::max(secs, 1e-9);
 }
 
@@ -595,6 +599,9 @@ void Trainer::restore(TrainStep& rank, JobRank& job) {
   if (s.ckpt) {
     restore_from_checkpoint(*s.ckpt, rank.model().params(), rank.optimizer());
     rank.weights_restored();
+    // fp16: the scaler goes on where it stood (a checkpoint without its state, a bf16 run's,
+    // starts it afresh).
+    if (rank.loss_scaler().enabled() && s.ckpt->state.loss_scaler) rank.loss_scaler().set_state(*s.ckpt->state.loss_scaler);
   }
   job.world.barrier();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -625,21 +632,38 @@ std::vector<SpBatch> Trainer::step_batches(int64_t step, int dp_rank) const {
 }
 
 // One step. Whether to update, and whether to stop after it, are decided by every rank together
-// (one all-reduce of two flags): the loss and the norm are already the same on every rank, but a
+// (one all-reduce of three flags): the loss and the norm are already the same on every rank, but a
 // signal reaches ranks (threads or processes) at different moments.
+//
+// fp16: a finite loss with a non-finite gradient norm is an overflow of the scaled backward, which
+// the dynamic loss scaler takes (the step skipped, the scale lowered or the hysteresis spent); a
+// static scale, or one already at min_loss_scale, leaves it to the non-finite guard, as does a
+// non-finite loss (the forward itself overflowed: no scale helps; the scaler is then not updated).
 Trainer::StepOutcome Trainer::step(TrainStep& rank, bool leader, int64_t step, bool profiled) {
   if (profiled) set_thread_profiling(true);
   const auto t_step = std::chrono::steady_clock::now();
   const StepLoss loss = rank.forward_backward(step_batches(step, rank.mesh().dp_rank()));
   const double norm = rank.grad_norm();
-  const bool finite = std::isfinite(loss.loss) && std::isfinite(norm);
-  const std::vector<int32_t> agreed = rank.agree({finite ? 0 : 1, stop_signal_pending() != 0 ? 1 : 0});
-  const StepOutcome o{agreed[0] != 0, agreed[1] != 0};
-  if (!o.nonfinite) rank.apply_update(lr_at(cfg_, step), norm);  // never an update from NaN or inf
+  const std::vector<int32_t> agreed = rank.agree(
+      {std::isfinite(loss.loss) ? 0 : 1, std::isfinite(norm) ? 0 : 1, stop_signal_pending() != 0 ? 1 : 0});
+  const bool bad_loss = agreed[0] != 0, bad_grads = agreed[1] != 0;
+  StepOutcome o;
+  o.stop = agreed[2] != 0;
+  // Never an update from NaN or inf; the update unscales with the scale the backward used.
+  if (!bad_loss && !bad_grads) rank.apply_update(lr_at(cfg_, step), norm);
+  LossScaler& scaler = rank.loss_scaler();
+  if (scaler.enabled() && !bad_loss) {
+    o.scale = scaler.update(bad_grads);
+    o.overflow = bad_grads && o.scale.absorbed;
+    o.nonfinite = bad_grads && !o.scale.absorbed;
+  } else {
+    o.scale.scale_before = o.scale.scale_after = scaler.scale();
+    o.nonfinite = bad_loss || bad_grads;
+  }
   if (cfg_.logging.time_steps || cfg_.logging.profile) synchronize_device(rank.device());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
   if (profiled) set_thread_profiling(false);  // evaluation and checkpoints are not the step
-  if (leader) record_step(rank.device(), step, secs, loss, norm, profiled, o.nonfinite);
+  if (leader) record_step(rank.device(), step, secs, loss, norm, profiled, o);
   return o;
 }
 
@@ -661,11 +685,21 @@ void Trainer::abort_nonfinite(bool leader, int64_t step, int64_t in_a_row) {
     where = s.leads ? std::string("no checkpoint was saved yet") : std::string("rank 0 names the last checkpoint");
   }
   (void)leader;
+  // fp16: why the loss scaler did not take it.
+  std::string fp16;
+  if (cfg_.precision.fp16())
+    fp16 = cfg_.precision.scaler.dynamic()
+               ? fmt::format(" (fp16: a non-finite loss, or an overflow with the loss scale at min_loss_scale={}, "
+                             "which DeepSpeed stops at too)",
+                             cfg_.precision.scaler.min_loss_scale)
+               : fmt::format(" (fp16 with the static loss_scale={}: an overflow is not the scaler's to absorb; "
+                             "--loss-scale 0 scales dynamically)",
+                             cfg_.precision.scaler.loss_scale);
   throw Error(fmt::format(
-      "step {}: the loss or the gradient norm is not finite (NaN or inf){}: the run stops (on_nonfinite=abort, "
+      "step {}: the loss or the gradient norm is not finite (NaN or inf){}{}: the run stops (on_nonfinite=abort, "
       "max_nonfinite_steps={}); this step's update was not applied, {}. Lower --lr, clip the gradients (--clip), or "
       "give --on-nonfinite skip to skip such steps",
-      step, in_a_row > 1 ? fmt::format(", the {}th such step in a row", in_a_row) : std::string(),
+      step, fp16, in_a_row > 1 ? fmt::format(", the {}th such step in a row", in_a_row) : std::string(),
       cfg_.checkpoint.max_nonfinite_steps, where));
 }
 
@@ -674,7 +708,8 @@ void Trainer::abort_nonfinite(bool leader, int64_t step, int64_t in_a_row) {
 // run's records are the uninterrupted run's), a progress line also at the first and last step of
 // this call.
 void Trainer::record_step(Device device, int64_t step, double secs, const StepLoss& loss, double norm, bool profiled,
-                          bool skipped) {
+                          const StepOutcome& o) {
+  const bool skipped = o.skipped();
   State& s = *s_;
   // This step's peak; the allocator then counts the next step's from here.
   Allocator& mem = allocator_for(device);
@@ -692,6 +727,7 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
     s.result.step_peak_bytes.push_back(peak);
     s.result.peak_mem_bytes = std::max(s.result.peak_mem_bytes, peak);
     if (skipped) s.result.skipped_steps.push_back(step);
+    if (o.overflow) s.result.overflow_steps.push_back(step);
     if (loss.good_tokens == 0) s.result.empty_steps += 1;
   }
   const bool empty = loss.good_tokens == 0;
@@ -703,11 +739,12 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
   // A skipped step is always said and recorded (a property of the run, not of where it stopped).
   const bool record = step == 1 || step % cfg_.logging.log_every == 0 || step == cfg_.schedule.steps || skipped;
   if (record || step == s.first_step || step == s.last_step)
-    log_progress(step, loss.loss, norm, record, skipped, empty);
+    log_progress(step, loss.loss, norm, record, o, empty);
 }
 
 // A progress line; with `record`, the metrics record too.
-void Trainer::log_progress(int64_t step, double loss, double norm, bool record, bool skipped, bool empty) {
+void Trainer::log_progress(int64_t step, double loss, double norm, bool record, const StepOutcome& o, bool empty) {
+  const bool skipped = o.skipped();
   State& s = *s_;
   const auto now = std::chrono::steady_clock::now();
   const double secs = std::chrono::duration<double>(now - s.t_log).count();
@@ -721,8 +758,19 @@ void Trainer::log_progress(int64_t step, double loss, double norm, bool record, 
   const float lr = lr_at(cfg_, step);
   const size_t skipped_total = s.result.skipped_steps.size();  // the leader's, like this call
   std::string note;
-  if (skipped)
+  const bool fp16 = cfg_.precision.fp16();
+  if (fp16) note += fmt::format(" | loss_scale {:g}", o.scale.scale_before);
+  if (o.overflow) {
+    // DeepSpeed's "OVERFLOW! Skipping step. Attempted loss scale: 65536, reducing to 32768".
+    note += o.scale.scale_after != o.scale.scale_before
+                ? fmt::format(" | SKIPPED: fp16 overflow, loss scale {:g} -> {:g}", o.scale.scale_before,
+                              o.scale.scale_after)
+                : fmt::format(" | SKIPPED: fp16 overflow, loss scale kept (hysteresis {} -> {})",
+                              o.scale.hysteresis_before, o.scale.hysteresis_after);
+    note += fmt::format(", no update ({} skipped so far)", skipped_total);
+  } else if (skipped) {
     note += fmt::format(" | SKIPPED: non-finite loss or grad_norm, no update ({} skipped so far)", skipped_total);
+  }
   if (empty) note += " | no token with a label: nothing to learn from";
   if (!cfg_.logging.quiet)
     log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}{}", step,
@@ -731,10 +779,12 @@ void Trainer::log_progress(int64_t step, double loss, double norm, bool record, 
   // NaN and inf are written as null (JSON has neither).
   json r = {{"step", step}, {"loss", loss},      {"tokens_per_s", tps},
             {"lr", lr},     {"grad_norm", norm}, {"peak_mem_gib", peak_gib}};
+  if (fp16) r["loss_scale"] = o.scale.scale_before;
   if (skipped) {
     r["skipped"] = true;
     r["skipped_steps"] = skipped_total;
   }
+  if (o.overflow) r["overflow"] = true;
   if (empty) r["no_trainable_tokens"] = true;
   if (s.token_data) r["epoch"] = (step - 1) / s.result.steps_per_epoch;
   if (record) s.metrics->write(r);
@@ -852,7 +902,9 @@ void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
     {
       std::lock_guard<std::mutex> lock(s.mu);
       st.skipped_steps = s.result.skipped_steps;
+      st.overflow_steps = s.result.overflow_steps;
     }
+    if (rank.loss_scaler().enabled()) st.loss_scaler = rank.loss_scaler().state();
     const bool has_master = adamw.has_master();
     LlamaParams& params = rank.model().params();
     LlamaParams& weights = full ? (has_master ? full->master : params) : adamw.weights(params);
@@ -919,7 +971,12 @@ std::vector<std::pair<std::string, Tensor>> Trainer::run_batch(bool optimizer_st
     out.emplace_back("loss", Tensor::from_vector<float>({1}, {static_cast<float>(loss.loss)}));
     // In the HF checkpoint's names and layout (train/hf_model.h: GPT-2's differ from seqpar's).
     const LlamaParams& grads = rank.model().grads();
-    for (auto& [name, g] : to_hf_tensors(model_config_, grads.named())) out.emplace_back("grad." + name, g);
+    // fp16: the gradients of the scaled loss, unscaled for the output (a power of two: exact).
+    const float unscale = static_cast<float>(1.0 / rank.loss_scaler().scale());
+    for (auto& [name, g] : to_hf_tensors(model_config_, grads.named())) {
+      if (unscale != 1.f) scale_inplace(g, unscale);
+      out.emplace_back("grad." + name, g);
+    }
     if (optimizer_step) {
       out.emplace_back("grad_norm", Tensor::from_vector<float>({1}, {static_cast<float>(norm)}));
       // The f32 weights (the master copy on bf16 models).
