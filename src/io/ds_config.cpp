@@ -262,10 +262,10 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
     c.min_loss_scale = r.number("min_loss_scale", 0, HUGE_VAL, kAuto);
     // Inputs are token ids and the model computes in fp16 already: auto_cast has nothing to cast.
     const DsValue<bool> auto_cast = r.boolean("auto_cast", false);
-    if (auto_cast.is_set() && auto_cast.value)
-      c.warnings.push_back(fmt::format("{}: fp16.auto_cast=true has nothing to cast: seqpar's inputs are token ids "
+    if (auto_cast.is_set())
+      c.warnings.push_back(fmt::format("{}: fp16.auto_cast={} has nothing to cast: seqpar's inputs are token ids "
                                        "and the model computes in fp16 throughout",
-                                       c.source));
+                                       c.source, auto_cast.value ? "true" : "false"));
     // seqpar keeps f32 master weights and gradients (DeepSpeed allows fp16 ones with its CPU Adam only).
     const DsValue<bool> master16 = r.boolean("fp16_master_weights_and_grads", false);
     SEQPAR_INPUT_CHECK(!(master16.is_set() && master16.value),
@@ -273,6 +273,10 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
                        "weights, gradients and AdamW moments in f32 (fp16 is the compute type only); remove it or "
                        "set it to false",
                        c.source);
+    if (master16.is_set())
+      c.warnings.push_back(fmt::format("{}: fp16.fp16_master_weights_and_grads=false is what seqpar does: f32 master "
+                                       "weights, gradients and moments",
+                                       c.source));
     for (std::string& k : r.unread()) unread.push_back(k);
   }
   // DeepSpeed: "bfloat16 and fp16 modes cannot be simultaneously enabled".

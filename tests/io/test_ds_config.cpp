@@ -194,7 +194,7 @@ TEST(DsConfig, UnknownKeysAreNamedInOneWarning) {
 TEST(DsConfig, Fp16AndItsLossScalerAreRead) {
   const DsConfig c = parse_ds_config(R"({"fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 500,
                                                   "hysteresis": 2, "min_loss_scale": 1, "initial_scale_power": 11,
-                                                  "consecutive_hysteresis": true, "auto_cast": false}})",
+                                                  "consecutive_hysteresis": true}})",
                                      "r.json");
   EXPECT_TRUE(c.fp16_enabled.is_set() && c.fp16_enabled.value);
   EXPECT_TRUE(c.warnings.empty()) << c.warnings[0];
