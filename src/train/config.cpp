@@ -908,12 +908,10 @@ void declare_rules(std::vector<SettingDecl>& s) {
   ruled(find_in(s, "min_lr_ratio"), kUnitClosed);
   ruled(find_in(s, "stop_at_accuracy"), kUnitClosed);
   ruled(find_in(s, "seed"), NumberRule{0, 18446744073709551615.0});  // finite: a JSON -1 never wraps
-  // The loss scaler's (LossScalerConfig::validate says the same at the trainer's start).
+  // The loss scaler's static scale; the dynamic scaler's settings are checked only when it runs
+  // (LossScalerConfig::validate, from config_resolve and TrainConfig::validate_run), as DeepSpeed
+  // checks them only then (a static-scale file may carry unused values).
   ruled(find_in(s, "loss_scale"), kNonNegative);
-  ruled(find_in(s, "initial_scale_power"), NumberRule{0, 127});
-  ruled(find_in(s, "loss_scale_window"), kAtLeastOne);
-  ruled(find_in(s, "hysteresis"), kAtLeastOne);
-  ruled(find_in(s, "min_loss_scale"), kPositive);
 }
 
 void defaults(std::vector<SettingDecl>& s, const std::string& name, std::optional<std::string> demo,
