@@ -269,6 +269,7 @@ nlohmann::json ds_file_with(const std::string& key) {
   }
   if (j.contains("zero_optimization") && base.find("offload_param") != std::string::npos)
     j["zero_optimization"]["stage"] = 3;
+  if (base.rfind("fp16.", 0) == 0 && base != "fp16.enabled") j["fp16"]["enabled"] = true;  // the scaler's: fp16 only
   if (!j.contains("train_micro_batch_size_per_gpu")) j["train_micro_batch_size_per_gpu"] = 1;
   return j;
 }
