@@ -493,7 +493,7 @@ void declare_precision(std::vector<SettingDecl>& s) {
                        "loss_scale", G::kPrecision, {"--loss-scale"},
                        +[](TrainConfig& c) -> double& { return c.precision.scaler.loss_scale; },
                        "fp16: 0 = dynamic loss scaling, > 0 = this static scale (an overflow is then a non-finite "
-                       "step for --on-nonfinite)",
+                       "step for the on_nonfinite guard)",
                        "fp16.loss_scale"),
                    kAll, R::kWarn));
   s.push_back(with(decl(
@@ -524,8 +524,8 @@ void declare_precision(std::vector<SettingDecl>& s) {
   s.push_back(with(decl(
                        "min_loss_scale", G::kPrecision, {"--min-loss-scale"},
                        +[](TrainConfig& c) -> double& { return c.precision.scaler.min_loss_scale; },
-                       "fp16, dynamic: the scale never drops below it; an overflow at it is a non-finite step for "
-                       "--on-nonfinite (DeepSpeed stops the run there) (> 0)",
+                       "fp16, dynamic: the scale never drops below it; an overflow at it is a non-finite step for the "
+                       "on_nonfinite guard (DeepSpeed stops the run there) (> 0)",
                        "fp16.min_loss_scale"),
                    kAll, R::kWarn));
 }
