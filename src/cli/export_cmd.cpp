@@ -45,7 +45,8 @@ void add_export_command(CLI::App& app, int& rc) {
       ->required();
   c->add_option("--out", args->out, "output directory (created; its config.json and model.safetensors are replaced)")
       ->required();
-  c->add_option("--dtype", args->dtype, "weight dtype: f32 | bf16 | f16 (rounded to nearest even)")->capture_default_str();
+  c->add_option("--dtype", args->dtype, "weight dtype: f32 | bf16 | f16 (rounded to nearest even)")
+      ->capture_default_str();
   c->add_option("--tokenizer-from", args->tokenizer_from,
                 "directory to copy tokenizer.json, tokenizer_config.json, special_tokens_map.json, tokenizer.model "
                 "and generation_config.json from, those present (default: the --model directory the run started "

@@ -162,9 +162,12 @@ T combine(T a, T b, ReduceOp op) {
 template <typename T, typename Acc>
 void reduce_typed(T* dst, const std::vector<const void*>& srcs, int64_t off, int64_t n, ReduceOp op) {
   auto widen = [](T x) -> Acc {
-    if constexpr (std::is_same_v<T, bf16>) return bf16_to_f32(x);
-    else if constexpr (std::is_same_v<T, f16>) return f16_to_f32(x);
-    else return x;
+    if constexpr (std::is_same_v<T, bf16>)
+      return bf16_to_f32(x);
+    else if constexpr (std::is_same_v<T, f16>)
+      return f16_to_f32(x);
+    else
+      return x;
   };
   std::vector<Acc> acc(static_cast<size_t>(n));  // (n,)
   const T* s0 = static_cast<const T*>(srcs[0]) + off;
@@ -174,9 +177,12 @@ void reduce_typed(T* dst, const std::vector<const void*>& srcs, int64_t off, int
     for (int64_t i = 0; i < n; ++i) acc[i] = combine<Acc>(acc[i], widen(s[i]), op);
   }
   for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, bf16>) dst[i] = f32_to_bf16(acc[i]);
-    else if constexpr (std::is_same_v<T, f16>) dst[i] = f32_to_f16(acc[i]);
-    else dst[i] = acc[i];
+    if constexpr (std::is_same_v<T, bf16>)
+      dst[i] = f32_to_bf16(acc[i]);
+    else if constexpr (std::is_same_v<T, f16>)
+      dst[i] = f32_to_f16(acc[i]);
+    else
+      dst[i] = acc[i];
   }
 }
 

@@ -263,9 +263,10 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
     // Inputs are token ids and the model computes in fp16 already: auto_cast has nothing to cast.
     const DsValue<bool> auto_cast = r.boolean("auto_cast", false);
     if (auto_cast.is_set())
-      c.warnings.push_back(fmt::format("{}: fp16.auto_cast={} has nothing to cast: seqpar's inputs are token ids "
-                                       "and the model computes in fp16 throughout",
-                                       c.source, auto_cast.value ? "true" : "false"));
+      c.warnings.push_back(
+          fmt::format("{}: fp16.auto_cast={} has nothing to cast: seqpar's inputs are token ids "
+                      "and the model computes in fp16 throughout",
+                      c.source, auto_cast.value ? "true" : "false"));
     // seqpar keeps f32 master weights and gradients (DeepSpeed allows fp16 ones with its CPU Adam only).
     const DsValue<bool> master16 = r.boolean("fp16_master_weights_and_grads", false);
     SEQPAR_INPUT_CHECK(!(master16.is_set() && master16.value),
@@ -274,17 +275,18 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
                        "set it to false",
                        c.source);
     if (master16.is_set())
-      c.warnings.push_back(fmt::format("{}: fp16.fp16_master_weights_and_grads=false is what seqpar does: f32 master "
-                                       "weights, gradients and moments",
-                                       c.source));
+      c.warnings.push_back(
+          fmt::format("{}: fp16.fp16_master_weights_and_grads=false is what seqpar does: f32 master "
+                      "weights, gradients and moments",
+                      c.source));
     for (std::string& k : r.unread()) unread.push_back(k);
   }
   // DeepSpeed: "bfloat16 and fp16 modes cannot be simultaneously enabled".
-  SEQPAR_INPUT_CHECK(!(c.fp16_enabled.is_set() && c.fp16_enabled.value && c.bf16_enabled.is_set() &&
-                       c.bf16_enabled.value),
-                     "{}: '{}'=true and '{}'=true: bf16 and fp16 cannot both be enabled (DeepSpeed refuses it too); "
-                     "enable one",
-                     c.source, c.fp16_enabled.key, c.bf16_enabled.key);
+  SEQPAR_INPUT_CHECK(
+      !(c.fp16_enabled.is_set() && c.fp16_enabled.value && c.bf16_enabled.is_set() && c.bf16_enabled.value),
+      "{}: '{}'=true and '{}'=true: bf16 and fp16 cannot both be enabled (DeepSpeed refuses it too); "
+      "enable one",
+      c.source, c.fp16_enabled.key, c.bf16_enabled.key);
 }
 
 void parse_optimizer(Reader& top, DsConfig& c, std::vector<std::string>& unread, Problems& problems) {

@@ -477,9 +477,12 @@ void normal_fill(Tensor& y, uint64_t key, float std, int64_t offset) {
   bf16* h = y.dtype() == DType::kBF16 ? y.data<bf16>() : nullptr;
   f16* q = y.dtype() == DType::kF16 ? y.data<f16>() : nullptr;
   auto put = [&](int64_t i, float x) {
-    if (f) f[i] = x;
-    else if (h) h[i] = f32_to_bf16(x);
-    else q[i] = f32_to_f16(x);
+    if (f)
+      f[i] = x;
+    else if (h)
+      h[i] = f32_to_bf16(x);
+    else
+      q[i] = f32_to_f16(x);
   };
   for (int64_t i = 0; i < n; i += 2) {
     float a, b;

@@ -802,7 +802,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     tensors.emplace_back(name, dtype == DType::kF32 ? t : t.to_dtype(dtype));
   write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   write_file_atomic((fs::path(out_dir) / "config.json").string(),
-                    hf_llama_config_json(ck.model_config, dtype == DType::kF32    ? "float32"
+                    hf_llama_config_json(ck.model_config, dtype == DType::kF32   ? "float32"
                                                           : dtype == DType::kF16 ? "float16"
                                                                                  : "bfloat16"));
 

@@ -464,11 +464,12 @@ void declare_parallel(std::vector<SettingDecl>& s) {
                        "dp_shard", G::kParallel, {"--dp-shard"}, +[](TrainConfig& c) -> int& { return c.parallel.dp_shard; },
                        "data-parallel shard degree", "", "parallelism_config.parallelism_config_dp_shard_size"),
                    kTrainCommand, R::kMustMatch));
-  s.push_back(with(decl(
-                       "device", G::kParallel, {"--device"}, +[](TrainConfig& c) -> Device& { return c.parallel.device; },
-                       "cpu | cuda | cuda:N (CUDA: bf16 or fp16 compute, --mixed-precision; f32 gradients and "
-                       "master weights; every rank of this process on that GPU)"),
-                   kAll));
+  s.push_back(
+      with(decl(
+               "device", G::kParallel, {"--device"}, +[](TrainConfig& c) -> Device& { return c.parallel.device; },
+               "cpu | cuda | cuda:N (CUDA: bf16 or fp16 compute, --mixed-precision; f32 gradients and "
+               "master weights; every rank of this process on that GPU)"),
+           kAll));
   s.push_back(
       with(decl(
                "transport", G::kParallel, {"--transport"}, +[](TrainConfig& c) -> Transport& { return c.parallel.transport; },
@@ -496,18 +497,18 @@ void declare_precision(std::vector<SettingDecl>& s) {
                        "step for the on_nonfinite guard)",
                        "fp16.loss_scale"),
                    kAll, R::kWarn));
-  s.push_back(with(decl(
-                       "initial_scale_power", G::kPrecision, {"--initial-scale-power"},
-                       +[](TrainConfig& c) -> int& { return c.precision.scaler.initial_scale_power; },
-                       "fp16, dynamic: the scale starts at 2^initial_scale_power (0 .. 127)",
-                       "fp16.initial_scale_power"),
-                   kAll, R::kWarn));
-  s.push_back(with(decl(
-                       "loss_scale_window", G::kPrecision, {"--loss-scale-window"},
-                       +[](TrainConfig& c) -> int64_t& { return c.precision.scaler.loss_scale_window; },
-                       "fp16, dynamic: the scale doubles after this many overflow-free steps (>= 1)",
-                       "fp16.loss_scale_window"),
-                   kAll, R::kWarn));
+  s.push_back(
+      with(decl(
+               "initial_scale_power", G::kPrecision, {"--initial-scale-power"},
+               +[](TrainConfig& c) -> int& { return c.precision.scaler.initial_scale_power; },
+               "fp16, dynamic: the scale starts at 2^initial_scale_power (0 .. 127)", "fp16.initial_scale_power"),
+           kAll, R::kWarn));
+  s.push_back(
+      with(decl(
+               "loss_scale_window", G::kPrecision, {"--loss-scale-window"},
+               +[](TrainConfig& c) -> int64_t& { return c.precision.scaler.loss_scale_window; },
+               "fp16, dynamic: the scale doubles after this many overflow-free steps (>= 1)", "fp16.loss_scale_window"),
+           kAll, R::kWarn));
   s.push_back(with(decl(
                        "hysteresis", G::kPrecision, {"--hysteresis"},
                        +[](TrainConfig& c) -> int& { return c.precision.scaler.hysteresis; },
@@ -515,12 +516,12 @@ void declare_precision(std::vector<SettingDecl>& s) {
                        "refilled when the scale doubles; >= 1)",
                        "fp16.hysteresis"),
                    kAll, R::kWarn));
-  s.push_back(with(decl(
-                       "consecutive_hysteresis", G::kPrecision, {"--consecutive-hysteresis"},
-                       +[](TrainConfig& c) -> bool& { return c.precision.scaler.consecutive_hysteresis; },
-                       "fp16, dynamic: refill the hysteresis after every overflow-free step",
-                       "fp16.consecutive_hysteresis"),
-                   kAll, R::kWarn));
+  s.push_back(
+      with(decl(
+               "consecutive_hysteresis", G::kPrecision, {"--consecutive-hysteresis"},
+               +[](TrainConfig& c) -> bool& { return c.precision.scaler.consecutive_hysteresis; },
+               "fp16, dynamic: refill the hysteresis after every overflow-free step", "fp16.consecutive_hysteresis"),
+           kAll, R::kWarn));
   s.push_back(with(decl(
                        "min_loss_scale", G::kPrecision, {"--min-loss-scale"},
                        +[](TrainConfig& c) -> double& { return c.precision.scaler.min_loss_scale; },
@@ -977,10 +978,11 @@ void check_fp16_attention(const TrainConfig& c, const LlamaConfig& model, const 
                      "(the default) or --mixed-precision bf16",
                      attn_implementation_name(c.model.attn_implementation), why);
   const AttentionPolicy& a = c.kernels.attention;
-  SEQPAR_INPUT_CHECK(a.fwd_kernel == FlashKernel::kAuto && a.bwd_kernel == FlashKernel::kAuto,
-                     "SEQPAR_FLASH_FWD_KERNEL={} / SEQPAR_FLASH_BWD_KERNEL={} choose a flash kernel, but {}; unset them "
-                     "or use --mixed-precision bf16",
-                     flash_kernel_name(a.fwd_kernel), flash_kernel_name(a.bwd_kernel), why);
+  SEQPAR_INPUT_CHECK(
+      a.fwd_kernel == FlashKernel::kAuto && a.bwd_kernel == FlashKernel::kAuto,
+      "SEQPAR_FLASH_FWD_KERNEL={} / SEQPAR_FLASH_BWD_KERNEL={} choose a flash kernel, but {}; unset them "
+      "or use --mixed-precision bf16",
+      flash_kernel_name(a.fwd_kernel), flash_kernel_name(a.bwd_kernel), why);
   SEQPAR_INPUT_CHECK(a.fwd_tile.is_default() && a.bwd_tile.is_default(),
                      "SEQPAR_FLASH_FWD_TILE={} / SEQPAR_FLASH_BWD_TILE={} shape the flash kernel, but {}; unset them "
                      "or use --mixed-precision bf16",
@@ -991,10 +993,11 @@ void check_fp16_attention(const TrainConfig& c, const LlamaConfig& model, const 
                      "bf16",
                      sp_mode_name(c.parallel.sp_mode), sp_shape.ring, why);
   for (int64_t l = 0; l < model.num_layers; ++l)
-    SEQPAR_INPUT_CHECK(model.layer_window(l) == 0,
-                       "the model has a sliding window (layer {}: {} tokens), which only the flash kernel computes, but "
-                       "{}; use --mixed-precision bf16",
-                       l, model.layer_window(l), why);
+    SEQPAR_INPUT_CHECK(
+        model.layer_window(l) == 0,
+        "the model has a sliding window (layer {}: {} tokens), which only the flash kernel computes, but "
+        "{}; use --mixed-precision bf16",
+        l, model.layer_window(l), why);
 }
 
 void validate_nonfinite_settings(const TrainConfig& c) {
@@ -1101,9 +1104,10 @@ const char* precision_name(Precision p) { return p == Precision::kFp16 ? "fp16" 
 Precision parse_precision(const std::string& text, const std::string& flag) {
   if (text == "bf16" || text == "bfloat16") return Precision::kBf16;
   if (text == "fp16" || text == "float16" || text == "f16") return Precision::kFp16;
-  throw InputError(fmt::format("{}={}: expected bf16 or fp16 (seqpar has no fp32 or fp8 GPU mode: the CPU computes in "
-                               "f32)",
-                               flag, text));
+  throw InputError(
+      fmt::format("{}={}: expected bf16 or fp16 (seqpar has no fp32 or fp8 GPU mode: the CPU computes in "
+                  "f32)",
+                  flag, text));
 }
 
 const char* lr_schedule_type_name(LrScheduleType t) {

@@ -118,8 +118,8 @@ std::string display(const SettingDecl& d, R r) {
 
 // The loss scaler's settings (fp16 only).
 bool is_scaler_setting(const std::string& name) {
-  for (const char* s : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "consecutive_hysteresis",
-                        "min_loss_scale"})
+  for (const char* s : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                        "consecutive_hysteresis", "min_loss_scale"})
     if (name == s) return true;
   return false;
 }
@@ -250,9 +250,10 @@ class Resolver {
       mp.value = *a.mixed_precision == "fp16" ? Precision::kFp16 : Precision::kBf16;
       from_yaml(a, "mixed_precision", t.precision.mixed_precision, mp);
     } else if (a.mixed_precision.has()) {
-      out_.warnings.push_back(fmt::format("{}: mixed_precision=no: seqpar computes in bf16 on the GPU all the same "
-                                          "(it has no fp32 GPU mode; the CPU computes in f32)",
-                                          a.source));
+      out_.warnings.push_back(
+          fmt::format("{}: mixed_precision=no: seqpar computes in bf16 on the GPU all the same "
+                      "(it has no fp32 GPU mode; the CPU computes in f32)",
+                      a.source));
     }
     from_yaml(a, "zero_stage", t.memory.zero_stage, a.zero_stage);
     for (auto [name, field, v] : {std::tuple{"offload_optimizer", &t.memory.offload_optimizer, &a.offload_optimizer_device},
@@ -291,9 +292,8 @@ class Resolver {
       check_declared("mixed_precision", v->key, /*deepspeed=*/true);
       if (v->is_auto()) auto_.emplace("mixed_precision", ds.source + ": " + v->key);
       if (!v->is_set() || !v->value) continue;
-      offer("mixed_precision", t.precision.mixed_precision,
-            v == &ds.fp16_enabled ? Precision::kFp16 : Precision::kBf16, ConfigLayer::kDeepSpeed,
-            ds.source + ": " + v->key);
+      offer("mixed_precision", t.precision.mixed_precision, v == &ds.fp16_enabled ? Precision::kFp16 : Precision::kBf16,
+            ConfigLayer::kDeepSpeed, ds.source + ": " + v->key);
     }
     LossScalerConfig& sc = t.precision.scaler;
     from_ds(ds, "loss_scale", sc.loss_scale, ds.loss_scale);
@@ -325,10 +325,10 @@ class Resolver {
       if (is_scaler_setting(d.name) && origin_.at(d.name).layer != ConfigLayer::kDefault)
         unused += (unused.empty() ? "" : ", ") + d.name + "=" + d.get(t) + " (" + source_text(d.name) + ")";
     if (!unused.empty())
-      out_.warnings.push_back(fmt::format("{}: the loss scaler's settings are not used: mixed_precision={} ({}); "
-                                          "fp16 runs the loss scaler",
-                                          unused, precision_name(t.precision.mixed_precision),
-                                          source_text("mixed_precision")));
+      out_.warnings.push_back(
+          fmt::format("{}: the loss scaler's settings are not used: mixed_precision={} ({}); "
+                      "fp16 runs the loss scaler",
+                      unused, precision_name(t.precision.mixed_precision), source_text("mixed_precision")));
   }
 
   // Accelerate's context parallelism (PyTorch's ring attention) is seqpar's ring: cp_size ranks

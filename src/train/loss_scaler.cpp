@@ -23,10 +23,8 @@ void LossScalerConfig::validate() const {
 }
 
 nlohmann::json loss_scaler_state_to_json(const LossScalerState& s) {
-  return {{"scale", s.scale},
-          {"iter", s.iter},
-          {"last_overflow_iter", s.last_overflow_iter},
-          {"hysteresis", s.hysteresis}};
+  return {
+      {"scale", s.scale}, {"iter", s.iter}, {"last_overflow_iter", s.last_overflow_iter}, {"hysteresis", s.hysteresis}};
 }
 
 LossScalerState loss_scaler_state_from_json(const nlohmann::json& j, const std::string& source) {

@@ -39,7 +39,7 @@ struct LossScalerConfig {
   int64_t loss_scale_window = 1000;  // dynamic: overflow-free steps before S doubles (>= 1)
   int hysteresis = 2;                // dynamic: overflows tolerated before S halves (DeepSpeed's delayed_shift, >= 1)
   bool consecutive_hysteresis = false;  // refill the hysteresis after every overflow-free step
-  double min_loss_scale = 1;         // dynamic: S never goes below it (> 0)
+  double min_loss_scale = 1;            // dynamic: S never goes below it (> 0)
 
   bool dynamic() const { return loss_scale == 0; }
   // InputError naming the setting, the value and the rule.

@@ -70,9 +70,10 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device dra
   const auto named = params.named();
   for (size_t k = 0; k < named.size(); ++k) {
     Tensor& t = *named[k].second;
-    SEQPAR_CHECK(t.device().is_cpu() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16),
-                 "init_llama_params: {} is {} on {} (f32, bf16 or f16 on the CPU)", named[k].first, dtype_name(t.dtype()),
-                 t.device().str());
+    SEQPAR_CHECK(
+        t.device().is_cpu() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16),
+        "init_llama_params: {} is {} on {} (f32, bf16 or f16 on the CPU)", named[k].first, dtype_name(t.dtype()),
+        t.device().str());
     const bool is_norm = named[k].first.find("norm.weight") != std::string::npos;  // biases draw like weights,
     const bool is_norm_bias = named[k].first.find("norm.bias") != std::string::npos;  // LayerNorm's start at 0
     const uint64_t key = mix64(seed ^ mix64(0x9e3779b97f4a7c15ull * (k + 1)));
@@ -82,8 +83,10 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device dra
       const float v = is_norm ? 1.f : 0.f;
       for (int64_t i = 0; i < n; ++i) {
         if (t.dtype() == DType::kF32) t.data<float>()[i] = v;
-        else if (t.dtype() == DType::kBF16) t.data<bf16>()[i] = f32_to_bf16(v);
-        else t.data<f16>()[i] = f32_to_f16(v);
+        else if (t.dtype() == DType::kBF16)
+          t.data<bf16>()[i] = f32_to_bf16(v);
+        else
+          t.data<f16>()[i] = f32_to_f16(v);
       }
       continue;
     }
@@ -602,7 +605,8 @@ void Trainer::restore(TrainStep& rank, JobRank& job) {
     rank.weights_restored();
     // fp16: the scaler goes on where it stood (a checkpoint without its state, a bf16 run's,
     // starts it afresh).
-    if (rank.loss_scaler().enabled() && s.ckpt->state.loss_scaler) rank.loss_scaler().set_state(*s.ckpt->state.loss_scaler);
+    if (rank.loss_scaler().enabled() && s.ckpt->state.loss_scaler)
+      rank.loss_scaler().set_state(*s.ckpt->state.loss_scaler);
   }
   job.world.barrier();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -645,8 +649,8 @@ Trainer::StepOutcome Trainer::step(TrainStep& rank, bool leader, int64_t step, b
   const auto t_step = std::chrono::steady_clock::now();
   const StepLoss loss = rank.forward_backward(step_batches(step, rank.mesh().dp_rank()));
   const double norm = rank.grad_norm();
-  const std::vector<int32_t> agreed = rank.agree(
-      {std::isfinite(loss.loss) ? 0 : 1, std::isfinite(norm) ? 0 : 1, stop_signal_pending() != 0 ? 1 : 0});
+  const std::vector<int32_t> agreed =
+      rank.agree({std::isfinite(loss.loss) ? 0 : 1, std::isfinite(norm) ? 0 : 1, stop_signal_pending() != 0 ? 1 : 0});
   const bool bad_loss = agreed[0] != 0, bad_grads = agreed[1] != 0;
   StepOutcome o;
   o.stop = agreed[2] != 0;
@@ -690,12 +694,14 @@ void Trainer::abort_nonfinite(bool leader, int64_t step, int64_t in_a_row) {
   std::string fp16;
   if (cfg_.precision.fp16())
     fp16 = cfg_.precision.scaler.dynamic()
-               ? fmt::format(" (fp16: a non-finite loss, or an overflow with the loss scale at min_loss_scale={}, "
-                             "which DeepSpeed stops at too)",
-                             cfg_.precision.scaler.min_loss_scale)
-               : fmt::format(" (fp16 with the static loss_scale={}: an overflow is not the scaler's to absorb; "
-                             "--loss-scale 0 scales dynamically)",
-                             cfg_.precision.scaler.loss_scale);
+               ? fmt::format(
+                     " (fp16: a non-finite loss, or an overflow with the loss scale at min_loss_scale={}, "
+                     "which DeepSpeed stops at too)",
+                     cfg_.precision.scaler.min_loss_scale)
+               : fmt::format(
+                     " (fp16 with the static loss_scale={}: an overflow is not the scaler's to absorb; "
+                     "--loss-scale 0 scales dynamically)",
+                     cfg_.precision.scaler.loss_scale);
   throw Error(fmt::format(
       "step {}: the loss or the gradient norm is not finite (NaN or inf){}{}: the run stops (on_nonfinite=abort, "
       "max_nonfinite_steps={}); this step's update was not applied, {}. Lower --lr, clip the gradients (--clip), or "
@@ -739,8 +745,7 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
         step);
   // A skipped step is always said and recorded (a property of the run, not of where it stopped).
   const bool record = step == 1 || step % cfg_.logging.log_every == 0 || step == cfg_.schedule.steps || skipped;
-  if (record || step == s.first_step || step == s.last_step)
-    log_progress(step, loss.loss, norm, record, o, empty);
+  if (record || step == s.first_step || step == s.last_step) log_progress(step, loss.loss, norm, record, o, empty);
 }
 
 // A progress line; with `record`, the metrics record too.

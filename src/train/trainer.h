@@ -54,7 +54,7 @@ struct TrainResult {
   // max_nonfinite_steps).
   std::vector<int64_t> skipped_steps;
   std::vector<int64_t> overflow_steps;
-  double loss_scale = 1;  // fp16: the loss scaler's scale after the last step (1 without fp16)
+  double loss_scale = 1;    // fp16: the loss scaler's scale after the last step (1 without fp16)
   int64_t empty_steps = 0;  // steps of this call whose batch held no token with a label
   int stop_signal = 0;      // SIGTERM / SIGINT that stopped this call early (after a save), or 0
 };
@@ -86,8 +86,8 @@ class TokenDataset;
 // (SaveDirLock); a step with a non-finite loss or gradient norm never updating the weights
 // (on_nonfinite: skip it, or abort at the max_nonfinite_steps-th in a row), decided by every rank
 // alike — except fp16's overflows, which the dynamic loss scaler takes (the step skipped, the
-// scale lowered: train/loss_scaler.h) without counting them as divergence; a step with no token to learn from counted, and a run where every step has none
-// refused; SIGTERM / SIGINT ending the run after the current step with a checkpoint
+// scale lowered: train/loss_scaler.h) without counting them as divergence; a step with no token to learn from counted,
+// and a run where every step has none refused; SIGTERM / SIGINT ending the run after the current step with a checkpoint
 // (train/stop_signals.h).
 class Trainer {
  public:

@@ -173,9 +173,8 @@ TEST(CudaTrain, Fp16MatchesTheCpuAndItsLossScalerTakesTheOverflows) {
   ASSERT_TRUE(high.loss.count(30)) << out;
   EXPECT_LT(high.loss.at(30), high.loss.at(1)) << out;
   for (const char* refused : {"--attn-implementation flash_attention_2", "--sp 2 --sp-mode ring"}) {
-    EXPECT_NE(testing::run_command(testing::binary_path() + " train --head-dim 64 --steps 1 --device cuda --fp16 " +
-                                       refused,
-                                   &out),
+    EXPECT_NE(testing::run_command(
+                  testing::binary_path() + " train --head-dim 64 --steps 1 --device cuda --fp16 " + refused, &out),
               0)
         << refused;
     EXPECT_NE(out.find("mixed_precision=fp16 runs attention on cuDNN only"), std::string::npos) << refused << out;

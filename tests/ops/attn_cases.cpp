@@ -31,9 +31,9 @@ std::vector<int32_t> iota_pos(int64_t n, int32_t from = 0) {
 AttnRef reference_core(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const std::vector<double>* dout, const std::vector<int32_t>& qseg,
                        const std::vector<int32_t>& qpos, const std::vector<int32_t>& kseg,
-                       const std::vector<int32_t>& kpos, int64_t H, int64_t Hkv, int64_t D, bool causal,
-                       int32_t window, double scale, DType lowp_dt, bool round_out, bool round_grads,
-                       const std::vector<float>* dq0, const std::vector<float>* dk0, const std::vector<float>* dv0) {
+                       const std::vector<int32_t>& kpos, int64_t H, int64_t Hkv, int64_t D, bool causal, int32_t window,
+                       double scale, DType lowp_dt, bool round_out, bool round_grads, const std::vector<float>* dq0,
+                       const std::vector<float>* dk0, const std::vector<float>* dv0) {
   // lowp_dt: the 16-bit type the GPU kernels round P, dS and their outputs to (kF32: none).
   const bool lowp = lowp_dt != DType::kF32;
   auto lowp_round = [lowp_dt](double x) { return round_to(x, lowp_dt); };
@@ -418,8 +418,8 @@ AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& 
                        const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H, int64_t Hkv, int64_t D, bool causal,
                        double scale, int32_t window) {
   return reference_core(q, k, v, nullptr, ints_of(q_meta.seg), ints_of(q_meta.pos), ints_of(k_meta.seg),
-                        ints_of(k_meta.pos), H, Hkv, D, causal, window, scale, DType::kF32, false, false, nullptr, nullptr,
-                        nullptr);
+                        ints_of(k_meta.pos), H, Hkv, D, causal, window, scale, DType::kF32, false, false, nullptr,
+                        nullptr, nullptr);
 }
 
 AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,

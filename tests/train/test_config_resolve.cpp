@@ -671,25 +671,27 @@ TEST(ConfigResolve, DeepSpeedFp16AndItsLossScalerReachTheConfig) {
   const ResolvedConfig rb = resolve_train_config(cli(), &b, nullptr);
   EXPECT_EQ(rb.train.precision.mixed_precision, Precision::kBf16);
   EXPECT_EQ(rb.value_of("loss_scale_window"), "");
-  EXPECT_TRUE(has_warning(rb, "loss_scale_window=500 (ds.json: fp16.loss_scale_window): the loss scaler's settings "
-                              "are not used: mixed_precision=bf16 (ds.json: bf16.enabled)"));
+  EXPECT_TRUE(has_warning(rb,
+                          "loss_scale_window=500 (ds.json: fp16.loss_scale_window): the loss scaler's settings "
+                          "are not used: mixed_precision=bf16 (ds.json: bf16.enabled)"));
 }
 
 TEST(ConfigResolve, Fp16RulesAndRefusalsNameTheirKeys) {
   // Both enabled: DeepSpeed's own refusal, naming both keys.
   EXPECT_ERROR_HAS(ds(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})"),
-                     "ds.json: 'fp16.enabled'=true and 'bf16.enabled'=true: bf16 and fp16 cannot both be enabled");
+                   "ds.json: 'fp16.enabled'=true and 'bf16.enabled'=true: bf16 and fp16 cannot both be enabled");
   EXPECT_ERROR_HAS(ds(R"({"fp16": {"enabled": true}, "bfloat16": {"enabled": true}})"),
-                     "'fp16.enabled'=true and 'bfloat16.enabled'=true");
+                   "'fp16.enabled'=true and 'bfloat16.enabled'=true");
   EXPECT_ERROR_HAS(ds(R"({"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})"),
-                     "ds.json: 'fp16.fp16_master_weights_and_grads'=true is not supported");
-  EXPECT_NE(ds(R"({"fp16": {"enabled": true, "auto_cast": true}})").warnings.at(0).find(
-                "fp16.auto_cast=true has nothing to cast"),
+                   "ds.json: 'fp16.fp16_master_weights_and_grads'=true is not supported");
+  EXPECT_NE(ds(R"({"fp16": {"enabled": true, "auto_cast": true}})")
+                .warnings.at(0)
+                .find("fp16.auto_cast=true has nothing to cast"),
             std::string::npos);
   // The dynamic scaler's rules (DeepSpeed's), with the value's source, when fp16 runs it.
   const DsConfig w = ds(R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true, "loss_scale_window": 0}})");
   EXPECT_ERROR_HAS(resolve_train_config(cli(), &w, nullptr),
-                     "loss_scale_window=0 must be >= 1 (ds.json: fp16.loss_scale_window)");
+                   "loss_scale_window=0 must be >= 1 (ds.json: fp16.loss_scale_window)");
   const DsConfig st = ds(R"({"train_micro_batch_size_per_gpu": 2,
     "fp16": {"enabled": true, "loss_scale": 128, "loss_scale_window": 0}})");
   EXPECT_NO_THROW(resolve_train_config(cli(), &st, nullptr));  // static: the window is not used

@@ -120,9 +120,10 @@ Tensor tile_stats(const TokenMeta& m, const DeviceMeta& dm, int64_t T, int tile,
 // ragged graph), and a call cuDNN cannot take (a sliding window, f32 outputs, keys that are not
 // the queries' own documents, backend flash) is an error saying why.
 [[noreturn]] void refuse_f16_flash(const char* entry, const std::string& why) {
-  throw Error(fmt::format("{}: fp16 attention runs on cuDNN only (seqpar's flash kernels are bf16-only), and cuDNN "
-                          "cannot take this call: {}; train in bf16 (--mixed-precision bf16) for it",
-                          entry, why));
+  throw Error(
+      fmt::format("{}: fp16 attention runs on cuDNN only (seqpar's flash kernels are bf16-only), and cuDNN "
+                  "cannot take this call: {}; train in bf16 (--mixed-precision bf16) for it",
+                  entry, why));
 }
 
 std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq, int64_t Tk, bool f16,
@@ -324,8 +325,8 @@ void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const 
   SEQPAR_CHECK(out_acc.dtype() == DType::kF32 || out_part.dtype() == DType::kF32 || out_acc.dtype() == out_part.dtype(),
                "attn_merge: out_acc {} and out_part {} are two different 16-bit types", out_acc.str(), out_part.str());
   SEQPAR_CHECK(D <= INT_MAX, "attn_merge: D={} too large", D);
-  launch_merge(out_acc.raw(), lse_acc.data<float>(), out_part.raw(), lse_part.data<float>(), T * H,
-               static_cast<int>(D), out_acc.dtype() == DType::kF32, out_part.dtype() == DType::kF32,
+  launch_merge(out_acc.raw(), lse_acc.data<float>(), out_part.raw(), lse_part.data<float>(), T * H, static_cast<int>(D),
+               out_acc.dtype() == DType::kF32, out_part.dtype() == DType::kF32,
                out_acc.dtype() == DType::kF16 || out_part.dtype() == DType::kF16, current_stream());
 }
 

@@ -116,8 +116,7 @@ void backward_graph(Graph& g, const Shape4& s) {
   // The per-query-head gradient before the group sum: ours (ragged) or cuDNN's (virtual).
   auto full_head = [&](int64_t uid) {
     const Dims full{s.B, s.H, s.S, s.D};
-    if (s.dense)
-      return g.virt(full, {s.H * s.S * s.D, s.S * s.D, s.D, 1}, s.io_type());
+    if (s.dense) return g.virt(full, {s.H * s.S * s.D, s.S * s.D, s.D, 1}, s.io_type());
     g.tensor(uid, full, bshd(s, s.H, s.D), s.io_type(), false, kRaggedKV);
     return uid;
   };

@@ -236,8 +236,8 @@ bool is_half(const Tensor& q) { return q.dtype() == DType::kF16; }
 // causal mask on the [T, T] scores) or, not causal, nothing; no padding mask or ragged offsets
 // are needed. The ragged graph otherwise, and also when cuDNN has no dense plan for the shape
 // (find_plan has warned). Returns nullptr when neither has a plan.
-const Plan* pick_plan(PlanCache& cache, cudnnHandle_t handle, const PackedDocs& docs, int64_t H, int64_t Hkv,
-                      int64_t D, bool causal, CudnnDense dense, bool backward, bool half, Shape4* shape) {
+const Plan* pick_plan(PlanCache& cache, cudnnHandle_t handle, const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D,
+                      bool causal, CudnnDense dense, bool backward, bool half, Shape4* shape) {
   if (docs.num_docs() == 1 && dense == CudnnDense::kOn) {
     *shape = shape_for(docs, H, Hkv, D, causal, /*dense=*/true, half);
     if (const Plan* plan = find_plan(cache, *shape, handle, backward)) return plan;
@@ -339,8 +339,8 @@ AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
   const int64_t T = q.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
   const DType io = q.dtype();  // bf16 or f16
   for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &out})
-    SEQPAR_CHECK(t->dtype() == io, "cuDNN attention backward takes out and dout of q's type {}, got {}",
-                 dtype_name(io), t->str());
+    SEQPAR_CHECK(t->dtype() == io, "cuDNN attention backward takes out and dout of q's type {}, got {}", dtype_name(io),
+                 t->str());
   SEQPAR_CHECK(!docs.cu.empty() && docs.cu.back() == T, "cuDNN attention: documents cover {} tokens, q has {}",
                docs.cu.empty() ? 0 : docs.cu.back(), T);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &out, &dout, &lse})

@@ -20,7 +20,8 @@
 //
 // Numerics: Stats is the natural-log log-sum-exp of the scaled scores, f32, in place in our
 // lse [T, H] (ragged, stride H per token): exactly attention.h's lse. Outputs and gradients are
-// in q's 16-bit type, bf16 or f16, as is P for the second GEMM (f32 accumulation inside cuDNN). Each document sees at least itself, so no row is empty.
+// in q's 16-bit type, bf16 or f16, as is P for the second GEMM (f32 accumulation inside cuDNN). Each document sees at
+// least itself, so no row is empty.
 //
 // Plans are built once per (documents, longest document rounded up to a power of two, H, Hkv, D,
 // causal, 16-bit type), or per (T, H, Hkv, D, causal, 16-bit type) for a dense graph, and cached per thread and device;
@@ -45,11 +46,11 @@ namespace seqpar::cuda_attn {
 AttnPath cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                         const AttnArgs& args, const PackedDocs& docs);
 
-// attention.h's attn_backward through cuDNN, gradients in q's 16-bit type (or f32, through scratch). kAccumulate: dq += , dk += , dv +=
-// (cuDNN writes scratch buffers that are then added, three extra passes). kWrite: dq = , dk = ,
-// dv = , cuDNN writing straight into them (16-byte aligned; otherwise scratch and a copy). out/lse
-// are the final forward results, from either backend (same contract). Returns the graph that ran,
-// or kNone, having written nothing, when cuDNN has no plan for the shape.
+// attention.h's attn_backward through cuDNN, gradients in q's 16-bit type (or f32, through scratch). kAccumulate: dq +=
+// , dk += , dv += (cuDNN writes scratch buffers that are then added, three extra passes). kWrite: dq = , dk = , dv = ,
+// cuDNN writing straight into them (16-byte aligned; otherwise scratch and a copy). out/lse are the final forward
+// results, from either backend (same contract). Returns the graph that ran, or kNone, having written nothing, when
+// cuDNN has no plan for the shape.
 AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                          const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
                          const PackedDocs& docs, GradMode mode = GradMode::kAccumulate);

@@ -547,9 +547,9 @@ Dims check_args(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_
                "matmul: tensors must be on one CUDA device: out {}, a {}, b {}", out.str(), a.str(), b.str());
   SEQPAR_CHECK(out.ndim() == 2 && a.ndim() == 2 && b.ndim() == 2, "matmul: 2-D tensors only: out {}, a {}, b {}",
                out.str(), a.str(), b.str());
-  SEQPAR_CHECK(a.dtype() == b.dtype() &&
-                   (a.dtype() == DType::kBF16 || a.dtype() == DType::kF16 || a.dtype() == DType::kF32),
-               "matmul: a and b must both be bf16, both f16 or both f32: a {}, b {}", a.str(), b.str());
+  SEQPAR_CHECK(
+      a.dtype() == b.dtype() && (a.dtype() == DType::kBF16 || a.dtype() == DType::kF16 || a.dtype() == DType::kF32),
+      "matmul: a and b must both be bf16, both f16 or both f32: a {}, b {}", a.str(), b.str());
   SEQPAR_CHECK(out.dtype() == DType::kF32 || (out.dtype() == a.dtype()),
                "matmul: out must be f32, or the operands' 16-bit type: out {}, a {}", out.str(), a.str());
   const int64_t M = trans_a ? a.dim(1) : a.dim(0), K = trans_a ? a.dim(0) : a.dim(1);
