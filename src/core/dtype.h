@@ -30,7 +30,7 @@ inline constexpr DTypeTraits kDTypeTraits[] = {
     {DType::kBF16, "bf16", "BF16", 2, true},
     {DType::kI32, "i32", "I32", 4, false},
     {DType::kI64, "i64", "I64", 8, false},
-    {DType::kF16, "f16", "F16", 2, true},  // (clang-format would pack these rows)
+    {DType::kF16, "f16", "F16", 2, true},
 };
 
 constexpr const DTypeTraits& dtype_traits(DType d) { return kDTypeTraits[static_cast<int>(d)]; }
