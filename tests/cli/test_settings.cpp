@@ -200,8 +200,11 @@ TEST(Settings, EverySettingIsInPrintConfigWithItsSource) {
   EXPECT_EQ(g.value_of("micro_batch"), "3");
   EXPECT_EQ(g.source_of("micro_batch"), "--micro-batch");
   const std::string text = format_resolved_config(rf);  // fp16: the loss scaler's lines too
-  for (const SettingDecl& d : train_settings())
-    if (!d.print_when_given) EXPECT_NE(text.find("  " + d.name + " "), std::string::npos) << d.name;
+  for (const SettingDecl& d : train_settings()) {
+    if (!d.print_when_given) {
+      EXPECT_NE(text.find("  " + d.name + " "), std::string::npos) << d.name;
+    }
+  }
 }
 
 // docs/configs.md carries the table `seqpar train --settings-table` prints, so the docs cannot

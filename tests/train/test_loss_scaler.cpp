@@ -283,7 +283,9 @@ TEST(Fp16Train, OverflowSkipsTheStepHalvesTheScaleAndIsNoDivergence) {
     const LossScaler::Update u = replay.update(overflowed(step));
     after.push_back(u.scale_after);
     EXPECT_EQ(u.absorbed, overflowed(step)) << step;
-    if (overflowed(step)) EXPECT_EQ(u.scale_after, u.scale_before / 2) << step;
+    if (overflowed(step)) {
+      EXPECT_EQ(u.scale_after, u.scale_before / 2) << step;
+    }
     const Checkpoint ck = load_checkpoint(step_dir(c.checkpoint.save_dir, step));
     ASSERT_TRUE(ck.state.loss_scaler.has_value());
     EXPECT_EQ(ck.state.loss_scaler->scale, u.scale_after) << step;
