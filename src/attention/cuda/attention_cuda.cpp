@@ -214,7 +214,9 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
       if (args.ran) *args.ran = path;
       return;
     }
-    if (f16) refuse_f16_flash("attn_forward", "cuDNN has no plan for the shape (see the warning above)");
+    if (f16)
+      refuse_f16_flash("attn_forward",
+                       "cuDNN has no plan for the shape (see the warning above), or a tensor is not 16-byte aligned");
   }
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
@@ -269,7 +271,9 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
       if (args.ran) *args.ran = path;
       return;
     }
-    if (f16) refuse_f16_flash("attn_backward", "cuDNN has no plan for the shape (see the warning above)");
+    if (f16)
+      refuse_f16_flash("attn_backward",
+                       "cuDNN has no plan for the shape (see the warning above), or a tensor is not 16-byte aligned");
   }
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
