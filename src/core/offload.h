@@ -44,6 +44,9 @@ class HostOffload {
   void prefetch(Handle& h);
   // The tensor back on the device, its host copy released; a handle is taken once.
   Tensor take(Handle& h);
+  // Gives the device memory of the copies that have finished back to the pool now (otherwise that
+  // happens at the next put or prefetch): a caller about to reach its memory peak calls it.
+  void collect() { release_finished(false); }
 
  private:
   struct Impl;

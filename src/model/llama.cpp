@@ -632,6 +632,9 @@ void LlamaModel::backward(float dloss) {
     const LlamaLayerParams& P = layer_params(l);
     LlamaLayerParams& G = grads_.layers[l];
     LayerActs& s = a.layers[l];
+    // The forward's last copies to the host (finished by now) and the layer above's copy back hold
+    // device buffers until collected: not through this layer's backward.
+    if (offload_) offload_->collect();
     if (s.x_in_host) {  // offloaded: back now, and the layer below's on its way during this backward
       s.x_in = offload_->take(*s.x_in_host);
       s.x_in_host.reset();
@@ -685,6 +688,7 @@ void LlamaModel::backward(float dloss) {
     release_layer(l);
     if (grad_sink_) grad_sink_(l, grad_block_);
   }
+  if (offload_) offload_->collect();
   embedding_backward(grads_.embed_tokens, dx, a.batch.input_ids);
   if (c.positions == PositionKind::kLearned) embedding_backward(grads_.embed_positions, dx, a.batch.position_ids);
   acts_.reset();

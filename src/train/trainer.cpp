@@ -721,6 +721,9 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
   // This step's peak; the allocator then counts the next step's from here.
   Allocator& mem = allocator_for(device);
   const int64_t peak = static_cast<int64_t>(mem.peak_bytes());
+  // What stays allocated between steps (the resident state, plus anything a step leaves behind).
+  log_debug("step {}: device memory {:.3f} GiB in use at the step's end, {:.3f} GiB at its peak", step,
+            static_cast<double>(mem.current_bytes()) / (1ll << 30), static_cast<double>(peak) / (1ll << 30));
   mem.reset_peak();
   s.line_peak = std::max(s.line_peak, peak);
   {
