@@ -203,12 +203,6 @@ double TrainStep::grad_norm() {
   return std::sqrt(static_cast<double>(parts.data<float>()[0]) + static_cast<double>(parts.data<float>()[1]));
 }
 
-double TrainStep::optimizer_step(float lr) {
-  const double norm = grad_norm();
-  apply_update(lr, norm);
-  return norm;
-}
-
 std::vector<int32_t> TrainStep::agree(const std::vector<int32_t>& flags) {
   Tensor t = Tensor::from_vector<int32_t>({static_cast<int64_t>(flags.size())}, flags);
   world_.all_reduce(t, ReduceOp::kMax);

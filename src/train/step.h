@@ -63,9 +63,6 @@ class TrainStep {
   // last micro-batch's logits of this rank's shard. With fp16 the backward starts from the loss
   // times the loss scaler's scale, so the gradients are scaled (grad_norm and apply_update unscale).
   StepLoss forward_backward(const std::vector<SpBatch>& micro, Tensor* logits = nullptr);
-  // Clip and AdamW at `lr` over the gradients of forward_backward; returns the global gradient
-  // norm before clipping (grad_norm then apply_update).
-  double optimizer_step(float lr);
   // The global gradient norm of forward_backward's gradients before clipping, unscaled (divided by
   // the loss scale): the same value on every rank (computed from gradients already summed over the
   // world; a collective under ZeRO-2). Not finite when a gradient is not (an fp16 overflow).

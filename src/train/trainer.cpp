@@ -270,6 +270,7 @@ MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const LlamaConfig& mod
   in.ulysses_degree = sp_shape.ulysses;
   in.world = cfg.parallel.sp * cfg.parallel.dp_replicate * cfg.parallel.dp_shard;
   in.cuda = cfg.parallel.device.is_cuda();
+  in.fp16 = cfg.precision.fp16();
   in.memory = cfg.memory;  // the levers, whole
   in.ulysses_head_groups = cfg.kernels.ulysses_head_groups;
   return in;
@@ -970,7 +971,19 @@ std::vector<std::pair<std::string, Tensor>> Trainer::run_batch(bool optimizer_st
     // The logits of every rank, in stream order (a collective: every rank).
     const Tensor stream = rank.gather_logits(b, logits);
     double norm = 0;
-    if (optimizer_step) norm = rank.optimizer_step(cfg_.optimizer.adamw.lr);
+    if (optimizer_step) {
+      // Never an update from NaN or inf (as in the training step): with fp16 an overflow of the
+      // scaled backward, which one batch cannot retry at a lower scale.
+      norm = rank.grad_norm();
+      const bool finite = rank.agree({std::isfinite(norm) ? 0 : 1})[0] == 0;
+      if (finite) rank.apply_update(cfg_.optimizer.adamw.lr, norm);
+      if (!finite && job.leader)
+        log_warn("the gradient norm is not finite{}: the AdamW step was not taken (param.* are the weights before it)",
+                 cfg_.precision.fp16() ? fmt::format(" (fp16: the backward overflowed at loss scale {:g}; a smaller "
+                                                     "--initial-scale-power or a static --loss-scale avoids it)",
+                                                     rank.loss_scaler().scale())
+                                       : std::string());
+    }
     if (!job.leader) return;
     std::vector<std::pair<std::string, Tensor>> out;
     const int64_t B = static_cast<int64_t>(s.batch->size()),

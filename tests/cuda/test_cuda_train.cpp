@@ -53,7 +53,7 @@ void expect_same_curve(const TrainRun& a, const TrainRun& b, double tol, const s
 TEST(CudaTrain, FirstStepsMatchTheCpu) {
   const std::string common = "--steps 8 --eval-every 0 --sp 1";
   TrainRun cpu = train(common + " --device cpu");
-  TrainRun gpu = train(common + " --device cuda");  // the default, flash_attention_2
+  TrainRun gpu = train(common + " --device cuda --attn-implementation flash_attention_2");
   expect_same_curve(gpu, cpu, 2e-2, "cuda (flash_attention_2) vs cpu");
   TrainRun cudnn = train(common + " --device cuda --attn-implementation sdpa");
   expect_same_curve(cudnn, cpu, 2e-2, "cuda (sdpa: cuDNN) vs cpu");
