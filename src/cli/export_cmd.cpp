@@ -22,8 +22,10 @@ void run(const ExportArgs& a) {
     dtype = DType::kF32;
   } else if (a.dtype == "bf16" || a.dtype == "bfloat16") {
     dtype = DType::kBF16;
+  } else if (a.dtype == "f16" || a.dtype == "float16" || a.dtype == "fp16") {
+    dtype = DType::kF16;
   } else {
-    throw InputError("--dtype=" + a.dtype + ": expected f32 or bf16");
+    throw InputError("--dtype=" + a.dtype + ": expected f32, bf16 or f16");
   }
   const ExportResult r = export_checkpoint(a.checkpoint, a.out, dtype, a.tokenizer_from);
   log_info("exported {} to {} ({}): config.json, model.safetensors", r.checkpoint_dir, a.out, dtype_name(dtype));
@@ -43,7 +45,8 @@ void add_export_command(CLI::App& app, int& rc) {
       ->required();
   c->add_option("--out", args->out, "output directory (created; its config.json and model.safetensors are replaced)")
       ->required();
-  c->add_option("--dtype", args->dtype, "weight dtype: f32 | bf16 (rounded to nearest even)")->capture_default_str();
+  c->add_option("--dtype", args->dtype, "weight dtype: f32 | bf16 | f16 (rounded to nearest even)")
+      ->capture_default_str();
   c->add_option("--tokenizer-from", args->tokenizer_from,
                 "directory to copy tokenizer.json, tokenizer_config.json, special_tokens_map.json, tokenizer.model "
                 "and generation_config.json from, those present (default: the --model directory the run started "

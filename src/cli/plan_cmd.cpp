@@ -187,6 +187,7 @@ void add_plan_command(CLI::App& app, int& rc) {
               "with --longest: also choose optimizer offload, ZeRO-3, parameter offload and checkpoint offload "
               "(with checkpointing), and print what was chosen");
   c->add_option("--device", args->device, "cuda (bf16, f32 master weights) | cpu (f32)")->capture_default_str();
+  c->add_flag("--fp16", in.fp16, "cuda's 16-bit type is fp16 (mixed_precision fp16; the same bytes as bf16)");
   c->add_option("--gpu-memory-gib", args->gpu_memory_gib, "GPU memory to fit in (an H200: 139.8)")
       ->capture_default_str();
   c->add_flag("--json", args->json, "one JSON object instead of the table");

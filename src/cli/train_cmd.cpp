@@ -85,8 +85,12 @@ void run(TrainArgs& a, const CLI::App& command) {
   std::string evals;
   if (!r.eval_accuracy.empty()) evals += fmt::format(", recall accuracy {:.1f}%", 100 * r.eval_accuracy.back().second);
   if (!r.eval_loss.empty()) evals += fmt::format(", eval loss {:.4f}", r.eval_loss.back().second);
-  if (!r.skipped_steps.empty())
-    evals += fmt::format(", {} step(s) skipped by the non-finite guard (--on-nonfinite skip)", r.skipped_steps.size());
+  const size_t guard_skips = r.skipped_steps.size() - r.overflow_steps.size();
+  if (guard_skips > 0)
+    evals += fmt::format(", {} step(s) skipped by the non-finite guard (--on-nonfinite skip)", guard_skips);
+  if (!r.overflow_steps.empty())
+    evals += fmt::format(", {} step(s) skipped on an fp16 overflow (loss scale now {:g})", r.overflow_steps.size(),
+                         r.loss_scale);
   if (r.empty_steps > 0) evals += fmt::format(", {} step(s) with no token to learn from", r.empty_steps);
   if (r.stop_signal != 0) evals += " (stopped by a signal)";
   log_info("done: {} steps, final loss {:.4f}{}, {:.0f} tokens/s", r.steps_run, r.losses.back(), evals, r.tokens_per_s);

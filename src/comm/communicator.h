@@ -42,7 +42,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // In place on every rank. f32, bf16 (summed in f32), i32, i64.
+  // In place on every rank. f32, bf16 and f16 (summed in f32), i32, i64.
   virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
   // out = concatenation over ranks (rank order) of each rank's `in` along dim 0; every rank's
   // `in` has the same shape; out.numel() == size() * in.numel().

@@ -157,12 +157,17 @@ T combine(T a, T b, ReduceOp op) {
 
 // dst[i] = ((srcs[0][off + i] (op) srcs[1][off + i]) (op) srcs[2][off + i]) ... for i < n: always
 // in rank order, which makes the result bit-identical on every rank and every run. T is the
-// element type, Acc the accumulator: f32 for f32 and bf16 (bf16 is widened, combined in f32 and
+// element type, Acc the accumulator: f32 for f32, bf16 and f16 (bf16 and f16 are widened, combined in f32 and
 // rounded once at the end), the type itself for integers. dst must not alias srcs.
 template <typename T, typename Acc>
 void reduce_typed(T* dst, const std::vector<const void*>& srcs, int64_t off, int64_t n, ReduceOp op) {
   auto widen = [](T x) -> Acc {
-    if constexpr (std::is_same_v<T, bf16>) return bf16_to_f32(x); else return x;
+    if constexpr (std::is_same_v<T, bf16>)
+      return bf16_to_f32(x);
+    else if constexpr (std::is_same_v<T, f16>)
+      return f16_to_f32(x);
+    else
+      return x;
   };
   std::vector<Acc> acc(static_cast<size_t>(n));  // (n,)
   const T* s0 = static_cast<const T*>(srcs[0]) + off;
@@ -172,7 +177,12 @@ void reduce_typed(T* dst, const std::vector<const void*>& srcs, int64_t off, int
     for (int64_t i = 0; i < n; ++i) acc[i] = combine<Acc>(acc[i], widen(s[i]), op);
   }
   for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, bf16>) dst[i] = f32_to_bf16(acc[i]); else dst[i] = acc[i];
+    if constexpr (std::is_same_v<T, bf16>)
+      dst[i] = f32_to_bf16(acc[i]);
+    else if constexpr (std::is_same_v<T, f16>)
+      dst[i] = f32_to_f16(acc[i]);
+    else
+      dst[i] = acc[i];
   }
 }
 
@@ -181,6 +191,7 @@ void reduce_into(void* dst, const std::vector<const void*>& srcs, int64_t off, i
   switch (dtype) {
     case DType::kF32: return reduce_typed<float, float>(static_cast<float*>(dst), srcs, off, n, op);
     case DType::kBF16: return reduce_typed<bf16, float>(static_cast<bf16*>(dst), srcs, off, n, op);
+    case DType::kF16: return reduce_typed<f16, float>(static_cast<f16*>(dst), srcs, off, n, op);
     case DType::kI32: return reduce_typed<int32_t, int32_t>(static_cast<int32_t*>(dst), srcs, off, n, op);
     case DType::kI64: return reduce_typed<int64_t, int64_t>(static_cast<int64_t*>(dst), srcs, off, n, op);
   }

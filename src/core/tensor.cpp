@@ -54,6 +54,7 @@ template Tensor Tensor::from_vector<float>(const Shape&, const std::vector<float
 template Tensor Tensor::from_vector<int32_t>(const Shape&, const std::vector<int32_t>&);
 template Tensor Tensor::from_vector<int64_t>(const Shape&, const std::vector<int64_t>&);
 template Tensor Tensor::from_vector<bf16>(const Shape&, const std::vector<bf16>&);
+template Tensor Tensor::from_vector<f16>(const Shape&, const std::vector<f16>&);
 
 int64_t Tensor::dim(int64_t i) const {
   int64_t n = ndim();
@@ -106,6 +107,9 @@ std::vector<float> Tensor::to_f32_vector() const {
   } else if (dtype_ == DType::kBF16) {
     const bf16* p = host.data<bf16>();
     for (int64_t i = 0; i < numel_; ++i) out[i] = bf16_to_f32(p[i]);
+  } else if (dtype_ == DType::kF16) {
+    const f16* p = host.data<f16>();
+    for (int64_t i = 0; i < numel_; ++i) out[i] = f16_to_f32(p[i]);
   } else if (dtype_ == DType::kI32) {
     const int32_t* p = host.data<int32_t>();
     for (int64_t i = 0; i < numel_; ++i) out[i] = static_cast<float>(p[i]);
@@ -128,6 +132,11 @@ Tensor Tensor::to_dtype(DType dtype) const {
     const float* p = data<float>();
     bf16* q = out.data<bf16>();
     for (int64_t i = 0; i < numel_; ++i) q[i] = f32_to_bf16(p[i]);
+  } else if (dtype == DType::kF16) {
+    SEQPAR_CHECK(dtype_ == DType::kF32, "to_dtype {} -> f16", dtype_name(dtype_));
+    const float* p = data<float>();
+    f16* q = out.data<f16>();
+    for (int64_t i = 0; i < numel_; ++i) q[i] = f32_to_f16(p[i]);
   } else {
     SEQPAR_CHECK(false, "to_dtype {} -> {} is not supported", dtype_name(dtype_), dtype_name(dtype));
   }

@@ -117,7 +117,11 @@ RenderedChat render_chat_chatml(const std::vector<ChatMessage>& messages, const 
   return r;
 }
 
-static const char* chat_formats() { return "llama3, chatml, qwen2.5"; }
+std::string chat_format_names(const char* sep) {
+  std::string s;
+  for (const char* f : kChatFormats) s += (s.empty() ? "" : sep) + std::string(f);
+  return s;
+}
 
 TokenizedDoc tokenize_prompt_completion(const Tokenizer& tok, const std::string& prompt,
                                         const std::string& completion, bool add_special_tokens, int32_t eos) {
@@ -236,6 +240,7 @@ class Pipeline {
     const std::string& f = *o_.chat_format;
     if (f == "llama3") return render_chat_llama3(msgs, *chat_bos_);
     if (f == "chatml") return render_chat_chatml(msgs, "");
+    SEQPAR_CHECK(f == "qwen2.5", "chat format {} has no renderer (kChatFormats: {})", f, chat_format_names(", "));
     // Qwen2.5-Instruct's template without tools: system (its default when the first message is not
     // one), user and assistant turns; tool calls and tool results have their own markup there.
     for (size_t i = 0; i < msgs.size(); ++i)
@@ -464,10 +469,10 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
                        "--output '{}' is also an --input: refusing to overwrite the data being read", o.output);
   }
   if (o.chat_format)
-    SEQPAR_INPUT_CHECK(*o.chat_format == "llama3" || *o.chat_format == "chatml" || *o.chat_format == "qwen2.5",
+    SEQPAR_INPUT_CHECK(std::find(kChatFormats.begin(), kChatFormats.end(), *o.chat_format) != kChatFormats.end(),
                        "--chat-format={}: not a built-in chat format (built in: {}; a Jinja template file is given "
                        "with --chat-template)",
-                       *o.chat_format, chat_formats());
+                       *o.chat_format, chat_format_names(", "));
   // The chat settings render SFT 'messages' only: with another format they would be read and not applied.
   for (const auto& [flag, value] : {std::pair{"--chat-format", &o.chat_format},
                                     std::pair{"--chat-template", &o.chat_template_file},
@@ -546,7 +551,8 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
         chat_source = "the chat template " + found.description;
       } catch (const InputError& e) {
         if (o.chat_template_file || o.chat_template_name) throw;
-        chat_error = fmt::format("{}; pass --chat-template FILE or --chat-format llama3|chatml|qwen2.5", e.what());
+        chat_error =
+            fmt::format("{}; pass --chat-template FILE or --chat-format {}", e.what(), chat_format_names("|"));
         chat_source = "none: the chat template " + found.description + " does not parse";
       }
     } else {
@@ -555,8 +561,8 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
       chat_error = fmt::format(
           "chat 'messages' need a chat template, and the tokenizer directory '{}' has none (no chat_template.jinja, "
           "no chat_template in tokenizer_config.json); pass --chat-template FILE (a Jinja chat template) or "
-          "--chat-format llama3|chatml|qwen2.5 (built in), or give 'prompt' and 'completion'",
-          dir.empty() ? "." : dir);
+          "--chat-format {} (built in), or give 'prompt' and 'completion'",
+          dir.empty() ? "." : dir, chat_format_names("|"));
       chat_source = "none (records with 'messages' are refused)";
     }
   }

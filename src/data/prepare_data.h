@@ -7,6 +7,7 @@
 // input order stops the run with "<file>:<line>: <problem>", and no output file is left.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -56,7 +57,7 @@ struct PrepareDataOptions {
   // How SFT `messages` are rendered (docs/prepare-data.md, "Chat templates"): chat_format, a built-in format;
   // else chat_template_file; else the tokenizer directory's chat_template.jinja, else tokenizer_config.json's
   // chat_template (chat_template_name picks one of a list of named templates; default "default").
-  std::optional<std::string> chat_format;         // "llama3" | "chatml" | "qwen2.5"
+  std::optional<std::string> chat_format;         // one of kChatFormats
   std::optional<std::string> chat_template_file;  // a Jinja chat template file
   std::optional<std::string> chat_template_name;  // a named template of the tokenizer's
   std::optional<std::string> chat_template_now;   // what strftime_now() formats: YYYY-MM-DD[THH:MM:SS]; default now
@@ -99,6 +100,10 @@ RenderedChat render_chat_llama3(const std::vector<ChatMessage>& messages, const 
 // turn (the turn's end, which the model must learn to emit); masked: the headers, the newline after
 // <|im_end|>, every other role.
 RenderedChat render_chat_chatml(const std::vector<ChatMessage>& messages, const std::string& default_system);
+// The built-in chat formats (--chat-format), each rendered by PrepareOptions' renderer.
+inline constexpr std::array<const char*, 3> kChatFormats = {"llama3", "chatml", "qwen2.5"};
+// kChatFormats joined by `sep` ("llama3|chatml|qwen2.5").
+std::string chat_format_names(const char* sep);
 // Qwen2.5-Instruct's default system message (--chat-format qwen2.5).
 inline constexpr const char* kQwen25DefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";

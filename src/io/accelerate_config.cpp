@@ -425,15 +425,11 @@ AccelerateConfig parse_accelerate_config(const std::string& yaml_text, const std
   p.attempt([&] {
     c.mixed_precision = top.choice("mixed_precision", {"no", "bf16", "fp16", "fp8"});
     if (!c.mixed_precision.has()) return;
-    // As DeepSpeed's fp16.enabled (ds_config): a migrating user's fp16 run becomes a bf16 one, said once.
-    if (*c.mixed_precision == "fp16")
-      c.warnings.push_back(fmt::format(
-          "{}: 'mixed_precision'=fp16 is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with f32 "
-          "master weights and moments; bf16 has f32's exponent range, so no loss scaling is needed",
-          source));
+    // bf16 and fp16 are seqpar's mixed_precision (fp16 with DeepSpeed's loss scaler); "no" is
+    // recorded (config_resolve says that the GPU computes in bf16 all the same).
     SEQPAR_INPUT_CHECK(*c.mixed_precision != "fp8",
-                       "{}: 'mixed_precision'=fp8 is not supported: seqpar computes in bf16 (CUDA) or fp32 (CPU); "
-                       "use bf16",
+                       "{}: 'mixed_precision'=fp8 is not supported: seqpar computes in bf16 or fp16 (CUDA) or fp32 "
+                       "(CPU); use bf16 or fp16",
                        source);
   });
   p.attempt([&] { parse_deepspeed_section(top, c, base_dir, unread, p); });

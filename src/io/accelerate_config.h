@@ -31,7 +31,7 @@ struct AccelerateConfig {
   YamlValue<std::string> distributed_type;  // NO | MULTI_CPU | MULTI_GPU | DEEPSPEED | FSDP
   YamlValue<int64_t> num_processes, num_machines, machine_rank, main_process_port;
   YamlValue<std::string> main_process_ip;
-  YamlValue<std::string> mixed_precision;  // no | bf16 (fp16, fp8: errors)
+  YamlValue<std::string> mixed_precision;  // no | bf16 | fp16 (fp8: an error)
 
   // deepspeed_config: either a file (deepspeed_config_file, relative to the YAML's directory,
   // loaded into `deepspeed`) or Accelerate's inline keys, not both (as Accelerate requires).

@@ -248,44 +248,45 @@ void parse_precision(Reader& top, DsConfig& c, std::vector<std::string>& unread)
                       "gradients and divides once, the same mean as dividing first",
                       c.source, v.value ? "true" : "false"));
   }
-  // fp16 with DeepSpeed's loss scaler (Megatron-DeepSpeed's and most Accelerate templates): taken,
-  // with a note saying what seqpar does instead. seqpar's GPU path computes in bf16 with f32 master
-  // weights; bf16 keeps f32's exponent range, so gradients do not underflow and there is no scale
-  // to find: the scaler's keys are read (checked as DeepSpeed types them) and named as unused.
+  // fp16 with DeepSpeed's loss scaler (train/loss_scaler.h): honoured. The scaler's keys are read as
+  // DeepSpeed types them; their rules (a window >= 1, a floor > 0, ...) are DeepSpeed's too, checked
+  // only when the dynamic scaler runs (train/config_resolve), as DeepSpeed checks them.
   if (const json* f = top.object("fp16")) {
     Reader r(*f, c.source, "fp16.");
     c.fp16_enabled = r.boolean("enabled", kAuto);
-    std::vector<std::string> scaler;
-    auto note = [&](const std::string& key, const std::string& value) {
-      scaler.push_back(fmt::format("fp16.{}={}", key, value));
-    };
-    for (const char* k : {"loss_scale", "min_loss_scale"}) {
-      DsValue<double> v = r.number(k, 0, HUGE_VAL, kAuto);
-      if (v.is_set()) note(k, fmt::format("{}", v.value));
-    }
-    for (const char* k : {"initial_scale_power", "loss_scale_window", "hysteresis"}) {
-      DsValue<int64_t> v = r.integer(k, 0, INT64_MAX, kAuto);
-      if (v.is_set()) note(k, fmt::format("{}", v.value));
-    }
-    for (const char* k : {"consecutive_hysteresis", "auto_cast", "fp16_master_weights_and_grads"}) {
-      DsValue<bool> v = r.boolean(k, false);
-      if (v.is_set()) note(k, v.value ? "true" : "false");
-    }
-    if (c.fp16_enabled.is_set() && c.fp16_enabled.value) {
-      std::string keys;
-      for (const std::string& k : scaler) keys += (keys.empty() ? "" : ", ") + k;
-      c.warnings.push_back(fmt::format(
-          "{}: 'fp16.enabled'=true is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with f32 "
-          "master weights and moments; bf16 has f32's exponent range, so no loss scaling is needed{}",
-          c.source, keys.empty() ? std::string() : " and the loss scaler's settings are not used (" + keys + ")"));
-    } else if (!scaler.empty()) {
-      std::string keys;
-      for (const std::string& k : scaler) keys += (keys.empty() ? "" : ", ") + k;
+    c.loss_scale = r.number("loss_scale", 0, HUGE_VAL, kAuto);
+    c.initial_scale_power = r.integer("initial_scale_power", 0, INT64_MAX, kAuto);
+    c.loss_scale_window = r.integer("loss_scale_window", 0, INT64_MAX, kAuto);
+    c.hysteresis = r.integer("hysteresis", 0, INT64_MAX, kAuto);
+    c.consecutive_hysteresis = r.boolean("consecutive_hysteresis", kAuto);
+    c.min_loss_scale = r.number("min_loss_scale", 0, HUGE_VAL, kAuto);
+    // Inputs are token ids and the model computes in fp16 already: auto_cast has nothing to cast.
+    const DsValue<bool> auto_cast = r.boolean("auto_cast", false);
+    if (auto_cast.is_set())
       c.warnings.push_back(
-          fmt::format("{}: {} are not used: fp16 is not enabled (and seqpar needs no loss scaling)", c.source, keys));
-    }
+          fmt::format("{}: fp16.auto_cast={} has nothing to cast: seqpar's inputs are token ids "
+                      "and the model computes in fp16 throughout",
+                      c.source, auto_cast.value ? "true" : "false"));
+    // seqpar keeps f32 master weights and gradients (DeepSpeed allows fp16 ones with its CPU Adam only).
+    const DsValue<bool> master16 = r.boolean("fp16_master_weights_and_grads", false);
+    SEQPAR_INPUT_CHECK(!(master16.is_set() && master16.value),
+                       "{}: 'fp16.fp16_master_weights_and_grads'=true is not supported: seqpar keeps the master "
+                       "weights, gradients and AdamW moments in f32 (fp16 is the compute type only); remove it or "
+                       "set it to false",
+                       c.source);
+    if (master16.is_set())
+      c.warnings.push_back(
+          fmt::format("{}: fp16.fp16_master_weights_and_grads=false is what seqpar does: f32 master "
+                      "weights, gradients and moments",
+                      c.source));
     for (std::string& k : r.unread()) unread.push_back(k);
   }
+  // DeepSpeed: "bfloat16 and fp16 modes cannot be simultaneously enabled".
+  SEQPAR_INPUT_CHECK(
+      !(c.fp16_enabled.is_set() && c.fp16_enabled.value && c.bf16_enabled.is_set() && c.bf16_enabled.value),
+      "{}: '{}'=true and '{}'=true: bf16 and fp16 cannot both be enabled (DeepSpeed refuses it too); "
+      "enable one",
+      c.source, c.fp16_enabled.key, c.bf16_enabled.key);
 }
 
 void parse_optimizer(Reader& top, DsConfig& c, std::vector<std::string>& unread, Problems& problems) {

@@ -66,9 +66,12 @@ struct DsConfig {
   DsValue<std::string> offload_optimizer_device, offload_param_device;
   DsValue<bool> offload_param_pin_memory;
   DsValue<bool> bf16_enabled;   // bf16.enabled (or the older "bfloat16")
-  // fp16.enabled: taken as bf16 with a warning (no loss scaling is needed; the scaler's keys are
-  // read and named as unused).
+  // fp16.enabled and DeepSpeed's loss scaler (train/loss_scaler.h). Both fp16 and bf16 enabled is
+  // an error naming both keys; fp16.fp16_master_weights_and_grads=true is refused, auto_cast=true noted.
   DsValue<bool> fp16_enabled;
+  DsValue<double> loss_scale, min_loss_scale;
+  DsValue<int64_t> initial_scale_power, loss_scale_window, hysteresis;
+  DsValue<bool> consecutive_hysteresis;
   DsOptimizer optimizer;
   DsScheduler scheduler;
   DsValue<double> gradient_clipping;

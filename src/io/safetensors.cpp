@@ -373,6 +373,7 @@ int writer_rank(DType d) {
     case DType::kI32:
       return 1;
     case DType::kBF16:
+    case DType::kF16:
       return 0;
   }
   return -1;

@@ -69,11 +69,13 @@ void expect_shape(const char* op, const Arg& a, const Shape& expected, const cha
                symbolic, shape_str(expected));
 }
 
+bool is_float_dtype(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
+
 void expect_dtype(const char* op, const Arg& a, DType dtype) {
   SEQPAR_CHECK(a.t.dtype() == dtype, "{}: {} is {}, expected {}", op, a.name, a.t.str(), dtype_name(dtype));
 }
 
-// Activations, weights and their gradients: f32 on the CPU backend; f32 or bf16 on CUDA, where
+// Activations, weights and their gradients: f32 on the CPU backend; f32, bf16 or f16 on CUDA, where
 // the CUDA entry picks the kernel (and rejects combinations it does not implement).
 void expect_float(const char* op, Device dev, std::initializer_list<Arg> args) {
   for (const Arg& a : args) {
@@ -81,8 +83,7 @@ void expect_float(const char* op, Device dev, std::initializer_list<Arg> args) {
       SEQPAR_CHECK(a.t.dtype() == DType::kF32, "{}: {} is {}; the CPU backend computes in f32", op, a.name,
                    a.t.str());
     } else {
-      SEQPAR_CHECK(a.t.dtype() == DType::kF32 || a.t.dtype() == DType::kBF16, "{}: {} is {}, expected f32 or bf16",
-                   op, a.name, a.t.str());
+      SEQPAR_CHECK(is_float_dtype(a.t.dtype()), "{}: {} is {}, expected f32, bf16 or f16", op, a.name, a.t.str());
     }
   }
 }
@@ -429,20 +430,26 @@ void cast(Tensor& out, const Tensor& in) {
   const Device dev = op_device(op, {a_out, a_in});
   expect_shape(op, a_in, out.shape(), "out's shape");
   for (const Arg& a : {a_out, a_in})
-    SEQPAR_CHECK(a.t.dtype() == DType::kF32 || a.t.dtype() == DType::kBF16, "{}: {} is {}, expected f32 or bf16", op,
-                 a.name, a.t.str());
+    SEQPAR_CHECK(is_float_dtype(a.t.dtype()), "{}: {} is {}, expected f32, bf16 or f16", op, a.name, a.t.str());
   ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, cast(out, in));
   if (out.dtype() == in.dtype()) {
     out.copy_from(in);
-  } else if (out.dtype() == DType::kBF16) {
-    const float* src = in.data<float>();
-    bf16* dst = out.data<bf16>();
-    for (int64_t i = 0; i < in.numel(); ++i) dst[i] = f32_to_bf16(src[i]);
+    return;
+  }
+  // Through f32 (exact from bf16 and f16), rounded once to the narrow type.
+  const int64_t n = in.numel();
+  auto load = [&](int64_t i) {
+    if (in.dtype() == DType::kBF16) return bf16_to_f32(in.data<bf16>()[i]);
+    if (in.dtype() == DType::kF16) return f16_to_f32(in.data<f16>()[i]);
+    return in.data<float>()[i];
+  };
+  if (out.dtype() == DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) out.data<bf16>()[i] = f32_to_bf16(load(i));
+  } else if (out.dtype() == DType::kF16) {
+    for (int64_t i = 0; i < n; ++i) out.data<f16>()[i] = f32_to_f16(load(i));
   } else {
-    const bf16* src = in.data<bf16>();
-    float* dst = out.data<float>();
-    for (int64_t i = 0; i < in.numel(); ++i) dst[i] = bf16_to_f32(src[i]);
+    for (int64_t i = 0; i < n; ++i) out.data<float>()[i] = load(i);
   }
 }
 
@@ -460,25 +467,28 @@ void normal_fill(Tensor& y, uint64_t key, float std, int64_t offset) {
   const char* op = "normal_fill";
   const Arg a_y{"y", y};
   const Device dev = op_device(op, {a_y});
-  // Also bf16 on the CPU (a GPU run's initial weights wait on the host in bf16).
-  SEQPAR_CHECK(y.dtype() == DType::kF32 || y.dtype() == DType::kBF16, "normal_fill: y is {} (f32 or bf16)",
-               dtype_name(y.dtype()));
+  // Also bf16 and f16 on the CPU (a GPU run's initial weights wait on the host in its compute dtype).
+  SEQPAR_CHECK(is_float_dtype(y.dtype()), "normal_fill: y is {} (f32, bf16 or f16)", dtype_name(y.dtype()));
   SEQPAR_CHECK(offset >= 0 && offset % 2 == 0, "normal_fill: offset={} (even, >= 0: a pair is one draw)", offset);
   ProfileScope prof(dev, __func__);
   SEQPAR_DISPATCH_CUDA(dev, normal_fill(y, key, std, offset));
   const int64_t n = y.numel(), j0 = offset / 2;
   float* f = y.dtype() == DType::kF32 ? y.data<float>() : nullptr;
-  bf16* h = f ? nullptr : y.data<bf16>();
+  bf16* h = y.dtype() == DType::kBF16 ? y.data<bf16>() : nullptr;
+  f16* q = y.dtype() == DType::kF16 ? y.data<f16>() : nullptr;
+  auto put = [&](int64_t i, float x) {
+    if (f)
+      f[i] = x;
+    else if (h)
+      h[i] = f32_to_bf16(x);
+    else
+      q[i] = f32_to_f16(x);
+  };
   for (int64_t i = 0; i < n; i += 2) {
     float a, b;
     normal_pair(key, j0 + i / 2, std, a, b);
-    if (f) {
-      f[i] = a;
-      if (i + 1 < n) f[i + 1] = b;
-    } else {
-      h[i] = f32_to_bf16(a);
-      if (i + 1 < n) h[i + 1] = f32_to_bf16(b);
-    }
+    put(i, a);
+    if (i + 1 < n) put(i + 1, b);
   }
 }
 
@@ -509,8 +519,7 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
   const Device dev = op_device(op, {a_p, a_m, a_v, a_g});
   for (const Arg& a : {a_m, a_v, a_g}) expect_shape(op, a, param.shape(), "param's shape");
   for (const Arg& a : {a_p, a_m, a_v}) expect_dtype(op, a, DType::kF32);
-  SEQPAR_CHECK(grad.dtype() == DType::kF32 || grad.dtype() == DType::kBF16, "{}: grad is {}, expected f32 or bf16",
-               op, grad.str());
+  SEQPAR_CHECK(is_float_dtype(grad.dtype()), "{}: grad is {}, expected f32, bf16 or f16", op, grad.str());
   // Validates the hyperparameters and step on every device, before any memory is touched.
   const cpu::AdamWScalars s =
       cpu::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step, grad_scale);
@@ -518,6 +527,8 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
   SEQPAR_DISPATCH_CUDA(dev, adamw_step(param, m, v, grad, cfg, step, grad_scale));
   if (grad.dtype() == DType::kBF16) {
     cpu::adamw_step(f32(param), f32(m), f32(v), grad.data<bf16>(), param.numel(), s);
+  } else if (grad.dtype() == DType::kF16) {
+    cpu::adamw_step(f32(param), f32(m), f32(v), grad.data<f16>(), param.numel(), s);
   } else {
     cpu::adamw_step(f32(param), f32(m), f32(v), f32(grad), param.numel(), s);
   }

@@ -1,6 +1,6 @@
 // The model's ops, one dispatching entry each: the implementation is chosen by the tensors'
 // device (CPU: src/kernels/cpu/<op>.{h,cpp}, f32, templated on the element type so tests can run
-// them in double; CUDA: src/kernels/cuda/<op>.cu, bf16 storage with f32 accumulation).
+// them in double; CUDA: src/kernels/cuda/<op>.cu, bf16 or f16 storage with f32 accumulation).
 //
 // Glossary: T tokens (local shard), C hidden, H query heads, Hkv KV heads, D head dim, F MLP
 // width, V vocab. Layouts are token-major: activations [T, C], heads [T, H, D].
@@ -91,11 +91,12 @@ void add_inplace(Tensor& y, const Tensor& x);  // y += x (same shape)
 void scale_inplace(Tensor& y, float s);        // y *= s
 // y[i] = std · N(0, 1), the draw of element offset + i of key `key` (kernels/normal_draw.h: a
 // counter-based Box-Muller, so any range of a tensor can be filled apart, on any device, with the
-// same values up to the last bit of libm's double math). y f32 or bf16 (rounded to nearest even);
+// same values up to the last bit of libm's double math). y f32, bf16 or f16 (rounded to nearest even);
 // offset even (a pair is one draw).
 void normal_fill(Tensor& y, uint64_t key, float std, int64_t offset = 0);
-// out = in converted between f32 and bf16 (round to nearest even), or copied when the dtypes
-// match; same shape and device (e.g. f32 master weights -> bf16 compute weights).
+// out = in converted between f32, bf16 and f16 (through f32, rounded once to nearest even), or
+// copied when the dtypes match; same shape and device (e.g. f32 master weights -> bf16 or f16
+// compute weights).
 void cast(Tensor& out, const Tensor& in);
 // Bias of a linear layer: y [T, N] += b [N] on every row (forward); db [N] += sum_t dy[t] (its
 // gradient, a column sum, accumulated in f32 in a fixed order: deterministic). db is f32.
@@ -116,8 +117,8 @@ void check_device_errors(Device device);
 //   p *= 1 - lr * weight_decay
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2       with g = grad * grad_scale
 //   p -= lr * (m / (1 - beta1^step)) / (sqrt(v) / sqrt(1 - beta2^step) + eps)
-// step is 1-based. param/m/v f32 (master weights); grad f32 or bf16. grad_scale carries the
-// clipping coefficient (1 when not clipping).
+// step is 1-based. param/m/v f32 (master weights); grad f32, bf16 or f16. grad_scale carries the
+// clipping coefficient (1 when not clipping) times the inverse loss scale (fp16: train/loss_scaler.h).
 struct AdamWConfig {
   float lr = 1e-3f;
   float beta1 = 0.9f;

@@ -206,7 +206,8 @@ struct LlamaModel::Acts {
 LlamaModel::LlamaModel(const LlamaConfig& config, Device device, DType dtype)
     : config_(config), device_(device), dtype_(dtype) {
   config_.validate();
-  SEQPAR_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "model dtype {} (f32 or bf16)", dtype_name(dtype));
+  SEQPAR_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
+               "model dtype {} (f32, bf16 or f16)", dtype_name(dtype));
   params_ = LlamaParams::zeros(config_, dtype_, device_, /*one_buffer=*/true);  // ZeRO shards slice it
   // f32 whatever the compute dtype, in one buffer: one all-reduce sums them over the ranks.
   grads_ = LlamaParams::zeros(config_, DType::kF32, device_, /*one_buffer=*/true);

@@ -134,7 +134,7 @@ class LayerWeights {
 
 class LlamaModel {
  public:
-  // dtype: of the compute weights and activations (f32 on the CPU; bf16 on CUDA). Gradients are
+  // dtype: of the compute weights and activations (f32 on the CPU; bf16 or f16 on CUDA). Gradients are
   // always f32 (accumulated across micro-batches and ranks); f32 master weights live in the
   // optimizer.
   LlamaModel(const LlamaConfig& config, Device device = Device::cpu(), DType dtype = DType::kF32);

@@ -160,6 +160,8 @@ json trainer_state_to_json(const TrainerState& s) {
       {"eval_loss", eval_loss},
       {"metrics", s.metrics},
       {"skipped_steps", s.skipped_steps},
+      {"overflow_steps", s.overflow_steps},
+      {"loss_scaler", s.loss_scaler ? loss_scaler_state_to_json(*s.loss_scaler) : json(nullptr)},
   };
 }
 
@@ -202,6 +204,14 @@ TrainerState trainer_state_from_json(const json& j, const std::string& source) {
       for (int64_t k : s.skipped_steps)
         SEQPAR_INPUT_CHECK(k >= 1 && k <= s.step, "{}: skipped_steps holds {}, outside steps 1..{}", source, k, s.step);
     }
+    if (j.contains("overflow_steps")) {  // absent before fp16: none
+      s.overflow_steps = j.at("overflow_steps").get<std::vector<int64_t>>();
+      for (int64_t k : s.overflow_steps)
+        SEQPAR_INPUT_CHECK(std::count(s.skipped_steps.begin(), s.skipped_steps.end(), k) == 1,
+                           "{}: overflow_steps holds {}, which skipped_steps does not", source, k);
+    }
+    if (j.contains("loss_scaler") && !j.at("loss_scaler").is_null())
+      s.loss_scaler = loss_scaler_state_from_json(j.at("loss_scaler"), source);
   } catch (const json::exception& e) {
     throw InputError(fmt::format("{}: {}", source, e.what()));
   }
@@ -775,8 +785,8 @@ void refuse_export_over_checkpoint(const std::string& out_dir, const std::string
 
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out_dir, DType dtype,
                                const std::string& tokenizer_dir) {
-  SEQPAR_INPUT_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "--dtype={}: expected f32 or bf16",
-                     dtype_name(dtype));
+  SEQPAR_INPUT_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
+                     "--dtype={}: expected f32, bf16 or f16", dtype_name(dtype));
   const std::string dir = resolve_checkpoint_dir(checkpoint);
   refuse_export_over_checkpoint(out_dir, dir);
   Checkpoint ck = load_checkpoint(dir);
@@ -792,7 +802,9 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     tensors.emplace_back(name, dtype == DType::kF32 ? t : t.to_dtype(dtype));
   write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   write_file_atomic((fs::path(out_dir) / "config.json").string(),
-                    hf_llama_config_json(ck.model_config, dtype == DType::kF32 ? "float32" : "bfloat16"));
+                    hf_llama_config_json(ck.model_config, dtype == DType::kF32   ? "float32"
+                                                          : dtype == DType::kF16 ? "float16"
+                                                                                 : "bfloat16"));
 
   ExportResult result{dir, {}};
   std::string from = tokenizer_dir;

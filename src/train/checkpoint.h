@@ -37,6 +37,7 @@
 #include "core/dtype.h"
 #include "io/safetensors.h"
 #include "model/llama.h"
+#include "train/loss_scaler.h"
 #include "train/trainer.h"
 
 namespace seqpar {
@@ -63,7 +64,11 @@ struct TrainerState {
   std::vector<std::pair<int64_t, double>> eval_accuracy;  // (step, accuracy)
   std::vector<std::pair<int64_t, double>> eval_loss;      // (step, loss)
   std::vector<nlohmann::json> metrics;                    // every metrics record written so far
-  std::vector<int64_t> skipped_steps;  // steps whose update the non-finite guard skipped (their loss: NaN)
+  // Steps whose update was skipped: by the non-finite guard (their loss: NaN), or by fp16's loss
+  // scaler on an overflow (their loss finite; also in overflow_steps).
+  std::vector<int64_t> skipped_steps;
+  std::vector<int64_t> overflow_steps;
+  std::optional<LossScalerState> loss_scaler;  // fp16's loss scaler after `step` (none: not fp16)
 };
 
 nlohmann::json trainer_state_to_json(const TrainerState& state);

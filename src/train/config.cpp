@@ -72,6 +72,7 @@ void TrainConfig::validate_run(Problems& p) const {
   check_setting_rules(*this, p, nullptr, model.dir.empty());
   if (model.dir.empty()) p.attempt([&] { model.arch.validate(); });
   p.attempt([&] { memory.validate(); });
+  if (precision.fp16()) p.attempt([&] { precision.scaler.validate(); });
   SEQPAR_PROBLEM_CHECK(p, checkpoint.save_every == 0 || !checkpoint.save_dir.empty(), "save_every={} needs save_dir (--save-dir)",
                        checkpoint.save_every);
   SEQPAR_PROBLEM_CHECK(p, !checkpoint.resume.from_save_dir() || !checkpoint.save_dir.empty(),
@@ -109,6 +110,8 @@ const char* setting_group_name(SettingGroup g) {
       return "data";
     case SettingGroup::kParallel:
       return "parallel";
+    case SettingGroup::kPrecision:
+      return "precision";
     case SettingGroup::kMemory:
       return "memory";
     case SettingGroup::kOptimizer:
@@ -147,6 +150,8 @@ std::string text_of(const T& v) {
     return offload_device_name(v);
   } else if constexpr (std::is_same_v<T, LrScheduleType>) {
     return lr_schedule_type_name(v);
+  } else if constexpr (std::is_same_v<T, Precision>) {
+    return precision_name(v);
   } else {
     return fmt::format("{}", v);
   }
@@ -181,6 +186,8 @@ T from_text(const std::string& s, const std::string& flag) {
     }
   } else if constexpr (std::is_same_v<T, LrScheduleType>) {
     return parse_lr_schedule_type(s, flag);
+  } else if constexpr (std::is_same_v<T, Precision>) {
+    return parse_precision(s, flag);
   } else if constexpr (std::is_integral_v<T>) {
     T v{};
     const char* end = s.data() + s.size();
@@ -266,6 +273,7 @@ SettingDecl decl(std::string name, SettingGroup group, std::vector<std::string> 
   if constexpr (std::is_same_v<T, Transport>) d.choices = {"auto", "local", "nccl"};
   if constexpr (std::is_same_v<T, AttnImplementation>) d.choices = {"sdpa", "flash_attention_2", "flash_attention_3"};
   if constexpr (std::is_same_v<T, OffloadDevice>) d.choices = {"none", "cpu"};
+  if constexpr (std::is_same_v<T, Precision>) d.choices = {"bf16", "fp16"};
   return d;
 }
 
@@ -456,11 +464,12 @@ void declare_parallel(std::vector<SettingDecl>& s) {
                        "dp_shard", G::kParallel, {"--dp-shard"}, +[](TrainConfig& c) -> int& { return c.parallel.dp_shard; },
                        "data-parallel shard degree", "", "parallelism_config.parallelism_config_dp_shard_size"),
                    kTrainCommand, R::kMustMatch));
-  s.push_back(with(decl(
-                       "device", G::kParallel, {"--device"}, +[](TrainConfig& c) -> Device& { return c.parallel.device; },
-                       "cpu | cuda | cuda:N (CUDA: bf16 compute, f32 gradients and master weights; every rank of "
-                       "this process on that GPU)"),
-                   kAll));
+  s.push_back(
+      with(decl(
+               "device", G::kParallel, {"--device"}, +[](TrainConfig& c) -> Device& { return c.parallel.device; },
+               "cpu | cuda | cuda:N (CUDA: bf16 or fp16 compute, --mixed-precision; f32 gradients and "
+               "master weights; every rank of this process on that GPU)"),
+           kAll));
   s.push_back(
       with(decl(
                "transport", G::kParallel, {"--transport"}, +[](TrainConfig& c) -> Transport& { return c.parallel.transport; },
@@ -468,6 +477,58 @@ void declare_parallel(std::vector<SettingDecl>& s) {
                "GPU over NCCL when started by seqpar launch / torchrun / Slurm / mpirun (auto: nccl when "
                "launched with --device cuda)"),
            kAll));
+}
+
+// Mixed precision and fp16's loss scaler (train/loss_scaler.h; DeepSpeed's fp16 section, its defaults).
+void declare_precision(std::vector<SettingDecl>& s) {
+  s.push_back(with(decl(
+                       "mixed_precision", G::kPrecision, {"--mixed-precision", "--precision"},
+                       +[](TrainConfig& c) -> Precision& { return c.precision.mixed_precision; },
+                       "the GPU's compute type: bf16 (f32's exponent range, no loss scaling) | fp16 (IEEE half, "
+                       "DeepSpeed's loss scaler: --loss-scale, --initial-scale-power, ...); weights and "
+                       "activations only, gradients, master weights and moments stay f32; the CPU computes in "
+                       "f32 with either (fp16 still runs the loss scaler)",
+                       "fp16.enabled, bf16.enabled, bfloat16.enabled", "mixed_precision"),
+                   kAll, R::kWarn));
+  s.push_back(with(decl(
+                       "loss_scale", G::kPrecision, {"--loss-scale"},
+                       +[](TrainConfig& c) -> double& { return c.precision.scaler.loss_scale; },
+                       "fp16: 0 = dynamic loss scaling, > 0 = this static scale (an overflow is then a non-finite "
+                       "step for the on_nonfinite guard)",
+                       "fp16.loss_scale"),
+                   kAll, R::kWarn));
+  s.push_back(
+      with(decl(
+               "initial_scale_power", G::kPrecision, {"--initial-scale-power"},
+               +[](TrainConfig& c) -> int& { return c.precision.scaler.initial_scale_power; },
+               "fp16, dynamic: the scale starts at 2^initial_scale_power (0 .. 127)", "fp16.initial_scale_power"),
+           kAll, R::kWarn));
+  s.push_back(
+      with(decl(
+               "loss_scale_window", G::kPrecision, {"--loss-scale-window"},
+               +[](TrainConfig& c) -> int64_t& { return c.precision.scaler.loss_scale_window; },
+               "fp16, dynamic: the scale doubles after this many overflow-free steps (>= 1)", "fp16.loss_scale_window"),
+           kAll, R::kWarn));
+  s.push_back(with(decl(
+                       "hysteresis", G::kPrecision, {"--hysteresis"},
+                       +[](TrainConfig& c) -> int& { return c.precision.scaler.hysteresis; },
+                       "fp16, dynamic: overflows tolerated before the scale halves (DeepSpeed's delayed shift; "
+                       "refilled when the scale doubles; >= 1)",
+                       "fp16.hysteresis"),
+                   kAll, R::kWarn));
+  s.push_back(
+      with(decl(
+               "consecutive_hysteresis", G::kPrecision, {"--consecutive-hysteresis"},
+               +[](TrainConfig& c) -> bool& { return c.precision.scaler.consecutive_hysteresis; },
+               "fp16, dynamic: refill the hysteresis after every overflow-free step", "fp16.consecutive_hysteresis"),
+           kAll, R::kWarn));
+  s.push_back(with(decl(
+                       "min_loss_scale", G::kPrecision, {"--min-loss-scale"},
+                       +[](TrainConfig& c) -> double& { return c.precision.scaler.min_loss_scale; },
+                       "fp16, dynamic: the scale never drops below it; an overflow at it is a non-finite step for the "
+                       "on_nonfinite guard (DeepSpeed stops the run there) (> 0)",
+                       "fp16.min_loss_scale"),
+                   kAll, R::kWarn));
 }
 
 void declare_memory(std::vector<SettingDecl>& s) {
@@ -723,8 +784,32 @@ FlagAlias& megatron(std::vector<SettingDecl>& s, const std::string& name, const 
 // Megatron-DeepSpeed's pretrain_gpt.py flags (megatron/arguments.py) that are seqpar settings.
 // docs/coming-from-megatron-deepspeed.md is the user's table of all of them. Where Megatron and
 // seqpar spell a flag alike (--num-layers, --hidden-size, --lr, --seed, --weight-decay,
-// --zero-stage, --global-batch-size, --min-lr, --train-tokens) it is the setting's own flag.
+// --zero-stage, --global-batch-size, --min-lr, --train-tokens, and fp16's --loss-scale,
+// --min-loss-scale, --loss-scale-window, --hysteresis) it is the setting's own flag.
 void declare_megatron_aliases(std::vector<SettingDecl>& s) {
+  // --fp16 / --bf16: Megatron-DeepSpeed's switches, and HF Trainer's (TrainingArguments) alike.
+  for (const char* p : {"fp16", "bf16"}) {
+    FlagAlias& a = megatron(s, "mixed_precision", std::string("--") + p);
+    a.tool = "Megatron-DeepSpeed, HF Trainer";
+    a.is_switch = true;
+    a.switch_value = p;
+    a.note = std::string("mixed_precision ") + p;
+  }
+  // Megatron gives the initial scale itself (default 2^32); DeepSpeed and seqpar its power of 2.
+  FlagAlias& initial = megatron(s, "initial_scale_power", "--initial-loss-scale");
+  initial.note = "a power of 2, 2^p -> p";
+  initial.translate = [](const std::string& v) -> std::string {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    int p = 0;
+    const bool ok = !v.empty() && end == v.c_str() + v.size() && std::isfinite(x) && x >= 1 &&
+                    std::frexp(x, &p) == 0.5 && p - 1 <= 127;
+    SEQPAR_INPUT_CHECK(ok,
+                       "--initial-loss-scale={}: expected a power of 2 in [1, 2^127] (seqpar's dynamic scale starts "
+                       "at 2^initial_scale_power, as DeepSpeed's does)",
+                       v);
+    return std::to_string(p - 1);
+  };
   megatron(s, "num_heads", "--num-attention-heads").note =
       "also num_kv_heads = num_heads and head_dim = hidden_size / num_heads unless given (Megatron's defaults)";
   megatron(s, "num_kv_heads", "--num-key-value-heads");
@@ -787,12 +872,6 @@ std::vector<ForeignFlag> declare_foreign() {
        "when --tensor-model-parallel-size is 1, and it cannot be combined with --ds-sequence-parallel-size), and "
        "seqpar has none. DeepSpeed's sequence parallelism (Ulysses), which splits the whole sequence, is "
        "--ds-sequence-parallel-size N (seqpar's --sp N)"},
-      {"--fp16", kMegatron, false, "", false,
-       "seqpar computes in bf16 on the GPU (f32 on the CPU) with f32 master weights and moments; bf16 has "
-       "f32's exponent range, so no loss scaling is needed (--loss-scale, --initial-loss-scale, --hysteresis have "
-       "nothing to set)"},
-      {"--bf16", kMegatron, false, "", false,
-       "seqpar computes in bf16 on the GPU already (f32 on the CPU), with f32 master weights and moments"},
   };
   // Megatron decays the lr over --lr-decay-iters / --lr-decay-tokens (default: the run); seqpar's
   // schedules decay over the whole run, so the value is accepted when it is the run's length.
@@ -806,12 +885,6 @@ std::vector<ForeignFlag> declare_foreign() {
     f.checked = true;
     flags.push_back(f);
   }
-  // fp16's dynamic loss scaler (megatron/arguments.py's mixed-precision group).
-  for (const char* flag :
-       {"--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"})
-    flags.push_back({flag, kMegatron, true, "", false,
-                     "a setting of fp16's loss scaler: seqpar computes in bf16 with f32 master weights, which needs no "
-                     "loss scaling"});
   return flags;
 }
 
@@ -836,6 +909,10 @@ void declare_rules(std::vector<SettingDecl>& s) {
   ruled(find_in(s, "min_lr_ratio"), kUnitClosed);
   ruled(find_in(s, "stop_at_accuracy"), kUnitClosed);
   ruled(find_in(s, "seed"), NumberRule{0, 18446744073709551615.0});  // finite: a JSON -1 never wraps
+  // The loss scaler's static scale; the dynamic scaler's settings are checked only when it runs
+  // (LossScalerConfig::validate, from config_resolve and TrainConfig::validate_run), as DeepSpeed
+  // checks them only then (a static-scale file may carry unused values).
+  ruled(find_in(s, "loss_scale"), kNonNegative);
 }
 
 void defaults(std::vector<SettingDecl>& s, const std::string& name, std::optional<std::string> demo,
@@ -877,6 +954,7 @@ std::vector<SettingDecl> declare() {
   declare_model(s);
   declare_data(s);
   declare_parallel(s);
+  declare_precision(s);
   declare_memory(s);
   declare_optimizer(s);
   declare_schedule(s);
@@ -891,6 +969,36 @@ std::vector<SettingDecl> declare() {
 }
 
 }  // namespace
+
+void check_fp16_attention(const TrainConfig& c, const LlamaConfig& model, const MeshShape& sp_shape) {
+  if (!c.precision.fp16() || !c.parallel.device.is_cuda()) return;
+  const std::string why = "mixed_precision=fp16 runs attention on cuDNN only (seqpar's flash kernels are bf16-only)";
+  SEQPAR_INPUT_CHECK(c.model.attn_implementation == AttnImplementation::kSdpa,
+                     "attn_implementation={} asks for seqpar's flash kernel, but {}; use attn_implementation sdpa "
+                     "(the default) or --mixed-precision bf16",
+                     attn_implementation_name(c.model.attn_implementation), why);
+  const AttentionPolicy& a = c.kernels.attention;
+  SEQPAR_INPUT_CHECK(
+      a.fwd_kernel == FlashKernel::kAuto && a.bwd_kernel == FlashKernel::kAuto,
+      "SEQPAR_FLASH_FWD_KERNEL={} / SEQPAR_FLASH_BWD_KERNEL={} choose a flash kernel, but {}; unset them "
+      "or use --mixed-precision bf16",
+      flash_kernel_name(a.fwd_kernel), flash_kernel_name(a.bwd_kernel), why);
+  SEQPAR_INPUT_CHECK(a.fwd_tile.is_default() && a.bwd_tile.is_default(),
+                     "SEQPAR_FLASH_FWD_TILE={} / SEQPAR_FLASH_BWD_TILE={} shape the flash kernel, but {}; unset them "
+                     "or use --mixed-precision bf16",
+                     flash_tile_str(a.fwd_tile), flash_tile_str(a.bwd_tile), why);
+  SEQPAR_INPUT_CHECK(sp_shape.ring == 1,
+                     "sp_mode={} with a ring of {} ranks: the ring's hops attend a query block to another rank's key "
+                     "block, which only the flash kernel computes, but {}; use sp_mode ulysses or --mixed-precision "
+                     "bf16",
+                     sp_mode_name(c.parallel.sp_mode), sp_shape.ring, why);
+  for (int64_t l = 0; l < model.num_layers; ++l)
+    SEQPAR_INPUT_CHECK(
+        model.layer_window(l) == 0,
+        "the model has a sliding window (layer {}: {} tokens), which only the flash kernel computes, but "
+        "{}; use --mixed-precision bf16",
+        l, model.layer_window(l), why);
+}
 
 void validate_nonfinite_settings(const TrainConfig& c) {
   SEQPAR_INPUT_CHECK(c.checkpoint.on_nonfinite == kNonFiniteChoices[0] || c.checkpoint.on_nonfinite == kNonFiniteChoices[1],
@@ -984,6 +1092,22 @@ void check_setting_rules(const TrainConfig& c, Problems& problems,
                              d.has_flag() ? " (" + d.flag() + ")" : std::string(),
                              source.empty() ? std::string() : ", from " + source));
   }
+}
+
+DType PrecisionSettings::compute_dtype(Device device) const {
+  if (device.is_cpu()) return DType::kF32;
+  return fp16() ? DType::kF16 : DType::kBF16;
+}
+
+const char* precision_name(Precision p) { return p == Precision::kFp16 ? "fp16" : "bf16"; }
+
+Precision parse_precision(const std::string& text, const std::string& flag) {
+  if (text == "bf16" || text == "bfloat16") return Precision::kBf16;
+  if (text == "fp16" || text == "float16" || text == "f16") return Precision::kFp16;
+  throw InputError(
+      fmt::format("{}={}: expected bf16 or fp16 (seqpar has no fp32 or fp8 GPU mode: the CPU computes in "
+                  "f32)",
+                  flag, text));
 }
 
 const char* lr_schedule_type_name(LrScheduleType t) {

@@ -24,6 +24,7 @@
 #include "parallel/kernel_policy.h"
 #include "parallel/sp_attention.h"
 #include "train/job.h"
+#include "train/loss_scaler.h"
 #include "train/memory_settings.h"
 #include "train/optimizer.h"
 
@@ -115,9 +116,9 @@ struct DataSettings {
   int eval_batches = 2;
 };
 
-// Parallelism, and the device every rank computes on: the CPU (f32), or a GPU (bf16 weights and
-// activations, f32 gradients and master weights; all ranks share it, as threads with the local
-// transport).
+// Parallelism, and the device every rank computes on: the CPU (f32), or a GPU (bf16 or f16 weights
+// and activations, PrecisionSettings; f32 gradients and master weights; all ranks share it, as
+// threads with the local transport).
 struct ParallelSettings {
   int sp = 4;
   SpMode sp_mode = SpMode::kUlysses;
@@ -131,6 +132,24 @@ struct ParallelSettings {
   Transport transport = Transport::kAuto;
 
   int world() const { return sp * dp_replicate * dp_shard; }
+};
+
+// The 16-bit type a GPU computes in (weights and activations; gradients, master weights, moments,
+// the loss and LSE stay f32): bf16 (f32's exponent range) or fp16 (IEEE binary16: more mantissa,
+// range [2^-24, 65504], so the loss is scaled: train/loss_scaler.h). The CPU computes in f32 with
+// either; with fp16 it runs the loss scaler all the same (the scaler's reference; its overflows are
+// then only those of f32).
+enum class Precision { kBf16, kFp16 };
+const char* precision_name(Precision precision);  // "bf16" | "fp16"
+Precision parse_precision(const std::string& text, const std::string& flag);
+
+struct PrecisionSettings {
+  Precision mixed_precision = Precision::kBf16;
+  LossScalerConfig scaler;  // fp16 only
+
+  bool fp16() const { return mixed_precision == Precision::kFp16; }
+  // The dtype of the compute weights and activations on `device`: f32 on the CPU, else bf16 or f16.
+  DType compute_dtype(Device device) const;
 };
 
 // The run's length and learning-rate schedule, and the seed.
@@ -185,6 +204,7 @@ struct TrainConfig {
   ModelSettings model;
   DataSettings data;
   ParallelSettings parallel;
+  PrecisionSettings precision;
   // The memory levers (train/memory_settings.h): the group the memory plan takes whole.
   MemorySettings memory;
   OptimizerConfig optimizer;
@@ -229,7 +249,7 @@ struct NumberRule {
   std::string text() const;  // "> 0", "in [0, 1)", ">= 1"
 };
 
-enum class SettingGroup { kModel, kData, kParallel, kMemory, kOptimizer, kSchedule, kCheckpoint, kLogging };
+enum class SettingGroup { kModel, kData, kParallel, kPrecision, kMemory, kOptimizer, kSchedule, kCheckpoint, kLogging };
 const char* setting_group_name(SettingGroup group);
 
 // What a checkpoint's recorded value of a setting means for a resumed run.
@@ -318,6 +338,11 @@ const std::vector<ForeignFlag>& foreign_flags();
 
 // Every user setting of a training run, in print order.
 const std::vector<SettingDecl>& train_settings();
+// fp16 on CUDA: attention runs on cuDNN only (seqpar's flash kernels are bf16-only), so the
+// choices that need the flash kernel are refused by name before any work: attn_implementation
+// flash_attention_2/3, SEQPAR_FLASH_{FWD,BWD}_KERNEL / _TILE, a ring (its hops attend across
+// blocks, which cuDNN's packed-document graphs do not), a sliding window (the flash kernel's).
+void check_fp16_attention(const TrainConfig& config, const LlamaConfig& model, const MeshShape& sp_shape);
 // The non-finite guard's settings (on_nonfinite, max_nonfinite_steps): InputError naming the
 // setting, the value and the rule.
 void validate_nonfinite_settings(const TrainConfig& config);

@@ -39,6 +39,8 @@ std::string show(const T& v) {
     return offload_device_name(v);
   } else if constexpr (std::is_same_v<T, SpMode>) {
     return sp_mode_name(v);
+  } else if constexpr (std::is_same_v<T, Precision>) {
+    return precision_name(v);
   } else if constexpr (std::is_same_v<T, std::string>) {
     return v.empty() ? "(none)" : v;
   } else {
@@ -88,7 +90,6 @@ const SettingDef kDerived[] = {
     {"total_num_steps", [](R r) { return show(r.train.schedule.lr.total_num_steps); }, has_total_steps},
     {"warmup_min_ratio", [](R r) { return show(r.train.schedule.lr.warmup_min_ratio); }, is_cosine},
     {"cos_min_ratio", [](R r) { return show(r.train.schedule.lr.cos_min_ratio); }, is_cosine},
-    {"bf16", [](R r) { return show(r.recorded.bf16); }},
     {"sp_comm_dtype", [](R r) { return r.recorded.sp_comm_dtype; }},
     {"wall_clock_breakdown", [](R r) { return show(r.recorded.wall_clock_breakdown); }},
     {"seq_length_is_variable", [](R r) { return show(r.recorded.seq_length_is_variable); }},
@@ -115,8 +116,17 @@ std::string display(const SettingDecl& d, R r) {
   return v.empty() ? d.empty_text : v;
 }
 
+// The loss scaler's settings (fp16 only).
+bool is_scaler_setting(const std::string& name) {
+  for (const char* s : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                        "consecutive_hysteresis", "min_loss_scale"})
+    if (name == s) return true;
+  return false;
+}
+
 bool applies(const SettingDecl& d, R r, const std::set<std::string>& given) {
   if (d.print_when_given) return !d.flags_given(given).empty();
+  if (is_scaler_setting(d.name)) return r.train.precision.fp16();
   if (d.name == "warmup_steps") return has_warmup_steps(r);
   if (d.name == "min_lr_ratio") return is_linear_cosine(r);
   return !d.builtin_model_only || r.train.model.dir.empty();
@@ -188,9 +198,7 @@ class Resolver {
     from_ds(ds, "offload_optimizer", t.memory.offload_optimizer, offload_device(ds.offload_optimizer_device));
     from_ds(ds, "offload_param", t.memory.offload_param, offload_device(ds.offload_param_device));
     from_ds(ds, "offload_param_pin_memory", t.memory.offload_param_pin_memory, ds.offload_param_pin_memory);
-    from_ds(ds, "bf16", rec.bf16, ds.bf16_enabled);
-    if (ds.fp16_enabled.is_set() && ds.fp16_enabled.value)  // taken as bf16 (ds_config's warning says why)
-      offer("bf16", rec.bf16, true, ConfigLayer::kDeepSpeed, ds.source + ": fp16.enabled (taken as bf16)");
+    apply_ds_precision(ds);
     if (ds.optimizer.present) {
       const DsOptimizer& o = ds.optimizer;
       std::string name = o.type;
@@ -236,9 +244,17 @@ class Resolver {
     from_yaml(a, "machine_rank", rec.machine_rank, a.machine_rank);
     from_yaml(a, "main_process_ip", rec.main_process_ip, a.main_process_ip);
     from_yaml(a, "main_process_port", rec.main_process_port, a.main_process_port);
-    if (a.mixed_precision.has())
-      offer("bf16", rec.bf16, *a.mixed_precision == "bf16" || *a.mixed_precision == "fp16", layer,
-            a.source + ": " + a.mixed_precision.key + (*a.mixed_precision == "fp16" ? " (fp16, taken as bf16)" : ""));
+    if (a.mixed_precision.has() && *a.mixed_precision != "no") {
+      YamlValue<Precision> mp;
+      mp.key = a.mixed_precision.key;
+      mp.value = *a.mixed_precision == "fp16" ? Precision::kFp16 : Precision::kBf16;
+      from_yaml(a, "mixed_precision", t.precision.mixed_precision, mp);
+    } else if (a.mixed_precision.has()) {
+      out_.warnings.push_back(
+          fmt::format("{}: mixed_precision=no: seqpar computes in bf16 on the GPU all the same "
+                      "(it has no fp32 GPU mode; the CPU computes in f32)",
+                      a.source));
+    }
     from_yaml(a, "zero_stage", t.memory.zero_stage, a.zero_stage);
     for (auto [name, field, v] : {std::tuple{"offload_optimizer", &t.memory.offload_optimizer, &a.offload_optimizer_device},
                                   std::tuple{"offload_param", &t.memory.offload_param, &a.offload_param_device}}) {
@@ -265,6 +281,56 @@ class Resolver {
     from_yaml(a, "activation_checkpointing", t.memory.activation_checkpointing, a.fsdp_activation_checkpointing);
   }
 
+  // fp16.enabled / bf16.enabled onto mixed_precision (ds_config refused both true), and fp16's
+  // loss scaler. "auto" leaves the precision to the command line (--fp16 / --bf16), as HF
+  // Trainer's trainer_config_process fills fp16.enabled from --fp16 and bf16.enabled from --bf16
+  // (both off by default: fp32 there; seqpar's GPU path then computes in bf16).
+  void apply_ds_precision(const DsConfig& ds) {
+    TrainConfig& t = out_.train;
+    for (const DsValue<bool>* v : {&ds.fp16_enabled, &ds.bf16_enabled}) {
+      if (v->absent()) continue;
+      check_declared("mixed_precision", v->key, /*deepspeed=*/true);
+      if (v->is_auto()) auto_.emplace("mixed_precision", ds.source + ": " + v->key);
+      if (!v->is_set() || !v->value) continue;
+      offer("mixed_precision", t.precision.mixed_precision, v == &ds.fp16_enabled ? Precision::kFp16 : Precision::kBf16,
+            ConfigLayer::kDeepSpeed, ds.source + ": " + v->key);
+    }
+    LossScalerConfig& sc = t.precision.scaler;
+    from_ds(ds, "loss_scale", sc.loss_scale, ds.loss_scale);
+    from_ds(ds, "initial_scale_power", sc.initial_scale_power, ds.initial_scale_power);
+    from_ds(ds, "loss_scale_window", sc.loss_scale_window, ds.loss_scale_window);
+    from_ds(ds, "hysteresis", sc.hysteresis, ds.hysteresis);
+    from_ds(ds, "consecutive_hysteresis", sc.consecutive_hysteresis, ds.consecutive_hysteresis);
+    from_ds(ds, "min_loss_scale", sc.min_loss_scale, ds.min_loss_scale);
+  }
+
+  // The loss scaler's settings checked when fp16 runs them (DeepSpeed checks the dynamic scaler's
+  // only when it is used); given for a bf16 run, they are named as unused.
+  void check_scaler(Problems& p) {
+    const TrainConfig& t = out_.train;
+    if (t.precision.fp16()) {
+      p.attempt([&] {
+        try {
+          t.precision.scaler.validate();
+        } catch (const InputError& e) {
+          const std::string m = e.what();
+          const std::string name = m.substr(0, m.find('='));
+          throw InputError(origin_.count(name) ? m + " (" + source_text(name) + ")" : m);
+        }
+      });
+      return;
+    }
+    std::string unused;
+    for (const SettingDecl& d : train_settings())
+      if (is_scaler_setting(d.name) && origin_.at(d.name).layer != ConfigLayer::kDefault)
+        unused += (unused.empty() ? "" : ", ") + d.name + "=" + d.get(t) + " (" + source_text(d.name) + ")";
+    if (!unused.empty())
+      out_.warnings.push_back(
+          fmt::format("{}: the loss scaler's settings are not used: mixed_precision={} ({}); "
+                      "fp16 runs the loss scaler",
+                      unused, precision_name(t.precision.mixed_precision), source_text("mixed_precision")));
+  }
+
   // Accelerate's context parallelism (PyTorch's ring attention) is seqpar's ring: cp_size ranks
   // around the ring; with sp_size > 1 too, Ulysses inside (sp_size) and the ring across (hybrid).
   void apply_context_parallel(const AccelerateConfig& a) {
@@ -288,6 +354,7 @@ class Resolver {
     p.attempt([&] { check_adam_mode(); });
     check_deepspeed_batch(p);
     check_schedule_source(p);
+    check_scaler(p);
     // The built-in model's sizes are checked by validate() (add_sources names their source).
     check_setting_rules(
         out_.train, p, [&](const std::string& name) { return source_text(name); }, /*model_sizes=*/false);

@@ -29,11 +29,11 @@ enum class ConfigLayer { kDefault = 0, kDeepSpeed = 1, kAccelerate = 2, kEnviron
 
 // Settings from the config files that have no TrainConfig field: the optimizer's name and mode
 // (checked here), and what is recorded without being acted on yet (precision,
-// communication dtype, launch topology): printed, and there for the parts to come.
+// communication dtype, launch topology): printed, and there for the parts to come. (The precision
+// is a setting of its own: mixed_precision, train/config.h.)
 struct RecordedSettings {
   std::string optimizer = "AdamW";  // as the config names it (DeepSpeed's Adam in adam_w_mode is AdamW)
   bool adam_w_mode = true;          // false only for DeepSpeed's Adam with adam_w_mode false (needs weight_decay 0)
-  bool bf16 = false;                   // bf16.enabled / mixed_precision: bf16 (the CUDA path computes in bf16)
   std::string sp_comm_dtype = "fp32";  // seq_parallel_communication_data_type
   bool wall_clock_breakdown = false;
   bool seq_length_is_variable = true;        // parallelism_config_sp_seq_length_is_variable (Accelerate's default)

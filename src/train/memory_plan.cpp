@@ -270,7 +270,7 @@ void add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   // (and its bias), LM head.
   const int64_t edges = (m.tie_word_embeddings ? 1 : 2) * V * C + C + (m.norm_bias ? C : 0) +
                         (m.positions == PositionKind::kLearned ? m.max_position_embeddings * C : 0);
-  const std::string w = in.cuda ? "bf16" : "f32";
+  const std::string w = in.cuda ? (in.fp16 ? "fp16" : "bf16") : "f32";
   if (pl.stage3) {
     // The resident edges; the store of this rank's pieces (on the GPU unless offloaded); the two
     // layer buffers (none with one rank and the store on the GPU: the layers are its views).
@@ -617,7 +617,7 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   std::string s = fmt::format(
       "Memory plan per GPU: {} tokens per rank ({} × {} tokens over sp={}), {} layers, {}{}{}{}{}{}\n",
       p.tokens_per_rank, in.micro_batch, in.seq_len, in.sp, in.model.num_layers,
-      in.cuda ? "bf16 on CUDA" : "f32 on CPU",
+      in.cuda ? (in.fp16 ? "fp16 on CUDA" : "bf16 on CUDA") : "f32 on CPU",
       in.memory.activation_checkpointing ? (in.memory.checkpoint_keep_attention ? ", checkpointing (keeping attention)"
                                                                                 : ", activation checkpointing") +
                                                std::string(in.memory.checkpoint_offload ? " with offload" : "")
@@ -649,7 +649,7 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   for (const auto& [name, bytes] : p.host) s += fmt::format("  {:<64} {:>12}\n", name, gib(bytes));
   s += fmt::format("predicted host peak: {} ({} pinned); while the ranks start, plus the initial weights' {} copy "
                    "(per process): {}",
-                   gib(p.host_bytes), gib(p.host_pinned_bytes), in.cuda ? "bf16" : "f32",
+                   gib(p.host_bytes), gib(p.host_pinned_bytes), in.cuda ? (in.fp16 ? "fp16" : "bf16") : "f32",
                    gib(p.host_bytes + p.host_setup_bytes));
   if (host_capacity_bytes > 0)
     s += fmt::format(

@@ -43,6 +43,7 @@ struct MemoryPlanInput {
   int world = 1;                // all ranks (sp × data parallel): the ZeRO shard count
   int ulysses_head_groups = 0;  // Ulysses head groups (parallel/sp_attention.h); 0: kDefaultUlyssesHeadGroups
   bool cuda = true;             // bf16 weights and activations, f32 master weights (CPU: all f32)
+  bool fp16 = false;            // CUDA's 16-bit type is fp16 (mixed_precision fp16): the same bytes, named so
   MemorySettings memory;        // the run's memory levers, as the trainer applies them
 };
 

@@ -185,10 +185,11 @@ double AdamW::grad_norm(LlamaParams& grads) {
   return std::sqrt(ss);
 }
 
-float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm) {
+float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm, float grad_unscale) {
   SEQPAR_CHECK(!flat_, "AdamW::step: the optimizer is flat (step_flat)");
   ++step_;
-  float coef = clip_coefficient(total_norm, config_.clip);
+  const float clip = clip_coefficient(total_norm, config_.clip);
+  const float coef = clip * grad_unscale;
   auto p = params.named();
   auto g = grads.named();
   auto m = m_.named();
@@ -198,20 +199,21 @@ float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm) {
     adamw_step(*w[i].second, *m[i].second, *v[i].second, *g[i].second, config_.adamw, step_, coef);
     if (has_master_) cast(*p[i].second, *w[i].second);
   }
-  return coef;
+  return clip;
 }
 
-float AdamW::step_flat(const FlatRef& grads, const FlatRef& out, double total_norm) {
+float AdamW::step_flat(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale) {
   SEQPAR_CHECK(flat_, "AdamW::step_flat: the optimizer is per tensor (step)");
   SEQPAR_CHECK(grads.t.dtype() == DType::kF32, "AdamW::step_flat: f32 gradients, got {}", grads.t.str());
   ++step_;
-  const float coef = clip_coefficient(total_norm, config_.clip);
+  const float clip = clip_coefficient(total_norm, config_.clip);
+  const float coef = clip * grad_unscale;
   if (place_.host) {
     step_pieces_on_host(grads, out, coef);
   } else {
     step_pieces_on_device(grads, out, coef);
   }
-  return coef;
+  return clip;
 }
 
 // The state on the device: each piece in one go, the rounded weights cast into `out` (through a

@@ -67,11 +67,14 @@ class AdamW {
   // Global L2 norm of all gradients (before clipping).
   static double grad_norm(LlamaParams& grads);
   // Per tensor: one step clipped by the given total norm; updates params in place. Returns the clip
-  // coefficient used.
-  float step(LlamaParams& params, LlamaParams& grads, double total_norm);
+  // coefficient used. grad_unscale: the gradients are those of a scaled loss (fp16's loss scaler):
+  // they are multiplied by it (1 / the scale) with the clip coefficient, in f32, as they enter
+  // AdamW (one multiply: for a power-of-two scale bit-identical to unscaling first); total_norm is
+  // the unscaled gradients' norm.
+  float step(LlamaParams& params, LlamaParams& grads, double total_norm, float grad_unscale = 1.f);
   // Flat: one step from `grads` (f32, this rank's pieces, on the device) clipped by the total norm;
   // the updated compute weights go to `out` (this rank's pieces; on the device or in host memory).
-  float step_flat(const FlatRef& grads, const FlatRef& out, double total_norm);
+  float step_flat(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale = 1.f);
   // Flat, with master weights: writes the rounded master weights into `out` (after a load).
   void write_weights(const FlatRef& out);
 

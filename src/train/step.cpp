@@ -52,7 +52,8 @@ TrainStep::TrainStep(Communicator& world, const MeshShape& shape, Device device,
       mesh_(world, shape),
       device_(device),
       config_(cfg),
-      model_(mc, device, device.is_cuda() ? DType::kBF16 : DType::kF32) {
+      model_(mc, device, cfg.precision.compute_dtype(device)),
+      scaler_(cfg.precision.scaler, cfg.precision.fp16()) {
   const MemorySettings& mem = cfg.memory;
   const bool stage3 = mem.zero_stage >= 3;
   const bool offload = mem.offload_optimizer == OffloadDevice::kCpu;
@@ -162,6 +163,9 @@ StepLoss TrainStep::forward_backward(const std::vector<SpBatch>& micro, Tensor* 
   mesh_.dp().all_reduce(good_t, ReduceOp::kSum);
   const int64_t global_good = good_t.data<int64_t>()[0];
   const float dloss = global_good > 0 ? static_cast<float>(1.0 / global_good) : 0.f;
+  // fp16: the loss scaled before backward (a power of two while dynamic: every gradient exactly
+  // scale times the unscaled one, until one overflows).
+  const float scaled_dloss = dloss * static_cast<float>(scaler_.scale());
 
   std::vector<Prepared> ready;
   for (const SpBatch& b : micro) ready.push_back(prepare(b));
@@ -171,7 +175,7 @@ StepLoss TrainStep::forward_backward(const std::vector<SpBatch>& micro, Tensor* 
   for (size_t m = 0; m < micro.size(); ++m) {
     losses.push_back(model_.forward_pending(ready[m].batch, *ready[m].attention,
                                             m + 1 == micro.size() ? logits : nullptr));
-    model_.backward(dloss);
+    model_.backward(scaled_dloss);
   }
   // The host reads what the device computed once the whole backward is queued: the bad ids and
   // targets the kernels met (an InputError, before any weight changes), then the losses.
@@ -187,19 +191,16 @@ StepLoss TrainStep::forward_backward(const std::vector<SpBatch>& micro, Tensor* 
 }
 
 double TrainStep::grad_norm() {
-  if (!partition_grads_) return AdamW::grad_norm(model_.grads());
-  // Σ over the shards of their squares, the double carried as two f32 (high and low part).
-  const double ss = sum_squares(grad_shard_);
+  // The norm of the scaled gradients, divided by the scale (exact for a power of two).
+  if (!partition_grads_) return AdamW::grad_norm(model_.grads()) / scaler_.scale();
+  // Σ over the shards of their squares, the double carried as two f32 (high and low part), unscaled
+  // first (a scaled sum could pass f32's range).
+  const double scale = scaler_.scale();
+  const double ss = sum_squares(grad_shard_) / (scale * scale);
   const float hi = static_cast<float>(ss), lo = static_cast<float>(ss - static_cast<double>(hi));
   Tensor parts = Tensor::from_vector<float>({2}, {hi, lo});
   world_.all_reduce(parts, ReduceOp::kSum);
   return std::sqrt(static_cast<double>(parts.data<float>()[0]) + static_cast<double>(parts.data<float>()[1]));
-}
-
-double TrainStep::optimizer_step(float lr) {
-  const double norm = grad_norm();
-  apply_update(lr, norm);
-  return norm;
 }
 
 std::vector<int32_t> TrainStep::agree(const std::vector<int32_t>& flags) {
@@ -211,20 +212,21 @@ std::vector<int32_t> TrainStep::agree(const std::vector<int32_t>& flags) {
 
 void TrainStep::apply_update(float lr, double norm) {
   adamw_->set_lr(lr);
+  const float unscale = static_cast<float>(1.0 / scaler_.scale());  // 1 without fp16
   if (!adamw_->flat()) {
-    adamw_->step(model_.params(), model_.grads(), norm);
+    adamw_->step(model_.params(), model_.grads(), norm, unscale);
     return;
   }
   const FlatRef grads = partition_grads_ ? FlatRef{grad_shard_, false} : FlatRef{model_.grads().flat, true};
   if (layer_weights_) {
-    adamw_->step_flat(grads, FlatRef{layer_weights_->store(), false}, norm);
+    adamw_->step_flat(grads, FlatRef{layer_weights_->store(), false}, norm, unscale);
     layer_weights_->invalidate();
     gather_edges();
     return;
   }
   LlamaParams& params = model_.params();
   SEQPAR_CHECK(params.all_in_flat(), "TrainStep: the weights in one buffer");
-  adamw_->step_flat(grads, FlatRef{params.flat, true}, norm);
+  adamw_->step_flat(grads, FlatRef{params.flat, true}, norm, unscale);
   // ZeRO: every rank's updated part to every rank (nothing to do when this rank updated all).
   if (adamw_->sharded())
     all_gather_region(world_, adamw_->layout(), 0, FlatRef{params.flat, true}, params.flat, device_);

@@ -32,6 +32,7 @@
 #include "data/sp_batch.h"
 #include "model/llama.h"
 #include "train/layer_weights.h"
+#include "train/loss_scaler.h"
 #include "train/optimizer.h"
 
 namespace seqpar {
@@ -59,17 +60,20 @@ class TrainStep {
   LossStats forward(const SpBatch& batch, Tensor* logits = nullptr);
   // One step's micro-batches of this dp rank. Gradients are zeroed first and hold the step's
   // sum over the world afterwards (or this rank's shard of it, under ZeRO-2). With `logits`, the
-  // last micro-batch's logits of this rank's shard.
+  // last micro-batch's logits of this rank's shard. With fp16 the backward starts from the loss
+  // times the loss scaler's scale, so the gradients are scaled (grad_norm and apply_update unscale).
   StepLoss forward_backward(const std::vector<SpBatch>& micro, Tensor* logits = nullptr);
-  // Clip and AdamW at `lr` over the gradients of forward_backward; returns the global gradient
-  // norm before clipping (grad_norm then apply_update).
-  double optimizer_step(float lr);
-  // The global gradient norm of forward_backward's gradients before clipping: the same value on
-  // every rank (computed from gradients already summed over the world; a collective under ZeRO-2).
+  // The global gradient norm of forward_backward's gradients before clipping, unscaled (divided by
+  // the loss scale): the same value on every rank (computed from gradients already summed over the
+  // world; a collective under ZeRO-2). Not finite when a gradient is not (an fp16 overflow).
   double grad_norm();
-  // Clip with `norm` (grad_norm's) and AdamW at `lr`, then, under ZeRO, the all-gather of the
-  // updated weights. The trainer calls it only when every rank agreed the step is finite.
+  // Clip with `norm` (grad_norm's) and AdamW at `lr` on the unscaled gradients, then, under ZeRO,
+  // the all-gather of the updated weights. The trainer calls it only when every rank agreed the
+  // step is finite.
   void apply_update(float lr, double norm);
+  // fp16's loss scaler (train/loss_scaler.h; disabled, scale 1, otherwise). Every rank holds one and
+  // updates it alike (the trainer agrees on the overflow first).
+  LossScaler& loss_scaler() { return scaler_; }
   // Every rank's flags combined by max over the world (one all-reduce): a decision every rank then
   // takes the same way (the non-finite guard, a stop requested by a signal).
   std::vector<int32_t> agree(const std::vector<int32_t>& flags);
@@ -105,6 +109,7 @@ class TrainStep {
   Device device_;
   const TrainConfig& config_;
   LlamaModel model_;
+  LossScaler scaler_;
   std::unique_ptr<ShardedLayerWeights> layer_weights_;  // ZeRO-3
   std::unique_ptr<AdamW> adamw_;
   bool partition_grads_ = false;

@@ -70,9 +70,10 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device dra
   const auto named = params.named();
   for (size_t k = 0; k < named.size(); ++k) {
     Tensor& t = *named[k].second;
-    SEQPAR_CHECK(t.device().is_cpu() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16),
-                 "init_llama_params: {} is {} on {} (f32 or bf16 on the CPU)", named[k].first, dtype_name(t.dtype()),
-                 t.device().str());
+    SEQPAR_CHECK(
+        t.device().is_cpu() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16),
+        "init_llama_params: {} is {} on {} (f32, bf16 or f16 on the CPU)", named[k].first, dtype_name(t.dtype()),
+        t.device().str());
     const bool is_norm = named[k].first.find("norm.weight") != std::string::npos;  // biases draw like weights,
     const bool is_norm_bias = named[k].first.find("norm.bias") != std::string::npos;  // LayerNorm's start at 0
     const uint64_t key = mix64(seed ^ mix64(0x9e3779b97f4a7c15ull * (k + 1)));
@@ -82,7 +83,10 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device dra
       const float v = is_norm ? 1.f : 0.f;
       for (int64_t i = 0; i < n; ++i) {
         if (t.dtype() == DType::kF32) t.data<float>()[i] = v;
-        else t.data<bf16>()[i] = f32_to_bf16(v);
+        else if (t.dtype() == DType::kBF16)
+          t.data<bf16>()[i] = f32_to_bf16(v);
+        else
+          t.data<f16>()[i] = f32_to_f16(v);
       }
       continue;
     }
@@ -266,6 +270,7 @@ MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const LlamaConfig& mod
   in.ulysses_degree = sp_shape.ulysses;
   in.world = cfg.parallel.sp * cfg.parallel.dp_replicate * cfg.parallel.dp_shard;
   in.cuda = cfg.parallel.device.is_cuda();
+  in.fp16 = cfg.precision.fp16();
   in.memory = cfg.memory;  // the levers, whole
   in.ulysses_head_groups = cfg.kernels.ulysses_head_groups;
   return in;
@@ -363,6 +368,7 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
                        "device={}: head_dim={} is not supported by the CUDA attention kernels ({}); the "
                        "built-in model takes --head-dim",
                        cfg_.parallel.device.str(), mc.head_dim, kCudaAttentionHeadDims);
+    check_fp16_attention(cfg_, mc, s.sp_shape);
   }
   if (!s.token_data && !s.batch)
     SEQPAR_INPUT_CHECK(cfg_.data.task.vocab_size <= mc.vocab_size,
@@ -457,20 +463,23 @@ void Trainer::setup_resume() {
   r.resumed_from = ckpt.dir;
   r.first_step = ckpt.state.step + 1;
   r.skipped_steps = ckpt.state.skipped_steps;
+  r.overflow_steps = ckpt.state.overflow_steps;
   s.last_saved = ckpt.dir;
-  // The guard's count of non-finite steps in a row goes on across the resume.
-  for (int64_t k = ckpt.state.step; std::count(r.skipped_steps.begin(), r.skipped_steps.end(), k) > 0; --k)
-    ++s.nonfinite_in_a_row;
+  // The guard's count of non-finite steps in a row goes on across the resume (fp16 overflows the
+  // scaler took neither count nor break it).
+  auto in = [](const std::vector<int64_t>& v, int64_t k) { return std::count(v.begin(), v.end(), k) > 0; };
+  for (int64_t k = ckpt.state.step; k >= 1 && in(r.skipped_steps, k); --k)
+    if (!in(r.overflow_steps, k)) ++s.nonfinite_in_a_row;
   if (s.talk) log_info("resuming from {} (step {})", ckpt.dir, ckpt.state.step);
 }
 
 // The weights every rank starts from (replicated over the mesh), on the host in the dtype the ranks
-// compute in: bf16 for a GPU (the model's weights and the optimizer's f32 master weights are both
-// made from the bf16 rounding, so nothing is lost) — half the host memory of an f32 copy, which sits
+// compute in: bf16 or f16 for a GPU (the model's weights and the optimizer's f32 master weights are
+// both made from that rounding, so nothing is lost) — half the host memory of an f32 copy, which sits
 // beside the offloaded optimizer's state while the ranks start (an 8B model: 16 GB instead of 32).
 void Trainer::setup_model() {
   State& s = *s_;
-  const DType dtype = cfg_.parallel.device.is_cuda() ? DType::kBF16 : DType::kF32;
+  const DType dtype = cfg_.precision.compute_dtype(cfg_.parallel.device);
   const auto t0 = std::chrono::steady_clock::now();
   if (s.ckpt) {
     s.initial = params_from_tensors(s.ckpt->model_config, s.ckpt->model, s.ckpt->dir, dtype);
@@ -549,7 +558,7 @@ void Trainer::run_rank(JobRank& job) {
   int64_t nonfinite_in_a_row = s.nonfinite_in_a_row;  // every rank counts alike (agreed flags)
   for (; step <= s.last_step; ++step) {
     const StepOutcome o = this->step(rank, leader, step, profile_rank && step >= profile_from);
-    nonfinite_in_a_row = o.nonfinite ? nonfinite_in_a_row + 1 : 0;
+    if (!o.overflow) nonfinite_in_a_row = o.nonfinite ? nonfinite_in_a_row + 1 : 0;  // an overflow is no divergence
     if (o.nonfinite && cfg_.checkpoint.on_nonfinite == "abort" && nonfinite_in_a_row >= cfg_.checkpoint.max_nonfinite_steps)
       abort_nonfinite(leader, step, nonfinite_in_a_row);
     bool stop = step == s.last_step || o.stop;
@@ -577,6 +586,7 @@ void Trainer::run_rank(JobRank& job) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.t_start).count();
   std::lock_guard<std::mutex> lock(s.mu);
   s.result.steps_run = done;
+  s.result.loss_scale = rank.loss_scaler().scale();
   s.result.tokens_per_s = static_cast<double>(s.tokens_per_step * (done - s.first_step + 1)) / std::max(secs, 1e-9);
 }
 
@@ -594,6 +604,10 @@ void Trainer::restore(TrainStep& rank, JobRank& job) {
   if (s.ckpt) {
     restore_from_checkpoint(*s.ckpt, rank.model().params(), rank.optimizer());
     rank.weights_restored();
+    // fp16: the scaler goes on where it stood (a checkpoint without its state, a bf16 run's,
+    // starts it afresh).
+    if (rank.loss_scaler().enabled() && s.ckpt->state.loss_scaler)
+      rank.loss_scaler().set_state(*s.ckpt->state.loss_scaler);
   }
   job.world.barrier();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -624,21 +638,38 @@ std::vector<SpBatch> Trainer::step_batches(int64_t step, int dp_rank) const {
 }
 
 // One step. Whether to update, and whether to stop after it, are decided by every rank together
-// (one all-reduce of two flags): the loss and the norm are already the same on every rank, but a
+// (one all-reduce of three flags): the loss and the norm are already the same on every rank, but a
 // signal reaches ranks (threads or processes) at different moments.
+//
+// fp16: a finite loss with a non-finite gradient norm is an overflow of the scaled backward, which
+// the dynamic loss scaler takes (the step skipped, the scale lowered or the hysteresis spent); a
+// static scale, or one already at min_loss_scale, leaves it to the non-finite guard, as does a
+// non-finite loss (the forward itself overflowed: no scale helps; the scaler is then not updated).
 Trainer::StepOutcome Trainer::step(TrainStep& rank, bool leader, int64_t step, bool profiled) {
   if (profiled) set_thread_profiling(true);
   const auto t_step = std::chrono::steady_clock::now();
   const StepLoss loss = rank.forward_backward(step_batches(step, rank.mesh().dp_rank()));
   const double norm = rank.grad_norm();
-  const bool finite = std::isfinite(loss.loss) && std::isfinite(norm);
-  const std::vector<int32_t> agreed = rank.agree({finite ? 0 : 1, stop_signal_pending() != 0 ? 1 : 0});
-  const StepOutcome o{agreed[0] != 0, agreed[1] != 0};
-  if (!o.nonfinite) rank.apply_update(lr_at(cfg_, step), norm);  // never an update from NaN or inf
+  const std::vector<int32_t> agreed =
+      rank.agree({std::isfinite(loss.loss) ? 0 : 1, std::isfinite(norm) ? 0 : 1, stop_signal_pending() != 0 ? 1 : 0});
+  const bool bad_loss = agreed[0] != 0, bad_grads = agreed[1] != 0;
+  StepOutcome o;
+  o.stop = agreed[2] != 0;
+  // Never an update from NaN or inf; the update unscales with the scale the backward used.
+  if (!bad_loss && !bad_grads) rank.apply_update(lr_at(cfg_, step), norm);
+  LossScaler& scaler = rank.loss_scaler();
+  if (scaler.enabled() && !bad_loss) {
+    o.scale = scaler.update(bad_grads);
+    o.overflow = bad_grads && o.scale.absorbed;
+    o.nonfinite = bad_grads && !o.scale.absorbed;
+  } else {
+    o.scale.scale_before = o.scale.scale_after = scaler.scale();
+    o.nonfinite = bad_loss || bad_grads;
+  }
   if (cfg_.logging.time_steps || cfg_.logging.profile) synchronize_device(rank.device());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
   if (profiled) set_thread_profiling(false);  // evaluation and checkpoints are not the step
-  if (leader) record_step(rank.device(), step, secs, loss, norm, profiled, o.nonfinite);
+  if (leader) record_step(rank.device(), step, secs, loss, norm, profiled, o);
   return o;
 }
 
@@ -660,11 +691,23 @@ void Trainer::abort_nonfinite(bool leader, int64_t step, int64_t in_a_row) {
     where = s.leads ? std::string("no checkpoint was saved yet") : std::string("rank 0 names the last checkpoint");
   }
   (void)leader;
+  // fp16: why the loss scaler did not take it.
+  std::string fp16;
+  if (cfg_.precision.fp16())
+    fp16 = cfg_.precision.scaler.dynamic()
+               ? fmt::format(
+                     " (fp16: a non-finite loss, or an overflow with the loss scale at min_loss_scale={}, "
+                     "which DeepSpeed stops at too)",
+                     cfg_.precision.scaler.min_loss_scale)
+               : fmt::format(
+                     " (fp16 with the static loss_scale={}: an overflow is not the scaler's to absorb; "
+                     "--loss-scale 0 scales dynamically)",
+                     cfg_.precision.scaler.loss_scale);
   throw Error(fmt::format(
-      "step {}: the loss or the gradient norm is not finite (NaN or inf){}: the run stops (on_nonfinite=abort, "
+      "step {}: the loss or the gradient norm is not finite (NaN or inf){}{}: the run stops (on_nonfinite=abort, "
       "max_nonfinite_steps={}); this step's update was not applied, {}. Lower --lr, clip the gradients (--clip), or "
       "give --on-nonfinite skip to skip such steps",
-      step, in_a_row > 1 ? fmt::format(", the {}th such step in a row", in_a_row) : std::string(),
+      step, fp16, in_a_row > 1 ? fmt::format(", the {}th such step in a row", in_a_row) : std::string(),
       cfg_.checkpoint.max_nonfinite_steps, where));
 }
 
@@ -673,7 +716,8 @@ void Trainer::abort_nonfinite(bool leader, int64_t step, int64_t in_a_row) {
 // run's records are the uninterrupted run's), a progress line also at the first and last step of
 // this call.
 void Trainer::record_step(Device device, int64_t step, double secs, const StepLoss& loss, double norm, bool profiled,
-                          bool skipped) {
+                          const StepOutcome& o) {
+  const bool skipped = o.skipped();
   State& s = *s_;
   // This step's peak; the allocator then counts the next step's from here.
   Allocator& mem = allocator_for(device);
@@ -696,6 +740,7 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
     s.result.step_rank_peak_bytes.push_back(rank_peak);
     s.result.peak_mem_bytes = std::max(s.result.peak_mem_bytes, peak);
     if (skipped) s.result.skipped_steps.push_back(step);
+    if (o.overflow) s.result.overflow_steps.push_back(step);
     if (loss.good_tokens == 0) s.result.empty_steps += 1;
   }
   const bool empty = loss.good_tokens == 0;
@@ -706,12 +751,12 @@ void Trainer::record_step(Device device, int64_t step, double secs, const StepLo
         step);
   // A skipped step is always said and recorded (a property of the run, not of where it stopped).
   const bool record = step == 1 || step % cfg_.logging.log_every == 0 || step == cfg_.schedule.steps || skipped;
-  if (record || step == s.first_step || step == s.last_step)
-    log_progress(step, loss.loss, norm, record, skipped, empty);
+  if (record || step == s.first_step || step == s.last_step) log_progress(step, loss.loss, norm, record, o, empty);
 }
 
 // A progress line; with `record`, the metrics record too.
-void Trainer::log_progress(int64_t step, double loss, double norm, bool record, bool skipped, bool empty) {
+void Trainer::log_progress(int64_t step, double loss, double norm, bool record, const StepOutcome& o, bool empty) {
+  const bool skipped = o.skipped();
   State& s = *s_;
   const auto now = std::chrono::steady_clock::now();
   const double secs = std::chrono::duration<double>(now - s.t_log).count();
@@ -725,8 +770,19 @@ void Trainer::log_progress(int64_t step, double loss, double norm, bool record, 
   const float lr = lr_at(cfg_, step);
   const size_t skipped_total = s.result.skipped_steps.size();  // the leader's, like this call
   std::string note;
-  if (skipped)
+  const bool fp16 = cfg_.precision.fp16();
+  if (fp16) note += fmt::format(" | loss_scale {:g}", o.scale.scale_before);
+  if (o.overflow) {
+    // DeepSpeed's "OVERFLOW! Skipping step. Attempted loss scale: 65536, reducing to 32768".
+    note += o.scale.scale_after != o.scale.scale_before
+                ? fmt::format(" | SKIPPED: fp16 overflow, loss scale {:g} -> {:g}", o.scale.scale_before,
+                              o.scale.scale_after)
+                : fmt::format(" | SKIPPED: fp16 overflow, loss scale kept (hysteresis {} -> {})",
+                              o.scale.hysteresis_before, o.scale.hysteresis_after);
+    note += fmt::format(", no update ({} skipped so far)", skipped_total);
+  } else if (skipped) {
     note += fmt::format(" | SKIPPED: non-finite loss or grad_norm, no update ({} skipped so far)", skipped_total);
+  }
   if (empty) note += " | no token with a label: nothing to learn from";
   if (!cfg_.logging.quiet)
     log_info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tokens/s | peak {}{}", step,
@@ -735,10 +791,12 @@ void Trainer::log_progress(int64_t step, double loss, double norm, bool record, 
   // NaN and inf are written as null (JSON has neither).
   json r = {{"step", step}, {"loss", loss},      {"tokens_per_s", tps},
             {"lr", lr},     {"grad_norm", norm}, {"peak_mem_gib", peak_gib}};
+  if (fp16) r["loss_scale"] = o.scale.scale_before;
   if (skipped) {
     r["skipped"] = true;
     r["skipped_steps"] = skipped_total;
   }
+  if (o.overflow) r["overflow"] = true;
   if (empty) r["no_trainable_tokens"] = true;
   if (s.token_data) r["epoch"] = (step - 1) / s.result.steps_per_epoch;
   if (record) s.metrics->write(r);
@@ -856,7 +914,9 @@ void Trainer::save(TrainStep& rank, bool leader, int64_t step) {
     {
       std::lock_guard<std::mutex> lock(s.mu);
       st.skipped_steps = s.result.skipped_steps;
+      st.overflow_steps = s.result.overflow_steps;
     }
+    if (rank.loss_scaler().enabled()) st.loss_scaler = rank.loss_scaler().state();
     const bool has_master = adamw.has_master();
     LlamaParams& params = rank.model().params();
     LlamaParams& weights = full ? (has_master ? full->master : params) : adamw.weights(params);
@@ -913,7 +973,19 @@ std::vector<std::pair<std::string, Tensor>> Trainer::run_batch(bool optimizer_st
     // The logits of every rank, in stream order (a collective: every rank).
     const Tensor stream = rank.gather_logits(b, logits);
     double norm = 0;
-    if (optimizer_step) norm = rank.optimizer_step(cfg_.optimizer.adamw.lr);
+    if (optimizer_step) {
+      // Never an update from NaN or inf (as in the training step): with fp16 an overflow of the
+      // scaled backward, which one batch cannot retry at a lower scale.
+      norm = rank.grad_norm();
+      const bool finite = rank.agree({std::isfinite(norm) ? 0 : 1})[0] == 0;
+      if (finite) rank.apply_update(cfg_.optimizer.adamw.lr, norm);
+      if (!finite && job.leader)
+        log_warn("the gradient norm is not finite{}: the AdamW step was not taken (param.* are the weights before it)",
+                 cfg_.precision.fp16() ? fmt::format(" (fp16: the backward overflowed at loss scale {:g}; a smaller "
+                                                     "--initial-scale-power or a static --loss-scale avoids it)",
+                                                     rank.loss_scaler().scale())
+                                       : std::string());
+    }
     if (!job.leader) return;
     std::vector<std::pair<std::string, Tensor>> out;
     const int64_t B = static_cast<int64_t>(s.batch->size()),
@@ -923,7 +995,12 @@ std::vector<std::pair<std::string, Tensor>> Trainer::run_batch(bool optimizer_st
     out.emplace_back("loss", Tensor::from_vector<float>({1}, {static_cast<float>(loss.loss)}));
     // In the HF checkpoint's names and layout (train/hf_model.h: GPT-2's differ from seqpar's).
     const LlamaParams& grads = rank.model().grads();
-    for (auto& [name, g] : to_hf_tensors(model_config_, grads.named())) out.emplace_back("grad." + name, g);
+    // fp16: the gradients of the scaled loss, unscaled for the output (a power of two: exact).
+    const float unscale = static_cast<float>(1.0 / rank.loss_scaler().scale());
+    for (auto& [name, g] : to_hf_tensors(model_config_, grads.named())) {
+      if (unscale != 1.f) scale_inplace(g, unscale);
+      out.emplace_back("grad." + name, g);
+    }
     if (optimizer_step) {
       out.emplace_back("grad_norm", Tensor::from_vector<float>({1}, {static_cast<float>(norm)}));
       // The f32 weights (the master copy on bf16 models).

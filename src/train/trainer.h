@@ -51,9 +51,13 @@ struct TrainResult {
   int64_t profile_steps = 0;
   double profile_seconds = 0;
   std::string resumed_from;  // the checkpoint directory, when resumed
-  // The non-finite guard: every step (of the whole run, a resumed one's included) whose loss or
-  // gradient norm was NaN or inf, so its update was skipped.
+  // Every step (of the whole run, a resumed one's included) whose update was skipped: by the
+  // non-finite guard (its loss or gradient norm NaN or inf), or by fp16's loss scaler on an
+  // overflow (DeepSpeed's skipped steps; those are also in overflow_steps, and never count towards
+  // max_nonfinite_steps).
   std::vector<int64_t> skipped_steps;
+  std::vector<int64_t> overflow_steps;
+  double loss_scale = 1;    // fp16: the loss scaler's scale after the last step (1 without fp16)
   int64_t empty_steps = 0;  // steps of this call whose batch held no token with a label
   int stop_signal = 0;      // SIGTERM / SIGINT that stopped this call early (after a save), or 0
 };
@@ -84,8 +88,9 @@ class TokenDataset;
 // and the run's guards (docs/RELIABILITY.md): the save directory locked for the trainer's life
 // (SaveDirLock); a step with a non-finite loss or gradient norm never updating the weights
 // (on_nonfinite: skip it, or abort at the max_nonfinite_steps-th in a row), decided by every rank
-// alike; a step with no token to learn from counted, and a run where every step has none
-// refused; SIGTERM / SIGINT ending the run after the current step with a checkpoint
+// alike — except fp16's overflows, which the dynamic loss scaler takes (the step skipped, the
+// scale lowered: train/loss_scaler.h) without counting them as divergence; a step with no token to learn from counted,
+// and a run where every step has none refused; SIGTERM / SIGINT ending the run after the current step with a checkpoint
 // (train/stop_signals.h).
 class Trainer {
  public:
@@ -120,8 +125,11 @@ class Trainer {
   std::vector<SpBatch> step_batches(int64_t step, int dp_rank) const;
   void refuse_if_over_capacity(Device device) const;
   struct StepOutcome {
-    bool nonfinite = false;  // the loss or the gradient norm was NaN or inf: no update
+    bool nonfinite = false;  // the loss or the gradient norm was NaN or inf (and no scaler took it): no update
+    bool overflow = false;   // fp16: the gradients overflowed and the loss scaler took it: no update
     bool stop = false;       // a signal asked the run to stop after this step
+    LossScaler::Update scale;  // fp16: the step's loss scale and the next one
+    bool skipped() const { return nonfinite || overflow; }
   };
   StepOutcome step(TrainStep& rank, bool leader, int64_t step, bool profiled);
   [[noreturn]] void abort_nonfinite(bool leader, int64_t step, int64_t in_a_row);
@@ -130,8 +138,8 @@ class Trainer {
   void evaluate_loss(TrainStep& rank, bool leader, int64_t step);
   void save(TrainStep& rank, bool leader, int64_t step);
   void record_step(Device device, int64_t step, double seconds, const StepLoss& loss, double norm, bool profiled,
-                   bool skipped);
-  void log_progress(int64_t step, double loss, double norm, bool record, bool skipped, bool empty);
+                   const StepOutcome& outcome);
+  void log_progress(int64_t step, double loss, double norm, bool record, const StepOutcome& outcome, bool empty);
   void finish();
 
   struct State;

@@ -76,10 +76,19 @@ TEST(MegatronFlags, EachBecomesItsSettingWithItsSource) {
   EXPECT_TRUE(
       std::regex_search(r.out, std::regex(R"(\n  min_lr_ratio +0\.005\d* +derived: min_lr / lr = 1e-06 / 0\.0002 )")))
       << r.out;
+  // fp16 and its loss scaler: --fp16 is mixed_precision fp16, --hysteresis seqpar's own flag.
+  EXPECT_TRUE(line(r.out, "mixed_precision", "fp16", "--fp16")) << r.out;
+  EXPECT_TRUE(line(r.out, "hysteresis", "2", "--hysteresis")) << r.out;
+  EXPECT_EQ(r.out.find("--fp16 (Megatron-DeepSpeed) has no effect"), std::string::npos) << r.out;
+  // Megatron's --initial-loss-scale is the scale itself: its power of 2 is the setting.
+  const Outcome s = train("--fp16 --initial-loss-scale 4096 --print-config");
+  ASSERT_EQ(s.rc, 0) << s.out;
+  EXPECT_TRUE(line(s.out, "initial_scale_power", "12", "--initial-loss-scale")) << s.out;
+  const Outcome bad = train("--fp16 --initial-loss-scale 3000 --print-config");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_HAS(bad.out, "--initial-loss-scale=3000: expected a power of 2");
   // The accepted flags without effect are noted, once each.
-  EXPECT_HAS(r.out, "--fp16 (Megatron-DeepSpeed) has no effect: seqpar computes in bf16 on the GPU");
   EXPECT_HAS(r.out, "--no-pipeline-parallel (Megatron-DeepSpeed) has no effect");
-  EXPECT_HAS(r.out, "--hysteresis 2 (Megatron-DeepSpeed) has no effect: a setting of fp16's loss scaler");
   EXPECT_EQ(r.out.find("--tensor-model-parallel-size"), std::string::npos) << r.out;  // = 1: nothing to say
 }
 
@@ -162,18 +171,18 @@ TEST(MegatronFlags, RefusalsNameTheFlagAndTheReason) {
 }
 
 // Megatron-DeepSpeed's ds_config_gpt_TEMPLATE.json (fp16 with DeepSpeed's dynamic loss scaler)
-// resolves, bf16 in place of fp16, the scaler's keys named as unused.
-TEST(MegatronFlags, TheirDeepSpeedJsonWithFp16IsTakenWithANote) {
+// resolves to fp16 with its scaler's settings, each with its key as the source.
+TEST(MegatronFlags, TheirDeepSpeedJsonWithFp16RunsTheLossScaler) {
   const std::string file =
       testing::source_path("tests/fixtures/configs/megatron-deepspeed/ds_config_gbs16_mbs1_log1_zero3.json");
   const Outcome r = train("--deepspeed " + file + " --ds-sequence-parallel-size 4 --print-config");
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_TRUE(line(r.out, "bf16", "true", file + ": fp16.enabled (taken as bf16)")) << r.out;
-  EXPECT_HAS(r.out,
-             "'fp16.enabled'=true is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with "
-             "f32 master weights and moments; bf16 has f32's exponent range, so no loss scaling is needed and "
-             "the loss scaler's settings are not used (fp16.loss_scale=0, fp16.min_loss_scale=1, "
-             "fp16.initial_scale_power=11, fp16.loss_scale_window=500, fp16.hysteresis=2)");
+  EXPECT_TRUE(line(r.out, "mixed_precision", "fp16", file + ": fp16.enabled")) << r.out;
+  EXPECT_TRUE(line(r.out, "initial_scale_power", "11", file + ": fp16.initial_scale_power")) << r.out;
+  EXPECT_TRUE(line(r.out, "loss_scale_window", "500", file + ": fp16.loss_scale_window")) << r.out;
+  EXPECT_TRUE(line(r.out, "hysteresis", "2", file + ": fp16.hysteresis")) << r.out;
+  EXPECT_TRUE(line(r.out, "min_loss_scale", "1", file + ": fp16.min_loss_scale")) << r.out;
+  EXPECT_EQ(r.out.find("taken as bf16"), std::string::npos) << r.out;
   EXPECT_TRUE(line(r.out, "zero_stage", "3", file + ": zero_optimization.stage")) << r.out;
   // train_batch_size 16 = micro 1 × grad_accum × dp 1 (world = sp = 4): grad_accum 16.
   EXPECT_TRUE(line(r.out, "grad_accum", "16", "derived: train_batch_size / (micro_batch × dp_world)")) << r.out;

@@ -106,7 +106,7 @@ TEST(Settings, EveryAliasSetsItsSetting) {
       CLI::App app;
       add_setting_options(app, values, d.commands);
       std::string given = a.is_switch ? "" : other_value(d, d.get(values));
-      if (a.translate) given = d.name == "lr_schedule" ? "constant" : given;
+      if (a.translate) given = d.name == "lr_schedule" ? "constant" : d.name == "initial_scale_power" ? "4096" : given;
       std::vector<std::string> argv = {"seqpar", a.flag};
       if (!a.is_switch) argv.push_back(given);
       std::vector<const char*> args;
@@ -173,9 +173,20 @@ TEST(Settings, EverySettingIsInPrintConfigWithItsSource) {
   CommandLine cli;
   cli.values = train_command_defaults();
   const ResolvedConfig r = resolve_train_config(cli, nullptr, nullptr);
+  // The loss scaler's settings are printed with fp16 only (mixed_precision's default is bf16).
+  CommandLine fp16 = cli;
+  fp16.given.insert("--fp16");
+  fp16.values.precision.mixed_precision = Precision::kFp16;
+  const ResolvedConfig rf = resolve_train_config(fp16, nullptr, nullptr);
   for (const SettingDecl& d : train_settings()) {
     if (d.print_when_given) {  // a conversion (Megatron's tokens, min_lr): printed only when given
       EXPECT_TRUE(r.value_of(d.name).empty()) << d.name << " printed without its flag";
+      continue;
+    }
+    if (d.group == SettingGroup::kPrecision && d.name != "mixed_precision") {
+      EXPECT_TRUE(r.value_of(d.name).empty()) << d.name << " printed for a bf16 run";
+      EXPECT_FALSE(rf.value_of(d.name).empty()) << d.name << " not printed for an fp16 run";
+      EXPECT_EQ(rf.source_of(d.name), "seqpar default") << d.name;
       continue;
     }
     EXPECT_FALSE(r.value_of(d.name).empty()) << d.name << " not printed";
@@ -188,9 +199,12 @@ TEST(Settings, EverySettingIsInPrintConfigWithItsSource) {
   const ResolvedConfig g = resolve_train_config(cli, nullptr, nullptr);
   EXPECT_EQ(g.value_of("micro_batch"), "3");
   EXPECT_EQ(g.source_of("micro_batch"), "--micro-batch");
-  const std::string text = format_resolved_config(r);
-  for (const SettingDecl& d : train_settings())
-    if (!d.print_when_given) EXPECT_NE(text.find("  " + d.name + " "), std::string::npos) << d.name;
+  const std::string text = format_resolved_config(rf);  // fp16: the loss scaler's lines too
+  for (const SettingDecl& d : train_settings()) {
+    if (!d.print_when_given) {
+      EXPECT_NE(text.find("  " + d.name + " "), std::string::npos) << d.name;
+    }
+  }
 }
 
 // docs/configs.md carries the table `seqpar train --settings-table` prints, so the docs cannot

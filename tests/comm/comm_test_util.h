@@ -19,6 +19,7 @@ inline Tensor comm_input(DType dtype, int64_t n, uint64_t seed) {
   switch (dtype) {
     case DType::kF32: return random_tensor({n}, seed);
     case DType::kBF16: return random_tensor({n}, seed).to_dtype(DType::kBF16);
+    case DType::kF16: return random_tensor({n}, seed).to_dtype(DType::kF16);
     case DType::kI32: {
       std::uniform_int_distribution<int32_t> d(-100000000, 100000000);
       std::vector<int32_t> v(static_cast<size_t>(n));
@@ -36,21 +37,25 @@ inline Tensor comm_input(DType dtype, int64_t n, uint64_t seed) {
 }
 
 // The serial meaning of a reduction: element by element, ranks in order 0, 1, 2, ...; floats
-// accumulated in f32 (bf16 widened, rounded once at the end), integers exactly.
+// accumulated in f32 (bf16 and f16 widened, rounded once at the end), integers exactly.
 inline Tensor serial_reduce(const std::vector<Tensor>& ins, ReduceOp op, int64_t begin, int64_t end) {
   const DType dtype = ins[0].dtype();
   Tensor out = Tensor::empty({end - begin}, dtype);
   for (int64_t i = begin; i < end; ++i) {
-    if (dtype == DType::kF32 || dtype == DType::kBF16) {
+    if (dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16) {
       auto at = [&](const Tensor& t) {
-        return dtype == DType::kF32 ? t.data<float>()[i] : bf16_to_f32(t.data<bf16>()[i]);
+        return dtype == DType::kF32    ? t.data<float>()[i]
+               : dtype == DType::kBF16 ? bf16_to_f32(t.data<bf16>()[i])
+                                       : f16_to_f32(t.data<f16>()[i]);
       };
       float acc = at(ins[0]);
       for (size_t q = 1; q < ins.size(); ++q) acc = op == ReduceOp::kSum ? acc + at(ins[q]) : std::max(acc, at(ins[q]));
       if (dtype == DType::kF32)
         out.data<float>()[i - begin] = acc;
-      else
+      else if (dtype == DType::kBF16)
         out.data<bf16>()[i - begin] = f32_to_bf16(acc);
+      else
+        out.data<f16>()[i - begin] = f32_to_f16(acc);
     } else {
       auto at = [&](const Tensor& t) {
         return dtype == DType::kI32 ? int64_t{t.data<int32_t>()[i]} : t.data<int64_t>()[i];

@@ -15,7 +15,7 @@ using testing::comm_input;
 using testing::same_bits;
 using testing::serial_reduce;
 
-constexpr DType kAllDTypes[] = {DType::kF32, DType::kBF16, DType::kI32, DType::kI64};
+constexpr DType kAllDTypes[] = {DType::kF32, DType::kBF16, DType::kI32, DType::kI64, DType::kF16};
 
 uint64_t seed_of(int world, int rank, int salt) { return 1000003ull * world + 7919ull * rank + salt; }
 

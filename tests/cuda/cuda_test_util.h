@@ -46,7 +46,9 @@ inline std::string sm90_skip_reason() {
 
 // The ops' CUDA backends: bf16 and f32 storage.
 inline std::vector<optest::Backend> cuda_op_backends() {
-  return {{"cuda-bf16", Device::cuda(0), DType::kBF16, {}, ""}, {"cuda-f32", Device::cuda(0), DType::kF32, {}, ""}};
+  return {{"cuda-bf16", Device::cuda(0), DType::kBF16, {}, ""},
+          {"cuda-f16", Device::cuda(0), DType::kF16, {}, ""},
+          {"cuda-f32", Device::cuda(0), DType::kF32, {}, ""}};
 }
 
 // A flash backend that forces one kernel family in both directions.
@@ -75,10 +77,28 @@ inline optest::Backend cudnn_backend(AttentionBackend backend, CudnnDense dense 
   return b;
 }
 
-// Every CUDA attention path: mma.sync, wgmma (sm_90), cuDNN (dense and ragged graphs), auto.
+// cudnn_backend in fp16 (f16 q, k, v, out and gradients): an fp16 run's only attention path; auto
+// then takes cuDNN on every device and for several documents too.
+inline optest::Backend cudnn_f16_backend(AttentionBackend backend, CudnnDense dense = CudnnDense::kOn) {
+  optest::Backend b = cudnn_backend(backend, dense);
+  b.name += "-f16";
+  b.compute = DType::kF16;
+  if (backend == AttentionBackend::kAuto && b.unavailable == "auto picks cuDNN from compute capability 9.0")
+    b.unavailable = "";
+  return b;
+}
+
+// Every CUDA attention path: mma.sync, wgmma (sm_90), cuDNN (dense and ragged graphs), auto; and
+// cuDNN's and auto's in fp16.
 inline std::vector<optest::Backend> cuda_attention_backends() {
-  return {flash_backend(FlashKernel::kMma), flash_backend(FlashKernel::kWgmma), cudnn_backend(AttentionBackend::kCudnn),
-          cudnn_backend(AttentionBackend::kCudnn, CudnnDense::kOff), cudnn_backend(AttentionBackend::kAuto)};
+  return {flash_backend(FlashKernel::kMma),
+          flash_backend(FlashKernel::kWgmma),
+          cudnn_backend(AttentionBackend::kCudnn),
+          cudnn_backend(AttentionBackend::kCudnn, CudnnDense::kOff),
+          cudnn_backend(AttentionBackend::kAuto),
+          cudnn_f16_backend(AttentionBackend::kCudnn),
+          cudnn_f16_backend(AttentionBackend::kCudnn, CudnnDense::kOff),
+          cudnn_f16_backend(AttentionBackend::kAuto)};
 }
 
 }  // namespace seqpar::testing

@@ -1,6 +1,6 @@
-// `seqpar train --device cuda`: the training loop on the GPU (bf16 compute, f32 gradients and
-// master weights), against the same run on the CPU (f32), and with SP ranks on one GPU against
-// one rank. The built-in model with head_dim 64 (what the CUDA attention kernels take).
+// `seqpar train --device cuda`: the training loop on the GPU (bf16 compute, or fp16 with the loss
+// scaler; f32 gradients and master weights), against the same run on the CPU (f32), and with SP
+// ranks on one GPU against one rank. The built-in model with head_dim 64 (what the CUDA attention kernels take).
 // Tolerance: bf16 compute, 2e-2 relative on the loss (see test_cuda_model.cpp).
 #include <gtest/gtest.h>
 
@@ -53,7 +53,7 @@ void expect_same_curve(const TrainRun& a, const TrainRun& b, double tol, const s
 TEST(CudaTrain, FirstStepsMatchTheCpu) {
   const std::string common = "--steps 8 --eval-every 0 --sp 1";
   TrainRun cpu = train(common + " --device cpu");
-  TrainRun gpu = train(common + " --device cuda");  // the default, flash_attention_2
+  TrainRun gpu = train(common + " --device cuda --attn-implementation flash_attention_2");
   expect_same_curve(gpu, cpu, 2e-2, "cuda (flash_attention_2) vs cpu");
   TrainRun cudnn = train(common + " --device cuda --attn-implementation sdpa");
   expect_same_curve(cudnn, cpu, 2e-2, "cuda (sdpa: cuDNN) vs cpu");
@@ -143,6 +143,41 @@ TEST(CudaTrain, NoHostWaitInsideAStep) {
     auto it = allowed.find(why);
     ASSERT_NE(it, allowed.end()) << "a host wait nobody allowed: " << why << " (" << seen << ")";
     EXPECT_LE(n, it->second) << why << " (" << seen << ")";
+  }
+}
+
+// fp16 on the GPU (train/config.h Precision): f16 weights and activations, cuBLASLt's CUDA_R_16F
+// GEMMs, cuDNN's HALF attention and DeepSpeed's dynamic loss scaler: the CPU's curve within the
+// 16-bit rule (fp16 has more mantissa than bf16), one rank and Ulysses alike. A scale of 2^32 (Megatron's
+// and DeepSpeed's fused-optimizer default) overflows fp16 at once (dlogits alone reach 2^32 / tokens):
+// the first steps are skipped, the scale halves, the run goes on and learns. The flash kernel and
+// the ring (flash only) are refused by name.
+TEST(CudaTrain, Fp16MatchesTheCpuAndItsLossScalerTakesTheOverflows) {
+  const std::string common = "--steps 8 --eval-every 0 --sp 1";
+  const TrainRun cpu = train(common + " --device cpu");
+  std::string out;
+  const TrainRun fp16 = train(common + " --device cuda --attn-implementation sdpa --mixed-precision fp16", "", &out);
+  expect_same_curve(fp16, cpu, 2e-2, "cuda fp16 (cuDNN) vs cpu");
+  EXPECT_EQ(out.find("SKIPPED"), std::string::npos) << out;  // 2^16 does not overflow this model
+  EXPECT_NE(out.find("loss_scale 65536"), std::string::npos) << out;
+  const TrainRun ulysses =
+      train("--steps 8 --eval-every 0 --sp 2 --sp-mode ulysses --device cuda --attn-implementation sdpa --fp16");
+  expect_same_curve(ulysses, fp16, 2e-2, "fp16, ulysses 2 vs one rank");
+  const TrainRun high = train(
+      "--steps 30 --eval-every 0 --sp 1 --device cuda --attn-implementation sdpa --fp16 --initial-scale-power 32 "
+      "--hysteresis 1",
+      "", &out);
+  EXPECT_NE(out.find("step     1/30"), std::string::npos) << out;
+  EXPECT_NE(out.find("SKIPPED: fp16 overflow, loss scale 4.29497e+09 -> 2.14748e+09"), std::string::npos) << out;
+  EXPECT_NE(out.find("skipped on an fp16 overflow"), std::string::npos) << out;
+  ASSERT_TRUE(high.loss.count(30)) << out;
+  EXPECT_LT(high.loss.at(30), high.loss.at(1)) << out;
+  for (const char* refused : {"--attn-implementation flash_attention_2", "--sp 2 --sp-mode ring"}) {
+    EXPECT_NE(testing::run_command(
+                  testing::binary_path() + " train --head-dim 64 --steps 1 --device cuda --fp16 " + refused, &out),
+              0)
+        << refused;
+    EXPECT_NE(out.find("mixed_precision=fp16 runs attention on cuDNN only"), std::string::npos) << refused << out;
   }
 }
 

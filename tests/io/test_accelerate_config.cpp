@@ -161,11 +161,10 @@ TEST(AccelerateConfig, RefusalsSayWhy) {
   EXPECT_INPUT_ERROR(parse("distributed_type: XLA\n"),
                      "acc.yaml: 'distributed_type'=XLA is not supported by seqpar (supported: NO, MULTI_CPU, "
                      "MULTI_GPU, DEEPSPEED, FSDP)");
-  {  // fp16 is taken as bf16, said once (as DeepSpeed's fp16.enabled)
+  {  // fp16 is seqpar's fp16 with the loss scaler: no warning
     const AccelerateConfig c = parse("mixed_precision: fp16\n");
-    ASSERT_EQ(c.warnings.size(), 1u);
-    EXPECT_NE(c.warnings[0].find("acc.yaml: 'mixed_precision'=fp16 is taken as bf16"), std::string::npos)
-        << c.warnings[0];
+    EXPECT_TRUE(c.warnings.empty());
+    EXPECT_EQ(*c.mixed_precision, "fp16");
   }
   EXPECT_INPUT_ERROR(parse("mixed_precision: fp8\n"), "acc.yaml: 'mixed_precision'=fp8 is not supported");
   EXPECT_INPUT_ERROR(parse("deepspeed_config:\n  offload_optimizer_device: nvme\n"),

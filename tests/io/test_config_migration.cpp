@@ -102,7 +102,7 @@ TEST(ConfigMigration, EveryProblemOfAFileIsReportedAtOnce) {
     ds(R"({"fp16": {"enabled": true, "loss_scale": -1}, "zero_optimization": {"stage": 2,
            "offload_optimizer": {"device": "cpu"}}, "scheduler": {"type": "OneCycle"}, "gradient_clipping": -1})");
   });
-  // (offload_optimizer to the cpu is one of seqpar's levers, and fp16 is taken as bf16: no problem)
+  // (offload_optimizer to the cpu is one of seqpar's levers, and fp16 runs with its loss scaler: no problem)
   EXPECT_NE(m.find("3 problems in the configuration"), std::string::npos) << m;
   for (const char* part : {"'fp16.loss_scale' must be a number >= 0", "'scheduler.type'=\"OneCycle\"",
                            "'gradient_clipping' must be a number >= 0"})

@@ -189,29 +189,30 @@ TEST(DsConfig, UnknownKeysAreNamedInOneWarning) {
             "and divides once, the same mean as dividing first");
 }
 
-// fp16 with DeepSpeed's dynamic loss scaler (Megatron-DeepSpeed's and Accelerate's templates) is
-// taken as bf16, with one warning that names every scaler key as unused.
-TEST(DsConfig, Fp16IsTakenAsBf16WithANote) {
+// fp16 with DeepSpeed's dynamic loss scaler (Megatron-DeepSpeed's and Accelerate's templates):
+// every key read, as DeepSpeed types it, with no warning (train/config_resolve applies them).
+TEST(DsConfig, Fp16AndItsLossScalerAreRead) {
   const DsConfig c = parse_ds_config(R"({"fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 500,
-                                                  "hysteresis": 2, "min_loss_scale": 1, "initial_scale_power": 11}})",
+                                                  "hysteresis": 2, "min_loss_scale": 1, "initial_scale_power": 11,
+                                                  "consecutive_hysteresis": true}})",
                                      "r.json");
   EXPECT_TRUE(c.fp16_enabled.is_set() && c.fp16_enabled.value);
-  ASSERT_EQ(c.warnings.size(), 1u);
-  EXPECT_EQ(
-      c.warnings[0],
-      "r.json: 'fp16.enabled'=true is taken as bf16: seqpar computes in bf16 on the GPU (f32 on the CPU) with f32 "
-      "master weights and moments; bf16 has f32's exponent range, so no loss scaling is needed and the loss "
-      "scaler's settings are not used (fp16.loss_scale=0, fp16.min_loss_scale=1, fp16.initial_scale_power=11, "
-      "fp16.loss_scale_window=500, fp16.hysteresis=2)");
-  // Off (or "auto": HF Trainer's --fp16 is off by default) with scaler keys: they are named as unused.
-  const DsConfig off = parse_ds_config(R"({"fp16": {"enabled": "auto", "loss_scale": 0}})", "r.json");
-  ASSERT_EQ(off.warnings.size(), 1u);
-  EXPECT_EQ(off.warnings[0],
-            "r.json: fp16.loss_scale=0 are not used: fp16 is not enabled (and seqpar needs no loss "
-            "scaling)");
+  EXPECT_TRUE(c.warnings.empty()) << c.warnings[0];
+  EXPECT_EQ(c.loss_scale.value, 0);
+  EXPECT_EQ(c.loss_scale_window.value, 500);
+  EXPECT_EQ(c.loss_scale_window.key, "fp16.loss_scale_window");
+  EXPECT_EQ(c.hysteresis.value, 2);
+  EXPECT_EQ(c.min_loss_scale.value, 1);
+  EXPECT_EQ(c.initial_scale_power.value, 11);
+  EXPECT_TRUE(c.consecutive_hysteresis.value);
+  const DsConfig a = parse_ds_config(R"({"fp16": {"enabled": "auto", "loss_scale": 0}})", "r.json");
+  EXPECT_TRUE(a.fp16_enabled.is_auto());
+  EXPECT_TRUE(a.warnings.empty());
   // The scaler's keys are typed as DeepSpeed types them.
   EXPECT_INPUT_ERROR(parse_ds_config(R"({"fp16": {"enabled": true, "loss_scale_window": "many"}})", "r.json"),
                      "r.json: 'fp16.loss_scale_window' must be an integer >= 0");
+  EXPECT_INPUT_ERROR(parse_ds_config(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})", "r.json"),
+                     "r.json: 'fp16.enabled'=true and 'bf16.enabled'=true: bf16 and fp16 cannot both be enabled");
 }
 
 TEST(DsConfig, WrongTypesNameKeyTypeAndValue) {

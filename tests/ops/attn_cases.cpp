@@ -31,9 +31,12 @@ std::vector<int32_t> iota_pos(int64_t n, int32_t from = 0) {
 AttnRef reference_core(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const std::vector<double>* dout, const std::vector<int32_t>& qseg,
                        const std::vector<int32_t>& qpos, const std::vector<int32_t>& kseg,
-                       const std::vector<int32_t>& kpos, int64_t H, int64_t Hkv, int64_t D, bool causal,
-                       int32_t window, double scale, bool lowp, bool round_out, bool round_grads, const std::vector<float>* dq0,
+                       const std::vector<int32_t>& kpos, int64_t H, int64_t Hkv, int64_t D, bool causal, int32_t window,
+                       double scale, DType lowp_dt, bool round_out, bool round_grads, const std::vector<float>* dq0,
                        const std::vector<float>* dk0, const std::vector<float>* dv0) {
+  // lowp_dt: the 16-bit type the GPU kernels round P, dS and their outputs to (kF32: none).
+  const bool lowp = lowp_dt != DType::kF32;
+  auto lowp_round = [lowp_dt](double x) { return round_to(x, lowp_dt); };
   const int64_t Tq = static_cast<int64_t>(qseg.size()), Tk = static_cast<int64_t>(kseg.size()), G = H / Hkv;
   AttnRef r;
   r.out.assign(static_cast<size_t>(Tq * H * D), 0.0);
@@ -65,12 +68,12 @@ AttnRef reference_core(const std::vector<double>& q, const std::vector<double>& 
       for (int64_t j = 0; j < Tk; ++j) {
         if (s[j] == -kInf) continue;
         double p = std::exp(s[j] - lse);
-        if (lowp) p = round_bf16(p);
+        if (lowp) p = lowp_round(p);
         const double* vj = &v[(j * Hkv + hk) * D];
         for (int64_t d = 0; d < D; ++d) oi[d] += p * vj[d];
       }
       if (lowp && round_out)
-        for (int64_t d = 0; d < D; ++d) oi[d] = round_bf16(oi[d]);
+        for (int64_t d = 0; d < D; ++d) oi[d] = lowp_round(oi[d]);
       if (!dout) continue;
       // Backward of this row with its own final out and lse.
       const double* doi = &(*dout)[(i * H + h) * D];
@@ -79,13 +82,13 @@ AttnRef reference_core(const std::vector<double>& q, const std::vector<double>& 
       for (int64_t j = 0; j < Tk; ++j) {
         if (s[j] == -kInf) continue;
         double p = std::exp(s[j] - lse);
-        if (lowp) p = round_bf16(p);
+        if (lowp) p = lowp_round(p);
         const double* kj = &k[(j * Hkv + hk) * D];
         const double* vj = &v[(j * Hkv + hk) * D];
         double dp = 0;
         for (int64_t d = 0; d < D; ++d) dp += doi[d] * vj[d];
         double ds = p * (dp - delta);
-        if (lowp) ds = round_bf16(ds);
+        if (lowp) ds = lowp_round(ds);
         for (int64_t d = 0; d < D; ++d) {
           gv[(j * Hkv + hk) * D + d] += p * doi[d];
           gq[(i * H + h) * D + d] += scale * ds * kj[d];
@@ -99,7 +102,7 @@ AttnRef reference_core(const std::vector<double>& q, const std::vector<double>& 
     std::vector<double> t(g.size());
     for (size_t x = 0; x < g.size(); ++x) {
       t[x] = (start ? (*start)[x] : 0.0) + g[x];
-      if (lowp && round_grads) t[x] = round_bf16(t[x]);
+      if (lowp && round_grads) t[x] = lowp_round(t[x]);
     }
     return t;
   };
@@ -133,8 +136,10 @@ TokenMeta meta_of(const std::vector<int32_t>& seg, const std::vector<int32_t>& p
 // The path `b` must report for `c` (kNone: any).
 AttnPath expected_path(const AttnCase& c, const Backend& b) {
   if (b.device.is_cpu()) return AttnPath::kCpu;
-  // auto takes cuDNN's dense graph (one document) only, the flash kernel otherwise (attention_cuda.cpp).
-  if (b.attention.backend == AttentionBackend::kAuto && (num_docs(c) != 1 || b.attention.cudnn_dense != CudnnDense::kOn))
+  // auto takes cuDNN's dense graph (one document) only, the flash kernel otherwise (attention_cuda.cpp);
+  // in fp16 cuDNN always (the flash kernels are bf16-only).
+  if (b.attention.backend == AttentionBackend::kAuto && b.compute != DType::kF16 &&
+      (num_docs(c) != 1 || b.attention.cudnn_dense != CudnnDense::kOn))
     return AttnPath::kNone;
   if (is_cudnn(b))
     return num_docs(c) == 1 && b.attention.cudnn_dense == CudnnDense::kOn ? AttnPath::kCudnnDense
@@ -399,23 +404,29 @@ AttnInputs attn_inputs(const AttnCase& c) {
 }
 
 AttnRef attn_reference(const AttnCase& c, const AttnInputs& in, bool lowp) {
+  return attn_reference(c, in, lowp ? DType::kBF16 : DType::kF32);
+}
+
+AttnRef attn_reference(const AttnCase& c, const AttnInputs& in, DType lowp_dt) {
   const std::vector<double> dout = to_double(in.dout);
   return reference_core(to_double(in.q), to_double(in.k), to_double(in.v), &dout, c.qseg, c.qpos, c.kseg, c.kpos, c.H,
-                        c.Hkv, c.D, c.causal, c.window, c.scale(), lowp, !c.out_f32, !c.grad_f32, &in.dq0, &in.dk0, &in.dv0);
+                        c.Hkv, c.D, c.causal, c.window, c.scale(), lowp_dt, !c.out_f32, !c.grad_f32, &in.dq0, &in.dk0,
+                        &in.dv0);
 }
 
 AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H, int64_t Hkv, int64_t D, bool causal,
                        double scale, int32_t window) {
   return reference_core(q, k, v, nullptr, ints_of(q_meta.seg), ints_of(q_meta.pos), ints_of(k_meta.seg),
-                        ints_of(k_meta.pos), H, Hkv, D, causal, window, scale, false, false, false, nullptr, nullptr, nullptr);
+                        ints_of(k_meta.pos), H, Hkv, D, causal, window, scale, DType::kF32, false, false, nullptr,
+                        nullptr, nullptr);
 }
 
 AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const std::vector<double>& dout, const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H,
                        int64_t Hkv, int64_t D, bool causal, double scale) {
   return reference_core(q, k, v, &dout, ints_of(q_meta.seg), ints_of(q_meta.pos), ints_of(k_meta.seg),
-                        ints_of(k_meta.pos), H, Hkv, D, causal, /*window=*/0, scale, false, false, false, nullptr,
+                        ints_of(k_meta.pos), H, Hkv, D, causal, /*window=*/0, scale, DType::kF32, false, false, nullptr,
                         nullptr, nullptr);
 }
 
@@ -433,8 +444,10 @@ std::string attn_unsupported(const AttnCase& c, const Backend& b) {
   if (c.D == 96 && b.attention.backend == AttentionBackend::kFlash &&
       (b.attention.fwd_kernel == FlashKernel::kWgmma || b.attention.bwd_kernel == FlashKernel::kWgmma))
     return "the wgmma kernels take head dim 64 or 128; D=96 runs on the mma.sync kernel (docs/kernel-policy.md)";
+  if (b.compute == DType::kF16 && !is_cudnn(b))
+    return "the flash kernels are bf16-only (an fp16 run's attention is cuDNN's)";
   if (is_cudnn(b)) {
-    if (c.out_f32 || c.grad_f32) return "cuDNN writes bf16 outputs and gradients (f32 asked)";
+    if (c.out_f32 || c.grad_f32) return "cuDNN writes 16-bit outputs and gradients (f32 asked)";
     if (c.meta_on_device) return "cuDNN reads the document layout from host metadata (device metadata given)";
     std::string why;
     AttnArgs args{meta_of(c.qseg, c.qpos), meta_of(c.kseg, c.kpos), c.causal, c.scale()};
@@ -449,9 +462,9 @@ std::string attn_unsupported(const AttnCase& c, const Backend& b) {
 AttnResult run_attention(const AttnCase& c, const AttnInputs& in, const Backend& b) {
   const Device dev = b.device;
   const bool cpu = dev.is_cpu();
-  const DType io = cpu ? DType::kF32 : DType::kBF16;
-  const DType out_dt = cpu || c.out_f32 ? DType::kF32 : DType::kBF16;
-  const DType grad_dt = cpu || c.grad_f32 ? DType::kF32 : DType::kBF16;
+  const DType io = cpu ? DType::kF32 : b.compute;  // bf16, or f16 (cuDNN's fp16 path)
+  const DType out_dt = cpu || c.out_f32 ? DType::kF32 : io;
+  const DType grad_dt = cpu || c.grad_f32 ? DType::kF32 : io;
   const Shape qs{c.Tq, c.H, c.D}, ks{c.Tk, c.Hkv, c.D};
   Tensor q = make_tensor(qs, in.q, io, dev), k = make_tensor(ks, in.k, io, dev), v = make_tensor(ks, in.v, io, dev);
   Tensor dout = make_tensor(qs, in.dout, io, dev);
@@ -489,6 +502,15 @@ AttnExpect attn_expect(const AttnCase& c) {
   return e;
 }
 
+// The same-dtype reference of a GPU path: bf16's rounding, or f16's for an fp16 path (computed on
+// first use: most callers never run one).
+static const AttnRef& lowp_for(const AttnCase& c, const AttnExpect& e, const Backend& b, AttnRef* own16) {
+  if (b.compute != DType::kF16) return e.lowp;
+  if (!e.lowp16.out.empty()) return e.lowp16;
+  *own16 = attn_reference(c, e.in, DType::kF16);
+  return *own16;
+}
+
 bool check_attention(const AttnCase& c, const Backend& b, std::string* skipped, AttnResult* result,
                      const AttnExpect* expect) {
   if (const std::string why = attn_unsupported(c, b); !why.empty()) {
@@ -501,7 +523,7 @@ bool check_attention(const AttnCase& c, const Backend& b, std::string* skipped, 
     own.in = attn_inputs(c);
     own.exact = attn_reference(c, own.in, false);
     // The CPU's baseline is the exact result rounded to f32: no bf16 reference needed.
-    if (!b.device.is_cpu()) own.lowp = attn_reference(c, own.in, true);
+    if (!b.device.is_cpu() && b.compute != DType::kF16) own.lowp = attn_reference(c, own.in, true);
     expect = &own;
   }
   const AttnInputs& in = expect->in;
@@ -517,7 +539,8 @@ bool check_attention(const AttnCase& c, const Backend& b, std::string* skipped, 
     base = {f32(exact.out), f32(exact.lse), f32(exact.dq), f32(exact.dk), f32(exact.dv)};
     rule = Rule{1e-5, true};
   } else {
-    base = expect->lowp;
+    AttnRef own16;
+    base = lowp_for(c, *expect, b, &own16);
   }
   const AttnResult got = run_attention(c, in, b);
   if (result) *result = got;
@@ -576,7 +599,7 @@ void check_attention_finite_differences(const AttnCase& c) {
   std::vector<double> q = to_double(in.q), k = to_double(in.k), v = to_double(in.v);
   auto loss = [&] {  // sum(out * dout)
     const AttnRef r = reference_core(q, k, v, nullptr, c.qseg, c.qpos, c.kseg, c.kpos, c.H, c.Hkv, c.D, c.causal,
-                                     c.window, c.scale(), false, false, false, nullptr, nullptr, nullptr);
+                                     c.window, c.scale(), DType::kF32, false, false, nullptr, nullptr, nullptr);
     double s = 0;
     for (size_t i = 0; i < r.out.size(); ++i) s += r.out[i] * dout[i];
     return s;

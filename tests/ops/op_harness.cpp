@@ -30,10 +30,16 @@ std::vector<float> random_values(size_t n, uint64_t seed, float lo, float hi) {
 
 float round_bf16(double x) { return bf16_to_f32(f32_to_bf16(static_cast<float>(x))); }
 
+float round_to(double x, DType dt) {
+  if (dt == DType::kBF16) return round_bf16(x);
+  if (dt == DType::kF16) return f16_to_f32(f32_to_f16(static_cast<float>(x)));
+  return static_cast<float>(x);
+}
+
 std::vector<float> stored(const std::vector<float>& v, DType dt) {
-  if (dt != DType::kBF16) return v;
+  if (dt != DType::kBF16 && dt != DType::kF16) return v;
   std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = round_bf16(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) out[i] = round_to(v[i], dt);
   return out;
 }
 
@@ -47,7 +53,7 @@ Tensor poisoned(const Shape& shape, DType dt, Device device) {
 
 Tensor make_tensor(const Shape& shape, const std::vector<float>& v, DType dt, Device device) {
   Tensor h = Tensor::from_vector<float>(shape, v);
-  if (dt == DType::kBF16) h = h.to_dtype(DType::kBF16);
+  if (dt == DType::kBF16 || dt == DType::kF16) h = h.to_dtype(dt);
   return device.is_cpu() ? h : h.to(device);
 }
 
@@ -161,8 +167,9 @@ Values same_dtype_baseline(const OpCase& c, const Backend& b, const Values& ref)
     if (o.store != Store::kI32) o.values = stored(o.values, dtype_on(o, b));
   base = run_op(stored_case, cpu_backend());
   for (const Operand& o : c.operands) {
-    if (o.store == Store::kI32 || dtype_on(o, b) != DType::kBF16) continue;
-    for (double& x : base[o.name]) x = round_bf16(x);
+    const DType dt = o.store == Store::kI32 ? DType::kI32 : dtype_on(o, b);
+    if (dt != DType::kBF16 && dt != DType::kF16) continue;
+    for (double& x : base[o.name]) x = round_to(x, dt);
   }
   return base;
 }

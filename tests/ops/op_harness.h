@@ -36,13 +36,15 @@ namespace seqpar::optest {
 
 // Uniform in [lo, hi), deterministic from seed, never exactly 0 (a zero hides a wrong factor).
 std::vector<float> random_values(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
-// The values as `dt` holds them (bf16: rounded to nearest even), widened back to f32.
+// The values as `dt` holds them (bf16, f16: rounded to nearest even), widened back to f32.
 std::vector<float> stored(const std::vector<float>& v, DType dt);
 float round_bf16(double x);
+// x rounded to `dt` (bf16 or f16; f32 and others: to f32) and widened back.
+float round_to(double x, DType dt);
 std::vector<double> to_double(const std::vector<float>& v);
-// A tensor on `device` whose every byte is 0xFF: NaN in f32 and bf16.
+// A tensor on `device` whose every byte is 0xFF: NaN in f32, bf16 and f16.
 Tensor poisoned(const Shape& shape, DType dt, Device device);
-// A tensor of `dt` on `device` holding `v` (rounded when dt is bf16).
+// A tensor of `dt` on `device` holding `v` (rounded when dt is bf16 or f16).
 Tensor make_tensor(const Shape& shape, const std::vector<float>& v, DType dt, Device device);
 // A tensor's values as doubles (a device tensor is copied back; the device is synchronised).
 std::vector<double> values_of(const Tensor& t);
@@ -177,6 +179,8 @@ struct AttnRef {
   std::vector<double> out, lse, dq, dk, dv;
 };
 AttnRef attn_reference(const AttnCase& c, const AttnInputs& in, bool lowp);
+// The same with the 16-bit type the kernels round to: kBF16 (= lowp), kF16 (cuDNN's fp16 path), kF32 (none).
+AttnRef attn_reference(const AttnCase& c, const AttnInputs& in, DType lowp_dt);
 // The reference on raw double operands and metadata (the CPU attention tests' naive reference).
 AttnRef attn_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
                        const TokenMeta& q_meta, const TokenMeta& k_meta, int64_t H, int64_t Hkv, int64_t D, bool causal,
@@ -200,6 +204,7 @@ std::string attn_unsupported(const AttnCase& c, const Backend& b);
 struct AttnExpect {
   AttnInputs in;
   AttnRef exact, lowp;
+  AttnRef lowp16;  // f16's rounding: empty until a caller fills it (check_attention computes it when needed)
 };
 AttnExpect attn_expect(const AttnCase& c);
 // Runs `c` on `b` and checks: out, dq, dk, dv by the 2x rule against the bf16 reference (f32 paths:

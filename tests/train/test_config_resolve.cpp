@@ -143,7 +143,8 @@ TEST(ConfigResolve, EveryDeepSpeedKeyReachesTheConfig) {
   EXPECT_EQ(r.world, 8);
   EXPECT_EQ(r.train.memory.zero_stage, 1);
   EXPECT_EQ(r.source_of("zero_stage"), "ds.json: zero_optimization.stage");
-  EXPECT_TRUE(r.recorded.bf16);
+  EXPECT_EQ(t.precision.mixed_precision, Precision::kBf16);
+  EXPECT_EQ(r.source_of("mixed_precision"), "ds.json: bf16.enabled");
   EXPECT_EQ(r.recorded.optimizer, "Adam (adam_w_mode: AdamW)");
   EXPECT_TRUE(r.recorded.adam_w_mode);
   EXPECT_FLOAT_EQ(t.optimizer.adamw.lr, 2e-4f);
@@ -205,8 +206,8 @@ parallelism_config:
   EXPECT_EQ(r.recorded.machine_rank, 1);
   EXPECT_EQ(r.recorded.main_process_ip, "10.1.2.3");
   EXPECT_EQ(r.recorded.main_process_port, 1234);
-  EXPECT_TRUE(r.recorded.bf16);
-  EXPECT_EQ(r.source_of("bf16"), "acc.yaml: mixed_precision");
+  EXPECT_EQ(t.precision.mixed_precision, Precision::kBf16);
+  EXPECT_EQ(r.source_of("mixed_precision"), "acc.yaml: mixed_precision");
   EXPECT_EQ(r.train.memory.zero_stage, 2);
   EXPECT_EQ(t.data.grad_accum, 2);
   EXPECT_DOUBLE_EQ(t.optimizer.clip, 0.3);
@@ -238,6 +239,9 @@ nlohmann::json file_value(const SettingDecl& d, const std::string& key) {
       {"fsdp_config.fsdp_offload_params", true},
       {"fsdp_config.fsdp_activation_checkpointing", true},
       {"parallelism_config.parallelism_config_cp_size", 2},
+      {"fp16.enabled", true},
+      {"bf16.enabled", true},
+      {"bfloat16.enabled", true},
   };
   if (auto it = spelled.find(key); it != spelled.end()) return it->second;
   return d.to_json(TrainConfig{});
@@ -265,6 +269,7 @@ nlohmann::json ds_file_with(const std::string& key) {
   }
   if (j.contains("zero_optimization") && base.find("offload_param") != std::string::npos)
     j["zero_optimization"]["stage"] = 3;
+  if (base.rfind("fp16.", 0) == 0 && base != "fp16.enabled") j["fp16"]["enabled"] = true;  // the scaler's: fp16 only
   if (!j.contains("train_micro_batch_size_per_gpu")) j["train_micro_batch_size_per_gpu"] = 1;
   return j;
 }
@@ -273,7 +278,9 @@ nlohmann::json ds_file_with(const std::string& key) {
 // needs beside it (a sharded FSDP for FSDP's offload; Ulysses inside the ring for its degree).
 std::string yaml_with(const SettingDecl& d, const std::string& key) {
   const size_t dot = key.find('.');
-  std::string y = key.substr(0, dot) + ":\n  " + key.substr(dot + 1) + ": " + file_value(d, key).dump() + "\n";
+  std::string y = dot == std::string::npos
+                      ? key + ": " + file_value(d, key).dump() + "\n"
+                      : key.substr(0, dot) + ":\n  " + key.substr(dot + 1) + ": " + file_value(d, key).dump() + "\n";
   if (key.rfind("fsdp_config.", 0) == 0) {
     y = "distributed_type: FSDP\n" + y;
     if (key == "fsdp_config.fsdp_offload_params") y += "  fsdp_sharding_strategy: FULL_SHARD\n";
@@ -336,7 +343,9 @@ TEST(ConfigResolve, AutoTakesTheTrainersValue) {
   EXPECT_EQ(r.source_of("lr"), "--lr (auto in ds.json: optimizer.params.lr)");
   EXPECT_EQ(r.source_of("beta1"), "default (auto in ds.json: optimizer.params.betas)");
   EXPECT_FLOAT_EQ(r.train.optimizer.adamw.beta1, 0.9f);
-  EXPECT_FALSE(r.recorded.bf16);
+  // bf16.enabled "auto" with no --bf16: HF Trainer leaves it off; seqpar's GPU path computes in bf16.
+  EXPECT_EQ(r.train.precision.mixed_precision, Precision::kBf16);
+  EXPECT_EQ(r.source_of("mixed_precision"), "default (auto in ds.json: bf16.enabled)");
   const LrSchedule& s = r.train.schedule.lr;
   EXPECT_DOUBLE_EQ(s.warmup_min_lr, 0.0);  // the HF Trainer fills 0
   EXPECT_DOUBLE_EQ(s.warmup_max_lr, 0.004f);
@@ -630,6 +639,98 @@ TEST(Schedules, ResolvedScheduleDrivesTheTrainer) {
   EXPECT_NEAR(lr_at(r.train, 1), 0.0, 1e-12);
 }
 
+// ---- Mixed precision and fp16's loss scaler.
+
+TEST(ConfigResolve, DeepSpeedFp16AndItsLossScalerReachTheConfig) {
+  const DsConfig d = ds(R"({"train_micro_batch_size_per_gpu": 2,
+    "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12, "loss_scale_window": 500,
+             "hysteresis": 3, "consecutive_hysteresis": true, "min_loss_scale": 0.5}})");
+  const ResolvedConfig r = resolve_train_config(cli(), &d, nullptr);
+  const TrainConfig& t = r.train;
+  EXPECT_EQ(t.precision.mixed_precision, Precision::kFp16);
+  EXPECT_EQ(r.source_of("mixed_precision"), "ds.json: fp16.enabled");
+  const LossScalerConfig& s = t.precision.scaler;
+  EXPECT_EQ(s.loss_scale, 0);
+  EXPECT_EQ(s.initial_scale_power, 12);
+  EXPECT_EQ(s.loss_scale_window, 500);
+  EXPECT_EQ(s.hysteresis, 3);
+  EXPECT_TRUE(s.consecutive_hysteresis);
+  EXPECT_EQ(s.min_loss_scale, 0.5);
+  for (const char* k : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                        "consecutive_hysteresis", "min_loss_scale"})
+    EXPECT_EQ(r.source_of(k), std::string("ds.json: fp16.") + k) << k;
+  // --print-config's lines: the scaler's values with their sources (shown with fp16 only).
+  const std::string text = format_resolved_config(r);
+  for (const char* line : {"initial_scale_power", "loss_scale_window", "ds.json: fp16.hysteresis"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  EXPECT_EQ(r.value_of("hysteresis"), "3");
+  EXPECT_FALSE(has_warning(r, "taken as bf16"));
+  // The same keys for a bf16 run: not printed, and named as unused.
+  const DsConfig b = ds(R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+    "fp16": {"enabled": false, "loss_scale_window": 500}})");
+  const ResolvedConfig rb = resolve_train_config(cli(), &b, nullptr);
+  EXPECT_EQ(rb.train.precision.mixed_precision, Precision::kBf16);
+  EXPECT_EQ(rb.value_of("loss_scale_window"), "");
+  EXPECT_TRUE(has_warning(rb,
+                          "loss_scale_window=500 (ds.json: fp16.loss_scale_window): the loss scaler's settings "
+                          "are not used: mixed_precision=bf16 (ds.json: bf16.enabled)"));
+}
+
+TEST(ConfigResolve, Fp16RulesAndRefusalsNameTheirKeys) {
+  // Both enabled: DeepSpeed's own refusal, naming both keys.
+  EXPECT_ERROR_HAS(ds(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})"),
+                   "ds.json: 'fp16.enabled'=true and 'bf16.enabled'=true: bf16 and fp16 cannot both be enabled");
+  EXPECT_ERROR_HAS(ds(R"({"fp16": {"enabled": true}, "bfloat16": {"enabled": true}})"),
+                   "'fp16.enabled'=true and 'bfloat16.enabled'=true");
+  EXPECT_ERROR_HAS(ds(R"({"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})"),
+                   "ds.json: 'fp16.fp16_master_weights_and_grads'=true is not supported");
+  EXPECT_NE(ds(R"({"fp16": {"enabled": true, "auto_cast": true}})")
+                .warnings.at(0)
+                .find("fp16.auto_cast=true has nothing to cast"),
+            std::string::npos);
+  // The dynamic scaler's rules (DeepSpeed's), with the value's source, when fp16 runs it.
+  const DsConfig w = ds(R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true, "loss_scale_window": 0}})");
+  EXPECT_ERROR_HAS(resolve_train_config(cli(), &w, nullptr),
+                   "loss_scale_window=0 must be >= 1 (ds.json: fp16.loss_scale_window)");
+  const DsConfig st = ds(R"({"train_micro_batch_size_per_gpu": 2,
+    "fp16": {"enabled": true, "loss_scale": 128, "loss_scale_window": 0}})");
+  EXPECT_NO_THROW(resolve_train_config(cli(), &st, nullptr));  // static: the window is not used
+}
+
+// "auto" is HF Trainer's: fp16.enabled follows --fp16 (bf16.enabled --bf16); with neither, HF
+// leaves fp16 off (transformers' trainer_config_process fills fp16.enabled from args.fp16, False
+// by default), and seqpar's GPU path computes in bf16.
+TEST(ConfigResolve, Fp16AutoFollowsTheTrainersFlag) {
+  const DsConfig d = ds(R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": "auto"},
+                            "bf16": {"enabled": "auto"}})");
+  ResolvedConfig r = resolve_train_config(cli(), &d, nullptr);
+  EXPECT_EQ(r.train.precision.mixed_precision, Precision::kBf16);
+  EXPECT_EQ(r.source_of("mixed_precision"), "default (auto in ds.json: fp16.enabled)");
+  CommandLine c = cli({"--fp16"});
+  c.values.precision.mixed_precision = Precision::kFp16;
+  r = resolve_train_config(c, &d, nullptr);
+  EXPECT_EQ(r.train.precision.mixed_precision, Precision::kFp16);
+  EXPECT_EQ(r.source_of("mixed_precision"), "--fp16 (auto in ds.json: fp16.enabled)");
+  // A flag against a file's explicit value: the flag wins, with a warning.
+  const DsConfig b = ds(R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}})");
+  r = resolve_train_config(c, &b, nullptr);
+  EXPECT_EQ(r.train.precision.mixed_precision, Precision::kFp16);
+  EXPECT_TRUE(has_warning(r, "mixed_precision: ds.json: bf16.enabled=bf16 is overridden by --fp16=fp16"));
+}
+
+TEST(ConfigResolve, AccelerateMixedPrecisionFp16) {
+  const AccelerateConfig a = acc("mixed_precision: fp16\n");
+  const ResolvedConfig r = resolve_train_config(cli(), nullptr, &a);
+  EXPECT_EQ(r.train.precision.mixed_precision, Precision::kFp16);
+  EXPECT_EQ(r.source_of("mixed_precision"), "acc.yaml: mixed_precision");
+  EXPECT_EQ(r.value_of("initial_scale_power"), "16");  // DeepSpeed's scaler defaults
+  EXPECT_FALSE(has_warning(r, "taken as bf16"));
+  const AccelerateConfig no = acc("mixed_precision: \"no\"\n");
+  const ResolvedConfig rn = resolve_train_config(cli(), nullptr, &no);
+  EXPECT_EQ(rn.train.precision.mixed_precision, Precision::kBf16);
+  EXPECT_TRUE(has_warning(rn, "mixed_precision=no: seqpar computes in bf16 on the GPU all the same"));
+}
+
 // ---- The command: seqpar train --print-config.
 
 std::string line_of(const std::string& output, const std::string& name) {
@@ -674,6 +775,32 @@ TEST(PrintConfig, PrintsEverySettingWithItsSourceAndExits) {
   expect_line("seed", "1234", "default");
   EXPECT_NE(out.find("optimizer.params.lr=0.003 is overridden by --lr=0.002"), std::string::npos) << out;
   EXPECT_EQ(out.find("tokens/s"), std::string::npos) << "--print-config must not train:\n" << out;
+}
+
+// The precision and the loss scaler from a DeepSpeed file and a flag, as --print-config prints them.
+TEST(PrintConfig, LossScalerSettingsWithTheirSources) {
+  const std::string dir = testing::temp_dir();
+  std::ofstream(dir + "/ds.json") << R"({"train_micro_batch_size_per_gpu": 2,
+    "fp16": {"enabled": true, "initial_scale_power": 12, "hysteresis": 3}})";
+  std::string out;
+  const int rc = testing::run_command(
+      testing::binary_path() + " train --config " + dir + "/ds.json --loss-scale-window 50 --print-config", &out);
+  ASSERT_EQ(rc, 0) << out;
+  for (auto [name, value, source] :
+       {std::tuple{"mixed_precision", "fp16", dir + "/ds.json: fp16.enabled"},
+        std::tuple{"initial_scale_power", "12", dir + "/ds.json: fp16.initial_scale_power"},
+        std::tuple{"hysteresis", "3", dir + "/ds.json: fp16.hysteresis"},
+        std::tuple{"loss_scale_window", "50", std::string("--loss-scale-window")},
+        std::tuple{"min_loss_scale", "1", std::string("default")}}) {
+    const std::string line = line_of(out, name);
+    EXPECT_NE(line.find(" " + std::string(value) + " "), std::string::npos) << name << ": " << line << "\n" << out;
+    EXPECT_NE(line.find(source), std::string::npos) << name << ": " << line;
+  }
+  EXPECT_EQ(out.find("taken as bf16"), std::string::npos) << out;
+  // Without fp16 the scaler's lines are not printed.
+  ASSERT_EQ(testing::run_command(testing::binary_path() + " train --print-config", &out), 0) << out;
+  EXPECT_NE(line_of(out, "mixed_precision").find("bf16"), std::string::npos) << out;
+  EXPECT_EQ(line_of(out, "loss_scale_window"), "") << out;
 }
 
 // The memory settings, from their flags.

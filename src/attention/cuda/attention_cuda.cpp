@@ -31,11 +31,12 @@ void check_cuda_tensor(const Tensor& t, const char* name, Device dev) {
 }
 
 void check_float_out(const Tensor& t, const char* name) {
-  SEQPAR_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF32, "flash attention: {} is {}, must be bf16 or f32",
-               name, t.str());
+  SEQPAR_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF16 || t.dtype() == DType::kF32,
+               "flash attention: {} is {}, must be bf16, f16 or f32", name, t.str());
 }
 
-// q [Tq, H, D], k/v [Tk, Hkv, D], bf16, on one CUDA device; returns that device.
+// q [Tq, H, D], k/v [Tk, Hkv, D], all bf16 or all f16 (an fp16 run's: cuDNN only, see cudnn_route),
+// on one CUDA device; returns that device.
 Device check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
   SEQPAR_CHECK(q.defined() && q.device().is_cuda(), "flash attention: q must be a CUDA tensor, got {}", q.str());
   const Device dev = q.device();
@@ -44,9 +45,11 @@ Device check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
   SEQPAR_CHECK(q.ndim() == 3 && k.ndim() == 3, "flash attention: q {} must be [Tq, H, D] and k {} [Tk, Hkv, D]",
                q.str(), k.str());
   check_shape(v, k.shape(), "v (must match k)");
-  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
-    SEQPAR_CHECK(t->dtype() == DType::kBF16,
-                 "flash attention takes bf16 q, k, v (the tensor-core operand type); {} is {}", name, t->str());
+  SEQPAR_CHECK(q.dtype() == DType::kBF16 || q.dtype() == DType::kF16,
+               "attention takes bf16 or f16 q, k, v (the tensor-core operand type); q is {}", q.str());
+  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&k, "k"}, {&v, "v"}}) {
+    SEQPAR_CHECK(t->dtype() == q.dtype(), "attention: {} is {}, q is {}: q, k, v share one type", name, t->str(),
+                 q.str());
   }
   const int64_t H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
   SEQPAR_CHECK(Hkv > 0 && H % Hkv == 0, "flash attention: H={} must be a multiple of Hkv={}", H, Hkv);
@@ -108,22 +111,41 @@ Tensor tile_stats(const TokenMeta& m, const DeviceMeta& dm, int64_t T, int tile,
 }
 
 // The documents to hand to cuDNN for this call, or nullopt for the flash kernel: the policy's
-// backend, the device (auto: compute capability >= 9.0), bf16 outputs, and attention_backend.h's
-// packed_docs rule. Says why at debug level whenever a cuDNN setting ends on the flash kernel.
+// backend, the device (auto: compute capability >= 9.0), outputs in q's 16-bit type, and
+// attention_backend.h's packed_docs rule. Says why at debug level whenever a cuDNN setting ends on
+// the flash kernel.
+//
+// f16 q, k, v (an fp16 run): the flash kernels are bf16-only (mma.sync / wgmma on bf16 operands),
+// so cuDNN is the only path: auto takes it on any device and for several documents too (its
+// ragged graph), and a call cuDNN cannot take (a sliding window, f32 outputs, keys that are not
+// the queries' own documents, backend flash) is an error saying why.
+[[noreturn]] void refuse_f16_flash(const char* entry, const std::string& why) {
+  throw Error(
+      fmt::format("{}: fp16 attention runs on cuDNN only (seqpar's flash kernels are bf16-only), and cuDNN "
+                  "cannot take this call: {}; train in bf16 (--mixed-precision bf16) for it",
+                  entry, why));
+}
 
-std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq, int64_t Tk, bool bf16_outputs,
-                                      const AttnArgs& args) {
+std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq, int64_t Tk, bool f16,
+                                      bool sixteen_bit_outputs, const AttnArgs& args) {
   const AttentionBackend backend = args.policy.backend;
-  if (backend == AttentionBackend::kFlash) return std::nullopt;
+  if (backend == AttentionBackend::kFlash) {
+    if (f16) refuse_f16_flash(entry, "the policy's backend is flash (attn_implementation flash_attention_2/3)");
+    return std::nullopt;
+  }
   std::string why;
-  if (backend == AttentionBackend::kAuto) {
+  if (backend == AttentionBackend::kAuto && !f16) {
     const int cc = device_compute_capability(dev.index);
     if (cc < 90)
       why = fmt::format("{} has compute capability {}.{} (auto uses cuDNN from 9.0)", dev.str(), cc / 10, cc % 10);
   }
-  if (why.empty() && !bf16_outputs) why = "f32 outputs or gradients (cuDNN writes bf16)";
+  if (why.empty() && !sixteen_bit_outputs) why = "f32 outputs or gradients (cuDNN writes q's 16-bit type)";
   std::optional<PackedDocs> docs;
   if (why.empty()) docs = packed_docs(args, Tq, Tk, &why);
+  if (f16) {
+    if (!docs) refuse_f16_flash(entry, why);
+    return docs;
+  }
   if (docs && backend == AttentionBackend::kAuto && (docs->num_docs() != 1 || args.policy.cudnn_dense != CudnnDense::kOn)) {
     // auto takes cuDNN where it was measured faster: its dense graph (one document), 1.3-2.0x the
     // flash kernel forward+backward on the H200 (bench/NOTES.md, 2026-12-02). Its ragged graph
@@ -186,11 +208,15 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
     if (args.ran) *args.ran = AttnPath::kNone;
     return;
   }
-  if (const auto docs = cudnn_route("attn_forward", dev, Tq, Tk, out.dtype() == DType::kBF16, args)) {
+  const bool f16 = q.dtype() == DType::kF16;
+  if (const auto docs = cudnn_route("attn_forward", dev, Tq, Tk, f16, out.dtype() == q.dtype(), args)) {
     if (const AttnPath path = cudnn_attn_forward(out, lse, q, k, v, args, *docs); path != AttnPath::kNone) {
       if (args.ran) *args.ran = path;
       return;
     }
+    if (f16)
+      refuse_f16_flash("attn_forward",
+                       "cuDNN has no plan for the shape (see the warning above), or a tensor is not 16-byte aligned");
   }
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
@@ -219,7 +245,7 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   check_shape(out, q.shape(), "out (must match q [Tq, H, D])");
   check_shape(lse, {Tq, H}, "lse [Tq, H]");
   check_dtype(lse, DType::kF32, "lse");
-  check_dtype(dout, DType::kBF16, "dout (a tensor-core operand)");
+  check_dtype(dout, q.dtype(), "dout (a tensor-core operand, q's type)");
   check_float_out(out, "out");
   check_float_out(dq, "dq");
   SEQPAR_CHECK(dk.dtype() == dq.dtype() && dv.dtype() == dq.dtype(),
@@ -236,13 +262,18 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
     if (args.ran) *args.ran = AttnPath::kNone;
     return;
   }
-  // cuDNN reads a bf16 out; f32 gradients (a ring's accumulators) take its bf16 result added or cast.
-  if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, out.dtype() == DType::kBF16, args)) {
+  // cuDNN reads an out of q's type; f32 gradients (a ring's accumulators) take its 16-bit result
+  // added or cast.
+  const bool f16 = q.dtype() == DType::kF16;
+  if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, f16, out.dtype() == q.dtype(), args)) {
     if (const AttnPath path = cudnn_attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, *docs, mode);
         path != AttnPath::kNone) {
       if (args.ran) *args.ran = path;
       return;
     }
+    if (f16)
+      refuse_f16_flash("attn_backward",
+                       "cuDNN has no plan for the shape (see the warning above), or a tensor is not 16-byte aligned");
   }
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
@@ -295,10 +326,12 @@ void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const 
   check_dtype(lse_part, DType::kF32, "lse_part");
   check_float_out(out_acc, "out_acc");
   check_float_out(out_part, "out_part");
+  SEQPAR_CHECK(out_acc.dtype() == DType::kF32 || out_part.dtype() == DType::kF32 || out_acc.dtype() == out_part.dtype(),
+               "attn_merge: out_acc {} and out_part {} are two different 16-bit types", out_acc.str(), out_part.str());
   SEQPAR_CHECK(D <= INT_MAX, "attn_merge: D={} too large", D);
-  launch_merge(out_acc.raw(), lse_acc.data<float>(), out_part.raw(), lse_part.data<float>(), T * H,
-               static_cast<int>(D), out_acc.dtype() == DType::kF32, out_part.dtype() == DType::kF32,
-               current_stream());
+  launch_merge(out_acc.raw(), lse_acc.data<float>(), out_part.raw(), lse_part.data<float>(), T * H, static_cast<int>(D),
+               out_acc.dtype() == DType::kF32, out_part.dtype() == DType::kF32,
+               out_acc.dtype() == DType::kF16 || out_part.dtype() == DType::kF16, current_stream());
 }
 
 }  // namespace seqpar::cuda_attn

@@ -1,5 +1,6 @@
 // Small kernels around the flash-attention kernels: per-tile mask statistics, the backward's
 // pre-pass and dq finish, and the LSE merge of partial attention results.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -122,9 +123,18 @@ __global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, bool write, co
 // One warp per (token, head) row:
 //   lse' = log(exp(lse_acc) + exp(lse_part)),  out' = out_acc exp(lse_acc - lse') + out_part exp(lse_part - lse').
 // An empty part (-inf) leaves the row alone; an empty accumulator takes the part as is without
-// reading its own out (which may be uninitialised); two empties give out 0, lse -inf.
+// reading its own out (which may be uninitialised); two empties give out 0, lse -inf. 16-bit
+// values are bf16, or f16 with `half` (an fp16 run's ring: cuDNN's f16 partials into f32).
+__device__ __forceinline__ float load16(uint16_t b, bool half) {
+  return half ? __half2float(__ushort_as_half(b)) : bf16_bits_to_f32(b);
+}
+__device__ __forceinline__ uint16_t store16(float x, bool half) {
+  return half ? __half_as_ushort(__float2half_rn(x)) : static_cast<uint16_t>(pack_bf16(x, 0.f) & 0xffffu);
+}
+
 __global__ void merge_kernel(void* __restrict__ out_acc, float* __restrict__ lse_acc, const void* __restrict__ out_part,
-                             const float* __restrict__ lse_part, int64_t rows, int D, bool acc_f32, bool part_f32) {
+                             const float* __restrict__ lse_part, int64_t rows, int D, bool acc_f32, bool part_f32,
+                             bool half) {
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (row >= rows) return;
@@ -153,15 +163,15 @@ __global__ void merge_kernel(void* __restrict__ out_acc, float* __restrict__ lse
     float a = 0.f, b;
     if (la != -INFINITY) {
       a = acc_f32 ? static_cast<const float*>(out_acc)[base + d]
-                  : bf16_bits_to_f32(static_cast<const uint16_t*>(out_acc)[base + d]);
+                  : load16(static_cast<const uint16_t*>(out_acc)[base + d], half);
     }
     b = part_f32 ? static_cast<const float*>(out_part)[base + d]
-                 : bf16_bits_to_f32(static_cast<const uint16_t*>(out_part)[base + d]);
+                 : load16(static_cast<const uint16_t*>(out_part)[base + d], half);
     const float r = wa * a + wp * b;
     if (acc_f32) {
       static_cast<float*>(out_acc)[base + d] = r;
     } else {
-      static_cast<uint16_t*>(out_acc)[base + d] = static_cast<uint16_t>(pack_bf16(r, 0.f) & 0xffffu);
+      static_cast<uint16_t*>(out_acc)[base + d] = store16(r, half);
     }
   }
   __syncwarp();
@@ -202,11 +212,11 @@ void launch_dq_finish(const BwdParams& p, cudaStream_t stream) {
 }
 
 void launch_merge(void* out_acc, float* lse_acc, const void* out_part, const float* lse_part, int64_t rows, int D,
-                  bool acc_f32, bool part_f32, cudaStream_t stream) {
+                  bool acc_f32, bool part_f32, bool half, cudaStream_t stream) {
   if (rows == 0) return;
   const int per_block = 8;
   merge_kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), per_block * 32, 0, stream>>>(
-      out_acc, lse_acc, out_part, lse_part, rows, D, acc_f32, part_f32);
+      out_acc, lse_acc, out_part, lse_part, rows, D, acc_f32, part_f32, half);
   SEQPAR_LAUNCH_CHECK();
 }
 

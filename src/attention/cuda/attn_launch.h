@@ -103,9 +103,10 @@ FlashKernel launch_bwd(const BwdParams& p, const BwdTile& tile, FlashKernel kern
 void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream);
 void launch_dq_finish(const BwdParams& p, cudaStream_t stream);
 
-// In-place LSE merge over rows (T * H of them), each of D elements; out tensors bf16 or f32.
+// In-place LSE merge over rows (T * H of them), each of D elements; out tensors bf16 or f32, or
+// (half) f16 or f32.
 void launch_merge(void* out_acc, float* lse_acc, const void* out_part, const float* lse_part, int64_t rows, int D,
-                  bool acc_f32, bool part_f32, cudaStream_t stream);
+                  bool acc_f32, bool part_f32, bool half, cudaStream_t stream);
 
 // The kernel instantiations (attn_fwd_d*.cu, attn_bwd_d*.cu); launch_fwd / launch_bwd pick one.
 namespace detail {

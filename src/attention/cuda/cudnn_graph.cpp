@@ -80,12 +80,12 @@ int64_t masked_scores(Graph& g, const Shape4& s, bool subtract_stats) {
 // Forward: O = softmax(S) V, Stats = logsumexp(S) per row.
 void forward_graph(Graph& g, const Shape4& s) {
   common_inputs(g, s);
-  g.tensor(kQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, s.ragged(kRaggedQ));
+  g.tensor(kQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), s.io_type(), false, s.ragged(kRaggedQ));
   // K^T: [B, Hkv, D, S] over k [T, Hkv, D].
-  g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, {s.S * s.Hkv * s.D, s.D, 1, s.Hkv * s.D}, CUDNN_DATA_BFLOAT16, false,
+  g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, {s.S * s.Hkv * s.D, s.D, 1, s.Hkv * s.D}, s.io_type(), false,
            s.ragged(kRaggedKV));
-  g.tensor(kV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, s.ragged(kRaggedKV));
-  g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, s.ragged(kRaggedQ));
+  g.tensor(kV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), s.io_type(), false, s.ragged(kRaggedKV));
+  g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), s.io_type(), false, s.ragged(kRaggedQ));
   g.tensor(kStats, {s.B, s.H, s.S, 1}, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, s.ragged(kRaggedStats));
 
   const int64_t x = masked_scores(g, s, /*subtract_stats=*/false);
@@ -100,7 +100,7 @@ void forward_graph(Graph& g, const Shape4& s) {
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, sum, e);
   g.pointwise(CUDNN_POINTWISE_LOG, log_sum, sum);
   g.pointwise(CUDNN_POINTWISE_ADD, kStats, mx, log_sum);
-  const int64_t p = g.virt(ss, st, CUDNN_DATA_BFLOAT16);  // P feeds the second GEMM in bf16
+  const int64_t p = g.virt(ss, st, s.io_type());  // P feeds the second GEMM in the 16-bit type
   g.pointwise(CUDNN_POINTWISE_DIV, p, e, sum);
   g.matmul(kO, p, kV, s.len(kSeqLenQ), 0, s.len(kSeqLenKV));
 }
@@ -108,7 +108,7 @@ void forward_graph(Graph& g, const Shape4& s) {
 // Backward: dQ, dK, dV (=) from Q, K, V, O, dO, Stats. dQ goes through an f32 accumulator
 // (kDQAccum: ragged like dQ, or dense [B, H, S, D] head-major as cudnn-frontend lays it out);
 // with GQA, dK and dV are first computed per query head and summed over each group: in a ragged
-// graph into kDKFull / kDVFull (bf16, ragged with the KV offsets, which cuDNN scales by H / Hkv,
+// graph into kDKFull / kDVFull (the 16-bit type, ragged with the KV offsets, which cuDNN scales by H / Hkv,
 // as cudnn-frontend lays them out for ragged inputs), in a dense one inside cuDNN (virtual).
 void backward_graph(Graph& g, const Shape4& s) {
   common_inputs(g, s);
@@ -116,22 +116,21 @@ void backward_graph(Graph& g, const Shape4& s) {
   // The per-query-head gradient before the group sum: ours (ragged) or cuDNN's (virtual).
   auto full_head = [&](int64_t uid) {
     const Dims full{s.B, s.H, s.S, s.D};
-    if (s.dense)
-      return g.virt(full, {s.H * s.S * s.D, s.S * s.D, s.D, 1}, CUDNN_DATA_BFLOAT16);
-    g.tensor(uid, full, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, kRaggedKV);
+    if (s.dense) return g.virt(full, {s.H * s.S * s.D, s.S * s.D, s.D, 1}, s.io_type());
+    g.tensor(uid, full, bshd(s, s.H, s.D), s.io_type(), false, kRaggedKV);
     return uid;
   };
   const int64_t rq = s.ragged(kRaggedQ), rkv = s.ragged(kRaggedKV);
-  g.tensor(kQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
+  g.tensor(kQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), s.io_type(), false, rq);
   const Dims kt_strides{s.S * s.Hkv * s.D, s.D, 1, s.Hkv * s.D};  // K^T and V^T: [B, Hkv, D, S]
-  g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, kt_strides, CUDNN_DATA_BFLOAT16, false, rkv);
-  g.tensor(kV, {s.B, s.Hkv, s.D, s.S}, kt_strides, CUDNN_DATA_BFLOAT16, false, rkv);
-  g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
-  g.tensor(kDO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
+  g.tensor(kK, {s.B, s.Hkv, s.D, s.S}, kt_strides, s.io_type(), false, rkv);
+  g.tensor(kV, {s.B, s.Hkv, s.D, s.S}, kt_strides, s.io_type(), false, rkv);
+  g.tensor(kO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), s.io_type(), false, rq);
+  g.tensor(kDO, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), s.io_type(), false, rq);
   g.tensor(kStats, {s.B, s.H, s.S, 1}, bshd(s, s.H, 1), CUDNN_DATA_FLOAT, false, s.ragged(kRaggedStats));
-  g.tensor(kDQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), CUDNN_DATA_BFLOAT16, false, rq);
-  g.tensor(kDK, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, rkv);
-  g.tensor(kDV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), CUDNN_DATA_BFLOAT16, false, rkv);
+  g.tensor(kDQ, {s.B, s.H, s.S, s.D}, bshd(s, s.H, s.D), s.io_type(), false, rq);
+  g.tensor(kDK, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), s.io_type(), false, rkv);
+  g.tensor(kDV, {s.B, s.Hkv, s.S, s.D}, bshd(s, s.Hkv, s.D), s.io_type(), false, rkv);
   const Dims ss{s.B, s.H, s.S, s.S}, st{s.H * s.S * s.S, s.S * s.S, s.S, 1};
   const Dims st_t{s.H * s.S * s.S, s.S * s.S, 1, s.S};  // the same scores, transposed
   const Dims row{s.B, s.H, s.S, 1}, row_st{s.H * s.S, s.S, 1, 1};
@@ -153,7 +152,7 @@ void backward_graph(Graph& g, const Shape4& s) {
   const int64_t x = masked_scores(g, s, /*subtract_stats=*/true);
   const int64_t p = g.virt(ss, st, CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_EXP, p, x);
-  const int64_t p_t = g.virt(ss, st_t, CUDNN_DATA_BFLOAT16);
+  const int64_t p_t = g.virt(ss, st_t, s.io_type());
   g.reshape(p_t, p);
   const Dims full{s.B, s.H, s.S, s.D};
   if (!gqa) {
@@ -172,7 +171,7 @@ void backward_graph(Graph& g, const Shape4& s) {
   g.pointwise(CUDNN_POINTWISE_MUL, weighted, centred, p);
   const int64_t ds = g.virt(ss, st, CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_MUL, ds, weighted, kScale);
-  const int64_t ds_t = g.virt(ss, st_t, CUDNN_DATA_BFLOAT16);
+  const int64_t ds_t = g.virt(ss, st_t, s.io_type());
   g.reshape(ds_t, ds);
   if (!gqa) {
     g.matmul(kDK, ds_t, kQ, s.len(kSeqLenKV), 0, s.len(kSeqLenQ));

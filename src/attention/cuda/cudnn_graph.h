@@ -212,12 +212,15 @@ struct Shape4 {
   int64_t B, S, H, Hkv, D;
   bool causal;
   bool dense = false;
-  auto tie() const { return std::tie(B, S, H, Hkv, D, causal, dense); }
+  bool half = false;  // the 16-bit tensors (q, k, v, o, do, dq, dk, dv, P) in fp16 instead of bf16
+  auto tie() const { return std::tie(B, S, H, Hkv, D, causal, dense, half); }
   bool operator<(const Shape4& o) const { return tie() < o.tie(); }
   std::string str() const {
-    return fmt::format("{} docs={} S={} H={} Hkv={} D={} causal={}", dense ? "dense" : "ragged", B, S, H, Hkv, D,
-                       causal);
+    return fmt::format("{} docs={} S={} H={} Hkv={} D={} causal={} {}", dense ? "dense" : "ragged", B, S, H, Hkv, D,
+                       causal, half ? "fp16" : "bf16");
   }
+  // cuDNN's type of the 16-bit tensors.
+  cudnnDataType_t io_type() const { return half ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16; }
   // The ragged-offset tensor of a bound tensor: `uid`, or none in a dense graph.
   int64_t ragged(int64_t uid) const { return dense ? 0 : uid; }
   // The GEMM M/N/K override (a document-length tensor): `uid`, or none in a dense graph.

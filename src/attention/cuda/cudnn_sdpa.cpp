@@ -218,14 +218,17 @@ const Plan* find_plan(PlanCache& cache, const Shape4& shape, cudnnHandle_t handl
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-Shape4 shape_for(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, bool causal, bool dense) {
-  if (dense) return {1, docs.cu.back(), H, Hkv, D, causal, true};
+Shape4 shape_for(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, bool causal, bool dense, bool half) {
+  if (dense) return {1, docs.cu.back(), H, Hkv, D, causal, true, half};
   // The padded extent: a power of two >= the longest document (at least 64), so packings whose
   // longest document varies a little share a plan; cuDNN masks by the true lengths.
   int64_t S = 64;
   while (S < docs.max_len) S *= 2;
-  return {docs.num_docs(), S, H, Hkv, D, causal, false};
+  return {docs.num_docs(), S, H, Hkv, D, causal, false, half};
 }
+
+// The 16-bit type of a call's q, k, v (bf16 or f16; fp16 runs: train/config.h Precision).
+bool is_half(const Tensor& q) { return q.dtype() == DType::kF16; }
 
 // The plan for one call. A batch of ONE document gets the dense graph (unless `dense` is kOff):
 // packed_docs() guarantees q and k are the same tokens and, when causal, positions increasing with
@@ -233,13 +236,13 @@ Shape4 shape_for(const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D, bool
 // causal mask on the [T, T] scores) or, not causal, nothing; no padding mask or ragged offsets
 // are needed. The ragged graph otherwise, and also when cuDNN has no dense plan for the shape
 // (find_plan has warned). Returns nullptr when neither has a plan.
-const Plan* pick_plan(PlanCache& cache, cudnnHandle_t handle, const PackedDocs& docs, int64_t H, int64_t Hkv,
-                      int64_t D, bool causal, CudnnDense dense, bool backward, Shape4* shape) {
+const Plan* pick_plan(PlanCache& cache, cudnnHandle_t handle, const PackedDocs& docs, int64_t H, int64_t Hkv, int64_t D,
+                      bool causal, CudnnDense dense, bool backward, bool half, Shape4* shape) {
   if (docs.num_docs() == 1 && dense == CudnnDense::kOn) {
-    *shape = shape_for(docs, H, Hkv, D, causal, /*dense=*/true);
+    *shape = shape_for(docs, H, Hkv, D, causal, /*dense=*/true, half);
     if (const Plan* plan = find_plan(cache, *shape, handle, backward)) return plan;
   }
-  *shape = shape_for(docs, H, Hkv, D, causal, /*dense=*/false);
+  *shape = shape_for(docs, H, Hkv, D, causal, /*dense=*/false, half);
   return find_plan(cache, *shape, handle, backward);
 }
 
@@ -304,7 +307,8 @@ Tensor workspace_for(const Plan& plan, Device dev) {
 AttnPath cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                             const AttnArgs& args, const PackedDocs& docs) {
   const int64_t T = q.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
-  SEQPAR_CHECK(out.dtype() == DType::kBF16, "cuDNN attention writes a bf16 out, got {}", out.str());
+  const DType io = q.dtype();  // bf16 or f16 (k, v alike: the caller checked)
+  SEQPAR_CHECK(out.dtype() == io, "cuDNN attention writes an out of q's type {}, got {}", dtype_name(io), out.str());
   SEQPAR_CHECK(!docs.cu.empty() && docs.cu.back() == T, "cuDNN attention: documents cover {} tokens, q has {}",
                docs.cu.empty() ? 0 : docs.cu.back(), T);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &out, &lse})
@@ -313,7 +317,7 @@ AttnPath cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Ten
   DeviceContext& ctx = device_context(dev.index);
   Shape4 shape{};
   const Plan* plan = pick_plan(ctx.forward, ctx.handle, docs, H, Hkv, D, args.causal, args.policy.cudnn_dense,
-                               /*backward=*/false, &shape);
+                               /*backward=*/false, is_half(q), &shape);
   if (plan == nullptr) return AttnPath::kNone;
   cudaStream_t stream = current_stream();
   SEQPAR_CUDNN_CHECK(cudnnSetStream(ctx.handle, stream));
@@ -333,8 +337,10 @@ AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
                              const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                              const AttnArgs& args, const PackedDocs& docs, GradMode mode) {
   const int64_t T = q.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
+  const DType io = q.dtype();  // bf16 or f16
   for (const Tensor* t : std::initializer_list<const Tensor*>{&dout, &out})
-    SEQPAR_CHECK(t->dtype() == DType::kBF16, "cuDNN attention backward takes bf16 out and dout, got {}", t->str());
+    SEQPAR_CHECK(t->dtype() == io, "cuDNN attention backward takes out and dout of q's type {}, got {}", dtype_name(io),
+                 t->str());
   SEQPAR_CHECK(!docs.cu.empty() && docs.cu.back() == T, "cuDNN attention: documents cover {} tokens, q has {}",
                docs.cu.empty() ? 0 : docs.cu.back(), T);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &out, &dout, &lse})
@@ -343,21 +349,22 @@ AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
   DeviceContext& ctx = device_context(dev.index);
   Shape4 shape{};
   const Plan* plan = pick_plan(ctx.backward, ctx.handle, docs, H, Hkv, D, args.causal, args.policy.cudnn_dense,
-                               /*backward=*/true, &shape);
+                               /*backward=*/true, is_half(q), &shape);
   if (plan == nullptr) return AttnPath::kNone;
   cudaStream_t stream = current_stream();
   SEQPAR_CUDNN_CHECK(cudnnSetStream(ctx.handle, stream));
   Tensor workspace = workspace_for(*plan, dev);
   // cuDNN writes (=) every element of its gradients: each document's rows and keys (every token
-  // sees at least itself), and the documents cover all T tokens. kWrite with bf16, 16-byte aligned
-  // gradients (Tensors are always dense) binds them directly; otherwise (kAccumulate, or an
-  // unaligned row view, or f32 gradients) cuDNN writes bf16 scratch that is then added (or cast).
+  // sees at least itself), and the documents cover all T tokens. kWrite with 16-bit (q's type),
+  // 16-byte aligned gradients (Tensors are always dense) binds them directly; otherwise
+  // (kAccumulate, or an unaligned row view, or f32 gradients) cuDNN writes scratch in q's type that
+  // is then added (or cast).
   const bool write = mode == GradMode::kWrite;
-  const bool direct = write && dq.dtype() == DType::kBF16 && dk.dtype() == DType::kBF16 &&
-                      dv.dtype() == DType::kBF16 && aligned16(dq) && aligned16(dk) && aligned16(dv);
-  Tensor dq_new = direct ? dq : Tensor::empty(q.shape(), DType::kBF16, dev);
-  Tensor dk_new = direct ? dk : Tensor::empty(k.shape(), DType::kBF16, dev);
-  Tensor dv_new = direct ? dv : Tensor::empty(k.shape(), DType::kBF16, dev);
+  const bool direct = write && dq.dtype() == io && dk.dtype() == io && dv.dtype() == io && aligned16(dq) &&
+                      aligned16(dk) && aligned16(dv);
+  Tensor dq_new = direct ? dq : Tensor::empty(q.shape(), io, dev);
+  Tensor dk_new = direct ? dk : Tensor::empty(k.shape(), io, dev);
+  Tensor dv_new = direct ? dv : Tensor::empty(k.shape(), io, dev);
   // f32 workspaces. Ragged: one row per token plus a tile of slack past the last document. Dense:
   // exactly [H, T] and [H, T, D] (cudnn-frontend's sizes).
   const int64_t rows = shape.dense ? T : round_up(T, 128) + 128;
@@ -373,7 +380,7 @@ AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& d
     a = upload_docs(args.q_meta, docs, H, Hkv, D, dev);
     bind_docs(bound, a);
     if (H != Hkv) {
-      // Declared bf16, sized as f32 the way cudnn-frontend sizes them (cuDNN owns their use).
+      // Declared in q's 16-bit type, sized as f32 the way cudnn-frontend sizes them (cuDNN owns their use).
       dk_full = Tensor::empty({rows, H, D}, DType::kF32, dev);
       dv_full = Tensor::empty({rows, H, D}, DType::kF32, dev);
       bound[kDKFull] = dk_full.raw();
@@ -410,7 +417,7 @@ std::string cudnn_check_plans_offline(const std::string& device_json, int64_t nu
     docs.cu.resize(static_cast<size_t>(num_docs) + 1, 0);
     docs.cu.back() = static_cast<int32_t>(max_len);
     docs.max_len = static_cast<int32_t>(max_len);
-    const Shape4 shape = shape_for(docs, H, Hkv, D, causal, dense);
+    const Shape4 shape = shape_for(docs, H, Hkv, D, causal, dense, /*half=*/false);
     std::string result;
     for (bool backward : {false, true}) {
       try {

@@ -1,8 +1,9 @@
 // cuDNN's fused scaled-dot-product attention (its flash-attention engines; wgmma/TMA kernels on
 // Hopper) through the backend graph API (cudnn_graph.h), for the calls attention_backend.h's
 // packed_docs() accepts: one packed stream of documents attending within themselves, causal or
-// not, MHA or GQA, bf16, head dim 64, 96 or 128 (cuDNN's fused flash engines take bf16 head dims
-// up to 128 in multiples of 8). attention_cuda.cpp decides when to call it.
+// not, MHA or GQA, bf16 or fp16 (HALF: an fp16 run's only attention, the flash kernels being
+// bf16-only), head dim 64, 96 or 128 (cuDNN's fused flash engines take 16-bit head dims up to 128
+// in multiples of 8). attention_cuda.cpp decides when to call it.
 //
 // The graphs are the ones cuDNN's fused SDPA engines recognise (the op pattern of NVIDIA's
 // cudnn-frontend "composite" SDPA nodes, written out against the backend API):
@@ -19,10 +20,11 @@
 //
 // Numerics: Stats is the natural-log log-sum-exp of the scaled scores, f32, in place in our
 // lse [T, H] (ragged, stride H per token): exactly attention.h's lse. Outputs and gradients are
-// bf16 (f32 accumulation inside cuDNN). Each document sees at least itself, so no row is empty.
+// in q's 16-bit type, bf16 or f16, as is P for the second GEMM (f32 accumulation inside cuDNN). Each document sees at
+// least itself, so no row is empty.
 //
 // Plans are built once per (documents, longest document rounded up to a power of two, H, Hkv, D,
-// causal), or per (T, H, Hkv, D, causal) for a dense graph, and cached per thread and device;
+// causal, 16-bit type), or per (T, H, Hkv, D, causal, 16-bit type) for a dense graph, and cached per thread and device;
 // building one takes cuDNN's heuristics plus, the first time, its kernel compilation (tens to
 // hundreds of ms). A cached call does no host synchronisation and no cudaMalloc (scratch comes
 // from the caching pool; a ragged call uploads its ~100 bytes of offsets, staged asynchronously).
@@ -37,18 +39,18 @@
 namespace seqpar::cuda_attn {
 
 // attention.h's attn_forward through cuDNN for `docs` (from packed_docs on the same args):
-// out bf16 [T, H, D] (=), lse f32 [T, H] (=). Returns the graph that ran (kCudnnDense or
+// out [T, H, D] in q's type (=), lse f32 [T, H] (=). Returns the graph that ran (kCudnnDense or
 // kCudnnRagged), or kNone, having written nothing, when cuDNN has no plan for the shape (the
 // reason is logged at warn level once per shape); the caller then runs the flash kernel. q/k/v
-// bf16, already checked by the caller. args.policy.cudnn_dense picks the graph of one document.
+// bf16 or f16 alike, already checked by the caller. args.policy.cudnn_dense picks the graph of one document.
 AttnPath cudnn_attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                         const AttnArgs& args, const PackedDocs& docs);
 
-// attention.h's attn_backward through cuDNN, bf16 gradients. kAccumulate: dq += , dk += , dv +=
-// (cuDNN writes scratch buffers that are then added, three extra passes). kWrite: dq = , dk = ,
-// dv = , cuDNN writing straight into them (16-byte aligned; otherwise scratch and a copy). out/lse
-// are the final forward results, from either backend (same contract). Returns the graph that ran,
-// or kNone, having written nothing, when cuDNN has no plan for the shape.
+// attention.h's attn_backward through cuDNN, gradients in q's 16-bit type (or f32, through scratch). kAccumulate: dq +=
+// , dk += , dv += (cuDNN writes scratch buffers that are then added, three extra passes). kWrite: dq = , dk = , dv = ,
+// cuDNN writing straight into them (16-byte aligned; otherwise scratch and a copy). out/lse are the final forward
+// results, from either backend (same contract). Returns the graph that ran, or kNone, having written nothing, when
+// cuDNN has no plan for the shape.
 AttnPath cudnn_attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                          const Tensor& v, const Tensor& out, const Tensor& lse, const AttnArgs& args,
                          const PackedDocs& docs, GradMode mode = GradMode::kAccumulate);

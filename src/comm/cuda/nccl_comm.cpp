@@ -48,6 +48,7 @@ ncclDataType_t nccl_dtype(DType d) {
   switch (d) {
     case DType::kF32: return ncclFloat32;
     case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
     case DType::kI32: return ncclInt32;
     case DType::kI64: return ncclInt64;
   }

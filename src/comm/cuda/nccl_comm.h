@@ -27,7 +27,7 @@
 //
 // Numerics: reductions are NCCL's (ring or tree): bit-identical on every rank, but the order of
 // the sum is NCCL's, not rank order, so results differ from the local backend in the last bits.
-// bf16 sums are NCCL's native bf16 reduction (rounded to bf16 at each step), not the contract's
+// bf16 (f16) sums are NCCL's native bf16 (f16) reduction (rounded to bf16 at each step), not the contract's
 // single rounding of an f32 sum: reduce f32 tensors where that matters (see docs/launch.md).
 // kMax of floats follows NCCL (NaN propagation is not guaranteed).
 #pragma once

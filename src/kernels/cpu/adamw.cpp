@@ -10,6 +10,7 @@ namespace {
 
 float load_f32(float x) { return x; }
 float load_f32(bf16 x) { return bf16_to_f32(x); }
+float load_f32(f16 x) { return f16_to_f32(x); }
 
 // torch's lerp (ATen/native/Lerp.h): the branch keeps the result exact at both ends.
 float lerp(float a, float b, float w) { return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w); }
@@ -57,5 +58,6 @@ void adamw_step(float* param, float* m, float* v, const Grad* grad, int64_t n, c
 
 template void adamw_step<float>(float*, float*, float*, const float*, int64_t, const AdamWScalars&);
 template void adamw_step<bf16>(float*, float*, float*, const bf16*, int64_t, const AdamWScalars&);
+template void adamw_step<f16>(float*, float*, float*, const f16*, int64_t, const AdamWScalars&);
 
 }  // namespace seqpar::cpu

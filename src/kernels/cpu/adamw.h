@@ -1,6 +1,6 @@
 // AdamW step with torch.optim.AdamW semantics (single-tensor path, foreach=False), CPU
 // reference: the spec for kernels/cuda/adamw.cu. Parameters, moments and the update are f32
-// (master weights); the gradient may be f32 or bf16.
+// (master weights); the gradient may be f32, bf16 or f16.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +37,10 @@ AdamWScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float 
 // torch's lerp is w < 0.5 ? a + w (b - a) : b - (b - a)(1 - w). torch's vectorized CPU loops
 // fuse some of these multiply-adds, so agreement with torch is to an ulp, not bit for bit.
 template <typename Grad>
-void adamw_step(float* param,       // (n) updated
-                float* m,           // (n) first moment, updated
-                float* v,           // (n) second moment, updated
-                const Grad* grad,   // (n) float or bf16
+void adamw_step(float* param,      // (n) updated
+                float* m,          // (n) first moment, updated
+                float* v,          // (n) second moment, updated
+                const Grad* grad,  // (n) float, bf16 or f16
                 int64_t n, const AdamWScalars& s);
 
 }  // namespace seqpar::cpu

@@ -1,4 +1,4 @@
-// AdamW step on f32 master weights and moments, f32 or bf16 gradients.
+// AdamW step on f32 master weights and moments, f32, bf16 or f16 gradients.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 

@@ -1,8 +1,9 @@
-// Device helpers shared by the kernels in this folder: bf16 <-> f32, packed 16-byte loads and
+// Device helpers shared by the kernels in this folder: bf16 / f16 <-> f32, packed 16-byte loads and
 // stores, warp/block reductions, the device error slot. nvcc only (no fmt, no Tensor).
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -18,6 +19,7 @@ inline constexpr int kWarp = 32;
 
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(bf16 x) { return __uint_as_float(static_cast<uint32_t>(x.bits) << 16); }
+__device__ __forceinline__ float to_f32(f16 x) { return __half2float(__ushort_as_half(x.bits)); }
 
 template <typename T>
 __device__ __forceinline__ T from_f32(float x);
@@ -28,6 +30,10 @@ __device__ __forceinline__ float from_f32<float>(float x) {
 template <>
 __device__ __forceinline__ bf16 from_f32<bf16>(float x) {  // round to nearest even, one cvt instruction
   return bf16{__bfloat16_as_ushort(__float2bfloat16_rn(x))};
+}
+template <>
+__device__ __forceinline__ f16 from_f32<f16>(float x) {  // round to nearest even (core/dtype.h's f32_to_f16)
+  return f16{__half_as_ushort(__float2half_rn(x))};
 }
 
 // ---- packed access ------------------------------------------------------------------------
@@ -138,11 +144,13 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 
 namespace seqpar::cuda_kernels {
 
-// Calls f(T{}) with T = float or bf16 for a float DType (entries have checked the dtype).
+// Calls f(T{}) with T = float, bf16 or f16 for a float DType (entries have checked the dtype).
 template <typename F>
 void dispatch_float(DType dt, F&& f) {
   if (dt == DType::kBF16) {
     f(bf16{});
+  } else if (dt == DType::kF16) {
+    f(f16{});
   } else {
     f(float{});
   }

@@ -1,6 +1,6 @@
 // GELU, erf form and tanh approximation (the spec: kernels/cpu/gelu.h), and its backward.
 // Elementwise, 16-byte packs plus a scalar tail; f32 arithmetic (erff, tanhf, expf: the precise
-// library functions) on bf16 or f32 storage.
+// library functions) on bf16, f16 or f32 storage.
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"

@@ -2,7 +2,7 @@
 // compiles the files that define them. ops_cuda.cpp checks shapes, dtypes and devices, then calls
 // these. Every launcher queues its kernels on `stream` and checks each launch; none synchronises.
 //
-// Element types: "float" arguments (DType) are kF32 or kBF16; arithmetic is f32 throughout.
+// Element types: "float" arguments (DType) are kF32, kBF16 or kF16; arithmetic is f32 throughout.
 // `err` is a device int[3] error slot (common.cuh, report_error): kernels that validate indices
 // set it instead of reading out of bounds, and the entry reads it back and throws.
 #pragma once

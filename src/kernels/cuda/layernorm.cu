@@ -1,5 +1,5 @@
 // LayerNorm forward and backward (the spec: kernels/cpu/layernorm.h), one block per row; f32
-// arithmetic on bf16 or f32 storage. The parameter gradients are summed without atomics, in a fixed
+// arithmetic on bf16, f16 or f32 storage. The parameter gradients are summed without atomics, in a fixed
 // order (norm_common.cuh, shared with rmsnorm.cu): bitwise reproducible.
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/norm_common.cuh"

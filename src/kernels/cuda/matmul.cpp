@@ -1,4 +1,4 @@
-// matmul through cuBLASLt: bf16 (or f32) operands, f32 accumulation, bf16 or f32 output.
+// matmul through cuBLASLt: bf16 or f16 (or f32) operands, f32 accumulation, the operands' type or f32 output.
 //
 // ops.h is row-major: out[M, N] = alpha * op(a) @ op(b) + beta * out. cuBLASLt is column-major by
 // default, and a row-major [R, C] matrix is the column-major [C, R] matrix of the same bytes. Two
@@ -19,8 +19,8 @@
 //    kSplitBases, set through CUBLASLT_ALGO_CONFIG_SPLITK_NUM / _REDUCTION_SCHEME. See tune() for
 //    the timing schedule and its budget.
 // Numerics: every candidate computes in CUBLAS_COMPUTE_32F. Split-K partial sums must stay f32:
-// for a bf16 out only CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE is allowed (INPLACE and OUTPUT_TYPE
-// sum partials in bf16), for an f32 out COMPUTE_TYPE or OUTPUT_TYPE; INPLACE never, its order
+// for a bf16 or f16 out only CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE is allowed (INPLACE and OUTPUT_TYPE
+// sum partials in 16 bits), for an f32 out COMPUTE_TYPE or OUTPUT_TYPE; INPLACE never, its order
 // varies from run to run. The preference's reduction mask applies the same rule to the heuristic.
 #include <cublasLt.h>
 
@@ -68,13 +68,15 @@ int alignment_of(const void* p) {
   return align;
 }
 
-cudaDataType_t cuda_type(DType d) { return d == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t cuda_type(DType d) {
+  return d == DType::kBF16 ? CUDA_R_16BF : d == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 constexpr auto kComputeType = static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
 constexpr auto kOutputType = static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE);
 
 // Split-K reduction schemes whose partial sums are f32 (see the top of this file).
-uint32_t allowed_reductions(DType out) { return out == DType::kBF16 ? kComputeType : kComputeType | kOutputType; }
+uint32_t allowed_reductions(DType out) { return out != DType::kF32 ? kComputeType : kComputeType | kOutputType; }
 
 // Everything the descriptors and the heuristic depend on, in ops.h's row-major terms.
 struct PlanKey {
@@ -545,10 +547,11 @@ Dims check_args(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_
                "matmul: tensors must be on one CUDA device: out {}, a {}, b {}", out.str(), a.str(), b.str());
   SEQPAR_CHECK(out.ndim() == 2 && a.ndim() == 2 && b.ndim() == 2, "matmul: 2-D tensors only: out {}, a {}, b {}",
                out.str(), a.str(), b.str());
-  SEQPAR_CHECK(a.dtype() == b.dtype() && (a.dtype() == DType::kBF16 || a.dtype() == DType::kF32),
-               "matmul: a and b must both be bf16 or both f32: a {}, b {}", a.str(), b.str());
-  SEQPAR_CHECK(out.dtype() == DType::kF32 || (out.dtype() == DType::kBF16 && a.dtype() == DType::kBF16),
-               "matmul: out must be f32, or bf16 with bf16 operands: out {}, a {}", out.str(), a.str());
+  SEQPAR_CHECK(
+      a.dtype() == b.dtype() && (a.dtype() == DType::kBF16 || a.dtype() == DType::kF16 || a.dtype() == DType::kF32),
+      "matmul: a and b must both be bf16, both f16 or both f32: a {}, b {}", a.str(), b.str());
+  SEQPAR_CHECK(out.dtype() == DType::kF32 || (out.dtype() == a.dtype()),
+               "matmul: out must be f32, or the operands' 16-bit type: out {}, a {}", out.str(), a.str());
   const int64_t M = trans_a ? a.dim(1) : a.dim(0), K = trans_a ? a.dim(0) : a.dim(1);
   const int64_t Kb = trans_b ? b.dim(1) : b.dim(0), N = trans_b ? b.dim(0) : b.dim(1);
   SEQPAR_CHECK(K == Kb && out.dim(0) == M && out.dim(1) == N,

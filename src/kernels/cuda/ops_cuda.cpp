@@ -17,7 +17,7 @@ namespace seqpar::cuda_ops {
 
 namespace {
 
-bool is_float(DType d) { return d == DType::kF32 || d == DType::kBF16; }
+bool is_float(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 
 // Every tensor defined and on the same CUDA device as the first; makes that device current for
 // the scope (restoring the previous one).
@@ -46,7 +46,7 @@ class DeviceScope {
 };
 
 void check_float(const Tensor& t, const char* op, const char* name) {
-  SEQPAR_CHECK(is_float(t.dtype()), "{}: {} is {}; expected f32 or bf16", op, name, t.str());
+  SEQPAR_CHECK(is_float(t.dtype()), "{}: {} is {}; expected f32, bf16 or f16", op, name, t.str());
 }
 
 // The ops that check their token ids or targets on the device (the CPU path checks them on the

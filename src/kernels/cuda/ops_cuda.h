@@ -1,5 +1,5 @@
 // CUDA implementations of the entries in kernels/ops.h, same signatures, for tensors on a CUDA
-// device (bf16 or f32 activations, f32 accumulation). kernels/ops.cpp dispatches here by the
+// device (bf16, f16 or f32 activations, f32 accumulation). kernels/ops.cpp dispatches here by the
 // tensors' device. Work is queued on the calling thread's current stream (core/cuda/stream.h).
 #pragma once
 
@@ -39,8 +39,8 @@ void check_device_errors(Device device);
 void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
                 float grad_scale);
 
-// The CUDA side of ops.h's cast (whose CPU path is in ops.cpp): out = in converted between f32 and
-// bf16 (round to nearest even), or copied when the dtypes match. Same shape, same device.
+// The CUDA side of ops.h's cast (whose CPU path is in ops.cpp): out = in converted between f32,
+// bf16 and f16 (through f32, rounded once to nearest even), or copied when the dtypes match. Same shape, same device.
 void cast(Tensor& out, const Tensor& in);
 
 // ---- matmul's cuBLASLt configuration (kernels/cuda/matmul.cpp, docs/gemm.md) ----------------
@@ -51,8 +51,8 @@ void cast(Tensor& out, const Tensor& in);
 // candidates timed on that first call (which then synchronises the stream and takes a scratch
 // output of out's size from the pool, so out is not touched). The pool: up to 32 heuristic results
 // of each of two families, and for long-K shapes (K >= 4 max(M, N)) split-K variants of the best
-// few. Every candidate accumulates in f32; split-K partial sums are kept in f32 (for bf16 out only
-// CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE is allowed) and reduced in a fixed order.
+// few. Every candidate accumulates in f32; split-K partial sums are kept in f32 (for a bf16 or f16 out
+// only CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE is allowed) and reduced in a fixed order.
 
 enum class MatmulFamily {
   kDirect,   // out^T [N, M] = op(b)^T op(a)^T, column-major: cuBLASLt's A is b, B is a

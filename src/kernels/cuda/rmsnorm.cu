@@ -1,4 +1,4 @@
-// RMSNorm forward and backward, one block per row; f32 arithmetic on bf16 or f32 storage.
+// RMSNorm forward and backward, one block per row; f32 arithmetic on bf16, f16 or f32 storage.
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/norm_common.cuh"
 
