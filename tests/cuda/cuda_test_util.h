@@ -55,7 +55,10 @@ inline std::vector<optest::Backend> cuda_op_backends() {
 // f16: an fp16 run's) q, k, v, dout and 16-bit outputs.
 inline optest::Backend flash_backend(FlashKernel kernel, DType compute = DType::kBF16) {
   optest::Backend b{std::string("cuda-flash-") + flash_kernel_name(kernel) + (compute == DType::kF16 ? "-f16" : ""),
-                    Device::cuda(0), compute, {}, ""};
+                    Device::cuda(0),
+                    compute,
+                    {},
+                    ""};
   b.attention.fwd_kernel = b.attention.bwd_kernel = kernel;
   if (kernel == FlashKernel::kWgmma) b.unavailable = sm90_skip_reason();
   return b;

@@ -61,21 +61,21 @@ void expect_ran(const AttnCase& c, const Backend& b) {
 TEST(CudaAttention, EveryTileShape) {
   REQUIRE_GPU();
   for (const DType dt : testing::flash_dtypes())
-  for (const AttnCase& c : cases_named("two docs GQA T=261")) {
-    const int D = static_cast<int>(c.D);
-    const std::vector<cuda_attn::FwdTile> fwd = cuda_attn::fwd_tiles(D);
-    const std::vector<cuda_attn::BwdTile> bwd = cuda_attn::bwd_tiles(D);
-    ASSERT_FALSE(fwd.empty() || bwd.empty());
-    for (size_t n = 0; n < std::max(fwd.size(), bwd.size()); ++n) {
-      const cuda_attn::FwdTile& f = fwd[n % fwd.size()];
-      const cuda_attn::BwdTile& bt = bwd[n % bwd.size()];
-      Backend b = testing::flash_backend(FlashKernel::kMma, dt);
-      b.attention.fwd_tile = {f.bm, f.bn, f.warps};
-      b.attention.bwd_tile = {bt.bm, bt.bn, bt.warps};
-      b.name += " fwd " + flash_tile_str(b.attention.fwd_tile) + " bwd " + flash_tile_str(b.attention.bwd_tile);
-      expect_ran(c, b);
+    for (const AttnCase& c : cases_named("two docs GQA T=261")) {
+      const int D = static_cast<int>(c.D);
+      const std::vector<cuda_attn::FwdTile> fwd = cuda_attn::fwd_tiles(D);
+      const std::vector<cuda_attn::BwdTile> bwd = cuda_attn::bwd_tiles(D);
+      ASSERT_FALSE(fwd.empty() || bwd.empty());
+      for (size_t n = 0; n < std::max(fwd.size(), bwd.size()); ++n) {
+        const cuda_attn::FwdTile& f = fwd[n % fwd.size()];
+        const cuda_attn::BwdTile& bt = bwd[n % bwd.size()];
+        Backend b = testing::flash_backend(FlashKernel::kMma, dt);
+        b.attention.fwd_tile = {f.bm, f.bn, f.warps};
+        b.attention.bwd_tile = {bt.bm, bt.bn, bt.warps};
+        b.name += " fwd " + flash_tile_str(b.attention.fwd_tile) + " bwd " + flash_tile_str(b.attention.bwd_tile);
+        expect_ran(c, b);
+      }
     }
-  }
 }
 
 // GradMode::kWrite for every backward tile shape, with whole key tiles that no query sees (the
@@ -84,16 +84,16 @@ TEST(CudaAttention, EveryTileShape) {
 TEST(CudaAttention, WriteModeEveryBwdTile) {
   REQUIRE_GPU();
   for (const DType dt : testing::flash_dtypes())
-  for (const AttnCase& c : cases_named("unseen key tiles Tq=300 Tk=400")) {
-    ASSERT_EQ(c.mode, GradMode::kWrite);
-    for (const cuda_attn::BwdTile& t : cuda_attn::bwd_tiles(static_cast<int>(c.D))) {
-      Backend b = testing::flash_backend(FlashKernel::kMma, dt);  // the tiles are the mma kernel's
-      b.attention.bwd_tile = {t.bm, t.bn, t.warps};
-      b.name += " bwd " + flash_tile_str(b.attention.bwd_tile);
-      expect_ran(c, b);
-      expect_write_equals_accumulate(c, b);
+    for (const AttnCase& c : cases_named("unseen key tiles Tq=300 Tk=400")) {
+      ASSERT_EQ(c.mode, GradMode::kWrite);
+      for (const cuda_attn::BwdTile& t : cuda_attn::bwd_tiles(static_cast<int>(c.D))) {
+        Backend b = testing::flash_backend(FlashKernel::kMma, dt);  // the tiles are the mma kernel's
+        b.attention.bwd_tile = {t.bm, t.bn, t.warps};
+        b.name += " bwd " + flash_tile_str(b.attention.bwd_tile);
+        expect_ran(c, b);
+        expect_write_equals_accumulate(c, b);
+      }
     }
-  }
 }
 
 // The same on every write case of the harness, both flash kernel families (the default tiles), in

@@ -29,17 +29,17 @@ Backend default_flash(DType dt = DType::kBF16) {
 TEST(CudaAttentionSm90, AutoRoutesToWgmmaForward) {
   REQUIRE_SM90();
   for (const DType dt : testing::flash_dtypes()) {
-  SCOPED_TRACE(std::string(dtype_name(dt)));
-  AttnCase c = attn_one_doc("auto forward", 700, 4, 2, 128, true);
-  c.seed = 111;
-  const AttnInputs in = attn_inputs(c);
-  const AttnResult a = run_attention(c, in, default_flash(dt));
-  const AttnResult w = run_attention(c, in, testing::flash_backend(FlashKernel::kWgmma, dt));
-  const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma, dt));
-  EXPECT_EQ(a.fwd_path, AttnPath::kFlashWgmma) << attn_path_name(a.fwd_path);
-  EXPECT_EQ(a.out, w.out);
-  EXPECT_EQ(a.lse, w.lse);
-  EXPECT_NE(a.out, m.out) << "the two kernels sum in different orders; identical results would mean one ran twice";
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    AttnCase c = attn_one_doc("auto forward", 700, 4, 2, 128, true);
+    c.seed = 111;
+    const AttnInputs in = attn_inputs(c);
+    const AttnResult a = run_attention(c, in, default_flash(dt));
+    const AttnResult w = run_attention(c, in, testing::flash_backend(FlashKernel::kWgmma, dt));
+    const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma, dt));
+    EXPECT_EQ(a.fwd_path, AttnPath::kFlashWgmma) << attn_path_name(a.fwd_path);
+    EXPECT_EQ(a.out, w.out);
+    EXPECT_EQ(a.lse, w.lse);
+    EXPECT_NE(a.out, m.out) << "the two kernels sum in different orders; identical results would mean one ran twice";
   }
 }
 
@@ -50,18 +50,18 @@ TEST(CudaAttentionSm90, AutoRoutesToWgmmaForward) {
 TEST(CudaAttentionSm90, AutoRoutesToWgmmaBackward) {
   REQUIRE_SM90();
   for (const DType dt : testing::flash_dtypes()) {
-  SCOPED_TRACE(std::string(dtype_name(dt)));
-  AttnCase c = attn_one_doc("auto backward", 700, 4, 2, 64, true);
-  c.mode = GradMode::kWrite;
-  c.seed = 214;
-  const AttnInputs in = attn_inputs(c);
-  const AttnResult a = run_attention(c, in, default_flash(dt));
-  const AttnResult w = run_attention(c, in, testing::flash_backend(FlashKernel::kWgmma, dt));
-  const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma, dt));
-  EXPECT_EQ(a.bwd_path, AttnPath::kFlashWgmma) << attn_path_name(a.bwd_path);
-  EXPECT_EQ(a.dk, w.dk);
-  EXPECT_EQ(a.dv, w.dv);
-  EXPECT_NE(a.dk, m.dk) << "the two kernels sum in different orders; identical results would mean one ran twice";
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    AttnCase c = attn_one_doc("auto backward", 700, 4, 2, 64, true);
+    c.mode = GradMode::kWrite;
+    c.seed = 214;
+    const AttnInputs in = attn_inputs(c);
+    const AttnResult a = run_attention(c, in, default_flash(dt));
+    const AttnResult w = run_attention(c, in, testing::flash_backend(FlashKernel::kWgmma, dt));
+    const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma, dt));
+    EXPECT_EQ(a.bwd_path, AttnPath::kFlashWgmma) << attn_path_name(a.bwd_path);
+    EXPECT_EQ(a.dk, w.dk);
+    EXPECT_EQ(a.dv, w.dv);
+    EXPECT_NE(a.dk, m.dk) << "the two kernels sum in different orders; identical results would mean one ran twice";
   }
 }
 
@@ -71,31 +71,31 @@ TEST(CudaAttentionSm90, AutoRoutesToWgmmaBackward) {
 TEST(CudaAttentionSm90, HeadDim96RunsOnTheMmaKernel) {
   REQUIRE_SM90();
   for (const DType dt : testing::flash_dtypes()) {
-  SCOPED_TRACE(std::string(dtype_name(dt)));
-  AttnCase c = attn_one_doc("auto D96", 700, 4, 2, 96, true);
-  c.mode = GradMode::kWrite;
-  c.seed = 396;
-  const AttnInputs in = attn_inputs(c);
-  const AttnResult a = run_attention(c, in, default_flash(dt));
-  const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma, dt));
-  EXPECT_EQ(a.fwd_path, AttnPath::kFlashMma) << attn_path_name(a.fwd_path);
-  EXPECT_EQ(a.bwd_path, AttnPath::kFlashMma) << attn_path_name(a.bwd_path);
-  EXPECT_EQ(a.out, m.out);
-  EXPECT_EQ(a.lse, m.lse);
-  EXPECT_EQ(a.dk, m.dk);
-  EXPECT_EQ(a.dv, m.dv);
-  std::string why;
-  EXPECT_TRUE(check_attention(c, default_flash(dt), &why)) << why;
-  for (bool forward : {true, false}) {
-    Backend b = testing::flash_backend(FlashKernel::kMma, dt);
-    (forward ? b.attention.fwd_kernel : b.attention.bwd_kernel) = FlashKernel::kWgmma;
-    try {
-      run_attention(c, in, b);
-      ADD_FAILURE() << (forward ? "forward" : "backward") << ": forcing wgmma at D=96 was accepted";
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("D=96 runs on the mma.sync kernel"), std::string::npos) << e.what();
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    AttnCase c = attn_one_doc("auto D96", 700, 4, 2, 96, true);
+    c.mode = GradMode::kWrite;
+    c.seed = 396;
+    const AttnInputs in = attn_inputs(c);
+    const AttnResult a = run_attention(c, in, default_flash(dt));
+    const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma, dt));
+    EXPECT_EQ(a.fwd_path, AttnPath::kFlashMma) << attn_path_name(a.fwd_path);
+    EXPECT_EQ(a.bwd_path, AttnPath::kFlashMma) << attn_path_name(a.bwd_path);
+    EXPECT_EQ(a.out, m.out);
+    EXPECT_EQ(a.lse, m.lse);
+    EXPECT_EQ(a.dk, m.dk);
+    EXPECT_EQ(a.dv, m.dv);
+    std::string why;
+    EXPECT_TRUE(check_attention(c, default_flash(dt), &why)) << why;
+    for (bool forward : {true, false}) {
+      Backend b = testing::flash_backend(FlashKernel::kMma, dt);
+      (forward ? b.attention.fwd_kernel : b.attention.bwd_kernel) = FlashKernel::kWgmma;
+      try {
+        run_attention(c, in, b);
+        ADD_FAILURE() << (forward ? "forward" : "backward") << ": forcing wgmma at D=96 was accepted";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("D=96 runs on the mma.sync kernel"), std::string::npos) << e.what();
+      }
     }
-  }
   }
 }
 

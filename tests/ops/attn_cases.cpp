@@ -138,7 +138,8 @@ AttnPath expected_path(const AttnCase& c, const Backend& b) {
   if (b.device.is_cpu()) return AttnPath::kCpu;
   // auto takes cuDNN's dense graph (one document) only, the flash kernel otherwise (attention_cuda.cpp),
   // bf16 and f16 alike.
-  if (b.attention.backend == AttentionBackend::kAuto && (num_docs(c) != 1 || b.attention.cudnn_dense != CudnnDense::kOn))
+  if (b.attention.backend == AttentionBackend::kAuto &&
+      (num_docs(c) != 1 || b.attention.cudnn_dense != CudnnDense::kOn))
     return AttnPath::kNone;
   if (is_cudnn(b))
     return num_docs(c) == 1 && b.attention.cudnn_dense == CudnnDense::kOn ? AttnPath::kCudnnDense

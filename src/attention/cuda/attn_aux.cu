@@ -209,8 +209,7 @@ void launch_dq_finish(const BwdParams& p, cudaStream_t stream) {
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((n4 + threads - 1) / threads, 132 * 16);
   auto kernel = p.elem == Elem::kF16 ? dq_finish_kernel<Elem::kF16> : dq_finish_kernel<Elem::kBf16>;
-  kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.write_grads, p.dq_acc, p.scale,
-                                                                n4);
+  kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.write_grads, p.dq_acc, p.scale, n4);
   SEQPAR_LAUNCH_CHECK();
 }
 

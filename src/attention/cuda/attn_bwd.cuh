@@ -10,8 +10,8 @@
 //   dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T (dP^T - Delta),  dK += dS^T Q,
 //   dS^T -> shared (E),  dQ_acc += dS K  (atomics).
 // All products are mma.sync m16n8k16 on E operands (bf16 or f16, attn_common.cuh's Elem16) with
-// f32 accumulators; P and dS enter the next product as E A fragments straight from the accumulators. Q, dO, lse and Delta of the next step are
-// prefetched (cp.async, double buffer) while the current one is computed.
+// f32 accumulators; P and dS enter the next product as E A fragments straight from the accumulators. Q, dO, lse and
+// Delta of the next step are prefetched (cp.async, double buffer) while the current one is computed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
     for (int dt = 0; dt < ON; ++dt) {
       const int col = dt * 8 + 2 * t;
       store_pair<E>(p.dk, p.grad_f32, p.write_grads, base + col, p.scale * dk[dt][2 * hr],
-                 p.scale * dk[dt][2 * hr + 1]);
+                    p.scale * dk[dt][2 * hr + 1]);
       store_pair<E>(p.dv, p.grad_f32, p.write_grads, base + col, dv[dt][2 * hr], dv[dt][2 * hr + 1]);
     }
   }

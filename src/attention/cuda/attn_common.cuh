@@ -54,8 +54,8 @@ __device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
 // ldmatrix, swizzles, byte counts) is the same for both types, 2 bytes an element.
 //   mma:     c += a * b, mma.sync m16n8k16 on E operands, f32 accumulators.
 //   pack:    two floats -> E x2 (round to nearest even), lo in the low half (the lower column).
-//            f16 rounds to +-inf past its largest value, 65504 (no .satfinite): P (in [0, 1]) and the outputs (convex combinations
-//            of v) always fit; dS = P (dP - Delta) and the gradients fit unless the loss scale has
+//            f16 rounds to +-inf past its largest value, 65504 (no .satfinite): P (in [0, 1]) and the outputs (convex
+//            combinations of v) always fit; dS = P (dP - Delta) and the gradients fit unless the loss scale has
 //            overflowed them, which the loss scaler's non-finite check then sees (train/loss_scaler.h).
 //   to_f32:  E bits -> f32 (bf16: a shift; f16: a conversion, not a shift).
 template <Elem E>

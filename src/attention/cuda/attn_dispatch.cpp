@@ -31,12 +31,16 @@ struct BwdVariant {
 };
 template <int D, int BM, int BN, int NW, int MINB>
 constexpr FwdVariant fwd_variant(bool is_default) {
-  return {D, {BM, BN, NW}, is_default,
+  return {D,
+          {BM, BN, NW},
+          is_default,
           {detail::run_fwd<Elem::kBf16, D, BM, BN, NW, MINB>, detail::run_fwd<Elem::kF16, D, BM, BN, NW, MINB>}};
 }
 template <int D, int BM, int BN, int NW>
 constexpr BwdVariant bwd_variant(bool is_default) {
-  return {D, {BM, BN, NW}, is_default,
+  return {D,
+          {BM, BN, NW},
+          is_default,
           {detail::run_bwd_main<Elem::kBf16, D, BM, BN, NW>, detail::run_bwd_main<Elem::kF16, D, BM, BN, NW>}};
 }
 
@@ -46,6 +50,9 @@ constexpr BwdVariant bwd_variant(bool is_default) {
 // head dims (the other shapes were 3-25% slower), backward 64x128x8 (D=128) and 128x128x8 (D=64).
 // D=96 (GPT 30B's head dim): forward 128x64x4 like the others; backward 64x64x4 (105 KiB, two CTAs
 // per SM; attn_bwd_d96.cu says why no other) — not yet measured on the H200.
+// fwd_variant<D, BM, BN, warps, MINB>(the default tile of its D?), bwd_variant<D, BM, BN, warps>(...);
+// one tile a line (clang-format would pack them).
+// clang-format off
 constexpr FwdVariant kFwd[] = {
     fwd_variant<64, 128, 64, 4, 1>(true),
     fwd_variant<64, 64, 64, 4, 3>(false),
@@ -66,6 +73,7 @@ constexpr BwdVariant kBwd[] = {
     bwd_variant<128, 64, 128, 8>(true),
     bwd_variant<128, 64, 64, 4>(false),
 };
+// clang-format on
 
 // The tile `want` names (AttentionPolicy::fwd_tile / bwd_tile), or the default for D when it is
 // all zero. `setting` names it in the error when the table has no such tile for D.

@@ -21,7 +21,6 @@ namespace seqpar::cuda_attn {
 
 namespace {
 
-
 template <Elem E, int D, int NWG, int STAGES>
 void run(const FwdParams& p, cudaStream_t stream) {
   using S = sm90::Shape<D, NWG, STAGES>;
@@ -30,8 +29,10 @@ void run(const FwdParams& p, cudaStream_t stream) {
   // A call without keys reads none: its key maps point at q (any valid 16-byte-aligned tensor).
   const bool no_keys = p.Tk == 0;
   const CUtensorMap tq = token_tensor_map(p.q, E, p.Tq, p.H, D, S::BM, "q");
-  const CUtensorMap tk = token_tensor_map(no_keys ? p.q : p.k, E, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "k");
-  const CUtensorMap tv = token_tensor_map(no_keys ? p.q : p.v, E, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "v");
+  const CUtensorMap tk =
+      token_tensor_map(no_keys ? p.q : p.k, E, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "k");
+  const CUtensorMap tv =
+      token_tensor_map(no_keys ? p.q : p.v, E, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "v");
 
   int4* stats = nullptr;  // [nqt] query tiles, then [nkt] key tiles
   SEQPAR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats), sizeof(int4) * (nqt + std::max(nkt, 1)), stream));

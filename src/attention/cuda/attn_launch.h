@@ -4,10 +4,10 @@
 // and Tensor, so nvcc can compile it.
 //
 // Layouts are token-major and dense: q/out [Tq, H, D], k/v [Tk, Hkv, D], lse f32 [Tq, H]. 16-bit
-// tensors (bf16 or f16, FwdParams::elem) are passed as uint16_t bit patterns. Mask metadata (seg, pos: i32 [T], device memory)
-// follows attention/attention.h: query i sees key j iff seg_q[i] == seg_k[j] and (not causal or
-// pos_k[j] <= pos_q[i]) and (window == 0 or pos_q[i] - pos_k[j] < window). Per-tile min/max of seg and pos (tile_stats) let the kernels skip fully
-// masked tiles, run fully visible tiles without per-element checks, and check only the boundary
+// tensors (bf16 or f16, FwdParams::elem) are passed as uint16_t bit patterns. Mask metadata (seg, pos: i32 [T], device
+// memory) follows attention/attention.h: query i sees key j iff seg_q[i] == seg_k[j] and (not causal or pos_k[j] <=
+// pos_q[i]) and (window == 0 or pos_q[i] - pos_k[j] < window). Per-tile min/max of seg and pos (tile_stats) let the
+// kernels skip fully masked tiles, run fully visible tiles without per-element checks, and check only the boundary
 // tiles element by element; so causal, varlen and any sequence-parallel layout share one kernel.
 #pragma once
 

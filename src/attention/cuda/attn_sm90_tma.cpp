@@ -37,10 +37,9 @@ CUtensorMap token_tensor_map(const uint16_t* ptr, Elem elem, int64_t T, int head
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUtensorMapDataType type =
       elem == Elem::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r = tensor_map_encoder()(&m, type, 3, const_cast<uint16_t*>(ptr), dims,
-                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = tensor_map_encoder()(&m, type, 3, const_cast<uint16_t*>(ptr), dims, strides, box, elem_strides,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   SEQPAR_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for {} [{}, {}, {}] (CUresult {})", name, T, heads, D,
                static_cast<int>(r));
   return m;
