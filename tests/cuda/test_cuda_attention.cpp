@@ -263,6 +263,11 @@ TEST(CudaAttention, RejectsBadInputs) {
   EXPECT_THROW(cuda_attn::attn_forward(out80, lse, q80, q80, q80, args), Error);
   Tensor k3 = make_tensor({16, 3, 64}, random_values(16 * 3 * 64, 7), DType::kBF16, kGpu);
   EXPECT_THROW(cuda_attn::attn_forward(out, lse, q, k3, k3, args), Error);  // H % Hkv != 0
+  // A 16-bit out of the other 16-bit type than q (the kernels write q's), and mixed q / k types.
+  Tensor q16 = make_tensor({16, 2, 64}, x, DType::kF16, kGpu);
+  EXPECT_THROW(cuda_attn::attn_forward(out, lse, q16, q16, q16, args), Error);
+  Tensor out16 = poisoned({16, 2, 64}, DType::kF16, kGpu);
+  EXPECT_THROW(cuda_attn::attn_forward(out16, lse, q16, q, q, args), Error);
   // A tile the table does not instantiate for D is an InputError naming the setting.
   AttnArgs bad_tile = args;
   bad_tile.policy.fwd_tile = {16, 16, 1};
