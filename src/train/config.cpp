@@ -970,36 +970,6 @@ std::vector<SettingDecl> declare() {
 
 }  // namespace
 
-void check_fp16_attention(const TrainConfig& c, const LlamaConfig& model, const MeshShape& sp_shape) {
-  if (!c.precision.fp16() || !c.parallel.device.is_cuda()) return;
-  const std::string why = "mixed_precision=fp16 runs attention on cuDNN only (seqpar's flash kernels are bf16-only)";
-  SEQPAR_INPUT_CHECK(c.model.attn_implementation == AttnImplementation::kSdpa,
-                     "attn_implementation={} asks for seqpar's flash kernel, but {}; use attn_implementation sdpa "
-                     "(the default) or --mixed-precision bf16",
-                     attn_implementation_name(c.model.attn_implementation), why);
-  const AttentionPolicy& a = c.kernels.attention;
-  SEQPAR_INPUT_CHECK(
-      a.fwd_kernel == FlashKernel::kAuto && a.bwd_kernel == FlashKernel::kAuto,
-      "SEQPAR_FLASH_FWD_KERNEL={} / SEQPAR_FLASH_BWD_KERNEL={} choose a flash kernel, but {}; unset them "
-      "or use --mixed-precision bf16",
-      flash_kernel_name(a.fwd_kernel), flash_kernel_name(a.bwd_kernel), why);
-  SEQPAR_INPUT_CHECK(a.fwd_tile.is_default() && a.bwd_tile.is_default(),
-                     "SEQPAR_FLASH_FWD_TILE={} / SEQPAR_FLASH_BWD_TILE={} shape the flash kernel, but {}; unset them "
-                     "or use --mixed-precision bf16",
-                     flash_tile_str(a.fwd_tile), flash_tile_str(a.bwd_tile), why);
-  SEQPAR_INPUT_CHECK(sp_shape.ring == 1,
-                     "sp_mode={} with a ring of {} ranks: the ring's hops attend a query block to another rank's key "
-                     "block, which only the flash kernel computes, but {}; use sp_mode ulysses or --mixed-precision "
-                     "bf16",
-                     sp_mode_name(c.parallel.sp_mode), sp_shape.ring, why);
-  for (int64_t l = 0; l < model.num_layers; ++l)
-    SEQPAR_INPUT_CHECK(
-        model.layer_window(l) == 0,
-        "the model has a sliding window (layer {}: {} tokens), which only the flash kernel computes, but "
-        "{}; use --mixed-precision bf16",
-        l, model.layer_window(l), why);
-}
-
 void validate_nonfinite_settings(const TrainConfig& c) {
   SEQPAR_INPUT_CHECK(c.checkpoint.on_nonfinite == kNonFiniteChoices[0] || c.checkpoint.on_nonfinite == kNonFiniteChoices[1],
                      "on_nonfinite={}: expected abort or skip", c.checkpoint.on_nonfinite);

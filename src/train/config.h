@@ -338,11 +338,6 @@ const std::vector<ForeignFlag>& foreign_flags();
 
 // Every user setting of a training run, in print order.
 const std::vector<SettingDecl>& train_settings();
-// fp16 on CUDA: attention runs on cuDNN only (seqpar's flash kernels are bf16-only), so the
-// choices that need the flash kernel are refused by name before any work: attn_implementation
-// flash_attention_2/3, SEQPAR_FLASH_{FWD,BWD}_KERNEL / _TILE, a ring (its hops attend across
-// blocks, which cuDNN's packed-document graphs do not), a sliding window (the flash kernel's).
-void check_fp16_attention(const TrainConfig& config, const LlamaConfig& model, const MeshShape& sp_shape);
 // The non-finite guard's settings (on_nonfinite, max_nonfinite_steps): InputError naming the
 // setting, the value and the rule.
 void validate_nonfinite_settings(const TrainConfig& config);

@@ -368,7 +368,6 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
                        "device={}: head_dim={} is not supported by the CUDA attention kernels ({}); the "
                        "built-in model takes --head-dim",
                        cfg_.parallel.device.str(), mc.head_dim, kCudaAttentionHeadDims);
-    check_fp16_attention(cfg_, mc, s.sp_shape);
   }
   if (!s.token_data && !s.batch)
     SEQPAR_INPUT_CHECK(cfg_.data.task.vocab_size <= mc.vocab_size,

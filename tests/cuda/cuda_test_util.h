@@ -51,13 +51,21 @@ inline std::vector<optest::Backend> cuda_op_backends() {
           {"cuda-f32", Device::cuda(0), DType::kF32, {}, ""}};
 }
 
-// A flash backend that forces one kernel family in both directions.
-inline optest::Backend flash_backend(FlashKernel kernel) {
-  optest::Backend b{std::string("cuda-flash-") + flash_kernel_name(kernel), Device::cuda(0), DType::kBF16, {}, ""};
+// A flash backend that forces one kernel family in both directions, on bf16 (or, `compute` kF16,
+// f16: an fp16 run's) q, k, v, dout and 16-bit outputs.
+inline optest::Backend flash_backend(FlashKernel kernel, DType compute = DType::kBF16) {
+  optest::Backend b{std::string("cuda-flash-") + flash_kernel_name(kernel) + (compute == DType::kF16 ? "-f16" : ""),
+                    Device::cuda(0),
+                    compute,
+                    {},
+                    ""};
   b.attention.fwd_kernel = b.attention.bwd_kernel = kernel;
   if (kernel == FlashKernel::kWgmma) b.unavailable = sm90_skip_reason();
   return b;
 }
+
+// The 16-bit types the flash kernels are instantiated for (every flash test runs both).
+inline std::vector<DType> flash_dtypes() { return {DType::kBF16, DType::kF16}; }
 
 // cuDNN through `backend` (kCudnn or kAuto), its graph of one document as `dense` says.
 inline optest::Backend cudnn_backend(AttentionBackend backend, CudnnDense dense = CudnnDense::kOn) {
@@ -77,25 +85,24 @@ inline optest::Backend cudnn_backend(AttentionBackend backend, CudnnDense dense 
   return b;
 }
 
-// cudnn_backend in fp16 (f16 q, k, v, out and gradients): an fp16 run's only attention path; auto
-// then takes cuDNN on every device and for several documents too.
+// cudnn_backend in fp16 (f16 q, k, v, out and gradients); auto routes f16 as it routes bf16.
 inline optest::Backend cudnn_f16_backend(AttentionBackend backend, CudnnDense dense = CudnnDense::kOn) {
   optest::Backend b = cudnn_backend(backend, dense);
   b.name += "-f16";
   b.compute = DType::kF16;
-  if (backend == AttentionBackend::kAuto && b.unavailable == "auto picks cuDNN from compute capability 9.0")
-    b.unavailable = "";
   return b;
 }
 
-// Every CUDA attention path: mma.sync, wgmma (sm_90), cuDNN (dense and ragged graphs), auto; and
-// cuDNN's and auto's in fp16.
+// Every CUDA attention path: mma.sync, wgmma (sm_90), cuDNN (dense and ragged graphs), auto; each
+// in bf16 and in fp16.
 inline std::vector<optest::Backend> cuda_attention_backends() {
   return {flash_backend(FlashKernel::kMma),
           flash_backend(FlashKernel::kWgmma),
           cudnn_backend(AttentionBackend::kCudnn),
           cudnn_backend(AttentionBackend::kCudnn, CudnnDense::kOff),
           cudnn_backend(AttentionBackend::kAuto),
+          flash_backend(FlashKernel::kMma, DType::kF16),
+          flash_backend(FlashKernel::kWgmma, DType::kF16),
           cudnn_f16_backend(AttentionBackend::kCudnn),
           cudnn_f16_backend(AttentionBackend::kCudnn, CudnnDense::kOff),
           cudnn_f16_backend(AttentionBackend::kAuto)};

@@ -1,8 +1,9 @@
 // seqpar's flash attention on the GPU beyond the op harness's cases (tests/ops/op_harness.h runs
 // every attention case on every CUDA path in test_cuda_op_harness.cpp): every instantiated tile
 // shape, GradMode::kWrite against kAccumulate into zeros, a ring step's split keys merged, the
-// merge alone, the entry checks. Same rule and helpers as the harness: the GPU's relative L2 error
-// against the f64 reference within 2x the bf16 reference's, outputs poisoned with NaN.
+// merge alone, the entry checks; the flash kernels in bf16 and in f16. Same rule and helpers as the
+// harness: the GPU's relative L2 error against the f64 reference within 2x the same-dtype (bf16 or
+// f16) reference's, outputs poisoned with NaN.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -55,48 +56,54 @@ void expect_ran(const AttnCase& c, const Backend& b) {
 }
 
 // Every instantiated tile shape of the mma.sync kernels (on sm_90 the wgmma kernels are the
-// default: the tiles are reached through the policy's FlashKernel::kMma), on two documents.
+// default: the tiles are reached through the policy's FlashKernel::kMma), on two documents, in
+// both 16-bit types.
 TEST(CudaAttention, EveryTileShape) {
   REQUIRE_GPU();
-  for (const AttnCase& c : cases_named("two docs GQA T=261")) {
-    const int D = static_cast<int>(c.D);
-    const std::vector<cuda_attn::FwdTile> fwd = cuda_attn::fwd_tiles(D);
-    const std::vector<cuda_attn::BwdTile> bwd = cuda_attn::bwd_tiles(D);
-    ASSERT_FALSE(fwd.empty() || bwd.empty());
-    for (size_t n = 0; n < std::max(fwd.size(), bwd.size()); ++n) {
-      const cuda_attn::FwdTile& f = fwd[n % fwd.size()];
-      const cuda_attn::BwdTile& bt = bwd[n % bwd.size()];
-      Backend b = testing::flash_backend(FlashKernel::kMma);
-      b.attention.fwd_tile = {f.bm, f.bn, f.warps};
-      b.attention.bwd_tile = {bt.bm, bt.bn, bt.warps};
-      b.name += " fwd " + flash_tile_str(b.attention.fwd_tile) + " bwd " + flash_tile_str(b.attention.bwd_tile);
-      expect_ran(c, b);
+  for (const DType dt : testing::flash_dtypes())
+    for (const AttnCase& c : cases_named("two docs GQA T=261")) {
+      const int D = static_cast<int>(c.D);
+      const std::vector<cuda_attn::FwdTile> fwd = cuda_attn::fwd_tiles(D);
+      const std::vector<cuda_attn::BwdTile> bwd = cuda_attn::bwd_tiles(D);
+      ASSERT_FALSE(fwd.empty() || bwd.empty());
+      for (size_t n = 0; n < std::max(fwd.size(), bwd.size()); ++n) {
+        const cuda_attn::FwdTile& f = fwd[n % fwd.size()];
+        const cuda_attn::BwdTile& bt = bwd[n % bwd.size()];
+        Backend b = testing::flash_backend(FlashKernel::kMma, dt);
+        b.attention.fwd_tile = {f.bm, f.bn, f.warps};
+        b.attention.bwd_tile = {bt.bm, bt.bn, bt.warps};
+        b.name += " fwd " + flash_tile_str(b.attention.fwd_tile) + " bwd " + flash_tile_str(b.attention.bwd_tile);
+        expect_ran(c, b);
+      }
     }
-  }
 }
 
 // GradMode::kWrite for every backward tile shape, with whole key tiles that no query sees (the
 // kernel must still store their zero dk/dv), keys partly seen, and query rows that see nothing
-// (dq 0); bf16 and f32 gradients (the harness checks the unseen rows and keys exactly).
+// (dq 0); 16-bit (bf16, f16) and f32 gradients (the harness checks the unseen rows and keys exactly).
 TEST(CudaAttention, WriteModeEveryBwdTile) {
   REQUIRE_GPU();
-  for (const AttnCase& c : cases_named("unseen key tiles Tq=300 Tk=400")) {
-    ASSERT_EQ(c.mode, GradMode::kWrite);
-    for (const cuda_attn::BwdTile& t : cuda_attn::bwd_tiles(static_cast<int>(c.D))) {
-      Backend b = testing::flash_backend(FlashKernel::kMma);  // the tiles are the mma kernel's
-      b.attention.bwd_tile = {t.bm, t.bn, t.warps};
-      b.name += " bwd " + flash_tile_str(b.attention.bwd_tile);
-      expect_ran(c, b);
-      expect_write_equals_accumulate(c, b);
+  for (const DType dt : testing::flash_dtypes())
+    for (const AttnCase& c : cases_named("unseen key tiles Tq=300 Tk=400")) {
+      ASSERT_EQ(c.mode, GradMode::kWrite);
+      for (const cuda_attn::BwdTile& t : cuda_attn::bwd_tiles(static_cast<int>(c.D))) {
+        Backend b = testing::flash_backend(FlashKernel::kMma, dt);  // the tiles are the mma kernel's
+        b.attention.bwd_tile = {t.bm, t.bn, t.warps};
+        b.name += " bwd " + flash_tile_str(b.attention.bwd_tile);
+        expect_ran(c, b);
+        expect_write_equals_accumulate(c, b);
+      }
     }
-  }
 }
 
-// The same on every write case of the harness, both flash kernel families (the default tiles).
+// The same on every write case of the harness, both flash kernel families (the default tiles), in
+// both 16-bit types.
 TEST(CudaAttention, WriteEqualsAccumulateIntoZeros) {
   REQUIRE_GPU();
   int compared = 0;
-  for (const Backend& b : {testing::flash_backend(FlashKernel::kMma), testing::flash_backend(FlashKernel::kWgmma)}) {
+  for (const Backend& b : {testing::flash_backend(FlashKernel::kMma), testing::flash_backend(FlashKernel::kWgmma),
+                           testing::flash_backend(FlashKernel::kMma, DType::kF16),
+                           testing::flash_backend(FlashKernel::kWgmma, DType::kF16)}) {
     for (const AttnCase& c : attn_cases()) {
       if (c.mode != GradMode::kWrite || !attn_unsupported(c, b).empty()) continue;
       expect_write_equals_accumulate(c, b);
@@ -107,19 +114,20 @@ TEST(CudaAttention, WriteEqualsAccumulateIntoZeros) {
 }
 
 // Keys in two blocks (a ring step): forward on each, attn_merge, then each block's backward with
-// the merged out/lse accumulating into one dq: together they must equal the whole.
-void split_keys_merge_equals_full(int64_t head_dim) {
-  SCOPED_TRACE("D=" + std::to_string(head_dim));
+// the merged out/lse accumulating into one dq: together they must equal the whole. q, k, v, dout
+// of `dt` (bf16 or f16); f32 outputs and gradients, as a ring's accumulators.
+void split_keys_merge_equals_full(int64_t head_dim, DType dt) {
+  SCOPED_TRACE("D=" + std::to_string(head_dim) + " " + std::string(dtype_name(dt)));
   AttnCase c = attn_one_doc("split keys", 257, 4, 2, head_dim, true);
   c.out_f32 = true;
   c.grad_f32 = true;
   c.seed = 77;
   const AttnInputs in = attn_inputs(c);
-  const AttnRef exact = attn_reference(c, in, false), lowp = attn_reference(c, in, true);
+  const AttnRef exact = attn_reference(c, in, false), lowp = attn_reference(c, in, dt);
   const int64_t split = 130, H = c.H, Hkv = c.Hkv, D = c.D, Tq = c.Tq;
   const Shape qs{Tq, H, D}, ks{c.Tk, Hkv, D};
-  Tensor q = make_tensor(qs, in.q, DType::kBF16, kGpu), dout = make_tensor(qs, in.dout, DType::kBF16, kGpu);
-  Tensor k = make_tensor(ks, in.k, DType::kBF16, kGpu), v = make_tensor(ks, in.v, DType::kBF16, kGpu);
+  Tensor q = make_tensor(qs, in.q, dt, kGpu), dout = make_tensor(qs, in.dout, dt, kGpu);
+  Tensor k = make_tensor(ks, in.k, dt, kGpu), v = make_tensor(ks, in.v, dt, kGpu);
   const TokenMeta qm{Tensor::from_vector<int32_t>({Tq}, c.qseg), Tensor::from_vector<int32_t>({Tq}, c.qpos)};
   const TokenMeta km{Tensor::from_vector<int32_t>({c.Tk}, c.kseg), Tensor::from_vector<int32_t>({c.Tk}, c.kpos)};
   const int64_t bounds[3] = {0, split, c.Tk};
@@ -171,15 +179,21 @@ void split_keys_merge_equals_full(int64_t head_dim) {
 
 TEST(CudaAttention, SplitKeysMergeEqualsFull) {
   REQUIRE_GPU();
-  for (int64_t D : {96, 128}) split_keys_merge_equals_full(D);
+  for (int64_t D : {96, 128}) split_keys_merge_equals_full(D, DType::kBF16);
 }
 
-// attn_merge alone, bf16 outputs, against the formula in double; -inf on either side.
-TEST(CudaAttention, MergeBf16) {
+TEST(CudaAttention, SplitKeysMergeEqualsFullF16) {
   REQUIRE_GPU();
+  for (int64_t D : {64, 96, 128}) split_keys_merge_equals_full(D, DType::kF16);
+}
+
+// attn_merge alone, 16-bit (`dt`: bf16 or f16) outputs, against the formula in double; -inf on
+// either side.
+void merge_matches_the_formula(DType dt) {
+  SCOPED_TRACE(std::string(dtype_name(dt)));
   const int64_t T = 37, H = 3, D = 128, rows = T * H;
-  std::vector<float> oa = stored(random_values(rows * D, 91), DType::kBF16);
-  const std::vector<float> op = stored(random_values(rows * D, 92), DType::kBF16);
+  std::vector<float> oa = stored(random_values(rows * D, 91), dt);
+  const std::vector<float> op = stored(random_values(rows * D, 92), dt);
   std::vector<float> la = random_values(rows, 93, -3.f, 5.f), lp = random_values(rows, 94, -3.f, 5.f);
   for (int64_t r = 0; r < rows; r += 7) la[r] = -INFINITY;
   for (int64_t r = 3; r < rows; r += 5) lp[r] = -INFINITY;
@@ -204,13 +218,12 @@ TEST(CudaAttention, MergeBf16) {
                            ? 0.0
                            : (a != -kInf ? wa * oa[r * D + d] : 0.0) + (p != -kInf ? wp * op[r * D + d] : 0.0);
       want_o[r * D + d] = x;
-      want_lo[r * D + d] = round_bf16(x);
+      want_lo[r * D + d] = round_to(x, dt);
     }
   }
   for (int64_t r = 0; r < rows; r += 7)  // empty accumulator rows: out must not be read
     for (int64_t d = 0; d < D; ++d) oa[r * D + d] = NAN;
-  Tensor out_acc = make_tensor({T, H, D}, oa, DType::kBF16, kGpu),
-         out_part = make_tensor({T, H, D}, op, DType::kBF16, kGpu);
+  Tensor out_acc = make_tensor({T, H, D}, oa, dt, kGpu), out_part = make_tensor({T, H, D}, op, dt, kGpu);
   Tensor lse_acc = make_tensor({T, H}, la, DType::kF32, kGpu), lse_part = make_tensor({T, H}, lp, DType::kF32, kGpu);
   cuda_attn::attn_merge(out_acc, lse_acc, out_part, lse_part);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -223,6 +236,16 @@ TEST(CudaAttention, MergeBf16) {
       EXPECT_NEAR(l[r], want_l[r], 1e-5 * (1 + std::abs(want_l[r]))) << r;
     }
   }
+}
+
+TEST(CudaAttention, MergeBf16) {
+  REQUIRE_GPU();
+  merge_matches_the_formula(DType::kBF16);
+}
+
+TEST(CudaAttention, MergeF16) {
+  REQUIRE_GPU();
+  merge_matches_the_formula(DType::kF16);
 }
 
 TEST(CudaAttention, RejectsBadInputs) {
@@ -240,6 +263,11 @@ TEST(CudaAttention, RejectsBadInputs) {
   EXPECT_THROW(cuda_attn::attn_forward(out80, lse, q80, q80, q80, args), Error);
   Tensor k3 = make_tensor({16, 3, 64}, random_values(16 * 3 * 64, 7), DType::kBF16, kGpu);
   EXPECT_THROW(cuda_attn::attn_forward(out, lse, q, k3, k3, args), Error);  // H % Hkv != 0
+  // A 16-bit out of the other 16-bit type than q (the kernels write q's), and mixed q / k types.
+  Tensor q16 = make_tensor({16, 2, 64}, x, DType::kF16, kGpu);
+  EXPECT_THROW(cuda_attn::attn_forward(out, lse, q16, q16, q16, args), Error);
+  Tensor out16 = poisoned({16, 2, 64}, DType::kF16, kGpu);
+  EXPECT_THROW(cuda_attn::attn_forward(out16, lse, q16, q, q, args), Error);
   // A tile the table does not instantiate for D is an InputError naming the setting.
   AttnArgs bad_tile = args;
   bad_tile.policy.fwd_tile = {16, 16, 1};

@@ -20,21 +20,27 @@ namespace {
 
 using namespace optest;
 
-Backend default_flash() { return Backend{"cuda-flash-auto", Device::cuda(0), DType::kBF16, {}, ""}; }
+// The flash backend with the default kernel choice (auto), on bf16 or f16 operands.
+Backend default_flash(DType dt = DType::kBF16) {
+  return Backend{std::string("cuda-flash-auto-") + std::string(dtype_name(dt)), Device::cuda(0), dt, {}, ""};
+}
 
-// The default (auto) picks the wgmma kernel on sm_90: bit-identical results.
+// The default (auto) picks the wgmma kernel on sm_90, in bf16 and in f16: bit-identical results.
 TEST(CudaAttentionSm90, AutoRoutesToWgmmaForward) {
   REQUIRE_SM90();
-  AttnCase c = attn_one_doc("auto forward", 700, 4, 2, 128, true);
-  c.seed = 111;
-  const AttnInputs in = attn_inputs(c);
-  const AttnResult a = run_attention(c, in, default_flash());
-  const AttnResult w = run_attention(c, in, testing::flash_backend(FlashKernel::kWgmma));
-  const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma));
-  EXPECT_EQ(a.fwd_path, AttnPath::kFlashWgmma) << attn_path_name(a.fwd_path);
-  EXPECT_EQ(a.out, w.out);
-  EXPECT_EQ(a.lse, w.lse);
-  EXPECT_NE(a.out, m.out) << "the two kernels sum in different orders; identical results would mean one ran twice";
+  for (const DType dt : testing::flash_dtypes()) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    AttnCase c = attn_one_doc("auto forward", 700, 4, 2, 128, true);
+    c.seed = 111;
+    const AttnInputs in = attn_inputs(c);
+    const AttnResult a = run_attention(c, in, default_flash(dt));
+    const AttnResult w = run_attention(c, in, testing::flash_backend(FlashKernel::kWgmma, dt));
+    const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma, dt));
+    EXPECT_EQ(a.fwd_path, AttnPath::kFlashWgmma) << attn_path_name(a.fwd_path);
+    EXPECT_EQ(a.out, w.out);
+    EXPECT_EQ(a.lse, w.lse);
+    EXPECT_NE(a.out, m.out) << "the two kernels sum in different orders; identical results would mean one ran twice";
+  }
 }
 
 // The same for the backward: dk / dv bit-identical (each key's CTA sums in a fixed order; dq goes
@@ -43,46 +49,52 @@ TEST(CudaAttentionSm90, AutoRoutesToWgmmaForward) {
 // 64 queries) both give the same bits, the tensor cores adding each k16 chunk the same way.
 TEST(CudaAttentionSm90, AutoRoutesToWgmmaBackward) {
   REQUIRE_SM90();
-  AttnCase c = attn_one_doc("auto backward", 700, 4, 2, 64, true);
-  c.mode = GradMode::kWrite;
-  c.seed = 214;
-  const AttnInputs in = attn_inputs(c);
-  const AttnResult a = run_attention(c, in, default_flash());
-  const AttnResult w = run_attention(c, in, testing::flash_backend(FlashKernel::kWgmma));
-  const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma));
-  EXPECT_EQ(a.bwd_path, AttnPath::kFlashWgmma) << attn_path_name(a.bwd_path);
-  EXPECT_EQ(a.dk, w.dk);
-  EXPECT_EQ(a.dv, w.dv);
-  EXPECT_NE(a.dk, m.dk) << "the two kernels sum in different orders; identical results would mean one ran twice";
+  for (const DType dt : testing::flash_dtypes()) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    AttnCase c = attn_one_doc("auto backward", 700, 4, 2, 64, true);
+    c.mode = GradMode::kWrite;
+    c.seed = 214;
+    const AttnInputs in = attn_inputs(c);
+    const AttnResult a = run_attention(c, in, default_flash(dt));
+    const AttnResult w = run_attention(c, in, testing::flash_backend(FlashKernel::kWgmma, dt));
+    const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma, dt));
+    EXPECT_EQ(a.bwd_path, AttnPath::kFlashWgmma) << attn_path_name(a.bwd_path);
+    EXPECT_EQ(a.dk, w.dk);
+    EXPECT_EQ(a.dv, w.dv);
+    EXPECT_NE(a.dk, m.dk) << "the two kernels sum in different orders; identical results would mean one ran twice";
+  }
 }
 
 // Head dim 96 (GPT 30B) is not the wgmma kernels' (whole 64-column TMA boxes): on sm_90 the default
 // policy runs it on the mma.sync kernel in both directions, bit-identical to forcing mma.sync, and
-// forcing wgmma is an InputError that says where D=96 runs (docs/kernel-policy.md).
+// forcing wgmma is an InputError that says where D=96 runs (docs/kernel-policy.md); bf16 and f16.
 TEST(CudaAttentionSm90, HeadDim96RunsOnTheMmaKernel) {
   REQUIRE_SM90();
-  AttnCase c = attn_one_doc("auto D96", 700, 4, 2, 96, true);
-  c.mode = GradMode::kWrite;
-  c.seed = 396;
-  const AttnInputs in = attn_inputs(c);
-  const AttnResult a = run_attention(c, in, default_flash());
-  const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma));
-  EXPECT_EQ(a.fwd_path, AttnPath::kFlashMma) << attn_path_name(a.fwd_path);
-  EXPECT_EQ(a.bwd_path, AttnPath::kFlashMma) << attn_path_name(a.bwd_path);
-  EXPECT_EQ(a.out, m.out);
-  EXPECT_EQ(a.lse, m.lse);
-  EXPECT_EQ(a.dk, m.dk);
-  EXPECT_EQ(a.dv, m.dv);
-  std::string why;
-  EXPECT_TRUE(check_attention(c, default_flash(), &why)) << why;
-  for (bool forward : {true, false}) {
-    Backend b = testing::flash_backend(FlashKernel::kMma);
-    (forward ? b.attention.fwd_kernel : b.attention.bwd_kernel) = FlashKernel::kWgmma;
-    try {
-      run_attention(c, in, b);
-      ADD_FAILURE() << (forward ? "forward" : "backward") << ": forcing wgmma at D=96 was accepted";
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("D=96 runs on the mma.sync kernel"), std::string::npos) << e.what();
+  for (const DType dt : testing::flash_dtypes()) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    AttnCase c = attn_one_doc("auto D96", 700, 4, 2, 96, true);
+    c.mode = GradMode::kWrite;
+    c.seed = 396;
+    const AttnInputs in = attn_inputs(c);
+    const AttnResult a = run_attention(c, in, default_flash(dt));
+    const AttnResult m = run_attention(c, in, testing::flash_backend(FlashKernel::kMma, dt));
+    EXPECT_EQ(a.fwd_path, AttnPath::kFlashMma) << attn_path_name(a.fwd_path);
+    EXPECT_EQ(a.bwd_path, AttnPath::kFlashMma) << attn_path_name(a.bwd_path);
+    EXPECT_EQ(a.out, m.out);
+    EXPECT_EQ(a.lse, m.lse);
+    EXPECT_EQ(a.dk, m.dk);
+    EXPECT_EQ(a.dv, m.dv);
+    std::string why;
+    EXPECT_TRUE(check_attention(c, default_flash(dt), &why)) << why;
+    for (bool forward : {true, false}) {
+      Backend b = testing::flash_backend(FlashKernel::kMma, dt);
+      (forward ? b.attention.fwd_kernel : b.attention.bwd_kernel) = FlashKernel::kWgmma;
+      try {
+        run_attention(c, in, b);
+        ADD_FAILURE() << (forward ? "forward" : "backward") << ": forcing wgmma at D=96 was accepted";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("D=96 runs on the mma.sync kernel"), std::string::npos) << e.what();
+      }
     }
   }
 }

@@ -1,9 +1,10 @@
 // Sequence-parallel attention on the GPU, ranks as threads on one device: the ring's error
 // against the f64 reference must not grow with the ring degree. Each hop's partial output and
-// each hop's dk/dv contribution is rounded to bf16 once by its kernel; the running output, dq and
-// the travelling dk/dv accumulators stay in f32 and are rounded once at the end
-// (parallel/sp_attention.cpp). The rule is flash-attention's: within 2x the error of the same
-// computation on one rank (LocalAttention, bf16). The errors are printed per degree.
+// each hop's dk/dv contribution is rounded to the 16-bit type (bf16, or f16: an fp16 run's) once by
+// its kernel; the running output, dq and the travelling dk/dv accumulators stay in f32 and are
+// rounded once at the end (parallel/sp_attention.cpp; the LSE merge of f16 partials into f32). The
+// rule is flash-attention's: within 2x the error of the same computation on one rank
+// (LocalAttention, same 16-bit type). The errors are printed per degree.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -104,8 +105,9 @@ struct Outputs {
   std::vector<float> out, dq, dk, dv;  // stream order
 };
 
-// make_sp_attention over a ring of P ranks on the one GPU (P = 1: LocalAttention), bf16.
-Outputs run_ring(const RingProblem& p, int P, bool zigzag, const AttentionPolicy& policy) {
+// make_sp_attention over a ring of P ranks on the one GPU (P = 1: LocalAttention), in `dt` (bf16 or
+// f16).
+Outputs run_ring(const RingProblem& p, int P, bool zigzag, const AttentionPolicy& policy, DType dt) {
   std::vector<std::vector<int64_t>> rows(P);
   std::vector<TokenMeta> metas;
   for (int r = 0; r < P; ++r) {
@@ -124,11 +126,11 @@ Outputs run_ring(const RingProblem& p, int P, bool zigzag, const AttentionPolicy
   run_local_ranks(P, [&](Communicator& world) {
     set_current_device(kGpu);
     const int r = world.rank();
-    auto gpu = [&](const Tensor& host) { return host.to_dtype(DType::kBF16).to(kGpu); };
+    auto gpu = [&](const Tensor& host) { return host.to_dtype(dt).to(kGpu); };
     Tensor q = gpu(take(p.q, rows[r])), k = gpu(take(p.k, rows[r])), v = gpu(take(p.v, rows[r]));
     Tensor dout = gpu(take(p.dout, rows[r]));
-    Tensor o = Tensor::empty(q.shape(), DType::kBF16, kGpu), dq = Tensor::empty(q.shape(), DType::kBF16, kGpu);
-    Tensor dk = Tensor::empty(k.shape(), DType::kBF16, kGpu), dv = Tensor::empty(v.shape(), DType::kBF16, kGpu);
+    Tensor o = Tensor::empty(q.shape(), dt, kGpu), dq = Tensor::empty(q.shape(), dt, kGpu);
+    Tensor dk = Tensor::empty(k.shape(), dt, kGpu), dv = Tensor::empty(v.shape(), dt, kGpu);
     std::unique_ptr<Attention> attn;
     std::unique_ptr<DeviceMesh> mesh;
     if (P == 1) {
@@ -152,12 +154,12 @@ Errors errors_of(const Outputs& got, const optest::AttnRef& ref) {
           rel_to_ref(got.dv, ref.dv)};
 }
 
-void ring_error_is_flat(const AttentionPolicy& policy, const std::string& name) {
+void ring_error_is_flat(const AttentionPolicy& policy, const std::string& name, DType dt = DType::kBF16) {
   const RingProblem p = make_ring_problem(4096, 2, 1, 128);
   const TokenMeta all = meta_rows(p, rank_rows(p.S, 1, 0, false));
   const optest::AttnRef ref = optest::attn_reference(doubles(p.q), doubles(p.k), doubles(p.v), doubles(p.dout), all,
                                                      all, p.H, p.Hkv, p.D, /*causal=*/true, p.scale());
-  const Errors one = errors_of(run_ring(p, 1, false, policy), ref);
+  const Errors one = errors_of(run_ring(p, 1, false, policy, dt), ref);
   std::printf("[%s] S=%lld H=%lld Hkv=%lld D=%lld  P=1: out %.3e dq %.3e dk %.3e dv %.3e\n", name.c_str(),
               static_cast<long long>(p.S), static_cast<long long>(p.H), static_cast<long long>(p.Hkv),
               static_cast<long long>(p.D), one.out, one.dq, one.dk, one.dv);
@@ -167,7 +169,7 @@ void ring_error_is_flat(const AttentionPolicy& policy, const std::string& name) 
   auto flat = [](double e1) { return 1.25 * e1; };
   for (bool zigzag : {false, true}) {
     for (int P : {2, 4, 8}) {
-      const Errors e = errors_of(run_ring(p, P, zigzag, policy), ref);
+      const Errors e = errors_of(run_ring(p, P, zigzag, policy, dt), ref);
       std::printf("[%s] ring %-10s P=%d: out %.3e dq %.3e dk %.3e dv %.3e\n", name.c_str(),
                   zigzag ? "zigzag" : "contiguous", P, e.out, e.dq, e.dk, e.dv);
       const std::string what = name + (zigzag ? " zigzag" : " contiguous") + " P=" + std::to_string(P);
@@ -190,6 +192,15 @@ TEST(CudaSpAttention, RingErrorDoesNotGrowWithDegreeFlash) {
   AttentionPolicy policy;
   policy.backend = AttentionBackend::kFlash;
   ring_error_is_flat(policy, "flash");
+}
+
+// The same in f16 (an fp16 run's ring): the flash kernels' f16 instantiations on every hop, f16
+// partials merged into f32 accumulators.
+TEST(CudaSpAttention, RingErrorDoesNotGrowWithDegreeFlashF16) {
+  REQUIRE_GPU();
+  AttentionPolicy policy;
+  policy.backend = AttentionBackend::kFlash;
+  ring_error_is_flat(policy, "flash-f16", DType::kF16);
 }
 
 TEST(CudaSpAttention, RingErrorDoesNotGrowWithDegreeCudnn) {

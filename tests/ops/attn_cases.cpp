@@ -136,9 +136,9 @@ TokenMeta meta_of(const std::vector<int32_t>& seg, const std::vector<int32_t>& p
 // The path `b` must report for `c` (kNone: any).
 AttnPath expected_path(const AttnCase& c, const Backend& b) {
   if (b.device.is_cpu()) return AttnPath::kCpu;
-  // auto takes cuDNN's dense graph (one document) only, the flash kernel otherwise (attention_cuda.cpp);
-  // in fp16 cuDNN always (the flash kernels are bf16-only).
-  if (b.attention.backend == AttentionBackend::kAuto && b.compute != DType::kF16 &&
+  // auto takes cuDNN's dense graph (one document) only, the flash kernel otherwise (attention_cuda.cpp),
+  // bf16 and f16 alike.
+  if (b.attention.backend == AttentionBackend::kAuto &&
       (num_docs(c) != 1 || b.attention.cudnn_dense != CudnnDense::kOn))
     return AttnPath::kNone;
   if (is_cudnn(b))
@@ -444,8 +444,6 @@ std::string attn_unsupported(const AttnCase& c, const Backend& b) {
   if (c.D == 96 && b.attention.backend == AttentionBackend::kFlash &&
       (b.attention.fwd_kernel == FlashKernel::kWgmma || b.attention.bwd_kernel == FlashKernel::kWgmma))
     return "the wgmma kernels take head dim 64 or 128; D=96 runs on the mma.sync kernel (docs/kernel-policy.md)";
-  if (b.compute == DType::kF16 && !is_cudnn(b))
-    return "the flash kernels are bf16-only (an fp16 run's attention is cuDNN's)";
   if (is_cudnn(b)) {
     if (c.out_f32 || c.grad_f32) return "cuDNN writes 16-bit outputs and gradients (f32 asked)";
     if (c.meta_on_device) return "cuDNN reads the document layout from host metadata (device metadata given)";

@@ -3,9 +3,9 @@
 // generator that never yields zeros, a double-precision reference), and runs on
 //   - the CPU f32 path (tests/ops/test_ops.cpp, in the CPU suite), checked against the f64
 //     reference, plus finite differences of the f64 reference for the small cases with a backward;
-//   - every CUDA path that supports it (tests/cuda/test_cuda_op_harness.cpp): the ops in bf16 and
-//     f32 storage; attention through the mma.sync kernels, the Hopper wgmma kernels and cuDNN,
-//     chosen through AttentionPolicy. A path that cannot run a case is reported as skipped, with
+//   - every CUDA path that supports it (tests/cuda/test_cuda_op_harness.cpp): the ops in bf16, f16
+//     and f32 storage; attention through the mma.sync kernels, the Hopper wgmma kernels and cuDNN,
+//     chosen through AttentionPolicy, each in bf16 and f16. A path that cannot run a case is reported as skipped, with
 //     the reason (ggml's supports_op).
 // Outputs are poisoned with NaN bytes before every call (an unwritten element fails), and the
 // tolerance is flash-attention's rule: a path's error against the f64 reference must stay within
@@ -14,8 +14,9 @@
 //   ops:        the same-dtype computation is the CPU f32 path on inputs stored as the backend
 //               stores them, its outputs rounded the same way (for the CPU path itself: the f64
 //               reference rounded to f32);
-//   attention:  the f64 reference with bf16 rounding where the GPU kernels round (P and dS before
-//               their matmuls, the bf16 outputs), since the kernels multiply P and dS in bf16.
+//   attention:  the f64 reference with the path's 16-bit rounding (bf16 or f16) where the GPU
+//               kernels round (P and dS before their matmuls, the 16-bit outputs), since the kernels
+//               multiply P and dS in that type.
 #pragma once
 
 #include <cstdint>

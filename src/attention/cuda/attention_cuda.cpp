@@ -23,7 +23,14 @@ namespace seqpar::cuda_attn {
 
 namespace {
 
-const uint16_t* bf16_ptr(const Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data<bf16>()); }
+// A bf16 or f16 tensor's elements as the kernels take them: 16-bit patterns (attn_launch.h).
+const uint16_t* bits16_ptr(const Tensor& t) {
+  SEQPAR_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF16, "flash attention: {} must be bf16 or f16",
+               t.str());
+  return static_cast<const uint16_t*>(t.raw());
+}
+
+Elem elem_of(const Tensor& t) { return t.dtype() == DType::kF16 ? Elem::kF16 : Elem::kBf16; }
 
 void check_cuda_tensor(const Tensor& t, const char* name, Device dev) {
   SEQPAR_CHECK(t.defined(), "flash attention: {} is undefined", name);
@@ -35,8 +42,16 @@ void check_float_out(const Tensor& t, const char* name) {
                "flash attention: {} is {}, must be bf16, f16 or f32", name, t.str());
 }
 
-// q [Tq, H, D], k/v [Tk, Hkv, D], all bf16 or all f16 (an fp16 run's: cuDNN only, see cudnn_route),
-// on one CUDA device; returns that device.
+// An output (or out, or a gradient) of the kernels: f32, or q's 16-bit type (the kernels write and
+// read 16-bit values as FwdParams::elem, q's type).
+void check_out_like_q(const Tensor& t, const char* name, const Tensor& q) {
+  check_float_out(t, name);
+  SEQPAR_CHECK(t.dtype() == DType::kF32 || t.dtype() == q.dtype(), "flash attention: {} is {}, must be f32 or q's {}",
+               name, t.str(), dtype_name(q.dtype()));
+}
+
+// q [Tq, H, D], k/v [Tk, Hkv, D], all bf16 or all f16 (an fp16 run's), on one CUDA device; returns
+// that device.
 Device check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
   SEQPAR_CHECK(q.defined() && q.device().is_cuda(), "flash attention: q must be a CUDA tensor, got {}", q.str());
   const Device dev = q.device();
@@ -113,28 +128,14 @@ Tensor tile_stats(const TokenMeta& m, const DeviceMeta& dm, int64_t T, int tile,
 // The documents to hand to cuDNN for this call, or nullopt for the flash kernel: the policy's
 // backend, the device (auto: compute capability >= 9.0), outputs in q's 16-bit type, and
 // attention_backend.h's packed_docs rule. Says why at debug level whenever a cuDNN setting ends on
-// the flash kernel.
-//
-// f16 q, k, v (an fp16 run): the flash kernels are bf16-only (mma.sync / wgmma on bf16 operands),
-// so cuDNN is the only path: auto takes it on any device and for several documents too (its
-// ragged graph), and a call cuDNN cannot take (a sliding window, f32 outputs, keys that are not
-// the queries' own documents, backend flash) is an error saying why.
-[[noreturn]] void refuse_f16_flash(const char* entry, const std::string& why) {
-  throw Error(
-      fmt::format("{}: fp16 attention runs on cuDNN only (seqpar's flash kernels are bf16-only), and cuDNN "
-                  "cannot take this call: {}; train in bf16 (--mixed-precision bf16) for it",
-                  entry, why));
-}
-
-std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq, int64_t Tk, bool f16,
-                                      bool sixteen_bit_outputs, const AttnArgs& args) {
+// the flash kernel. bf16 and f16 q, k, v take the same route (the flash kernels are instantiated
+// for both).
+std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq, int64_t Tk, bool sixteen_bit_outputs,
+                                      const AttnArgs& args) {
   const AttentionBackend backend = args.policy.backend;
-  if (backend == AttentionBackend::kFlash) {
-    if (f16) refuse_f16_flash(entry, "the policy's backend is flash (attn_implementation flash_attention_2/3)");
-    return std::nullopt;
-  }
+  if (backend == AttentionBackend::kFlash) return std::nullopt;
   std::string why;
-  if (backend == AttentionBackend::kAuto && !f16) {
+  if (backend == AttentionBackend::kAuto) {
     const int cc = device_compute_capability(dev.index);
     if (cc < 90)
       why = fmt::format("{} has compute capability {}.{} (auto uses cuDNN from 9.0)", dev.str(), cc / 10, cc % 10);
@@ -142,10 +143,6 @@ std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq,
   if (why.empty() && !sixteen_bit_outputs) why = "f32 outputs or gradients (cuDNN writes q's 16-bit type)";
   std::optional<PackedDocs> docs;
   if (why.empty()) docs = packed_docs(args, Tq, Tk, &why);
-  if (f16) {
-    if (!docs) refuse_f16_flash(entry, why);
-    return docs;
-  }
   if (docs && backend == AttentionBackend::kAuto && (docs->num_docs() != 1 || args.policy.cudnn_dense != CudnnDense::kOn)) {
     // auto takes cuDNN where it was measured faster: its dense graph (one document), 1.3-2.0x the
     // flash kernel forward+backward on the H200 (bench/NOTES.md, 2026-12-02). Its ragged graph
@@ -164,9 +161,10 @@ FwdParams fwd_params(const Tensor& q, const Tensor& k, const Tensor& v, const Te
                      const DeviceMeta& qm, const DeviceMeta& km, const Tensor& q_stats, const Tensor& k_stats,
                      const AttnArgs& args) {
   FwdParams p{};
-  p.q = bf16_ptr(q);
-  p.k = bf16_ptr(k);
-  p.v = bf16_ptr(v);
+  p.q = bits16_ptr(q);
+  p.k = bits16_ptr(k);
+  p.v = bits16_ptr(v);
+  p.elem = elem_of(q);
   p.out = out.raw();
   p.out_f32 = out.dtype() == DType::kF32;
   p.lse = lse.data<float>();
@@ -199,7 +197,7 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
   check_cuda_tensor(out, "out", dev);
   check_cuda_tensor(lse, "lse", dev);
   check_shape(out, q.shape(), "out (must match q [Tq, H, D])");
-  check_float_out(out, "out");
+  check_out_like_q(out, "out", q);
   check_shape(lse, {Tq, H}, "lse [Tq, H]");
   check_dtype(lse, DType::kF32, "lse");
   SEQPAR_CHECK(std::isfinite(args.scale) && args.scale > 0.f, "flash attention: scale={} must be finite and > 0",
@@ -208,15 +206,11 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
     if (args.ran) *args.ran = AttnPath::kNone;
     return;
   }
-  const bool f16 = q.dtype() == DType::kF16;
-  if (const auto docs = cudnn_route("attn_forward", dev, Tq, Tk, f16, out.dtype() == q.dtype(), args)) {
+  if (const auto docs = cudnn_route("attn_forward", dev, Tq, Tk, out.dtype() == q.dtype(), args)) {
     if (const AttnPath path = cudnn_attn_forward(out, lse, q, k, v, args, *docs); path != AttnPath::kNone) {
       if (args.ran) *args.ran = path;
       return;
     }
-    if (f16)
-      refuse_f16_flash("attn_forward",
-                       "cuDNN has no plan for the shape (see the warning above), or a tensor is not 16-byte aligned");
   }
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
@@ -246,8 +240,8 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   check_shape(lse, {Tq, H}, "lse [Tq, H]");
   check_dtype(lse, DType::kF32, "lse");
   check_dtype(dout, q.dtype(), "dout (a tensor-core operand, q's type)");
-  check_float_out(out, "out");
-  check_float_out(dq, "dq");
+  check_out_like_q(out, "out", q);
+  check_out_like_q(dq, "dq", q);
   SEQPAR_CHECK(dk.dtype() == dq.dtype() && dv.dtype() == dq.dtype(),
                "flash attention: dq {}, dk {}, dv {} must share one dtype", dq.str(), dk.str(), dv.str());
   SEQPAR_CHECK(std::isfinite(args.scale) && args.scale > 0.f, "flash attention: scale={} must be finite and > 0",
@@ -264,16 +258,12 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   }
   // cuDNN reads an out of q's type; f32 gradients (a ring's accumulators) take its 16-bit result
   // added or cast.
-  const bool f16 = q.dtype() == DType::kF16;
-  if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, f16, out.dtype() == q.dtype(), args)) {
+  if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, out.dtype() == q.dtype(), args)) {
     if (const AttnPath path = cudnn_attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, *docs, mode);
         path != AttnPath::kNone) {
       if (args.ran) *args.ran = path;
       return;
     }
-    if (f16)
-      refuse_f16_flash("attn_backward",
-                       "cuDNN has no plan for the shape (see the warning above), or a tensor is not 16-byte aligned");
   }
   cudaStream_t stream = current_stream();
   const DeviceMeta qm = meta_on_device(args.q_meta, Tq, dev, "q_meta", stream);
@@ -288,7 +278,7 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
 
   BwdParams p{};
   static_cast<FwdParams&>(p) = fwd_params(q, k, v, out, lse, qm, km, q_stats, k_stats, args);
-  p.dout = bf16_ptr(dout);
+  p.dout = bits16_ptr(dout);
   p.dq = dq.raw();
   p.dk = dk.raw();
   p.dv = dv.raw();
@@ -331,7 +321,8 @@ void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const 
   SEQPAR_CHECK(D <= INT_MAX, "attn_merge: D={} too large", D);
   launch_merge(out_acc.raw(), lse_acc.data<float>(), out_part.raw(), lse_part.data<float>(), T * H, static_cast<int>(D),
                out_acc.dtype() == DType::kF32, out_part.dtype() == DType::kF32,
-               out_acc.dtype() == DType::kF16 || out_part.dtype() == DType::kF16, current_stream());
+               out_acc.dtype() == DType::kF16 || out_part.dtype() == DType::kF16 ? Elem::kF16 : Elem::kBf16,
+               current_stream());
 }
 
 }  // namespace seqpar::cuda_attn

@@ -46,7 +46,8 @@ __global__ void tile_stats_kernel(int4* __restrict__ stats, const int32_t* __res
 // Pre-pass, one warp per (query row i < Tq_pad, head h):
 //   delta[h][i] = sum_d dout[i,h,d] * out[i,h,d],  lse2[h][i] = lse[i,h] * log2e,
 // with lse = -inf (a row that sees nothing) mapped to +inf so that exp2(s - lse2) = 0; padded rows
-// (i >= Tq) get delta 0, lse2 +inf.
+// (i >= Tq) get delta 0, lse2 +inf. dout (and a 16-bit out) are E.
+template <Elem E>
 __global__ void bwd_prep_kernel(const uint16_t* __restrict__ dout, const void* __restrict__ out, bool out_f32,
                                 const float* __restrict__ lse, float* __restrict__ lse2, float* __restrict__ delta,
                                 int Tq, int Tq_pad, int H, int D) {
@@ -66,11 +67,11 @@ __global__ void bwd_prep_kernel(const uint16_t* __restrict__ dout, const void* _
         o1 = ov.y;
       } else {
         const uint32_t ob = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(out) + base + d);
-        o0 = bf16_bits_to_f32(static_cast<uint16_t>(ob & 0xffffu));
-        o1 = bf16_bits_to_f32(static_cast<uint16_t>(ob >> 16));
+        o0 = bits_to_f32<E>(static_cast<uint16_t>(ob & 0xffffu));
+        o1 = bits_to_f32<E>(static_cast<uint16_t>(ob >> 16));
       }
-      acc += bf16_bits_to_f32(static_cast<uint16_t>(dob & 0xffffu)) * o0 +
-             bf16_bits_to_f32(static_cast<uint16_t>(dob >> 16)) * o1;
+      acc += bits_to_f32<E>(static_cast<uint16_t>(dob & 0xffffu)) * o0 +
+             bits_to_f32<E>(static_cast<uint16_t>(dob >> 16)) * o1;
     }
   }
 #pragma unroll
@@ -89,7 +90,8 @@ __global__ void bwd_prep_kernel(const uint16_t* __restrict__ dout, const void* _
 }
 
 // dq += scale * dq_acc, or dq = scale * dq_acc when `write` (dq not read), 4 elements per thread
-// (n % 4 == 0).
+// (n % 4 == 0); a 16-bit dq is E.
+template <Elem E>
 __global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, bool write, const float* __restrict__ acc,
                                  float scale, int64_t n4) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
@@ -100,7 +102,7 @@ __global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, bool write, co
         reinterpret_cast<float4*>(dq)[i] = make_float4(scale * a.x, scale * a.y, scale * a.z, scale * a.w);
       } else {
         reinterpret_cast<uint2*>(dq)[i] =
-            make_uint2(pack_bf16(scale * a.x, scale * a.y), pack_bf16(scale * a.z, scale * a.w));
+            make_uint2(pack2<E>(scale * a.x, scale * a.y), pack2<E>(scale * a.z, scale * a.w));
       }
     } else if (f32) {
       float4 d = reinterpret_cast<float4*>(dq)[i];
@@ -111,11 +113,11 @@ __global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, bool write, co
       reinterpret_cast<float4*>(dq)[i] = d;
     } else {
       uint2 d = reinterpret_cast<uint2*>(dq)[i];
-      const float d0 = bf16_bits_to_f32(static_cast<uint16_t>(d.x & 0xffffu)) + scale * a.x;
-      const float d1 = bf16_bits_to_f32(static_cast<uint16_t>(d.x >> 16)) + scale * a.y;
-      const float d2 = bf16_bits_to_f32(static_cast<uint16_t>(d.y & 0xffffu)) + scale * a.z;
-      const float d3 = bf16_bits_to_f32(static_cast<uint16_t>(d.y >> 16)) + scale * a.w;
-      reinterpret_cast<uint2*>(dq)[i] = make_uint2(pack_bf16(d0, d1), pack_bf16(d2, d3));
+      const float d0 = bits_to_f32<E>(static_cast<uint16_t>(d.x & 0xffffu)) + scale * a.x;
+      const float d1 = bits_to_f32<E>(static_cast<uint16_t>(d.x >> 16)) + scale * a.y;
+      const float d2 = bits_to_f32<E>(static_cast<uint16_t>(d.y & 0xffffu)) + scale * a.z;
+      const float d3 = bits_to_f32<E>(static_cast<uint16_t>(d.y >> 16)) + scale * a.w;
+      reinterpret_cast<uint2*>(dq)[i] = make_uint2(pack2<E>(d0, d1), pack2<E>(d2, d3));
     }
   }
 }
@@ -123,18 +125,16 @@ __global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, bool write, co
 // One warp per (token, head) row:
 //   lse' = log(exp(lse_acc) + exp(lse_part)),  out' = out_acc exp(lse_acc - lse') + out_part exp(lse_part - lse').
 // An empty part (-inf) leaves the row alone; an empty accumulator takes the part as is without
-// reading its own out (which may be uninitialised); two empties give out 0, lse -inf. 16-bit
-// values are bf16, or f16 with `half` (an fp16 run's ring: cuDNN's f16 partials into f32).
-__device__ __forceinline__ float load16(uint16_t b, bool half) {
-  return half ? __half2float(__ushort_as_half(b)) : bf16_bits_to_f32(b);
-}
-__device__ __forceinline__ uint16_t store16(float x, bool half) {
-  return half ? __half_as_ushort(__float2half_rn(x)) : static_cast<uint16_t>(pack_bf16(x, 0.f) & 0xffffu);
+// reading its own out (which may be uninitialised); two empties give out 0 (0 bits in both 16-bit
+// types), lse -inf. 16-bit values are E (an fp16 run's ring: f16 partials into f32 accumulators).
+template <Elem E>
+__device__ __forceinline__ uint16_t to_bits(float x) {
+  return static_cast<uint16_t>(pack2<E>(x, 0.f) & 0xffffu);
 }
 
+template <Elem E>
 __global__ void merge_kernel(void* __restrict__ out_acc, float* __restrict__ lse_acc, const void* __restrict__ out_part,
-                             const float* __restrict__ lse_part, int64_t rows, int D, bool acc_f32, bool part_f32,
-                             bool half) {
+                             const float* __restrict__ lse_part, int64_t rows, int D, bool acc_f32, bool part_f32) {
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (row >= rows) return;
@@ -163,15 +163,15 @@ __global__ void merge_kernel(void* __restrict__ out_acc, float* __restrict__ lse
     float a = 0.f, b;
     if (la != -INFINITY) {
       a = acc_f32 ? static_cast<const float*>(out_acc)[base + d]
-                  : load16(static_cast<const uint16_t*>(out_acc)[base + d], half);
+                  : bits_to_f32<E>(static_cast<const uint16_t*>(out_acc)[base + d]);
     }
     b = part_f32 ? static_cast<const float*>(out_part)[base + d]
-                 : load16(static_cast<const uint16_t*>(out_part)[base + d], half);
+                 : bits_to_f32<E>(static_cast<const uint16_t*>(out_part)[base + d]);
     const float r = wa * a + wp * b;
     if (acc_f32) {
       static_cast<float*>(out_acc)[base + d] = r;
     } else {
-      static_cast<uint16_t*>(out_acc)[base + d] = store16(r, half);
+      static_cast<uint16_t*>(out_acc)[base + d] = to_bits<E>(r);
     }
   }
   __syncwarp();
@@ -196,8 +196,10 @@ void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream) {
       cudaMemsetAsync(p.dq_acc, 0, static_cast<size_t>(p.Tq) * p.H * p.D * sizeof(float), stream));
   const int64_t rows = static_cast<int64_t>(Tq_pad) * p.H;
   const int per_block = 8;
-  bwd_prep_kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), per_block * 32, 0, stream>>>(
-      p.dout, p.out, p.out_f32, p.lse, p.lse2, p.delta, p.Tq, Tq_pad, p.H, p.D);
+  const unsigned blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
+  auto kernel = p.elem == Elem::kF16 ? bwd_prep_kernel<Elem::kF16> : bwd_prep_kernel<Elem::kBf16>;
+  kernel<<<blocks, per_block * 32, 0, stream>>>(p.dout, p.out, p.out_f32, p.lse, p.lse2, p.delta, p.Tq, Tq_pad, p.H,
+                                                p.D);
   SEQPAR_LAUNCH_CHECK();
 }
 
@@ -206,17 +208,18 @@ void launch_dq_finish(const BwdParams& p, cudaStream_t stream) {
   if (n4 == 0) return;
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((n4 + threads - 1) / threads, 132 * 16);
-  dq_finish_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.write_grads, p.dq_acc,
-                                                                          p.scale, n4);
+  auto kernel = p.elem == Elem::kF16 ? dq_finish_kernel<Elem::kF16> : dq_finish_kernel<Elem::kBf16>;
+  kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.write_grads, p.dq_acc, p.scale, n4);
   SEQPAR_LAUNCH_CHECK();
 }
 
 void launch_merge(void* out_acc, float* lse_acc, const void* out_part, const float* lse_part, int64_t rows, int D,
-                  bool acc_f32, bool part_f32, bool half, cudaStream_t stream) {
+                  bool acc_f32, bool part_f32, Elem elem, cudaStream_t stream) {
   if (rows == 0) return;
   const int per_block = 8;
-  merge_kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), per_block * 32, 0, stream>>>(
-      out_acc, lse_acc, out_part, lse_part, rows, D, acc_f32, part_f32, half);
+  auto kernel = elem == Elem::kF16 ? merge_kernel<Elem::kF16> : merge_kernel<Elem::kBf16>;
+  kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), per_block * 32, 0, stream>>>(
+      out_acc, lse_acc, out_part, lse_part, rows, D, acc_f32, part_f32);
   SEQPAR_LAUNCH_CHECK();
 }
 

@@ -8,10 +8,10 @@
 // Per (query tile, head), with the FINAL lse and Delta = rowsum(dO * O) from a pre-pass:
 //   S^T = K Q^T,  P^T = exp2(S^T*scale*log2e - lse*log2e)  (masked on boundary tiles),
 //   dV += P^T dO,  dP^T = V dO^T,  dS^T = P^T (dP^T - Delta),  dK += dS^T Q,
-//   dS^T -> shared (bf16),  dQ_acc += dS K  (atomics).
-// All products are mma.sync m16n8k16 bf16 with f32 accumulators; P and dS enter the next product
-// as bf16 A fragments straight from the accumulators. Q, dO, lse and Delta of the next step are
-// prefetched (cp.async, double buffer) while the current one is computed.
+//   dS^T -> shared (E),  dQ_acc += dS K  (atomics).
+// All products are mma.sync m16n8k16 on E operands (bf16 or f16, attn_common.cuh's Elem16) with
+// f32 accumulators; P and dS enter the next product as E A fragments straight from the accumulators. Q, dO, lse and
+// Delta of the next step are prefetched (cp.async, double buffer) while the current one is computed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,8 +28,9 @@ namespace seqpar::cuda_attn::detail {
 
 using namespace dev;
 
-// dst[0..1] += (v0, v1), or = (v0, v1) when `write` (the old value is then not read), for a bf16 or
-// f32 gradient row.
+// dst[0..1] += (v0, v1), or = (v0, v1) when `write` (the old value is then not read), for an E or
+// f32 gradient row (the sum in f32, rounded once).
+template <Elem E>
 __device__ __forceinline__ void store_pair(void* base, bool f32, bool write, int64_t off, float v0, float v1) {
   if (f32) {
     float2* d = reinterpret_cast<float2*>(static_cast<float*>(base) + off);
@@ -44,11 +45,11 @@ __device__ __forceinline__ void store_pair(void* base, bool f32, bool write, int
   } else {
     uint32_t* d = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(base) + off);
     if (write) {
-      *d = pack_bf16(v0, v1);
+      *d = pack2<E>(v0, v1);
     } else {
       const uint32_t x = *d;
-      *d = pack_bf16(bf16_bits_to_f32(static_cast<uint16_t>(x & 0xffffu)) + v0,
-                     bf16_bits_to_f32(static_cast<uint16_t>(x >> 16)) + v1);
+      *d = pack2<E>(bits_to_f32<E>(static_cast<uint16_t>(x & 0xffffu)) + v0,
+                    bits_to_f32<E>(static_cast<uint16_t>(x >> 16)) + v1);
     }
   }
 }
@@ -58,17 +59,17 @@ template <int D, int BM, int BN, int NW>
 struct BwdSmem {
   static constexpr int DS = smem_width(D);
   static constexpr int kTile = BM * DS * 2;       // one Q or dO tile, bytes
-  static constexpr int K = 0;                     // [BN][DS] bf16
-  static constexpr int V = K + BN * DS * 2;       // [BN][DS] bf16
-  static constexpr int Q = V + BN * DS * 2;       // [2][BM][DS] bf16
-  static constexpr int dO = Q + 2 * kTile;        // [2][BM][DS] bf16
-  static constexpr int dS = dO + 2 * kTile;       // [BN][BM] bf16 (dS^T: key rows)
+  static constexpr int K = 0;                     // [BN][DS] 16-bit
+  static constexpr int V = K + BN * DS * 2;       // [BN][DS] 16-bit
+  static constexpr int Q = V + BN * DS * 2;       // [2][BM][DS] 16-bit
+  static constexpr int dO = Q + 2 * kTile;        // [2][BM][DS] 16-bit
+  static constexpr int dS = dO + 2 * kTile;       // [BN][BM] 16-bit (dS^T: key rows)
   static constexpr int L = dS + BN * BM * 2;      // [2][BM] f32 lse2
   static constexpr int Dl = L + 2 * BM * 4;       // [2][BM] f32 delta
   static constexpr int kBytes = Dl + 2 * BM * 4;
 };
 
-template <int D, int BM, int BN, int NW>
+template <Elem E, int D, int BM, int BN, int NW>
 __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
   constexpr int NT = NW * 32;
   constexpr int SN = BM / 8;   // query n-tiles of S^T
@@ -169,8 +170,8 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
       for (int np = 0; np < SN / 2; ++np) {
         uint32_t b[4];
         ldsm_x4(b, ld.b<DS>(q_s, np * 16, kd));
-        mma16816(st[2 * np], a, b[0], b[1]);
-        mma16816(st[2 * np + 1], a, b[2], b[3]);
+        mma16816<E>(st[2 * np], a, b[0], b[1]);
+        mma16816<E>(st[2 * np + 1], a, b[2], b[3]);
       }
     }
 
@@ -215,16 +216,16 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
     for (int kk = 0; kk < KM; ++kk) {
       uint32_t a[4];
-      a[0] = pack_bf16(st[2 * kk][0], st[2 * kk][1]);
-      a[1] = pack_bf16(st[2 * kk][2], st[2 * kk][3]);
-      a[2] = pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]);
-      a[3] = pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3]);
+      a[0] = pack2<E>(st[2 * kk][0], st[2 * kk][1]);
+      a[1] = pack2<E>(st[2 * kk][2], st[2 * kk][3]);
+      a[2] = pack2<E>(st[2 * kk + 1][0], st[2 * kk + 1][1]);
+      a[3] = pack2<E>(st[2 * kk + 1][2], st[2 * kk + 1][3]);
 #pragma unroll
       for (int dp = 0; dp < ON / 2; ++dp) {
         uint32_t b[4];
         ldsm_x4_t(b, ld.bt<DS>(do_s, kk * 16, dp));
-        mma16816(dv[2 * dp], a, b[0], b[1]);
-        mma16816(dv[2 * dp + 1], a, b[2], b[3]);
+        mma16816<E>(dv[2 * dp], a, b[0], b[1]);
+        mma16816<E>(dv[2 * dp + 1], a, b[2], b[3]);
       }
     }
 
@@ -242,8 +243,8 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
       for (int np = 0; np < SN / 2; ++np) {
         uint32_t b[4];
         ldsm_x4(b, ld.b<DS>(do_s, np * 16, kd));
-        mma16816(dpt[2 * np], a, b[0], b[1]);
-        mma16816(dpt[2 * np + 1], a, b[2], b[3]);
+        mma16816<E>(dpt[2 * np], a, b[0], b[1]);
+        mma16816<E>(dpt[2 * np + 1], a, b[2], b[3]);
       }
     }
 
@@ -258,14 +259,14 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
       }
     }
 
-    // dK += dS^T Q; dS^T (bf16) -> shared memory for dQ.
+    // dK += dS^T Q; dS^T (E) -> shared memory for dQ.
 #pragma unroll
     for (int kk = 0; kk < KM; ++kk) {
       uint32_t a[4];
-      a[0] = pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]);
-      a[1] = pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]);
-      a[2] = pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
-      a[3] = pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
+      a[0] = pack2<E>(dpt[2 * kk][0], dpt[2 * kk][1]);
+      a[1] = pack2<E>(dpt[2 * kk][2], dpt[2 * kk][3]);
+      a[2] = pack2<E>(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]);
+      a[3] = pack2<E>(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3]);
       // Row r = warp*16 + g (+8) of the swizzled [BN][BM] tile: swizzle key r & 7 = g.
       const uint32_t row0 = sdS + (warp * 16 + g) * (BM * 2) + 4 * t, row8 = row0 + 8 * (BM * 2);
       const uint32_t c0 = static_cast<uint32_t>((((2 * kk) & ~7) | (((2 * kk) & 7) ^ g)) << 4);
@@ -278,8 +279,8 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
       for (int dp = 0; dp < ON / 2; ++dp) {
         uint32_t b[4];
         ldsm_x4_t(b, ld.bt<DS>(q_s, kk * 16, dp));
-        mma16816(dk[2 * dp], a, b[0], b[1]);
-        mma16816(dk[2 * dp + 1], a, b[2], b[3]);
+        mma16816<E>(dk[2 * dp], a, b[0], b[1]);
+        mma16816<E>(dk[2 * dp + 1], a, b[2], b[3]);
       }
     }
     __syncthreads();  // dS^T of every warp is in shared memory
@@ -301,8 +302,8 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
         for (int dp = 0; dp < DQN / 2; ++dp) {
           uint32_t b[4];
           ldsm_x4_t(b, ld.bt<DS>(sK_wd, kk * 16, dp));
-          mma16816(dqa[2 * dp], a, b[0], b[1]);
-          mma16816(dqa[2 * dp + 1], a, b[2], b[3]);
+          mma16816<E>(dqa[2 * dp], a, b[0], b[1]);
+          mma16816<E>(dqa[2 * dp + 1], a, b[2], b[3]);
         }
       }
 #pragma unroll
@@ -335,18 +336,19 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
 #pragma unroll
     for (int dt = 0; dt < ON; ++dt) {
       const int col = dt * 8 + 2 * t;
-      store_pair(p.dk, p.grad_f32, p.write_grads, base + col, p.scale * dk[dt][2 * hr],
-                 p.scale * dk[dt][2 * hr + 1]);
-      store_pair(p.dv, p.grad_f32, p.write_grads, base + col, dv[dt][2 * hr], dv[dt][2 * hr + 1]);
+      store_pair<E>(p.dk, p.grad_f32, p.write_grads, base + col, p.scale * dk[dt][2 * hr],
+                    p.scale * dk[dt][2 * hr + 1]);
+      store_pair<E>(p.dv, p.grad_f32, p.write_grads, base + col, dv[dt][2 * hr], dv[dt][2 * hr + 1]);
     }
   }
 }
 
-template <int D, int BM, int BN, int NW>
+template <Elem E, int D, int BM, int BN, int NW>
 void run_bwd_main(const BwdParams& p, cudaStream_t stream) {
+  SEQPAR_CHECK_MSG(p.elem == E, "run_bwd_main: the parameters' element type is not the instantiation's");
   if (p.Tq == 0 || p.Tk == 0 || p.H == 0) return;
   constexpr int smem = BwdSmem<D, BM, BN, NW>::kBytes;
-  auto kernel = bwd_kernel<D, BM, BN, NW>;
+  auto kernel = bwd_kernel<E, D, BM, BN, NW>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid((p.Tk + BN - 1) / BN, p.Hkv);
   kernel<<<grid, NW * 32, smem, stream>>>(p);

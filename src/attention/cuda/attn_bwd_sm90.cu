@@ -1,7 +1,7 @@
 // Host side of the Hopper backward main kernel (attn_bwd_sm90.h): tensor maps for the bulk tensor
 // copies, the kernel's own per-tile mask statistics (64-query and 128-key tiles), the launch.
 // Both head dims: two consumer warpgroups (128 keys per CTA), one producer warp, a 2-stage ring of
-// Q / dO / lse2 / delta tiles.
+// Q / dO / lse2 / delta tiles. Each for bf16 and f16 (BwdParams::elem).
 #include "attention/cuda/attn_bwd_sm90.h"
 
 #include <cuda.h>
@@ -27,7 +27,7 @@ constexpr int kStages = 2;
 static_assert(4 * sizeof(CUtensorMap) + sizeof(BwdParams) + 2 * sizeof(const int4*) <= 4096,
               "bwd_sm90_kernel's parameters exceed 4 KB");
 
-template <int D>
+template <Elem E, int D>
 void run(const BwdParams& p, cudaStream_t stream) {
   using S = sm90::BwdShape<D, kStages>;
   static_assert(S::BM == kBwdSm90Bm, "the header's query tile is the kernel's");
@@ -35,17 +35,17 @@ void run(const BwdParams& p, cudaStream_t stream) {
   const int nkt = (p.Tk + S::BN - 1) / S::BN;
   SEQPAR_CHECK_MSG(nkt <= 65535, "the sm_90 flash backward takes at most 65535 key tiles of 128 (Tk=" +
                                    std::to_string(p.Tk) + ")");
-  const CUtensorMap tq = token_tensor_map(p.q, p.Tq, p.H, D, S::BM, "q");
-  const CUtensorMap tdo = token_tensor_map(p.dout, p.Tq, p.H, D, S::BM, "dout");
-  const CUtensorMap tk = token_tensor_map(p.k, p.Tk, p.Hkv, D, S::BN, "k");
-  const CUtensorMap tv = token_tensor_map(p.v, p.Tk, p.Hkv, D, S::BN, "v");
+  const CUtensorMap tq = token_tensor_map(p.q, E, p.Tq, p.H, D, S::BM, "q");
+  const CUtensorMap tdo = token_tensor_map(p.dout, E, p.Tq, p.H, D, S::BM, "dout");
+  const CUtensorMap tk = token_tensor_map(p.k, E, p.Tk, p.Hkv, D, S::BN, "k");
+  const CUtensorMap tv = token_tensor_map(p.v, E, p.Tk, p.Hkv, D, S::BN, "v");
 
   int4* stats = nullptr;  // [nqt] query tiles, then [nkt] key tiles
   SEQPAR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats), sizeof(int4) * (nqt + nkt), stream));
   launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream);
   launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
 
-  auto kernel = sm90::bwd_sm90_kernel<D, kStages>;
+  auto kernel = sm90::bwd_sm90_kernel<E, D, kStages>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   kernel<<<dim3(p.Hkv, nkt), S::kThreads, S::kSmem, stream>>>(tq, tdo, tk, tv, p, stats, stats + nqt);
   SEQPAR_LAUNCH_CHECK();
@@ -70,10 +70,19 @@ void launch_bwd_main_sm90(const BwdParams& p, int cc, cudaStream_t stream) {
   SEQPAR_CHECK_MSG(cc == 90, "the sm_90 flash backward runs on compute capability 9.0 only; this device is " +
                                  std::to_string(cc / 10) + "." + std::to_string(cc % 10));
   if (p.Tq == 0 || p.Tk == 0 || p.H == 0) return;
+  const bool f16 = p.elem == Elem::kF16;
   if (p.D == 128) {
-    run<128>(p, stream);
+    if (f16) {
+      run<Elem::kF16, 128>(p, stream);
+    } else {
+      run<Elem::kBf16, 128>(p, stream);
+    }
   } else {
-    run<64>(p, stream);
+    if (f16) {
+      run<Elem::kF16, 64>(p, stream);
+    } else {
+      run<Elem::kBf16, 64>(p, stream);
+    }
   }
 }
 

@@ -1,8 +1,9 @@
 // Flash-attention backward main kernel for Hopper (sm_90a), instantiated in attn_bwd_sm90.cu. One
 // CTA per (KV head, BN = 128-key tile): two consumer warpgroups of 64 keys each, plus a producer
-// warpgroup (one warp works; the group gives its registers to the consumers). K and V of the tile stay in shared memory; the CTA walks the visible BM = 64-query tiles
-// and, inside, the query heads of its GQA group (the order of the mma.sync kernel, attn_bwd.cuh),
-// so dK and dV of its keys are complete in registers at the end and are stored without atomics.
+// warpgroup (one warp works; the group gives its registers to the consumers). K and V of the tile stay in shared
+// memory; the CTA walks the visible BM = 64-query tiles and, inside, the query heads of its GQA group (the order of the
+// mma.sync kernel, attn_bwd.cuh), so dK and dV of its keys are complete in registers at the end and are stored without
+// atomics.
 //
 // Producer warp: the tensor memory accelerator copies K, V once and, per step, Q_i and dO_i (3-D
 //   maps over [T, heads, D], 64-column boxes, 128-byte swizzle) plus lse2_i and delta_i (1-D bulk
@@ -12,9 +13,9 @@
 //   dP^T = V dO_i^T        the same with V, dO_i
 //   P^T  = exp2(S^T * scale*log2e - lse2_i), masked on boundary tiles (0)
 //   dS^T = P^T (dP^T - delta_i)
-//   dV  += P^T dO_i        wgmma m64nDk16, A = P^T as bf16 registers (an accumulator's layout is
+//   dV  += P^T dO_i        wgmma m64nDk16, A = P^T as E registers (an accumulator's layout is
 //   dK  += dS^T Q_i        the A register layout), B = dO_i / Q_i MN-major (transpose bit)
-//   dS^T -> shared memory (bf16, 128-byte swizzle), then
+//   dS^T -> shared memory (E, 128-byte swizzle), then
 //   dQ_i += dS K           wgmma m64n64k16 with A = dS (MN-major from dS^T) and B = K (MN-major),
 //                          added to dq_acc with f32 vector atomics (red.global.add.v4.f32).
 //   D = 128: warpgroup w computes dQ columns 64w..64w+63 over all 128 keys (both warpgroups' dS^T;
@@ -54,7 +55,7 @@ struct BwdShape {
   static constexpr uint32_t kKVBytes = BN * D * 2;    // K or V
   static constexpr uint32_t kQBytes = BM * D * 2;     // one Q or dO tile
   static constexpr uint32_t kRowBytes = BM * 4;       // lse2 or delta of one tile
-  static constexpr uint32_t kDSBytes = BN * BM * 2;   // dS^T [BN][BM] bf16
+  static constexpr uint32_t kDSBytes = BN * BM * 2;   // dS^T [BN][BM] 16-bit
   static constexpr uint32_t kK = 0;
   static constexpr uint32_t kV = kKVBytes;
   static constexpr uint32_t kStage0 = 2 * kKVBytes;            // [STAGES] x {Q, dO}
@@ -85,46 +86,54 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // d (m64 x n64 f32) = (scale_d ? d : 0) + A B; A [64 x 16], B [16 x 64] from shared memory. TA / TB:
 // the transpose bits (0: K-major, 1: MN-major).
-template <int TA, int TB>
-__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t a, uint64_t b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, "
-      "%32, %33, p, 1, 1, %35, %36;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define SEQPAR_WGMMA_SS_N64_ASM(TY)                                                                                 \
+  asm volatile(                                                                                                     \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                                  \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY                                                       \
+      " {"                                                                                                          \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                      \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                              \
+      "}, "                                                                                                         \
+      "%32, %33, p, 1, 1, %35, %36;\n}\n"                                                                           \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                   \
       : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
+template <Elem E, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t a, uint64_t b, int scale_d) {
+  if constexpr (E == Elem::kF16) {
+    SEQPAR_WGMMA_SS_N64_ASM("f16");
+  } else {
+    SEQPAR_WGMMA_SS_N64_ASM("bf16");
+  }
 }
+#undef SEQPAR_WGMMA_SS_N64_ASM
 
-// An m64 x n64 f32 accumulator (32 registers) as four k16 bf16 A fragments: columns 16kk..16kk+15
+// An m64 x n64 f32 accumulator (32 registers) as four k16 E A fragments: columns 16kk..16kk+15
 // are accumulator blocks 2kk and 2kk + 1 (register 4n + 2hr + e: row 16w + g + 8hr, column 8n + 2t + e).
+template <Elem E>
 __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4][4], const float (&c)[32]) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) a[kk][j] = pack_bf16(c[8 * kk + 2 * j], c[8 * kk + 2 * j + 1]);
+    for (int j = 0; j < 4; ++j) a[kk][j] = pack2<E>(c[8 * kk + 2 * j], c[8 * kk + 2 * j + 1]);
 }
 
-// d += A B with A [64 x 16] bf16 registers, B [16 x D] MN-major from shared memory.
-template <int D>
+// d += A B with A [64 x 16] E registers, B [16 x D] MN-major from shared memory.
+template <Elem E, int D>
 __device__ __forceinline__ void wgmma_rs_tb(float (&d)[D / 2], const uint32_t (&a)[4], uint64_t b) {
   if constexpr (D == 128) {
-    wgmma_rs_n128_tb(d, a, b);
+    wgmma_rs_n128_tb<E>(d, a, b);
   } else {
-    wgmma_rs_n64_tb(d, a, b);
+    wgmma_rs_n64_tb<E>(d, a, b);
   }
 }
 
 // ---- the kernel ---------------------------------------------------------------------------
 // q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h). lse2 / delta rows
 // are (h, Tq_pad) with Tq_pad = ceil(Tq / BM) * BM.
-template <int D, int STAGES>
+template <Elem E, int D, int STAGES>
 __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                     const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
@@ -254,7 +263,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       const uint32_t col = (kk & 3) * 32;
       const uint64_t da = smem_desc(sKw + (kk >> 2) * (BN * 128) + col, 16, 1024);
       const uint64_t db = smem_desc(sQ(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
-      wgmma_ss_n64<0, 0>(st, da, db, kk > 0 ? 1 : 0);
+      wgmma_ss_n64<E, 0, 0>(st, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
 #pragma unroll
@@ -262,7 +271,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       const uint32_t col = (kk & 3) * 32;
       const uint64_t da = smem_desc(sVw + (kk >> 2) * (BN * 128) + col, 16, 1024);
       const uint64_t db = smem_desc(sdO(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
-      wgmma_ss_n64<0, 0>(dpt, da, db, kk > 0 ? 1 : 0);
+      wgmma_ss_n64<E, 0, 0>(dpt, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
     wgmma_wait<1>();  // S^T is in (dP^T may still run)
@@ -311,17 +320,17 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       }
     }
     uint32_t pa[4][4], da[4][4];
-    acc_to_a(pa, st);
-    acc_to_a(da, dpt);
+    acc_to_a<E>(pa, st);
+    acc_to_a<E>(da, dpt);
 
     // dV += P^T dO_i: 4 steps of k16 over the queries, each 16 query rows (2048 bytes) further.
     reg_fence(dv);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb<D>(dv, pa[kk], smem_desc(sdO(s) + kk * 16 * 128, BM * 128, 1024));
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], smem_desc(sdO(s) + kk * 16 * 128, BM * 128, 1024));
     wgmma_commit();
 
-    // dS^T (bf16) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n (swizzle key g).
+    // dS^T (E) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n (swizzle key g).
     // da[kk][j] holds accumulator block n = 2kk + (j >> 1), row half hr = j & 1.
     {
       const uint32_t row0 = sdS(buf) + (wg * 64 + 16 * w + g) * 128 + 4 * t;
@@ -338,7 +347,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     reg_fence(dk);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb<D>(dk, da[kk], smem_desc(sQ(s) + kk * 16 * 128, BM * 128, 1024));
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb<E, D>(dk, da[kk], smem_desc(sQ(s) + kk * 16 * 128, BM * 128, 1024));
     wgmma_commit();
 
     // dQ_i (+)= dS K. A = dS from the dS^T tile (MN-major: 64 queries = one 128-byte row per key),
@@ -352,7 +361,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       for (int kk = 0; kk < BN / 16; ++kk) {
         const uint64_t a = smem_desc(sdS(buf) + kk * 16 * 128, BM * 128, 1024);
         const uint64_t b = smem_desc(sK + wg * (BN * 128) + kk * 16 * 128, BN * 128, 1024);
-        wgmma_ss_n64<1, 1>(dq, a, b, kk > 0 ? 1 : 0);
+        wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
       }
     } else {
       named_bar_sync(2 + wg, 128);  // this warpgroup's dS^T is in
@@ -361,7 +370,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       for (int kk = 0; kk < 4; ++kk) {
         const uint64_t a = smem_desc(sdS(buf) + wg * 64 * 128 + kk * 16 * 128, BM * 128, 1024);
         const uint64_t b = smem_desc(sKw + kk * 16 * 128, BN * 128, 1024);
-        wgmma_ss_n64<1, 1>(dq, a, b, kk > 0 ? 1 : 0);
+        wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
       }
     }
     wgmma_commit();
@@ -408,9 +417,9 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       const int col = n * 8 + 2 * t;
-      detail::store_pair(p.dk, p.grad_f32, p.write_grads, row + col, p.scale * dk[4 * n + 2 * hr],
-                         p.scale * dk[4 * n + 2 * hr + 1]);
-      detail::store_pair(p.dv, p.grad_f32, p.write_grads, row + col, dv[4 * n + 2 * hr], dv[4 * n + 2 * hr + 1]);
+      detail::store_pair<E>(p.dk, p.grad_f32, p.write_grads, row + col, p.scale * dk[4 * n + 2 * hr],
+                            p.scale * dk[4 * n + 2 * hr + 1]);
+      detail::store_pair<E>(p.dv, p.grad_f32, p.write_grads, row + col, dv[4 * n + 2 * hr], dv[4 * n + 2 * hr + 1]);
     }
   }
 #else

@@ -1,6 +1,7 @@
-// Device helpers shared by the flash-attention kernels: tensor-core MMA (mma.sync m16n8k16 bf16,
-// f32 accumulate), ldmatrix, cp.async tile loads into XOR-swizzled shared memory, and the tile
-// classification by mask metadata. Included by .cu files only.
+// Device helpers shared by the flash-attention kernels: the 16-bit element trait (Elem16: bf16 or
+// f16 tensor-core MMA mma.sync m16n8k16 with f32 accumulate, f32 <-> 16-bit conversions),
+// ldmatrix, cp.async tile loads into XOR-swizzled shared memory, and the tile classification by
+// mask metadata. Included by .cu files only.
 //
 // Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4):
 //   A (16x16, row-major) 4 regs: (g, 2t..2t+1) (g+8, 2t..) (g, 2t+8..) (g+8, 2t+8..)
@@ -11,8 +12,11 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
+
+#include "attention/cuda/attn_launch.h"  // Elem
 
 namespace seqpar::cuda_attn::dev {
 
@@ -46,23 +50,64 @@ __device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
-// c += a * b
+// The 16-bit element type's device operations; everything else in the kernels (fragment layouts,
+// ldmatrix, swizzles, byte counts) is the same for both types, 2 bytes an element.
+//   mma:     c += a * b, mma.sync m16n8k16 on E operands, f32 accumulators.
+//   pack:    two floats -> E x2 (round to nearest even), lo in the low half (the lower column).
+//            f16 rounds to +-inf past its largest value, 65504 (no .satfinite): P (in [0, 1]) and the outputs (convex
+//            combinations of v) always fit; dS = P (dP - Delta) and the gradients fit unless the loss scale has
+//            overflowed them, which the loss scaler's non-finite check then sees (train/loss_scaler.h).
+//   to_f32:  E bits -> f32 (bf16: a shift; f16: a conversion, not a shift).
+template <Elem E>
+struct Elem16;
+
+template <>
+struct Elem16<Elem::kBf16> {
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+  }
+  static __device__ __forceinline__ float to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+};
+
+template <>
+struct Elem16<Elem::kF16> {
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+  }
+  static __device__ __forceinline__ float to_f32(uint16_t b) { return __half2float(__ushort_as_half(b)); }
+};
+
+// Shorthands for the kernels: mma16816<E>(c, a, b0, b1), pack2<E>(lo, hi), bits_to_f32<E>(b).
+template <Elem E>
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  Elem16<E>::mma(c, a, b0, b1);
 }
-
-// Two floats -> bf16x2 (round to nearest even), lo in the low half (the lower column).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
+template <Elem E>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  return Elem16<E>::pack(lo, hi);
 }
-
-__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+template <Elem E>
+__device__ __forceinline__ float bits_to_f32(uint16_t b) {
+  return Elem16<E>::to_f32(b);
+}
 
 // 2^x, the MUFU instruction (2 ulp); ex2(-inf) = +0.
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -71,7 +116,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Byte offset of the 16-byte chunk `chunk` of row `row` in a [rows][W] bf16 tile whose chunks
+// Byte offset of the 16-byte chunk `chunk` of row `row` in a [rows][W] 16-bit tile whose chunks
 // are XOR-swizzled by the row's low 3 bits: the 8 rows an ldmatrix phase reads (and the rows a
 // warp's fragment stores hit) land in 8 different bank groups.
 template <int W>
@@ -125,13 +170,13 @@ struct LdsmLane {
   }
 };
 
-// The row width (in bf16 elements) of a shared [rows][D] tile: D rounded up to a multiple of 64.
+// The row width (in 16-bit elements) of a shared [rows][D] tile: D rounded up to a multiple of 64.
 // The swizzle permutes the 16-byte chunks within each 128-byte group (8 chunks) of a row, so a row
 // must hold whole groups: D = 96 (12 chunks) is laid out in rows of 128 elements, chunks 12..15
 // unused (never loaded, never read). D = 64 and 128 are their own width.
 constexpr int smem_width(int D) { return (D + 63) / 64 * 64; }
 
-// ROWS x D bf16 rows [row0, row0 + ROWS) of a strided global matrix into a swizzled shared tile of
+// ROWS x D 16-bit rows [row0, row0 + ROWS) of a strided global matrix into a swizzled shared tile of
 // row width W (smem_width(D)); rows >= T are zero-filled. NT threads, thread tid.
 template <int ROWS, int D, int NT, int W = smem_width(D)>
 __device__ __forceinline__ void load_tile(uint32_t s_tile, const uint16_t* g, int64_t row_stride, int row0, int T,

@@ -1,5 +1,5 @@
-// The one table of instantiated flash-attention tile shapes, the default shape per head dim, and
-// the launchers that pick a kernel from it. Tuning history: bench/NOTES.md.
+// The one table of instantiated flash-attention tile shapes (each for bf16 and f16), the default
+// shape per head dim, and the launchers that pick a kernel from it. Tuning history: bench/NOTES.md.
 #include <atomic>
 #include <string>
 
@@ -16,18 +16,33 @@ namespace {
 using FwdRun = void (*)(const FwdParams&, cudaStream_t);
 using BwdRun = void (*)(const BwdParams&, cudaStream_t);
 
+// One tile shape of one head dim, instantiated for both element types (run[Elem]).
 struct FwdVariant {
   int D;
   FwdTile tile;
   bool is_default;
-  FwdRun run;
+  FwdRun run[2];  // [Elem::kBf16], [Elem::kF16]
 };
 struct BwdVariant {
   int D;
   BwdTile tile;
   bool is_default;
-  BwdRun run;
+  BwdRun run[2];
 };
+template <int D, int BM, int BN, int NW, int MINB>
+constexpr FwdVariant fwd_variant(bool is_default) {
+  return {D,
+          {BM, BN, NW},
+          is_default,
+          {detail::run_fwd<Elem::kBf16, D, BM, BN, NW, MINB>, detail::run_fwd<Elem::kF16, D, BM, BN, NW, MINB>}};
+}
+template <int D, int BM, int BN, int NW>
+constexpr BwdVariant bwd_variant(bool is_default) {
+  return {D,
+          {BM, BN, NW},
+          is_default,
+          {detail::run_bwd_main<Elem::kBf16, D, BM, BN, NW>, detail::run_bwd_main<Elem::kF16, D, BM, BN, NW>}};
+}
 
 // Shared memory per CTA, with W = smem_width(D) (D rounded up to 64: 96 -> 128): forward
 // (BM + 2 BN) W 2 bytes; backward (2 BN + 4 BM) W 2 + 2 BN BM + 16 BM.
@@ -35,26 +50,30 @@ struct BwdVariant {
 // head dims (the other shapes were 3-25% slower), backward 64x128x8 (D=128) and 128x128x8 (D=64).
 // D=96 (GPT 30B's head dim): forward 128x64x4 like the others; backward 64x64x4 (105 KiB, two CTAs
 // per SM; attn_bwd_d96.cu says why no other) — not yet measured on the H200.
+// fwd_variant<D, BM, BN, warps, MINB>(the default tile of its D?), bwd_variant<D, BM, BN, warps>(...);
+// one tile a line (clang-format would pack them).
+// clang-format off
 constexpr FwdVariant kFwd[] = {
-    {64, {128, 64, 4}, true, detail::run_fwd<64, 128, 64, 4, 1>},
-    {64, {64, 64, 4}, false, detail::run_fwd<64, 64, 64, 4, 3>},
-    {64, {128, 128, 8}, false, detail::run_fwd<64, 128, 128, 8, 1>},
-    {64, {256, 64, 8}, false, detail::run_fwd<64, 256, 64, 8, 1>},
-    {96, {128, 64, 4}, true, detail::run_fwd<96, 128, 64, 4, 1>},
-    {96, {64, 64, 4}, false, detail::run_fwd<96, 64, 64, 4, 3>},
-    {128, {128, 64, 4}, true, detail::run_fwd<128, 128, 64, 4, 1>},
-    {128, {128, 64, 8}, false, detail::run_fwd<128, 128, 64, 8, 1>},
-    {128, {64, 64, 4}, false, detail::run_fwd<128, 64, 64, 4, 3>},
-    {128, {128, 32, 4}, false, detail::run_fwd<128, 128, 32, 4, 1>},
-    {128, {128, 128, 8}, false, detail::run_fwd<128, 128, 128, 8, 1>},
+    fwd_variant<64, 128, 64, 4, 1>(true),
+    fwd_variant<64, 64, 64, 4, 3>(false),
+    fwd_variant<64, 128, 128, 8, 1>(false),
+    fwd_variant<64, 256, 64, 8, 1>(false),
+    fwd_variant<96, 128, 64, 4, 1>(true),
+    fwd_variant<96, 64, 64, 4, 3>(false),
+    fwd_variant<128, 128, 64, 4, 1>(true),
+    fwd_variant<128, 128, 64, 8, 1>(false),
+    fwd_variant<128, 64, 64, 4, 3>(false),
+    fwd_variant<128, 128, 32, 4, 1>(false),
+    fwd_variant<128, 128, 128, 8, 1>(false),
 };
 constexpr BwdVariant kBwd[] = {
-    {64, {64, 64, 4}, false, detail::run_bwd_main<64, 64, 64, 4>},
-    {64, {128, 128, 8}, true, detail::run_bwd_main<64, 128, 128, 8>},
-    {96, {64, 64, 4}, true, detail::run_bwd_main<96, 64, 64, 4>},
-    {128, {64, 128, 8}, true, detail::run_bwd_main<128, 64, 128, 8>},
-    {128, {64, 64, 4}, false, detail::run_bwd_main<128, 64, 64, 4>},
+    bwd_variant<64, 64, 64, 4>(false),
+    bwd_variant<64, 128, 128, 8>(true),
+    bwd_variant<96, 64, 64, 4>(true),
+    bwd_variant<128, 64, 128, 8>(true),
+    bwd_variant<128, 64, 64, 4>(false),
 };
+// clang-format on
 
 // The tile `want` names (AttentionPolicy::fwd_tile / bwd_tile), or the default for D when it is
 // all zero. `setting` names it in the error when the table has no such tile for D.
@@ -148,7 +167,7 @@ FlashKernel launch_fwd(const FwdParams& p, const FwdTile& tile, FlashKernel kern
       return FlashKernel::kWgmma;
     }
   }
-  v.run(p, stream);
+  v.run[static_cast<int>(p.elem)](p, stream);
   return FlashKernel::kMma;
 }
 
@@ -178,7 +197,7 @@ FlashKernel launch_bwd(const BwdParams& p, const BwdTile& tile, FlashKernel kern
   }
   const int Tq_pad = (p.Tq + tile.bm - 1) / tile.bm * tile.bm;
   launch_bwd_prep(p, Tq_pad, stream);
-  v.run(p, stream);
+  v.run[static_cast<int>(p.elem)](p, stream);
   launch_dq_finish(p, stream);
   return FlashKernel::kMma;
 }

@@ -1,11 +1,12 @@
 // Flash-attention forward kernel template (instantiated in attn_fwd_d*.cu): one CTA per (BM-row
 // query tile, query head), looping over the visible BN-key tiles of its KV head with an online
-// softmax (FlashAttention-2 schedule). NW warps, each owning BM / NW query rows; MINB is the
-// __launch_bounds__ residency hint (it caps registers).
+// softmax (FlashAttention-2 schedule). E: the 16-bit operand type (bf16 or f16, attn_common.cuh's
+// Elem16); NW warps, each owning BM / NW query rows; MINB is the __launch_bounds__ residency hint
+// (it caps registers).
 //
 // Per key tile j:  S = Q K_j^T (mma.sync, f32)  ->  mask (boundary tiles only)  ->
 //   m' = max(m, rowmax S),  P = exp2(S*scale*log2e - m'*scale*log2e),  l' = l*exp2(..) + rowsum P,
-//   O' = O*exp2(..) + P V_j (P as bf16 A fragments straight from the S accumulators).
+//   O' = O*exp2(..) + P V_j (P as E A fragments straight from the S accumulators).
 // Shared memory holds Q (BM x D), one K and one V tile (BN x D), in rows of smem_width(D) (D = 96
 // in rows of 128); V_j streams in while S = Q K_j^T is computed and K_{j+1} while O += P V_j.
 #pragma once
@@ -24,7 +25,7 @@ namespace seqpar::cuda_attn::detail {
 
 using namespace dev;
 
-template <int D, int BM, int BN, int NW, int MINB>
+template <Elem E, int D, int BM, int BN, int NW, int MINB>
 __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
   constexpr int NT = NW * 32;
   constexpr int MT = BM / (16 * NW);          // 16-row m-tiles per warp
@@ -124,8 +125,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
         ldsm_x4(b, ld.b<DS>(sK, np * 16, ks));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma16816(s[mt][2 * np], a[mt], b[0], b[1]);
-          mma16816(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+          mma16816<E>(s[mt][2 * np], a[mt], b[0], b[1]);
+          mma16816<E>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
         }
       }
     }
@@ -205,10 +206,10 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
       uint32_t a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        a[mt][0] = pack2<E>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack2<E>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack2<E>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2<E>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
 #pragma unroll
       for (int dp = 0; dp < ON / 2; ++dp) {
@@ -216,8 +217,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
         ldsm_x4_t(b, ld.bt<DS>(sV, kk * 16, dp));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma16816(o[mt][2 * dp], a[mt], b[0], b[1]);
-          mma16816(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          mma16816<E>(o[mt][2 * dp], a[mt], b[0], b[1]);
+          mma16816<E>(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
         }
       }
     }
@@ -243,7 +244,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
         if (p.out_f32) {
           *reinterpret_cast<float2*>(static_cast<float*>(p.out) + base + col) = make_float2(v0, v1);
         } else {
-          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out) + base + col) = pack_bf16(v0, v1);
+          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out) + base + col) = pack2<E>(v0, v1);
         }
       }
       if (t == 0) {
@@ -252,11 +253,12 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
     }
 }
 
-template <int D, int BM, int BN, int NW, int MINB>
+template <Elem E, int D, int BM, int BN, int NW, int MINB>
 void run_fwd(const FwdParams& p, cudaStream_t stream) {
+  SEQPAR_CHECK_MSG(p.elem == E, "run_fwd: the parameters' element type is not the instantiation's");
   if (p.Tq == 0 || p.H == 0) return;
   constexpr int smem = (BM + 2 * BN) * smem_width(D) * 2;
-  auto kernel = fwd_kernel<D, BM, BN, NW, MINB>;
+  auto kernel = fwd_kernel<E, D, BM, BN, NW, MINB>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid((p.Tq + BM - 1) / BM, p.H);
   kernel<<<grid, NW * 32, smem, stream>>>(p);

@@ -2,7 +2,7 @@
 // kernel's own per-tile mask statistics, the launch. Shapes (BN 128 keys for both): D=128 two
 // consumer warpgroups (BM 128), one producer warp, a 2-stage ring; D=64 three consumer warpgroups
 // (BM 192) and a producer warpgroup that hands them its registers (setmaxnreg 24 / 160), a 3-stage
-// ring.
+// ring. Each for bf16 and f16 (FwdParams::elem).
 #include "attention/cuda/attn_fwd_sm90.h"
 
 #include <cuda.h>
@@ -21,24 +21,25 @@ namespace seqpar::cuda_attn {
 
 namespace {
 
-
-template <int D, int NWG, int STAGES>
+template <Elem E, int D, int NWG, int STAGES>
 void run(const FwdParams& p, cudaStream_t stream) {
   using S = sm90::Shape<D, NWG, STAGES>;
   const int nqt = (p.Tq + S::BM - 1) / S::BM;
   const int nkt = (p.Tk + S::BN - 1) / S::BN;
   // A call without keys reads none: its key maps point at q (any valid 16-byte-aligned tensor).
   const bool no_keys = p.Tk == 0;
-  const CUtensorMap tq = token_tensor_map(p.q, p.Tq, p.H, D, S::BM, "q");
-  const CUtensorMap tk = token_tensor_map(no_keys ? p.q : p.k, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "k");
-  const CUtensorMap tv = token_tensor_map(no_keys ? p.q : p.v, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "v");
+  const CUtensorMap tq = token_tensor_map(p.q, E, p.Tq, p.H, D, S::BM, "q");
+  const CUtensorMap tk =
+      token_tensor_map(no_keys ? p.q : p.k, E, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "k");
+  const CUtensorMap tv =
+      token_tensor_map(no_keys ? p.q : p.v, E, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "v");
 
   int4* stats = nullptr;  // [nqt] query tiles, then [nkt] key tiles
   SEQPAR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats), sizeof(int4) * (nqt + std::max(nkt, 1)), stream));
   launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream);
   launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
 
-  auto kernel = sm90::fwd_sm90_kernel<D, NWG, STAGES>;
+  auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   kernel<<<dim3(nqt, p.H), S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt);
   SEQPAR_LAUNCH_CHECK();
@@ -61,10 +62,19 @@ void launch_fwd_sm90(const FwdParams& p, int cc, cudaStream_t stream) {
   SEQPAR_CHECK_MSG(cc == 90, "the sm_90 flash forward runs on compute capability 9.0 only; this device is " +
                                  std::to_string(cc / 10) + "." + std::to_string(cc % 10));
   if (p.Tq == 0 || p.H == 0) return;
+  const bool f16 = p.elem == Elem::kF16;
   if (p.D == 128) {
-    run<128, 2, 2>(p, stream);
+    if (f16) {
+      run<Elem::kF16, 128, 2, 2>(p, stream);
+    } else {
+      run<Elem::kBf16, 128, 2, 2>(p, stream);
+    }
   } else {
-    run<64, 3, 3>(p, stream);
+    if (f16) {
+      run<Elem::kF16, 64, 3, 3>(p, stream);
+    } else {
+      run<Elem::kBf16, 64, 3, 3>(p, stream);
+    }
   }
 }
 

@@ -9,7 +9,7 @@
 // Consumer warpgroup, per key tile j (FlashAttention-2 schedule, one warpgroup owns 64 rows):
 //   S = Q K_j^T   wgmma m64n128k16, A and B from shared memory (both K-major), f32 in registers;
 //   mask (boundary tiles only), online softmax in exp2 with the scale folded;
-//   O += P V_j    wgmma m64nDk16, A = P as bf16 registers (the S accumulator layout is the A
+//   O += P V_j    wgmma m64nDk16, A = P as E (bf16 or f16) registers (the S accumulator layout is the A
 //                 register layout), B = V_j MN-major (the transpose bit).
 // Shared layout of a tile of R rows: for each 64-column half c, R rows of 128 bytes at
 // c * R * 128, 16-byte chunk k of row r stored at chunk k ^ (r & 7) (the TMA / wgmma 128-byte
@@ -49,7 +49,7 @@ struct Shape {
 
 // ---- the kernel ---------------------------------------------------------------------------
 // q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h).
-template <int D, int NWG, int STAGES>
+template <Elem E, int D, int NWG, int STAGES>
 __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const FwdParams p, const int4* __restrict__ q_stats,
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint64_t da = smem_desc(sQw + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
       const uint64_t db = smem_desc(sK(s) + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-      wgmma_ss_n128(sc, da, db, kk > 0 ? 1 : 0);
+      wgmma_ss_n128<E>(sc, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
     wgmma_wait_all();
@@ -210,14 +210,14 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       }
     }
 
-    // P as bf16 A fragments: keys 16kk..16kk+15 are accumulator blocks 2kk and 2kk + 1.
+    // P as E A fragments: keys 16kk..16kk+15 are accumulator blocks 2kk and 2kk + 1.
     uint32_t pa[BN / 16][4];
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      pa[kk][0] = pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
-      pa[kk][1] = pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
-      pa[kk][2] = pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
-      pa[kk][3] = pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+      pa[kk][0] = pack2<E>(sc[8 * kk + 0], sc[8 * kk + 1]);
+      pa[kk][1] = pack2<E>(sc[8 * kk + 2], sc[8 * kk + 3]);
+      pa[kk][2] = pack2<E>(sc[8 * kk + 4], sc[8 * kk + 5]);
+      pa[kk][3] = pack2<E>(sc[8 * kk + 6], sc[8 * kk + 7]);
     }
 
     // O += P V_j: BN / 16 steps of k16, each 16 key rows (2048 bytes) further into V.
@@ -227,9 +227,9 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     for (int kk = 0; kk < BN / 16; ++kk) {
       const uint64_t dv = smem_desc(sV(s) + kk * 16 * 128, BN * 128, 1024);
       if constexpr (D == 128) {
-        wgmma_rs_n128_tb(o, pa[kk], dv);
+        wgmma_rs_n128_tb<E>(o, pa[kk], dv);
       } else {
-        wgmma_rs_n64_tb(o, pa[kk], dv);
+        wgmma_rs_n64_tb<E>(o, pa[kk], dv);
       }
     }
     wgmma_commit();
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       if (p.out_f32) {
         *reinterpret_cast<float2*>(static_cast<float*>(p.out) + obase + col) = make_float2(v0, v1);
       } else {
-        *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out) + obase + col) = pack_bf16(v0, v1);
+        *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out) + obase + col) = pack2<E>(v0, v1);
       }
     }
     if (t == 0) p.lse[static_cast<int64_t>(r) * p.H + h] = ls > 0.f ? (m[hr] * sl2 + log2f(ls)) * kLn2 : -INFINITY;

@@ -1,12 +1,13 @@
-// Raw-pointer launchers of seqpar's flash attention (FlashAttention-2 class: mma.sync bf16
-// m16n8k16 tensor-core tiles, online softmax, no [S, S] scores), shared by the .cu kernels and the
-// Tensor-level entries in attention_cuda.cpp. Free of fmt and Tensor, so nvcc can compile it.
+// Raw-pointer launchers of seqpar's flash attention (FlashAttention-2 class: mma.sync m16n8k16
+// tensor-core tiles on bf16 or f16 operands with f32 accumulators, online softmax, no [S, S]
+// scores), shared by the .cu kernels and the Tensor-level entries in attention_cuda.cpp. Free of fmt
+// and Tensor, so nvcc can compile it.
 //
-// Layouts are token-major and dense: q/out [Tq, H, D], k/v [Tk, Hkv, D], lse f32 [Tq, H]. bf16
-// tensors are passed as uint16_t bit patterns. Mask metadata (seg, pos: i32 [T], device memory)
-// follows attention/attention.h: query i sees key j iff seg_q[i] == seg_k[j] and (not causal or
-// pos_k[j] <= pos_q[i]) and (window == 0 or pos_q[i] - pos_k[j] < window). Per-tile min/max of seg and pos (tile_stats) let the kernels skip fully
-// masked tiles, run fully visible tiles without per-element checks, and check only the boundary
+// Layouts are token-major and dense: q/out [Tq, H, D], k/v [Tk, Hkv, D], lse f32 [Tq, H]. 16-bit
+// tensors (bf16 or f16, FwdParams::elem) are passed as uint16_t bit patterns. Mask metadata (seg, pos: i32 [T], device
+// memory) follows attention/attention.h: query i sees key j iff seg_q[i] == seg_k[j] and (not causal or pos_k[j] <=
+// pos_q[i]) and (window == 0 or pos_q[i] - pos_k[j] < window). Per-tile min/max of seg and pos (tile_stats) let the
+// kernels skip fully masked tiles, run fully visible tiles without per-element checks, and check only the boundary
 // tiles element by element; so causal, varlen and any sequence-parallel layout share one kernel.
 #pragma once
 
@@ -23,6 +24,11 @@ namespace seqpar::cuda_attn {
 // Tile shapes. Forward: BM query rows per CTA, BN keys per inner step, `warps` warps each owning
 // BM / warps rows. Backward: BN keys per CTA (16 per warp), BM queries per inner step. The
 // instantiated shapes and the default per head dim are listed in attn_dispatch.cpp, one table.
+// The 16-bit type of q, k, v, dout and of 16-bit out / dq / dk / dv: every kernel is instantiated
+// for both (attn_common.cuh's Elem16 trait: the MMA instruction, the f32 <-> 16-bit conversions);
+// launch_fwd / launch_bwd pick the instantiation from FwdParams::elem.
+enum class Elem : uint8_t { kBf16 = 0, kF16 = 1 };
+
 struct FwdTile {
   int bm, bn, warps;
 };
@@ -48,10 +54,10 @@ void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int6
 // struct (FlashAttention-3's hopper/flash.h), so one function fills it for both entries
 // (attention_cuda.cpp). Plain aggregates, passed to the kernels by value.
 struct FwdParams {
-  const uint16_t* q;  // (Tq, H, D) bf16
-  const uint16_t* k;  // (Tk, Hkv, D) bf16
-  const uint16_t* v;  // (Tk, Hkv, D) bf16
-  void* out;          // (Tq, H, D) bf16, or f32 when out_f32; the backward reads it (the FINAL output)
+  const uint16_t* q;  // (Tq, H, D) elem
+  const uint16_t* k;  // (Tk, Hkv, D) elem
+  const uint16_t* v;  // (Tk, Hkv, D) elem
+  void* out;          // (Tq, H, D) elem, or f32 when out_f32; the backward reads it (the FINAL output)
   float* lse;         // (Tq, H); the backward reads it (the FINAL log-sum-exp)
   const int32_t* q_seg;
   const int32_t* q_pos;
@@ -64,6 +70,7 @@ struct FwdParams {
   bool causal;
   int window;  // sliding window (causal only), 0 = none: key tiles wholly before it are skipped
   bool out_f32;
+  Elem elem;  // q, k, v (and dout, and the 16-bit outputs): bf16 or f16
 };
 // Compute capability of a CUDA device as major * 10 + minor (90 for Hopper), queried once per
 // device and cached for the process.
@@ -76,8 +83,8 @@ FlashKernel launch_fwd(const FwdParams& p, const FwdTile& tile, FlashKernel kern
 
 // The backward's parameters: the forward's (out and lse read, not written) and the gradients.
 struct BwdParams : FwdParams {
-  const uint16_t* dout;  // (Tq, H, D) bf16
-  void* dq;              // (Tq, H, D) += (= when write_grads); bf16, or f32 when grad_f32
+  const uint16_t* dout;  // (Tq, H, D) elem
+  void* dq;              // (Tq, H, D) += (= when write_grads); elem, or f32 when grad_f32
   void* dk;              // (Tk, Hkv, D) += (=)
   void* dv;              // (Tk, Hkv, D) += (=)
   // Workspace (device): dq_acc f32 (Tq, H, D); lse2 and delta f32 (H, Tq_pad) with Tq_pad =
@@ -103,16 +110,17 @@ FlashKernel launch_bwd(const BwdParams& p, const BwdTile& tile, FlashKernel kern
 void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream);
 void launch_dq_finish(const BwdParams& p, cudaStream_t stream);
 
-// In-place LSE merge over rows (T * H of them), each of D elements; out tensors bf16 or f32, or
-// (half) f16 or f32.
+// In-place LSE merge over rows (T * H of them), each of D elements; out tensors `elem` (bf16 or
+// f16) or f32.
 void launch_merge(void* out_acc, float* lse_acc, const void* out_part, const float* lse_part, int64_t rows, int D,
-                  bool acc_f32, bool part_f32, bool half, cudaStream_t stream);
+                  bool acc_f32, bool part_f32, Elem elem, cudaStream_t stream);
 
-// The kernel instantiations (attn_fwd_d*.cu, attn_bwd_d*.cu); launch_fwd / launch_bwd pick one.
+// The kernel instantiations (attn_fwd_d*.cu, attn_bwd_d*.cu), one per element type and tile;
+// launch_fwd / launch_bwd pick one (p.elem must be E).
 namespace detail {
-template <int D, int BM, int BN, int NW, int MINB>
+template <Elem E, int D, int BM, int BN, int NW, int MINB>
 void run_fwd(const FwdParams& p, cudaStream_t stream);
-template <int D, int BM, int BN, int NW>
+template <Elem E, int D, int BM, int BN, int NW>
 void run_bwd_main(const BwdParams& p, cudaStream_t stream);
 }  // namespace detail
 

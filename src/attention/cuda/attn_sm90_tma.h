@@ -7,11 +7,13 @@
 
 #include <cstdint>
 
+#include "attention/cuda/attn_launch.h"  // Elem
+
 namespace seqpar::cuda_attn {
 
-// A token-major bf16 tensor [T, heads, D] as a 3-D map (innermost first: D, heads, T), read in
-// boxes of 64 columns x 1 head x `rows` tokens into 128-byte-swizzled shared memory; rows past T
+// A token-major 16-bit tensor [T, heads, D] of `elem` (the map's data type: bf16 or f16) as a 3-D map (innermost first:
+// D, heads, T), read in boxes of 64 columns x 1 head x `rows` tokens into 128-byte-swizzled shared memory; rows past T
 // arrive as zeros. `name` is for the error message.
-CUtensorMap token_tensor_map(const uint16_t* ptr, int64_t T, int heads, int D, int rows, const char* name);
+CUtensorMap token_tensor_map(const uint16_t* ptr, Elem elem, int64_t T, int heads, int D, int rows, const char* name);
 
 }  // namespace seqpar::cuda_attn

@@ -1,9 +1,8 @@
 // cuDNN's fused scaled-dot-product attention (its flash-attention engines; wgmma/TMA kernels on
 // Hopper) through the backend graph API (cudnn_graph.h), for the calls attention_backend.h's
 // packed_docs() accepts: one packed stream of documents attending within themselves, causal or
-// not, MHA or GQA, bf16 or fp16 (HALF: an fp16 run's only attention, the flash kernels being
-// bf16-only), head dim 64, 96 or 128 (cuDNN's fused flash engines take 16-bit head dims up to 128
-// in multiples of 8). attention_cuda.cpp decides when to call it.
+// not, MHA or GQA, bf16 or fp16 (HALF, an fp16 run's), head dim 64, 96 or 128 (cuDNN's fused flash engines take 16-bit
+// head dims up to 128 in multiples of 8). attention_cuda.cpp decides when to call it.
 //
 // The graphs are the ones cuDNN's fused SDPA engines recognise (the op pattern of NVIDIA's
 // cudnn-frontend "composite" SDPA nodes, written out against the backend API):
