@@ -156,6 +156,14 @@ int run_bench_train(const BenchTrainOptions& o) {
     c.logging.log_every = 1;
     c.logging.quiet = false;
     c.logging.time_steps = true;
+    // checkpoint_placement=auto: chosen for this length here (as the trainer would), so the line and
+    // the plan name the placement that ran.
+    if (c.memory.checkpoint_placement == "auto" && c.memory.activation_checkpointing) {
+      const std::string chosen = choose_checkpoint_placement(
+          memory_plan_input(c, model), device.is_cuda() ? device_total_bytes(device) : host_memory_bytes(),
+          host_memory_capacity(c.memory.host_memory_gib));
+      if (!chosen.empty()) c.memory.checkpoint_placement = compact_checkpoint_placement(chosen);
+    }
     json line = {{"bench", "train"},
                  {"impl", "seqpar"},
                  {"model", base.model.dir.empty() ? o.preset : base.model.dir},
@@ -169,6 +177,7 @@ int run_bench_train(const BenchTrainOptions& o) {
                  {"activation_checkpointing", base.memory.activation_checkpointing},
                  {"checkpoint_keep_attention", base.memory.checkpoint_keep_attention},
                  {"checkpoint_offload", base.memory.checkpoint_offload},
+                 {"checkpoint_placement", c.memory.checkpoint_placement},
                  {"attn_implementation", attn_implementation_name(base.model.attn_implementation)},
                  {"tiled_mlp_tokens", base.memory.mlp_tile_tokens},
                  {"tiled_loss_tokens", base.memory.loss_tile_tokens},
@@ -176,7 +185,7 @@ int run_bench_train(const BenchTrainOptions& o) {
                  {"offload_optimizer", offload_device_name(base.memory.offload_optimizer)},
                  {"offload_param", offload_device_name(base.memory.offload_param)},
                  {"device", device.str()}};
-    {
+    if (c.memory.checkpoint_placement != "auto") {  // (auto that fits nowhere: the trainer names it)
       // The plan's two peaks beside the measured ones (docs/memory.md: the plan within 5%).
       const MemoryPlan plan = plan_memory(memory_plan_input(c, model));
       line["plan_peak_gib"] = static_cast<double>(plan.peak_bytes) / (1ll << 30);

@@ -95,6 +95,16 @@ void run(PlanArgs& a) {
     in.seq_len = longest;
   }
   SEQPAR_INPUT_CHECK(in.seq_len >= 1, "--seq-len is required (or --longest: the longest sequence that fits)");
+  if (in.memory.checkpoint_placement == "auto" && in.memory.activation_checkpointing) {
+    in.memory.validate();
+    const std::string chosen = choose_checkpoint_placement(in, capacity, host_capacity);
+    SEQPAR_INPUT_CHECK(!chosen.empty(),
+                       "--checkpoint-placement auto: no placement of the layers' inputs fits {} tokens in {} GiB per "
+                       "GPU and {:.1f} GiB of host memory (even with all but one recomputed)",
+                       in.seq_len, a.gpu_memory_gib, host_capacity / double(1ll << 30));
+    in.memory.checkpoint_placement = compact_checkpoint_placement(chosen);
+    if (!a.json) std::printf("checkpoint placement chosen: --checkpoint-placement %s\n", in.memory.checkpoint_placement.c_str());
+  }
   const MemoryPlan p = plan_memory(in);
   if (!a.json) {
     if (a.longest)
@@ -126,7 +136,8 @@ void run(PlanArgs& a) {
                               {"zero_stage", in.memory.zero_stage},
                               {"offload_optimizer", offload_device_name(in.memory.offload_optimizer)},
                               {"offload_param", offload_device_name(in.memory.offload_param)},
-                              {"checkpoint_offload", in.memory.checkpoint_offload}};
+                              {"checkpoint_offload", in.memory.checkpoint_offload},
+                              {"checkpoint_placement", p.input_places}};
   if (a.choose_levers) j["levers_chosen"] = chose;
   for (const auto& [name, bytes] : p.host) j["host"][name] = bytes;
   for (const auto& [name, bytes] : p.resident) j["resident"][name] = bytes;
@@ -159,6 +170,10 @@ void add_plan_command(CLI::App& app, int& rc) {
               "keep only each layer's input");
   c->add_flag("--checkpoint-offload", in.memory.checkpoint_offload,
               "with --activation-checkpointing: the layers' kept inputs wait in host memory (two stay on the GPU)");
+  c->add_option("--checkpoint-placement", in.memory.checkpoint_placement,
+                "with --activation-checkpointing: where each layer's input waits, g (GPU) / h (host) / r "
+                "(recomputed) per layer from the bottom, each optionally after a count (16g8h8r), or auto: the "
+                "fewest recomputed, then offloaded, layers that fit --gpu-memory-gib and the host memory");
   c->add_flag("--checkpoint-keep-attention", in.memory.checkpoint_keep_attention,
               "with checkpointing: also keep attention's output and context");
   c->add_option("--tiled-mlp-tokens", in.memory.mlp_tile_tokens, "tiled MLP tile (0 = untiled)")->capture_default_str();

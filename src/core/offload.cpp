@@ -101,6 +101,24 @@ void HostOffload::prefetch(Handle& h) {
   SEQPAR_CHECK(!h.taken, "HostOffload::prefetch: the tensor was already taken back");
   if (h.prefetched) return;
   h.prefetched = true;
+#if defined(SEQPAR_WITH_CUDA)
+  if (device_.is_cuda()) {
+    // The copy out not finished yet (the host runs ahead of the device; the top layers' backward
+    // follows their forward closely): its source is still on the device, unchanged (the copy only
+    // reads it), so it is the tensor back, with no copy. The queue gives up its reference; once the
+    // caller drops the tensor its block may be reused while the copy still reads it, which can only
+    // spoil the host copy, which nobody reads any more. The host buffer stays held until the copy
+    // is done.
+    release_finished(false);
+    for (Impl::Held& held : impl_->puts) {
+      if (held.a.defined() && held.b.raw() == h.host.raw()) {
+        h.back = std::move(held.a);
+        held.a = Tensor();
+        return;
+      }
+    }
+  }
+#endif
   h.back = Tensor::empty(h.host.shape(), h.host.dtype(), device_);
 #if defined(SEQPAR_WITH_CUDA)
   if (device_.is_cuda()) {
@@ -123,7 +141,15 @@ Tensor HostOffload::take(Handle& h) {
   SEQPAR_CHECK(!h.taken, "HostOffload::take: the tensor was already taken back");
   prefetch(h);
 #if defined(SEQPAR_WITH_CUDA)
-  if (device_.is_cuda()) SEQPAR_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), h.to_device->get(), 0));
+  if (device_.is_cuda() && h.to_device) {
+    SEQPAR_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), h.to_device->get(), 0));
+    // From here the current stream orders every use of the device buffer after the copy, so the
+    // queue no longer holds it: it goes back to the pool when the caller drops it, not when a later
+    // collect() finds the copy finished (the host runs layers ahead of the device, and the held
+    // buffers of the layers below used to stay allocated through the backward's peak).
+    for (Impl::Held& held : impl_->backs)
+      if (held.done == h.to_device) held.a = Tensor();
+  }
 #endif
   h.taken = true;
   h.host = Tensor();  // (on CUDA the copy's Held keeps it until the copy is done)

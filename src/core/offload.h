@@ -11,7 +11,11 @@
 //                queued so far is done (the pool is not stream-aware: the block may have been in
 //                use by that work), overlapping with what is queued after;
 //   take(h)      the tensor on the device; work queued on the current stream from now on runs after
-//                the copy back (prefetched or not).
+//                the copy back (prefetched or not), and the queue holds no reference to it;
+//   a prefetch or take of a tensor whose copy out has not finished returns the device tensor that
+//                is still being copied (no copy back; its host copy is abandoned).
+// So the device memory of an offloaded tensor is at most one buffer at any time: while its copy
+// out is unfinished, or from its prefetch until the caller drops what take returned.
 // At most kMaxInFlight copies to the host are unfinished at a time: put waits for the oldest
 // beyond that, which bounds the device memory held for them.
 // On the CPU: plain copies, the host side from offload_host_allocator() (the CPU "device" is host

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -239,8 +240,16 @@ LlamaModel::ActivationPolicy LlamaModel::policy_for(bool checkpointing, bool kee
 }
 
 void LlamaModel::set_checkpoint_offload(bool on) {
-  SEQPAR_CHECK(acts_ == nullptr, "LlamaModel::set_checkpoint_offload: not between a forward and its backward");
-  if (!on) {
+  set_input_placement(on ? std::vector<InputPlace>(config_.num_layers, InputPlace::kHost) : std::vector<InputPlace>{});
+}
+
+void LlamaModel::set_input_placement(std::vector<InputPlace> placement) {
+  SEQPAR_CHECK(acts_ == nullptr, "LlamaModel::set_input_placement: not between a forward and its backward");
+  SEQPAR_CHECK(placement.empty() || static_cast<int64_t>(placement.size()) == config_.num_layers,
+               "LlamaModel::set_input_placement: {} entries for {} layers", placement.size(), config_.num_layers);
+  const bool host = std::count(placement.begin(), placement.end(), InputPlace::kHost) > 0;
+  placement_ = std::move(placement);
+  if (!host) {
     offload_.reset();
   } else if (!offload_) {
     offload_ = std::make_unique<HostOffload>(device_);
@@ -501,6 +510,48 @@ void LlamaModel::norm_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const
   layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd);
 }
 
+// The residual stream entering layer 0: the token embeddings (plus wpe[position_ids], learned
+// positions).
+Tensor LlamaModel::embed(const LlamaBatch& batch) {
+  const int64_t T = batch.input_ids.numel(), C = config_.hidden_size;
+  Tensor x = Tensor::empty({T, C}, dtype_, device_);
+  embedding_forward(x, batch.input_ids, params_.embed_tokens);
+  if (config_.positions == PositionKind::kLearned) {  // x += wpe[position_ids]
+    Tensor pos = Tensor::empty({T, C}, dtype_, device_);
+    embedding_forward(pos, batch.position_ids, params_.embed_positions);
+    add_inplace(x, pos);
+  }
+  return x;
+}
+
+// Layer l's input was not kept (kRecompute): from the nearest kept input below it (taken back from
+// the host if it waits there), or from the embedding, the layers in between run forward again and
+// each one's input is kept for its own backward (which follows this one's), l's among them.
+void LlamaModel::recompute_inputs(int64_t l) {
+  Acts& a = *acts_;
+  int64_t j = l - 1;
+  while (j >= 0 && !a.layers[j].x_in.defined() && !a.layers[j].x_in_host) --j;
+  Tensor x;
+  if (j < 0) {
+    j = 0;
+    x = a.layers[0].x_in = embed(a.batch);
+  } else {
+    LayerActs& base = a.layers[j];
+    if (base.x_in_host) {
+      base.x_in = offload_->take(*base.x_in_host);
+      base.x_in_host.reset();
+    }
+    x = base.x_in;
+  }
+  for (; j < l; ++j) {
+    LayerActs scratch;  // this forward's activations: dropped, the layer's backward recomputes its own
+    acquire_layer(j, j + 1);
+    x = layer_forward(j, x, scratch);
+    release_layer(j);
+    a.layers[j + 1].x_in = x;
+  }
+}
+
 LossStats PendingLoss::get() {
   const Tensor& losses = losses_.get();
   const Tensor& targets = targets_.get();
@@ -535,13 +586,10 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
   a.attention = &attention;
   a.layers.resize(c.num_layers);
 
-  Tensor x = Tensor::empty({T, C}, act, device_);
-  embedding_forward(x, batch.input_ids, params_.embed_tokens);
-  if (c.positions == PositionKind::kLearned) {  // x += wpe[position_ids]
-    Tensor pos = Tensor::empty({T, C}, act, device_);
-    embedding_forward(pos, batch.position_ids, params_.embed_positions);
-    add_inplace(x, pos);
-  }
+  SEQPAR_CHECK(policy_ == ActivationPolicy::kCheckpoint ||
+                   std::count(placement_.begin(), placement_.end(), InputPlace::kRecompute) == 0,
+               "LlamaModel: recomputed layer inputs need the kCheckpoint activation policy");
+  Tensor x = embed(batch);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerActs& s = a.layers[l];
     acquire_layer(l, l + 1 < c.num_layers ? l + 1 : -1);
@@ -562,7 +610,9 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
         kept.rstd_k = std::move(s.rstd_k);
       }
       s = std::move(kept);
-      if (offload_) s.x_in_host = offload_->put(std::exchange(s.x_in, Tensor()));
+      if (place(l) == InputPlace::kHost) s.x_in_host = offload_->put(std::exchange(s.x_in, Tensor()));
+      if (place(l) == InputPlace::kRecompute) s.x_in = Tensor();
+      if (offload_) offload_->collect();  // the finished copies of the layers below give their buffers back
     }
   }
   a.x_final = x;
@@ -631,6 +681,9 @@ void LlamaModel::backward(float dloss) {
   // gradient; dtmp: a norm's input gradient) only while they are used; the MLP half's activations
   // are freed before attention's backward, the layer's peak (train/memory_plan.cpp counts each phase).
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
+    // A recomputed input (the top of a run of them): the layers below run forward again first.
+    if (policy_ != ActivationPolicy::kKeep && !a.layers[l].x_in.defined() && !a.layers[l].x_in_host)
+      recompute_inputs(l);
     acquire_layer(l, l - 1);
     const LlamaLayerParams& P = layer_params(l);
     LlamaLayerParams& G = grads_.layers[l];

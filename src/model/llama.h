@@ -132,6 +132,14 @@ class LayerWeights {
   virtual void release(int64_t l) = 0;
 };
 
+// Where a checkpointed layer's input waits between the layer's forward and its backward.
+enum class InputPlace : uint8_t {
+  kDevice,     // on the model's device (what checkpointing keeps by default)
+  kHost,       // in host memory (pinned on CUDA): checkpoint offload
+  kRecompute,  // nowhere: backward runs the layers below it forward again from the nearest input
+               // that was kept (or from the embedding), keeping their outputs for their own backward
+};
+
 class LlamaModel {
  public:
   // dtype: of the compute weights and activations (f32 on the CPU; bf16 or f16 on CUDA). Gradients are
@@ -165,6 +173,16 @@ class LlamaModel {
   // inputs instead of all of them. Without checkpointing it changes nothing.
   void set_checkpoint_offload(bool on);
   bool checkpoint_offload() const { return offload_ != nullptr; }
+  // Per-layer placement of the kept inputs (with a checkpointing policy; `placement` has one entry
+  // per decoder layer, empty = every input on the device): kDevice, kHost (offloaded as above),
+  // kRecompute (not kept: at the backward of the top layer of a run of kRecompute layers, the layers
+  // from the nearest kept input below it, or from the embedding, run forward again and their inputs
+  // stay until their own backward; each run of n such layers costs n more layer forwards and holds
+  // n inputs while its backward runs). The same results every way. kRecompute needs kCheckpoint
+  // (a layer keeping its attention has no recompute of the layer below to share).
+  // set_checkpoint_offload(true) is every layer kHost.
+  void set_input_placement(std::vector<InputPlace> placement);
+  const std::vector<InputPlace>& input_placement() const { return placement_; }
   // Tiled MLP (ALST's TiledMLP): with tokens > 0 and fewer than the sequence, each layer's MLP runs
   // over tiles of this many tokens, so its [tokens, intermediate] tensors (gate, up, h and their
   // gradients) exist one tile at a time; backward recomputes them per tile. 0: one tile.
@@ -208,6 +226,9 @@ class LlamaModel {
   void attention_half(int64_t l, LayerActs& s, bool norm_only = false);
   Tensor mlp_half(int64_t l, LayerActs& s, bool want_output);
   void recompute_layer(int64_t l, LayerActs& s);
+  Tensor embed(const LlamaBatch& batch);
+  InputPlace place(int64_t l) const { return placement_.empty() ? InputPlace::kDevice : placement_[l]; }
+  void recompute_inputs(int64_t l);
   Tensor head_norm_forward(const Tensor& x, const Tensor& weight, Tensor& rstd);
   Tensor head_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dweight,
                             const Tensor& rstd);
@@ -242,7 +263,8 @@ class LlamaModel {
   std::shared_ptr<Acts> acts_;
   ActivationPolicy policy_ = ActivationPolicy::kKeep;
   int64_t mlp_tile_ = 0;
-  std::unique_ptr<HostOffload> offload_;  // set: checkpoint offload on
+  std::unique_ptr<HostOffload> offload_;  // set: some layer's input is kHost
+  std::vector<InputPlace> placement_;     // per layer; empty: all kDevice
   GradSink grad_sink_;
   Tensor grad_block_;  // partitioned gradients: one layer's, reused
   int64_t loss_tile_ = 0;

@@ -42,6 +42,23 @@ void MemorySettings::validate() const {
   SEQPAR_INPUT_CHECK(activation_checkpointing || !checkpoint_offload,
                      "checkpoint_offload=true needs activation_checkpointing=true (--activation-checkpointing): it "
                      "moves the checkpointed layers' inputs to host memory");
+  if (!checkpoint_placement.empty()) {
+    SEQPAR_INPUT_CHECK(activation_checkpointing,
+                       "checkpoint_placement={} needs activation_checkpointing=true (--activation-checkpointing): it "
+                       "says where the checkpointed layers' inputs wait",
+                       checkpoint_placement);
+    SEQPAR_INPUT_CHECK(!checkpoint_offload,
+                       "checkpoint_offload=true and checkpoint_placement={} both say where the layers' inputs wait: "
+                       "give one (checkpoint_offload is every layer in host memory, \"h\" per layer)",
+                       checkpoint_placement);
+    if (checkpoint_placement != "auto") {
+      const std::string per_layer = expand_checkpoint_placement(checkpoint_placement, -1);
+      SEQPAR_INPUT_CHECK(!checkpoint_keep_attention || per_layer.find('r') == std::string::npos,
+                         "checkpoint_placement={} recomputes layer inputs (r), which checkpoint_keep_attention=true "
+                         "does not allow: a layer that keeps its attention is not run forward again; use g or h",
+                         checkpoint_placement);
+    }
+  }
   SEQPAR_INPUT_CHECK(mlp_tile_tokens >= 0, "tiled_mlp_tokens={} must be >= 0 (0 = untiled)", mlp_tile_tokens);
   SEQPAR_INPUT_CHECK(loss_tile_tokens >= 0, "tiled_loss_tokens={} must be >= 0 (0 = untiled)", loss_tile_tokens);
   SEQPAR_INPUT_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage={} must be 0, 1, 2 or 3", zero_stage);
@@ -51,6 +68,48 @@ void MemorySettings::validate() const {
                      zero_stage);
   SEQPAR_INPUT_CHECK(host_memory_gib >= 0, "host_memory_gib={} must be >= 0 (0 = the machine's MemAvailable)",
                      host_memory_gib);
+}
+
+std::string expand_checkpoint_placement(const std::string& spec, int64_t layers) {
+  std::string out;
+  int64_t count = -1;  // a pending count, -1: none
+  for (const char ch : spec) {
+    if (ch == ' ' || ch == ',') {
+      SEQPAR_INPUT_CHECK(count < 0, "checkpoint_placement={}: a count must be followed by its letter (g, h or r)",
+                         spec);
+      continue;
+    }
+    if (ch >= '0' && ch <= '9') {
+      count = (count < 0 ? 0 : count) * 10 + (ch - '0');
+      SEQPAR_INPUT_CHECK(count <= 1000000, "checkpoint_placement={}: a count is more than 1000000 layers", spec);
+      continue;
+    }
+    SEQPAR_INPUT_CHECK(ch == 'g' || ch == 'h' || ch == 'r',
+                       "checkpoint_placement={}: '{}' is not a placement: one letter per layer, g (GPU), h (host "
+                       "memory) or r (recomputed), each optionally after a count (\"16g8h8r\"), or \"auto\"",
+                       spec, std::string(1, ch));
+    SEQPAR_INPUT_CHECK(count != 0, "checkpoint_placement={}: a count of 0 layers", spec);
+    out.append(static_cast<size_t>(count < 0 ? 1 : count), ch);
+    SEQPAR_INPUT_CHECK(out.size() <= 1000000, "checkpoint_placement={}: more than 1000000 layers", spec);
+    count = -1;
+  }
+  SEQPAR_INPUT_CHECK(count < 0, "checkpoint_placement={}: it ends in a count without its letter (g, h or r)", spec);
+  SEQPAR_INPUT_CHECK(!out.empty(), "checkpoint_placement={}: no layer given (one letter per layer: g, h or r)", spec);
+  SEQPAR_INPUT_CHECK(layers < 0 || static_cast<int64_t>(out.size()) == layers,
+                     "checkpoint_placement={} places {} layer(s) but the model has {} (num_hidden_layers)", spec,
+                     out.size(), layers);
+  return out;
+}
+
+std::string compact_checkpoint_placement(const std::string& expanded) {
+  std::string out;
+  for (size_t i = 0; i < expanded.size();) {
+    size_t j = i;
+    while (j < expanded.size() && expanded[j] == expanded[i]) ++j;
+    out += (j - i > 1 ? std::to_string(j - i) : std::string()) + expanded[i];
+    i = j;
+  }
+  return out;
 }
 
 const char* offload_device_name(OffloadDevice d) { return d == OffloadDevice::kCpu ? "cpu" : "none"; }
@@ -554,6 +613,16 @@ void declare_memory(std::vector<SettingDecl>& s) {
                        "with --activation-checkpointing: each layer's kept input waits in host memory (pinned; the "
                        "copies overlap with compute) between its forward and its backward (ALST's checkpoint "
                        "offload)"),
+                   kAll));
+  s.push_back(with(decl(
+                       "checkpoint_placement", G::kMemory, {"--checkpoint-placement"},
+                       +[](TrainConfig& c) -> std::string& { return c.memory.checkpoint_placement; },
+                       "with --activation-checkpointing: where each layer's kept input waits, one letter per layer "
+                       "from the bottom, each optionally after a count: g (GPU), h (host memory, pinned), r (not "
+                       "kept: recomputed in backward from the nearest kept input below, one more layer forward "
+                       "each), e.g. 16g8h8r; auto: the memory plan chooses for the run's length, GPU and host "
+                       "memory (fewest recomputed layers, then fewest offloaded); empty: all on the GPU "
+                       "(seqpar plan --longest prints the placement it assumed)"),
                    kAll));
   s.push_back(with(decl(
                        "tiled_mlp_tokens", G::kMemory, {"--tiled-mlp-tokens"},

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/offload.h"
 #include "model/llama.h"
 #include "parallel/sp_attention.h"
 #include "train/optimizer.h"
@@ -354,6 +355,61 @@ void add_host_totals(MemoryPlan& p, const MemoryPlanInput& in) {
   p.host_setup_bytes = (in.cuda ? 2 : 4) * LlamaParams::flat_layout(in.model).total;  // bf16 for a GPU, f32 on the CPU
 }
 
+// Where each layer's kept input waits, one of 'g', 'h', 'r' per layer (memory_settings.h): all 'g'
+// without checkpointing (the inputs are among everything kept) or with neither a placement nor
+// checkpoint offload, all 'h' with checkpoint offload.
+std::string input_places(const MemoryPlanInput& in) {
+  const MemorySettings& m = in.memory;
+  const size_t L = static_cast<size_t>(in.model.num_layers);
+  if (!m.activation_checkpointing) return std::string(L, 'g');
+  SEQPAR_CHECK(m.checkpoint_placement != "auto", "plan_memory: checkpoint_placement=auto is resolved first "
+                                                 "(choose_checkpoint_placement)");
+  if (m.checkpoint_placement.empty()) return std::string(L, m.checkpoint_offload ? 'h' : 'g');
+  return expand_checkpoint_placement(m.checkpoint_placement, in.model.num_layers);
+}
+
+// How many layers' inputs ([T, C] each) are on the device in each phase, walking what LlamaModel
+// does with each placement (model/llama.cpp) and core/offload.h's queue: `in_flight` copies to the
+// host may still hold their device buffers (kMaxInFlight on CUDA, where the host runs ahead of the
+// device; none on the CPU, where a copy is done when put returns).
+//   forward, layer l:  the 'g' inputs below l, the last in_flight 'h' ones, l's own;
+//   loss:              every 'g' input, the last in_flight 'h' ones;
+//   backward, layer l: the 'g' inputs below l, l's own (kept, taken back or recomputed), the one below
+//                      when it is prefetched ('h'), and for an 'r' layer the recomputed inputs of
+//                      the run of 'r' below it and the run's base when that was taken back early;
+//   recompute of a run of 'r' (at its top layer l, the layer below l running forward): the 'g'
+//                      inputs below l, the run's base if taken back, the run's recomputed inputs.
+struct InputCounts {
+  int64_t forward = 0, loss = 0, backward = 0, recompute = -1;  // recompute: -1 = no 'r' layer
+  int64_t host = 0;                                             // 'h' layers
+};
+InputCounts count_inputs(const std::string& places, int64_t in_flight) {
+  InputCounts n;
+  const int64_t L = static_cast<int64_t>(places.size());
+  std::vector<int64_t> g_below(static_cast<size_t>(L) + 1, 0);
+  int64_t h_below = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    n.forward = std::max(n.forward, g_below[l] + std::min(in_flight, h_below) + 1);
+    g_below[l + 1] = g_below[l] + (places[l] == 'g');
+    h_below += places[l] == 'h';
+  }
+  n.host = h_below;
+  n.loss = g_below[L] + std::min(in_flight, h_below);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    if (places[l] != 'r') {
+      n.backward = std::max(n.backward, g_below[l] + 1 + (l > 0 && places[l - 1] == 'h'));
+      continue;
+    }
+    int64_t c = 0;  // the run of 'r' directly below l
+    while (l - c - 1 >= 0 && places[l - c - 1] == 'r') ++c;
+    const int64_t base = l - c - 1;
+    const int64_t base_taken = base >= 0 && places[base] == 'h';
+    n.backward = std::max(n.backward, g_below[l] + 1 + c + base_taken);
+    if (l + 1 == L || places[l + 1] != 'r') n.recompute = std::max(n.recompute, g_below[l] + base_taken + c);
+  }
+  return n;
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
@@ -414,11 +470,13 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     kept = in.memory.checkpoint_keep_attention ? a * C + ctx + a * H * D + qk_norm : a * C;
   p.kept_per_token_layer = kept;
   p.sp_buffers = std::max(sp_fwd.peak - sp_fwd.ctx, sp_bwd) * T;
-  // Offloaded inputs live in host memory; two layers' stay on the device (see the header).
-  const bool offload = in.memory.activation_checkpointing && in.memory.checkpoint_offload;
-  const int64_t on_device_layers = offload ? std::min<int64_t>(L, 2) : L;
-  p.host_offload_bytes = offload ? L * a * C * T : 0;
-  const int64_t layers_kept = L * (offload ? kept - a * C : kept) * T + on_device_layers * (offload ? a * C * T : 0);
+  // The layers' inputs by where they wait (count_inputs); the rest of what each layer keeps stays on
+  // the device.
+  const InputCounts inputs = count_inputs(input_places(in), in.cuda ? HostOffload::kMaxInFlight : 0);
+  const int64_t input_bytes = a * C * T, kept_rest = L * (kept - a * C) * T;
+  p.host_offload_bytes = inputs.host * input_bytes;
+  p.input_places = compact_checkpoint_placement(input_places(in));
+  const int64_t layers_kept = kept_rest + inputs.backward * input_bytes;  // the backward's
   const int64_t final_acts =
       (a * C + norm_stats + a * C) * T;  // x_final, rstd_f (mean_f), xn_f (kept until the loss backward's end)
 
@@ -428,14 +486,18 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // Forward: the LM head's logits and the per-token losses (f32); with checkpointing, also one
   // layer's full activations and its output while it runs.
   const int64_t fwd_layer = in.memory.activation_checkpointing ? (full - kept + a * C) * T : 0;
-  int64_t forward = layers_kept + final_acts + std::max(fwd_layer + layer_gather, a * V * loss_rows + 4 * T);
+  int64_t forward = kept_rest + final_acts +
+                    std::max(inputs.forward * input_bytes + fwd_layer + layer_gather,
+                             inputs.loss * input_bytes + a * V * loss_rows + 4 * T);
   // The layer's q, k, v, attn_out and the layers below while its attention runs: with sequence
   // parallelism, its buffers on top (the context among them).
   const int64_t attn_inputs =
       (norm_stats + a * C + a * H * D + 2 * a * Hkv * D + a * H * D) * T;  // rstd1 (mean1), xn1, q, k, v, out
-  if (in.sp > 1) forward = std::max(forward, (L - 1) * kept * T + a * C * T + attn_inputs + sp_fwd.peak * T);
+  const int64_t below_rest = (L - 1) * (kept - a * C) * T;  // what the layers below keep beside their inputs
+  if (in.sp > 1)
+    forward = std::max(forward, below_rest + inputs.forward * input_bytes + attn_inputs + sp_fwd.peak * T);
   // Loss backward: logits and dlogits (whole or one tile) and dxn.
-  const int64_t loss_bwd = layers_kept + final_acts + 2 * a * V * loss_rows + a * C * T;
+  const int64_t loss_bwd = kept_rest + inputs.loss * input_bytes + final_acts + 2 * a * V * loss_rows + a * C * T;
   // Top layer's backward (LlamaModel::backward), on top of the layers' kept activations: dx
   // throughout; the recompute of what forward dropped (not the layer's output), which makes the top
   // layer's activations whole; then, phase by phase,
@@ -467,8 +529,16 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
 
   p.phases = {{"forward (activations kept + LM head)", forward},
               {"loss backward (activations kept + logits and their gradient)", loss_bwd},
-              {"top layer backward (activations kept + recompute + gradients)", layer_bwd},
-              {"optimizer step (ZeRO weight all-gather)", optimizer}};
+              {"top layer backward (activations kept + recompute + gradients)", layer_bwd}};
+  // Recomputed inputs ('r'): the layers of a run forward again with dx alive (their activations one
+  // layer at a time, like forward's; with sequence parallelism its attention's buffers).
+  if (inputs.recompute >= 0) {
+    const int64_t base = inputs.recompute * input_bytes + a * C * T + layer_gather;
+    int64_t rerun = base + fwd_layer;
+    if (in.sp > 1) rerun = std::max(rerun, base + attn_inputs + sp_fwd.peak * T);
+    p.phases.emplace_back("recompute of the layer inputs not kept (a layer forward, dx alive)", rerun);
+  }
+  p.phases.emplace_back("optimizer step (ZeRO weight all-gather)", optimizer);
   add_host_totals(p, in);
   int64_t best = -1;
   for (const auto& [name, bytes] : p.phases)
@@ -478,21 +548,71 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   return p;
 }
 
+namespace {
+
+// The host as check_host_memory sees it (the ranks' host memory, and the initial weights' copy while
+// they start; a run without host memory is not checked).
+bool host_fits(const MemoryPlan& p, int64_t host_capacity_bytes) {
+  return host_capacity_bytes <= 0 || p.host_bytes == 0 || p.host_bytes + p.host_setup_bytes <= host_capacity_bytes;
+}
+
+// A placement of L layers' inputs with n_h in host memory and n_r recomputed: the kept inputs (the
+// runs' bases) and the embedding below layer 0 each start a run of 'r' above them, the runs as even
+// as they can be (the longer ones lowest, where fewer kept inputs lie below them), and the lowest
+// n_h bases in host memory (the top layers' backward, the peak, then finds its inputs on the GPU
+// and nothing to prefetch).
+std::string placement_layout(int64_t L, int64_t n_h, int64_t n_r) {
+  const int64_t bases = L - n_r, runs = bases + 1;
+  auto run = [&](int64_t i) { return std::string(static_cast<size_t>(n_r / runs + (i < n_r % runs)), 'r'); };
+  std::string s = run(0);
+  for (int64_t k = 0; k < bases; ++k) s += (k < n_h ? 'h' : 'g') + run(k + 1);
+  return s;
+}
+
+}  // namespace
+
+std::string choose_checkpoint_placement(const MemoryPlanInput& in, int64_t capacity_bytes,
+                                        int64_t host_capacity_bytes) {
+  if (!in.memory.activation_checkpointing) return "";
+  const int64_t L = in.model.num_layers;
+  MemoryPlanInput t = in;
+  t.memory.checkpoint_offload = false;
+  auto plan_with = [&](int64_t n_h, int64_t n_r) {
+    t.memory.checkpoint_placement = placement_layout(L, n_h, n_r);
+    return plan_memory(t);
+  };
+  // Fewest recomputed layers first (each costs a layer forward), then the fewest offloaded (each
+  // costs host memory and PCIe time, mostly hidden): the GPU peak falls as inputs leave it, the
+  // host's rises, so for each count of recomputed layers the fewest offloaded that fit the GPU are
+  // found by bisection and then checked against the host.
+  // (checkpoint_keep_attention recomputes no input: 'r' is not tried.)
+  const int64_t max_r = in.memory.checkpoint_keep_attention ? 0 : L - 1;
+  for (int64_t n_r = 0; n_r <= max_r; ++n_r) {
+    const int64_t bases = L - n_r;
+    if (plan_with(bases, n_r).peak_bytes > capacity_bytes) continue;  // not even with every kept input on the host
+    int64_t lo = -1, hi = bases;                                      // hi fits the GPU, lo does not
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (plan_with(mid, n_r).peak_bytes <= capacity_bytes ? hi : lo) = mid;
+    }
+    if (host_fits(plan_with(hi, n_r), host_capacity_bytes)) return placement_layout(L, hi, n_r);
+  }
+  return "";
+}
+
 int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int64_t granularity,
                                 int64_t host_capacity_bytes) {
   SEQPAR_INPUT_CHECK(granularity >= 1, "granularity={} must be >= 1", granularity);
+  const bool auto_placement = in.memory.checkpoint_placement == "auto";
   auto fits = [&](int64_t units) {
     in.seq_len = units * granularity;
     // Beyond the plan's bounds nothing fits (and the plan would refuse to compute).
     if (in.seq_len > kMaxPlanSeqLen || static_cast<long double>(in.micro_batch) * in.seq_len > kMaxPlanSeqLen ||
         plan_bytes_bound(in) > kMaxPlanBytes)
       return false;
+    if (auto_placement) return !choose_checkpoint_placement(in, capacity_bytes, host_capacity_bytes).empty();
     const MemoryPlan p = plan_memory(in);
-    // The host as check_host_memory sees it (the ranks' host memory, and the initial weights' copy
-    // while they start; a run without host memory is not checked).
-    const bool host_fits =
-        host_capacity_bytes <= 0 || p.host_bytes == 0 || p.host_bytes + p.host_setup_bytes <= host_capacity_bytes;
-    return p.peak_bytes <= capacity_bytes && host_fits;
+    return p.peak_bytes <= capacity_bytes && host_fits(p, host_capacity_bytes);
   };
   // The peaks grow with the sequence: double until it no longer fits, then bisect.
   int64_t lo = 0, hi = 1;
@@ -548,7 +668,7 @@ LeverChoice choose_levers(const MemoryPlanInput& in, int64_t capacity_bytes, int
       field_on = true;
       added += (added.empty() ? "" : ", ") + std::string(name);
     };
-    if (c.ckpt_offload && !m.activation_checkpointing) continue;
+    if (c.ckpt_offload && (!m.activation_checkpointing || !m.checkpoint_placement.empty())) continue;
     add(c.ckpt_offload, m.checkpoint_offload, "--checkpoint-offload");
     bool opt = m.offload_optimizer == OffloadDevice::kCpu, param = m.offload_param == OffloadDevice::kCpu;
     add(c.offload_opt, opt, "--offload-optimizer cpu");
@@ -631,9 +751,12 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   for (const auto& [name, bytes] : p.resident) s += fmt::format("  {:<52} {:>12}\n", name, gib(bytes));
   s += fmt::format("  {:<52} {:>12}\n", "total", gib(p.resident_bytes));
   s += fmt::format("activations kept per token and layer: {} bytes\n", p.kept_per_token_layer);
+  if (in.memory.activation_checkpointing)
+    s += fmt::format("where the layers' inputs wait, from the bottom (g GPU, h host, r recomputed): {}\n",
+                     p.input_places);
   if (p.host_offload_bytes > 0)
-    s += fmt::format("offloaded to host memory ({}): the layers' inputs, {} (all but two layers' off the GPU)\n",
-                     in.cuda ? "pinned" : "the CPU's", gib(p.host_offload_bytes));
+    s += fmt::format("offloaded to host memory ({}): the layers' inputs, {}\n", in.cuda ? "pinned" : "the CPU's",
+                     gib(p.host_offload_bytes));
   s += "phases (on top of the resident state):\n";
   for (const auto& [name, bytes] : p.phases)
     s += fmt::format("  {:<64} {:>12}{}\n", name, gib(bytes), name == p.peak_phase ? "  <- peak" : "");

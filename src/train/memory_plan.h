@@ -62,6 +62,8 @@ struct MemoryPlan {
   int64_t sp_buffers = 0;
   // Checkpoint offload: host memory (pinned on CUDA) holding the layers' inputs, not in peak_bytes.
   int64_t host_offload_bytes = 0;
+  // Where each layer's kept input waits (checkpoint_placement's short form, e.g. "32g", "8h24g").
+  std::string input_places;
   // Host memory of one rank for the whole run: name, bytes (pinned or not, as the name says); their
   // sum, and the pinned part.
   std::vector<std::pair<std::string, int64_t>> host;
@@ -91,6 +93,14 @@ MemoryPlan plan_memory(const MemoryPlanInput& in);
 // not even `granularity` tokens fit.
 int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int64_t granularity = 1024,
                                 int64_t host_capacity_bytes = 0);
+
+// checkpoint_placement=auto: where each layer's input waits for `in` (its seq_len) so that the plan fits
+// in capacity_bytes of GPU memory and host_capacity_bytes of host memory (as longest_fitting_seq_len
+// counts them): the fewest recomputed layers, then the fewest in host memory; the expanded form
+// (one of g, h, r per layer). "" when nothing fits, and without checkpointing (it does not apply).
+// longest_fitting_seq_len with "auto" asks it at every length.
+std::string choose_checkpoint_placement(const MemoryPlanInput& in, int64_t capacity_bytes,
+                                        int64_t host_capacity_bytes);
 
 // InputError when `ranks` ranks of `plan` (ranks sharing one device) exceed capacity_bytes of
 // `where` (a device name); nothing when capacity_bytes <= 0 (unknown). The trainer calls it before

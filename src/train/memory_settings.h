@@ -8,6 +8,14 @@
 
 namespace seqpar {
 
+// checkpoint_placement's per-layer form: one of 'g', 'h', 'r' per decoder layer, from a spec as the
+// setting takes it (counts expanded, spaces and commas ignored). layers < 0: the syntax only.
+// InputError naming the setting, the value and the rule (a count of layers other than `layers`
+// included). "" and "auto" are not per-layer forms (the caller resolves them).
+std::string expand_checkpoint_placement(const std::string& spec, int64_t layers);
+// The short form of an expanded placement ("gggrr" -> "3g2r"), for people and the config.
+std::string compact_checkpoint_placement(const std::string& expanded);
+
 // Where offloaded state lives (DeepSpeed's offload_optimizer.device / offload_param.device; its
 // "nvme" is refused by the config readers).
 enum class OffloadDevice { kNone, kCpu };
@@ -25,6 +33,14 @@ struct MemorySettings {
   // With activation_checkpointing: each layer's kept input waits in host memory (pinned) between
   // its forward and backward (LlamaModel::set_checkpoint_offload; ALST's checkpoint offload).
   bool checkpoint_offload = false;
+  // With activation_checkpointing: where each layer's kept input waits, layer by layer
+  // (LlamaModel::set_input_placement): "" = all on the GPU (or all in host memory with
+  // checkpoint_offload); "auto" = the memory plan chooses for the run's length and its GPU and host
+  // memory before the run starts (GPU first, then host, then recompute, the fewest recomputed
+  // layers); or one letter per decoder layer from the bottom, each optionally after a count: g (GPU),
+  // h (host memory), r (not kept: recomputed from the nearest kept input below, or the embedding),
+  // e.g. "grgrgr...", "16g8h8r". r needs plain checkpointing (not checkpoint_keep_attention).
+  std::string checkpoint_placement;
   // Tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's shard,
   // its [tokens, intermediate] tensors one tile at a time, recomputed in backward. 0: untiled.
   int64_t mlp_tile_tokens = 0;

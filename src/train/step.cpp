@@ -23,7 +23,16 @@ Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_vector<int32_t>(
 void prepare_model(LlamaModel& model, const TrainConfig& cfg, const LlamaParams& initial) {
   model.set_activation_policy(
       LlamaModel::policy_for(cfg.memory.activation_checkpointing, cfg.memory.checkpoint_keep_attention));
-  model.set_checkpoint_offload(cfg.memory.checkpoint_offload);
+  const std::string& placement = cfg.memory.checkpoint_placement;
+  if (placement.empty()) {
+    model.set_checkpoint_offload(cfg.memory.checkpoint_offload);
+  } else {
+    SEQPAR_CHECK(placement != "auto", "checkpoint_placement=auto reached the model unresolved (Trainer::setup resolves it)");
+    std::vector<InputPlace> places;
+    for (const char ch : expand_checkpoint_placement(placement, model.config().num_layers))
+      places.push_back(ch == 'g' ? InputPlace::kDevice : ch == 'h' ? InputPlace::kHost : InputPlace::kRecompute);
+    model.set_input_placement(std::move(places));
+  }
   model.set_mlp_tile_tokens(cfg.memory.mlp_tile_tokens);
   model.set_loss_tile_tokens(cfg.memory.loss_tile_tokens);
   // By name: without resident layers the model lists its edges only (and a family's optional edge

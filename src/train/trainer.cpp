@@ -375,6 +375,8 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
                        mc.vocab_size);
   s.eval_batches = cfg_.data.eval_batches;
   if (s.token_data) setup_data();
+  s.ranks_per_device = job_transport(cfg_.parallel.transport, cfg_.parallel.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
+  if (cfg_.memory.checkpoint_placement == "auto") resolve_checkpoint_placement(mc);
   // The run's configuration, recorded in checkpoints and compared with the checkpoint's on resume.
   s.config = train_config_json(cfg_, mc, s.data_id, s.eval_id);
   s.hash = config_hash(s.config);
@@ -382,7 +384,6 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   // What a rank will hold at the step's peak (train/memory_plan.h), said before the model is
   // allocated and any GPU work (one batch of seqpar fwdbwd is not planned); a CPU run the plan
   // says cannot fit in the host's memory does not start (a GPU's is checked by its rank).
-  s.ranks_per_device = job_transport(cfg_.parallel.transport, cfg_.parallel.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
   if (!s.batch) {
     s.plan = plan_memory(memory_plan_input(cfg_, mc));
     // The host memory the ranks will hold (offload buffers, host optimizer state and weights, the
@@ -587,6 +588,34 @@ void Trainer::run_rank(JobRank& job) {
   s.result.steps_run = done;
   s.result.loss_scale = rank.loss_scaler().scale();
   s.result.tokens_per_s = static_cast<double>(s.tokens_per_step * (done - s.first_step + 1)) / std::max(secs, 1e-9);
+}
+
+// checkpoint_placement=auto becomes the placement the memory plan chooses for this run's length, its
+// device's memory (the host's for a CPU run) and the host memory, shared by the ranks of a device,
+// before the configuration is recorded: every rank, --print-config and the checkpoint see the
+// placement that runs. One batch of fwdbwd is not planned: its inputs stay on the device.
+void Trainer::resolve_checkpoint_placement(const LlamaConfig& mc) {
+  State& s = *s_;
+  std::string& placement = cfg_.memory.checkpoint_placement;
+  if (!cfg_.memory.activation_checkpointing) return;  // validate() names the setting
+  if (s.batch) {
+    placement.clear();
+    return;
+  }
+  const Device device = cfg_.parallel.device;
+  const int ranks = std::max(1, s.ranks_per_device);
+  const int64_t gpu = (device.is_cuda() ? device_total_bytes(device) : host_memory_bytes()) / ranks;
+  const int64_t host = host_memory_capacity(cfg_.memory.host_memory_gib) / ranks;
+  MemoryPlanInput in = memory_plan_input(cfg_, mc);
+  const std::string chosen = choose_checkpoint_placement(in, gpu, host);
+  SEQPAR_INPUT_CHECK(!chosen.empty(),
+                     "checkpoint_placement=auto: no placement of the layers' inputs fits seq_len={} in {:.2f} GiB of "
+                     "{} memory and {:.2f} GiB of host memory per rank (every layer but one recomputed included); "
+                     "seqpar plan --longest tells what fits",
+                     cfg_.data.task.seq_len, gpu / double(1ll << 30), device.is_cuda() ? "GPU" : "host",
+                     host / double(1ll << 30));
+  placement = compact_checkpoint_placement(chosen);
+  if (s.talk) log_info("checkpoint placement (auto, by the memory plan): {}", placement);
 }
 
 // Checked before a rank allocates anything on the GPU: a run the plan says cannot fit stops here.

@@ -118,6 +118,7 @@ class Trainer {
   void setup_data();
   void setup_resume();
   void setup_model();
+  void resolve_checkpoint_placement(const LlamaConfig& mc);
   void log_setup() const;
   // a rank's phases
   void run_rank(JobRank& job);

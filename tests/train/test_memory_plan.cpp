@@ -53,6 +53,7 @@ struct Setting {
   bool offload = false;    // checkpoint offload (with ckpt)
   bool offload_opt = false, offload_param = false;  // optimizer offload; parameter offload (zero 3)
   bool gpt = false;                                 // the GPT family's layer (plan_model)
+  std::string placement;                            // checkpoint_placement (with ckpt)
 };
 
 // The CPU allocator's peak per rank over two training steps of `s` (ranks are threads sharing the
@@ -75,6 +76,7 @@ double measured_peak_per_rank(const Setting& s, const std::string& data, int64_t
   c.memory.activation_checkpointing = s.ckpt;
   c.memory.checkpoint_keep_attention = s.keep_attention;
   c.memory.checkpoint_offload = s.offload;
+  c.memory.checkpoint_placement = s.placement;
   c.memory.mlp_tile_tokens = s.mlp_tile;
   c.memory.loss_tile_tokens = s.loss_tile;
   c.memory.zero_stage = s.zero;
@@ -99,6 +101,7 @@ MemoryPlanInput plan_input(const Setting& s, int64_t S) {
   in.memory.activation_checkpointing = s.ckpt;
   in.memory.checkpoint_keep_attention = s.keep_attention;
   in.memory.checkpoint_offload = s.offload;
+  in.memory.checkpoint_placement = s.placement;
   in.memory.mlp_tile_tokens = s.mlp_tile;
   in.memory.loss_tile_tokens = s.loss_tile;
   in.memory.zero_stage = s.zero;
@@ -149,6 +152,17 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
       {"gpt: ulysses 2, checkpointing, ZeRO-3", 2, SpMode::kUlysses, true, false, 0, 0, 3, 512, 0, false, false, false,
        true},
       {"gpt: ring 2, ZeRO-1", 2, SpMode::kRing, false, false, 0, 0, 1, 512, 0, false, false, false, true},
+      // Where the layers' inputs wait, per layer (g GPU, h host, r recomputed).
+      {"checkpointing, placement rgrhgr", 1, SpMode::kUlysses, true, false, 0, 0, 0, 512, 0, false, false, false,
+       false, "rgrhgr"},
+      {"checkpointing, tiled MLP, placement 3r2hg", 1, SpMode::kUlysses, true, false, 128, 0, 0, 512, 0, false, false,
+       false, false, "3r2hg"},
+      {"checkpointing keeping attention, placement hhgghg", 1, SpMode::kUlysses, true, true, 0, 0, 0, 512, 0, false,
+       false, false, false, "hhgghg"},
+      {"ring 2, checkpointing, placement grrhrg", 2, SpMode::kRing, true, false, 0, 0, 0, 512, 0, false, false, false,
+       false, "grrhrg"},
+      {"ulysses 2, checkpointing, ZeRO-3, placement rhrgrg", 2, SpMode::kUlysses, true, false, 0, 0, 3, 512, 0, false,
+       false, false, false, "rhrgrg"},
   };
   for (const Setting& s : settings) {
     const double measured = measured_peak_per_rank(s, data, S);
@@ -259,6 +273,66 @@ TEST(MemoryPlan, LongestFittingSequence) {
   EXPECT_GT(plan_memory(in).peak_bytes, capacity);
   // Too little memory for the weights alone: nothing fits.
   EXPECT_EQ(longest_fitting_seq_len(in, 1ll << 30, g), 0);
+}
+
+// checkpoint_placement=auto: the chosen placement fits and is the cheapest that does (one fewer
+// recomputed layer fits nowhere; with as many recomputed, one fewer offloaded does not fit the GPU);
+// plenty of memory keeps every input on the GPU, too little fits nothing; and --longest with it
+// reaches what issue 14 asks of one H200 with 120 GiB of host memory: Llama-3.1-8B >= 600K tokens
+// (optimizer offload) and Llama-3.2-1B >= 2M.
+TEST(MemoryPlan, AutoPlacementIsTheCheapestThatFits) {
+  MemoryPlanInput in;
+  in.model = llama_preset("llama-3.2-1b");
+  in.memory.activation_checkpointing = true;
+  in.memory.mlp_tile_tokens = 8192;
+  in.memory.loss_tile_tokens = 8192;
+  in.seq_len = 2 << 20;
+  const int64_t gpu = static_cast<int64_t>(139.8 * (1ll << 30)), host = 120ll << 30;
+  auto count = [](const std::string& p, char ch) { return std::count(p.begin(), p.end(), ch); };
+  auto fits = [&](const std::string& p) {
+    MemoryPlanInput t = in;
+    t.memory.checkpoint_placement = p;
+    const MemoryPlan m = plan_memory(t);
+    return m.peak_bytes <= gpu && m.host_bytes + m.host_setup_bytes <= host;
+  };
+  const std::string chosen = choose_checkpoint_placement(in, gpu, host);
+  ASSERT_EQ(static_cast<int64_t>(chosen.size()), in.model.num_layers);
+  EXPECT_TRUE(fits(chosen)) << chosen;
+  EXPECT_GT(count(chosen, 'h'), 0) << chosen;  // 2M tokens of 1B inputs do not all fit the GPU
+  // Cheaper: every placement with fewer recomputed layers, or as many and fewer offloaded, fails
+  // (all of them, for 16 layers, through their counts: the layout of a count is fixed).
+  const int64_t L = in.model.num_layers;
+  for (int64_t r = 0; r <= count(chosen, 'r'); ++r)
+    for (int64_t h = 0; h <= L - r; ++h) {
+      if (r == count(chosen, 'r') && h >= count(chosen, 'h')) break;
+      std::string p = std::string(static_cast<size_t>(r), 'r') + std::string(static_cast<size_t>(h), 'h') +
+                      std::string(static_cast<size_t>(L - r - h), 'g');
+      MemoryPlanInput t = in;
+      t.memory.checkpoint_placement = p;
+      const MemoryPlan m = plan_memory(t);
+      // (this simple layout puts the inputs differently; only the GPU bound is compared when it has
+      // as many recomputed and fewer offloaded, and nothing with fewer recomputed fits both)
+      EXPECT_FALSE(m.peak_bytes <= gpu && m.host_bytes + m.host_setup_bytes <= host && r < count(chosen, 'r'))
+          << p << " fits with fewer recomputed layers than " << chosen;
+    }
+  EXPECT_EQ(choose_checkpoint_placement(in, 1ll << 50, 1ll << 50), std::string(static_cast<size_t>(L), 'g'));
+  EXPECT_EQ(choose_checkpoint_placement(in, 4ll << 30, host), "");
+  in.memory.activation_checkpointing = false;
+  EXPECT_EQ(choose_checkpoint_placement(in, gpu, host), "");  // it does not apply
+
+  in.memory.activation_checkpointing = true;
+  in.memory.checkpoint_placement = "auto";
+  EXPECT_GE(longest_fitting_seq_len(in, gpu, 1024, host), 2'000'000);
+  MemoryPlanInput big = in;
+  big.model = llama_preset("llama-3.1-8b");
+  big.memory.offload_optimizer = OffloadDevice::kCpu;
+  EXPECT_GE(longest_fitting_seq_len(big, gpu, 1024, host), 600'000);
+  // Keeping attention recomputes no input: auto places only g and h.
+  in.memory.checkpoint_keep_attention = true;
+  in.memory.checkpoint_placement = "";
+  in.seq_len = 256 << 10;
+  const std::string kept = choose_checkpoint_placement(in, gpu, host);
+  EXPECT_EQ(count(kept, 'r'), 0) << kept;
 }
 
 // `seqpar plan --preset gpt-30b-32k --seq-len 32768 --gpus 4|8|16 --zero-stage 3` (Ulysses over all

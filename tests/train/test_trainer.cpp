@@ -110,7 +110,32 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
       EXPECT_EQ(ckpt.eval_accuracy, keep.eval_accuracy);
     }
   }
+  // Per-layer placements of the inputs (g GPU, h host, r recomputed), also with ZeRO-3's per-layer
+  // weights and parameter offload (the recompute fetches the layers below out of order), and auto.
   c.memory.checkpoint_offload = false;
+  c.memory.checkpoint_keep_attention = false;
+  const int64_t L = c.model.arch.num_layers;
+  for (const std::string& placement : {"r" + std::string(L - 1, 'g'), std::string(L - 1, 'r') + "h",
+                                       "h" + std::string(L - 1, 'r'), std::string("auto")}) {
+    for (int zero : {0, 3}) {
+      TrainConfig p = c;
+      p.memory.checkpoint_placement = placement;
+      p.memory.zero_stage = zero;
+      p.memory.offload_param = zero == 3 ? OffloadDevice::kCpu : OffloadDevice::kNone;
+      const TrainResult placed = run_training(p);
+      ASSERT_EQ(placed.losses.size(), keep.losses.size());
+      for (size_t s = 0; s < keep.losses.size(); ++s)
+        EXPECT_EQ(placed.losses[s], keep.losses[s]) << "step " << s + 1 << " placement " << placement << " zero " << zero;
+    }
+  }
+  c.memory.checkpoint_placement = "auto";
+  c.memory.checkpoint_offload = true;
+  expect_input_error(c, "both say where the layers' inputs wait");
+  c.memory.checkpoint_offload = false;
+  c.memory.checkpoint_placement = "2g1x";
+  expect_input_error(c, "'x' is not a placement");
+  c.memory.checkpoint_placement = "";
+  c.memory.checkpoint_keep_attention = true;
   c.memory.activation_checkpointing = false;  // keeping attention says what a checkpointed layer keeps
   expect_input_error(c, "checkpoint_keep_attention=true needs activation_checkpointing=true");
   c.memory.checkpoint_keep_attention = false;
