@@ -52,5 +52,31 @@ TEST(CudaOffload, RoundTripsWhileTheComputeStreamWorks) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// A tensor taken back (or prefetched) right after its put, while its copy out may still be running:
+// the same values, and at most one device buffer of it at any time (the queue adopts the device
+// tensor instead of allocating a second for a copy back, and holds no reference once it is taken).
+TEST(CudaOffload, TakeRightAfterPutHoldsOneBuffer) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu = Device::cuda(0);
+  const int64_t n = int64_t{1} << 24;  // 64 MiB of f32: its copy out takes milliseconds
+  const std::vector<float> want = testing::random_vector(static_cast<size_t>(n), 7);
+  Allocator& pool = allocator_for(gpu);
+  HostOffload q(gpu);
+  for (bool prefetch_first : {false, true}) {
+    Tensor t = Tensor::from_vector<float>({n}, want).to(gpu);
+    const size_t with_one = pool.current_bytes();
+    auto h = q.put(std::move(t));
+    if (prefetch_first) q.prefetch(*h);
+    EXPECT_LE(pool.current_bytes(), with_one) << "prefetch_first " << prefetch_first;
+    Tensor back = q.take(*h);
+    EXPECT_LE(pool.current_bytes(), with_one) << "prefetch_first " << prefetch_first;
+    EXPECT_EQ(back.to_f32_vector(), want) << "prefetch_first " << prefetch_first;
+    back = Tensor();
+    q.collect();
+    EXPECT_LE(pool.current_bytes(), with_one - static_cast<size_t>(n) * 4) << "the taken tensor is still held";
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace seqpar

@@ -99,6 +99,12 @@ TEST(CudaTrain, MemoryLeversTrainAlike) {
   expect_same_curve(levers, plain, 2e-2, "checkpointing + tiled MLP + tiled loss");
   TrainRun offloaded = train(common + " --activation-checkpointing --checkpoint-offload");  // pinned host, copy stream
   expect_same_curve(offloaded, plain, 2e-2, "checkpointing with offload");
+  // Per-layer placement (the demo model's 4 layers here): recomputed from the embedding and from a
+  // kept input, one offloaded (whose copy back may find its copy out unfinished and take the device
+  // buffer itself), one on the GPU.
+  TrainRun placed = train(common + " --num-layers 4 --activation-checkpointing --checkpoint-placement rhrg");
+  TrainRun placed_ref = train(common + " --num-layers 4");
+  expect_same_curve(placed, placed_ref, 2e-2, "checkpoint placement rhrg");
   TrainRun kept = train(common + " --activation-checkpointing --checkpoint-keep-attention");
   expect_same_curve(kept, plain, 2e-2, "checkpointing keeping attention");
   TrainRun zero = train(common + " --zero-stage 1");  // the AdamW state sharded over the 2 ranks
