@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "parallel/sp_attention.h"
+#include "attention/attention_backend.h"
 #include "train/memory_plan.h"
 #include "train/memory_settings.h"
 
@@ -22,7 +23,7 @@ namespace {
 
 struct PlanArgs {
   MemoryPlanInput in;
-  std::string model_dir, preset = "llama-3.2-1b", sp_mode = "ulysses", device = "cuda";
+  std::string model_dir, preset = "llama-3.2-1b", sp_mode = "ulysses", device = "cuda", attn = "sdpa";
   int gpus = 0;
   int gpus_per_host = 0;          // 0: all --gpus on one host (they share its memory)
   double gpu_memory_gib = 139.8;  // an H200 as the CUDA runtime reports it
@@ -36,6 +37,7 @@ void run(PlanArgs& a) {
   in.model = a.model_dir.empty() ? llama_preset(a.preset) : load_hf_llama_config(a.model_dir);
   SEQPAR_INPUT_CHECK(a.device == "cuda" || a.device == "cpu", "--device={} must be cuda or cpu", a.device);
   in.cuda = a.device == "cuda";
+  in.cudnn_attention = attn_implementation_of(a.attn) == AttnImplementation::kSdpa;
   if (a.gpus == 0 && in.sp == 0) a.gpus = in.sp = 1;  // one GPU
   if (a.gpus == 0) a.gpus = in.sp;
   if (in.sp == 0) in.sp = a.gpus;
@@ -202,6 +204,9 @@ void add_plan_command(CLI::App& app, int& rc) {
               "with --longest: also choose optimizer offload, ZeRO-3, parameter offload and checkpoint offload "
               "(with checkpointing), and print what was chosen");
   c->add_option("--device", args->device, "cuda (bf16, f32 master weights) | cpu (f32)")->capture_default_str();
+  c->add_option("--attn-implementation", args->attn,
+                "sdpa (cuDNN where exact: its backward's workspace is counted) | flash_attention_2 | flash_attention_3")
+      ->capture_default_str();
   c->add_flag("--fp16", in.fp16, "cuda's 16-bit type is fp16 (mixed_precision fp16; the same bytes as bf16)");
   c->add_option("--gpu-memory-gib", args->gpu_memory_gib, "GPU memory to fit in (an H200: 139.8)")
       ->capture_default_str();

@@ -23,6 +23,7 @@ namespace seqpar {
 namespace {
 
 constexpr int64_t kGemmWorkspace = 32ll << 20;  // kernels/cuda/matmul.cpp, per thread and device
+constexpr int64_t kCudaProcessHostBytes = (7ll << 30) / 10;  // MemoryPlan::host_process_bytes (measured)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -353,6 +354,7 @@ void add_host_totals(MemoryPlan& p, const MemoryPlanInput& in) {
   if (!in.cuda) p.host_pinned_bytes = 0;  // the CPU pins nothing
   for (const auto& [name, bytes] : p.host) p.host_bytes += bytes;
   p.host_setup_bytes = (in.cuda ? 2 : 4) * LlamaParams::flat_layout(in.model).total;  // bf16 for a GPU, f32 on the CPU
+  p.host_process_bytes = in.cuda ? kCudaProcessHostBytes : 0;
 }
 
 // Where each layer's kept input waits, one of 'g', 'h', 'r' per layer (memory_settings.h): all 'g'
@@ -514,7 +516,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t mlp_t = tiled_mlp ? (mlp_mats + mlp_grads) * a * F * in.memory.mlp_tile_tokens : mlp_grads * a * F * T;
   int64_t attn_t = (2 * a * H * D + 2 * a * Hkv * D) * T;
   if (in.sp > 1) attn_t += sp_bwd * T;  // the walk above counts the backend's workspace
-  if (in.sp == 1 && in.cuda) attn_t += (4 * H * D + 8 * H) * T;
+  // One rank on CUDA: the flash backward's f32 dq accumulator and row statistics; cuDNN's backward
+  // (attention/cuda/cudnn_sdpa.cpp) its f32 dq accumulator and softmax sums and its plan's workspace,
+  // 4·H·D bytes per token as the H200 reports it (its debug line: 1,073,742,080 bytes at 128K, H 32,
+  // D 64), measured at 128K and 640K on the 1B shape (bench/NOTES.md, 2026-12-04).
+  if (in.sp == 1 && in.cuda) attn_t += (in.cudnn_attention ? 8 * H * D + 4 * H : 4 * H * D + 8 * H) * T;
   const int64_t mlp_half_acts = (2 * a * C + norm_stats + mlp_kept) * T;  // x_mid, rstd2 (mean2), xn2, MLP
   const int64_t top = layers_kept + recompute + a * C * T;                // the layer whole, and dx
   // The final norm's activations are freed before the layers' backward (LlamaModel::backward).
@@ -553,7 +559,8 @@ namespace {
 // The host as check_host_memory sees it (the ranks' host memory, and the initial weights' copy while
 // they start; a run without host memory is not checked).
 bool host_fits(const MemoryPlan& p, int64_t host_capacity_bytes) {
-  return host_capacity_bytes <= 0 || p.host_bytes == 0 || p.host_bytes + p.host_setup_bytes <= host_capacity_bytes;
+  return host_capacity_bytes <= 0 || p.host_bytes == 0 ||
+         p.host_bytes + p.host_setup_bytes + p.host_process_bytes <= host_capacity_bytes;
 }
 
 // A placement of L layers' inputs with n_h in host memory and n_r recomputed: the kept inputs (the
@@ -718,17 +725,17 @@ void check_host_memory(const MemoryPlan& plan, int ranks, double host_memory_gib
   const int64_t cap = host_memory_capacity(host_memory_gib);
   if (cap <= 0) return;  // unknown (no /proc/meminfo) and not given: nothing to check against
   // The ranks' host memory and, while they start, the initial weights' host copy beside it.
-  const int64_t need = plan.host_bytes * ranks + plan.host_setup_bytes;
+  const int64_t need = plan.host_bytes * ranks + plan.host_setup_bytes + plan.host_process_bytes;
   std::string what;
   for (const auto& [name, bytes] : plan.host)
     what += fmt::format("{}{} {}", what.empty() ? "" : ", ", name, gib(bytes));
   SEQPAR_INPUT_CHECK(
       need <= cap,
       "host memory: the run needs {} of host memory ({} rank(s) of this process × {}: {}; and while the ranks "
-      "start, the initial weights' host copy, {}), more than {} ({}); "
+      "start, the initial weights' host copy, {}; the process itself, {}), more than {} ({}); "
       "lower it (fewer offloaded levers, --no-offload-param-pin-memory does not shrink it) or, if this machine grows "
       "its memory lazily, say how much it has with --host-memory-gib",
-      gib(need), ranks, gib(plan.host_bytes), what, gib(plan.host_setup_bytes),
+      gib(need), ranks, gib(plan.host_bytes), what, gib(plan.host_setup_bytes), gib(plan.host_process_bytes),
       host_memory_gib > 0 ? fmt::format("host_memory_gib={}", host_memory_gib) : std::string("MemAvailable"), gib(cap));
 }
 
@@ -770,10 +777,14 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   s += "\n";
   s += fmt::format("host memory per rank{}:\n", in.cuda ? "" : " (the CPU backend: the same memory as the device's)");
   for (const auto& [name, bytes] : p.host) s += fmt::format("  {:<64} {:>12}\n", name, gib(bytes));
-  s += fmt::format("predicted host peak: {} ({} pinned); while the ranks start, plus the initial weights' {} copy "
+  s += fmt::format("predicted host peak: {} ({} pinned){}; while the ranks start, plus the initial weights' {} copy "
                    "(per process): {}",
-                   gib(p.host_bytes), gib(p.host_pinned_bytes), in.cuda ? (in.fp16 ? "fp16" : "bf16") : "f32",
-                   gib(p.host_bytes + p.host_setup_bytes));
+                   gib(p.host_bytes), gib(p.host_pinned_bytes),
+                   p.host_process_bytes > 0
+                       ? fmt::format(", plus the process itself (CUDA runtime and libraries) {}", gib(p.host_process_bytes))
+                       : std::string(),
+                   in.cuda ? (in.fp16 ? "fp16" : "bf16") : "f32",
+                   gib(p.host_bytes + p.host_setup_bytes + p.host_process_bytes));
   if (host_capacity_bytes > 0)
     s += fmt::format(
         " of {} ({})", gib(host_capacity_bytes),

@@ -44,6 +44,10 @@ struct MemoryPlanInput {
   int ulysses_head_groups = 0;  // Ulysses head groups (parallel/sp_attention.h); 0: kDefaultUlyssesHeadGroups
   bool cuda = true;             // bf16 weights and activations, f32 master weights (CPU: all f32)
   bool fp16 = false;            // CUDA's 16-bit type is fp16 (mixed_precision fp16): the same bytes, named so
+  // CUDA, one rank's attention: cuDNN's fused SDPA (attn_implementation sdpa, where it is exact) with
+  // its backward's plan workspace and f32 dq accumulator, or seqpar's flash kernels (flash_attention_2
+  // / _3) with their f32 dq accumulator only.
+  bool cudnn_attention = true;
   MemorySettings memory;        // the run's memory levers, as the trainer applies them
 };
 
@@ -73,6 +77,10 @@ struct MemoryPlan {
   // initial weights every rank copies from (train/trainer.cpp; freed once they have), beside the
   // ranks' host memory as they allocate it. A resume also holds the checkpoint's files: not counted.
   int64_t host_setup_bytes = 0;
+  // The process's own host memory on CUDA, not per rank: the CUDA runtime, cuBLAS, cuDNN and NCCL
+  // and the binary (resident beside the planned buffers: 0.65-0.75 GiB on the H200 machine,
+  // bench/NOTES.md 2026-12-04; the plan counts 0.7 GiB). check_host_memory counts it once.
+  int64_t host_process_bytes = 0;
 };
 
 // The machine's MemAvailable from /proc/meminfo (bytes; 0 when it cannot be read), and MemTotal.

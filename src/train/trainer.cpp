@@ -270,6 +270,7 @@ MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const LlamaConfig& mod
   in.ulysses_degree = sp_shape.ulysses;
   in.world = cfg.parallel.sp * cfg.parallel.dp_replicate * cfg.parallel.dp_shard;
   in.cuda = cfg.parallel.device.is_cuda();
+  in.cudnn_attention = cfg.model.attn_implementation == AttnImplementation::kSdpa;
   in.fp16 = cfg.precision.fp16();
   in.memory = cfg.memory;  // the levers, whole
   in.ulysses_head_groups = cfg.kernels.ulysses_head_groups;
