@@ -14,13 +14,15 @@
 // the communicator's copies of what is in flight, Ulysses' head groups overlapping, the ring's
 // accumulators) are walked call by call and added where they are alive: the top layer's attention
 // forward (in forward, and in a checkpointed layer's recompute) and its backward.
-// Checkpoint offload: each layer's kept input leaves the GPU (host_offload_bytes); two stay on it
-// at any time (core/offload.h: two copies out in flight in forward, the layer's own and the
-// prefetched one below in backward).
+// Where each checkpointed layer's input waits (checkpoint_placement, checkpoint offload = every layer
+// in host memory): the plan walks the model's forward and backward per layer, counting the inputs on
+// the GPU in each phase (those kept there, copies to the host still in flight on CUDA, the one
+// prefetched, the inputs a run of recomputed layers holds), adds the recompute of such a run as a
+// phase, and the host-placed inputs to host_offload_bytes.
 // Host memory is planned beside it (host, host_bytes): the host AdamW state and its pinned staging
 // (optimizer offload), the host weights (parameter offload), the checkpoint offload's layer inputs;
 // `longest_fitting_seq_len` respects both limits, and `choose_levers` picks the offload levers.
-// Not modelled: allocator rounding and fragmentation, NCCL's and cuDNN's own buffers, the model's
+// Not modelled: allocator rounding and fragmentation, NCCL's own buffers, the model's
 // construction (its whole weights and gradients exist once before ZeRO-3 / ZeRO-2 drop them).
 #pragma once
 
