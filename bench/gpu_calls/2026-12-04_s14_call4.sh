@@ -13,15 +13,15 @@ U=$PWD/.devtmp/utf8proc
 pip install --no-index --no-deps --target /tmp/site .devtmp/whl/*.whl > $OUT/pip.log 2>&1 || tail -3 $OUT/pip.log
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0
 t=$SECONDS
+timeout 100 $B/seqpar bench train --preset llama-3.1-8b --seq-lens 65536 --activation-checkpointing --tiled-mlp-tokens 8192 \
+  --tiled-loss-tokens 8192 --offload-optimizer cpu --host-memory-gib 120 --steps 2 --out $OUT/train.jsonl > $OUT/bench8b.log 2>&1
+echo "seqpar 8B 64K rc=$? $((SECONDS - t)) s"; grep -E "error|step +[0-9]/" $OUT/bench8b.log | cut -c1-200
+t=$SECONDS
 ( while sleep 15; do echo "$((SECONDS - t)) s: host used $(free -m | awk '/Mem:/{print $3}') MiB"; done ) > $OUT/host.log 2>&1 &
 W=$!
-timeout 320 python3 bench/peers/alst_train_step.py --preset llama-3.1-8b --seq-lens 65536 --zero3-offload \
+timeout 290 python3 bench/peers/alst_train_step.py --preset llama-3.1-8b --seq-lens 65536 --zero3-offload \
   --offload-ratio 0.3 --attn sdpa --steps 2 --out $OUT/train.jsonl > $OUT/alst8b.log 2>&1
 echo "ALST 8B rc=$? $((SECONDS - t)) s"; kill $W
 grep -vE "^\s*$|Warning|warn|return func|Backend impl" $OUT/alst8b.log | tail -6 | cut -c1-300
 tail -5 $OUT/host.log
-t=$SECONDS
-timeout 100 $B/seqpar bench train --preset llama-3.1-8b --seq-lens 65536 --activation-checkpointing --tiled-mlp-tokens 8192 \
-  --tiled-loss-tokens 8192 --offload-optimizer cpu --host-memory-gib 120 --steps 2 --out $OUT/train.jsonl > $OUT/bench8b.log 2>&1
-echo "seqpar 8B 64K rc=$? $((SECONDS - t)) s"; grep -E "error|step +[0-9]/" $OUT/bench8b.log | cut -c1-200
 cat $OUT/train.jsonl | cut -c1-1200
