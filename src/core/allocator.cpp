@@ -92,6 +92,10 @@ Allocator& allocator_for(Device device) {
   return cpu_allocator();
 }
 bool cuda_built() { return false; }
+int cuda_device_count(std::string* why) {
+  if (why) *why = "this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)";
+  return 0;
+}
 void set_current_device(Device device) {
   SEQPAR_CHECK(device.is_cpu(), "this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF); device {} is unavailable",
                device.str());

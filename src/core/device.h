@@ -27,6 +27,11 @@ bool cuda_built();
 // when this build has no CUDA).
 Device parse_device(const std::string& text, const std::string& setting = "--device");
 
+// How many CUDA devices this process can use (cudaGetDeviceCount); 0 when there are none or the
+// driver cannot be used, with the reason in `why` (if given). Never throws: for checks that name a
+// setting before any GPU work.
+int cuda_device_count(std::string* why = nullptr);
+
 // Makes `device` the calling thread's current GPU (cudaSetDevice); nothing for the CPU.
 void set_current_device(Device device);
 // Waits until every stream of `device` has finished its work (cudaDeviceSynchronize); nothing for

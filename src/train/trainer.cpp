@@ -365,6 +365,11 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   if (cfg_.parallel.device.is_cuda()) {
     SEQPAR_INPUT_CHECK(cuda_built(), "device={}: this seqpar was built without CUDA (-DSEQPAR_CUDA=OFF)",
                        cfg_.parallel.device.str());
+    std::string why;
+    const int gpus = cuda_device_count(&why);
+    SEQPAR_INPUT_CHECK(cfg_.parallel.device.index < gpus,
+                       "device={}: {} ({} CUDA device(s) usable here): run it on a GPU machine, or --device cpu",
+                       cfg_.parallel.device.str(), gpus == 0 ? why : "no such device", gpus);
     SEQPAR_INPUT_CHECK(cuda_attention_head_dim(mc.head_dim),
                        "device={}: head_dim={} is not supported by the CUDA attention kernels ({}); the "
                        "built-in model takes --head-dim",

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/device.h"
 #include "test_util.h"
 
 namespace seqpar {
@@ -27,6 +28,19 @@ TEST(Commands, AMistypedCommandSuggestsTheNearest) {
   out = run("frobnicate", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("unknown command 'frobnicate' for 'seqpar'; its commands:"), std::string::npos) << out;
+}
+
+// --device cuda where no GPU can be used: a clear error naming the setting and the driver's reason,
+// before the model is built or the plan printed (not a failed check deep in the allocator).
+TEST(Commands, CudaWithoutAGpuIsAClearErrorFirst) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
+  int rc = 0;
+  const std::string out = run("train --device cuda --preset llama-3.2-1b --seq-len 8192 --steps 1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("device=cuda:0: "), std::string::npos) << out;
+  EXPECT_NE(out.find("run it on a GPU machine, or --device cpu"), std::string::npos) << out;
+  EXPECT_EQ(out.find("check failed"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Memory plan"), std::string::npos) << out;
 }
 
 TEST(Commands, NoCommandListsThem) {

@@ -1,6 +1,7 @@
 // CUDA side of core/: the caching device allocator, cross-device copies, zero-fill. Copies and
 // fills are queued on the calling thread's current stream (core/cuda/stream.h).
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <cstring>
 #include <map>
@@ -88,6 +89,18 @@ class CudaCachingAllocator final : public Allocator {
 }  // namespace
 
 bool cuda_built() { return true; }
+
+int cuda_device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = fmt::format("cudaGetDeviceCount: {}", cudaGetErrorString(e));
+    (void)cudaGetLastError();  // not sticky: clear it
+    return 0;
+  }
+  if (n == 0 && why) *why = "cudaGetDeviceCount found no device";
+  return n;
+}
 
 void set_current_device(Device device) {
   if (device.is_cuda()) SEQPAR_CUDA_CHECK(cudaSetDevice(device.index));
