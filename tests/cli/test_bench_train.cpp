@@ -45,9 +45,23 @@ TEST(BenchTrain, BadSettingsAreNamed) {
   bench("--seq-lens 64,x", &rc, &out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--seq-lens=64,x: 'x' is not a positive integer"), std::string::npos) << out;
-  bench("--seq-lens 64 --steps 1", &rc, &out);
+  bench("--seq-lens 64 --steps 0", &rc, &out);
   EXPECT_NE(rc, 0);
-  EXPECT_NE(out.find("--steps=1 must be >= 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("--steps=0 must be >= 1"), std::string::npos) << out;
+}
+
+// One step is timed when it is the only one (a length whose step takes minutes), and the line says
+// which steps were timed.
+TEST(BenchTrain, OneStepIsTimedAndSaysSo) {
+  int rc = 0;
+  std::string out;
+  bench("--seq-lens 64 --steps 1", &rc, &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"timed_steps\":\"the only step (with its first-use costs)\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"step_ms\":"), std::string::npos) << out;
+  bench("--seq-lens 64 --steps 2", &rc, &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"timed_steps\":\"steps 2 and later\""), std::string::npos) << out;
 }
 
 }  // namespace
