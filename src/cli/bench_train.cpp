@@ -185,6 +185,7 @@ int run_bench_train(const BenchTrainOptions& o) {
                  {"zero_stage", base.memory.zero_stage},
                  {"offload_optimizer", offload_device_name(base.memory.offload_optimizer)},
                  {"offload_param", offload_device_name(base.memory.offload_param)},
+                 {"offload_gradients", base.memory.offload_gradients},
                  {"device", device.str()}};
     if (c.memory.checkpoint_placement != "auto") {  // (auto that fits nowhere: the trainer names it)
       // The plan's two peaks beside the measured ones (docs/memory.md: the plan within 5%).

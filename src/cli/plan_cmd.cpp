@@ -138,6 +138,7 @@ void run(PlanArgs& a) {
                               {"zero_stage", in.memory.zero_stage},
                               {"offload_optimizer", offload_device_name(in.memory.offload_optimizer)},
                               {"offload_param", offload_device_name(in.memory.offload_param)},
+                              {"offload_gradients", in.memory.offload_gradients},
                               {"checkpoint_offload", in.memory.checkpoint_offload},
                               {"checkpoint_placement", p.input_places}};
   if (a.choose_levers) j["levers_chosen"] = chose;
@@ -187,6 +188,8 @@ void add_plan_command(CLI::App& app, int& rc) {
   c->add_option("--offload-optimizer", args->offload_optimizer,
                 "cpu: AdamW's f32 master weights and moments in host memory, the step on the CPU")
       ->capture_default_str();
+  c->add_flag("--offload-gradients", in.memory.offload_gradients,
+              "with --offload-optimizer cpu: the f32 gradients in pinned host memory, a layer at a time on the GPU");
   c->add_option("--offload-param", args->offload_param,
                 "cpu (with --zero-stage 3): the decoder layers' weights in host memory, copied in per layer")
       ->capture_default_str();

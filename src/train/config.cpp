@@ -66,6 +66,9 @@ void MemorySettings::validate() const {
                      "offload_param=cpu needs zero_stage=3 (--zero-stage 3): only stage 3 takes the layers' weights "
                      "off the GPU (zero_stage={})",
                      zero_stage);
+  SEQPAR_INPUT_CHECK(!offload_gradients || offload_optimizer == OffloadDevice::kCpu,
+                     "offload_gradients=true needs offload_optimizer=cpu (--offload-optimizer cpu): the gradients go "
+                     "to host memory for the optimizer's step on the CPU");
   SEQPAR_INPUT_CHECK(host_memory_gib >= 0, "host_memory_gib={} must be >= 0 (0 = the machine's MemAvailable)",
                      host_memory_gib);
 }
@@ -652,6 +655,13 @@ void declare_memory(std::vector<SettingDecl>& s) {
                        "cpu: the f32 master weights and AdamW moments (this rank's ZeRO share) in host memory, the "
                        "step on the CPU (all cores) streamed through pinned staging overlapped with the copies",
                        "zero_optimization.offload_optimizer.device", "deepspeed_config.offload_optimizer_device"),
+                   kTrainBench));
+  s.push_back(with(decl(
+                       "offload_gradients", G::kMemory, {"--offload-gradients"},
+                       +[](TrainConfig& c) -> bool& { return c.memory.offload_gradients; },
+                       "with --offload-optimizer cpu: each layer's f32 gradients go to pinned host memory as its "
+                       "backward ends, where the CPU step reads them (the GPU keeps one layer's and the edges' "
+                       "instead of 4 bytes a parameter; the host holds them)"),
                    kTrainBench));
   s.push_back(with(decl(
                        "offload_param", G::kMemory, {"--offload-param"},

@@ -284,7 +284,14 @@ void add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   } else {
     p.resident.emplace_back(fmt::format("weights ({})", w), a * n_flat);
   }
-  if (pl.stage3 || (pl.sharded && in.memory.zero_stage >= 2)) {
+  if (in.memory.offload_gradients) {
+    // The pieces in pinned host memory (TrainStep::partition_gradients); the GPU keeps the model's
+    // one layer block and the edges' own gradients.
+    p.resident.emplace_back("gradients (f32, a layer + edges; the rest on the host)", 4 * (layout.layer_elems + edges));
+    const std::string of = in.world > 1 ? fmt::format(", 1/{} share", in.world) : "";
+    p.host.emplace_back(fmt::format("gradients (f32{}, pinned)", of), 4 * shard);
+    p.host_pinned_bytes += 4 * shard;
+  } else if (pl.stage3 || (pl.sharded && in.memory.zero_stage >= 2)) {
     // Partitioned (LlamaModel::set_grad_sink, the trainer's pieces): the pieces, one layer's block,
     // and the embedding / final norm / LM head gradients (tensors of their own, unpadded).
     p.resident.emplace_back(
@@ -656,13 +663,16 @@ int64_t host_memory_bytes() {
 LeverChoice choose_levers(const MemoryPlanInput& in, int64_t capacity_bytes, int64_t granularity,
                           int64_t host_capacity_bytes) {
   struct Candidate {
-    bool offload_opt, stage3, offload_param, ckpt_offload;
+    bool offload_opt, stage3, offload_param, ckpt_offload, offload_grads = false;
   };
-  // In order of cost: each later one moves more over PCIe or the network per step.
+  // In order of cost: each later one moves more over PCIe or the network per step (the gradients'
+  // offload last: it needs the host room of 4 bytes a parameter).
   const Candidate order[] = {{false, false, false, false}, {false, false, false, true}, {true, false, false, false},
                              {true, false, false, true},   {false, true, false, false}, {false, true, false, true},
                              {true, true, false, false},   {true, true, false, true},   {true, true, true, false},
-                             {true, true, true, true}};
+                             {true, true, true, true},     {true, false, false, false, true},
+                             {true, false, false, true, true}, {true, true, true, false, true},
+                             {true, true, true, true, true}};
   LeverChoice best;
   best.memory = in.memory;
   bool have = false;
@@ -685,6 +695,7 @@ LeverChoice choose_levers(const MemoryPlanInput& in, int64_t capacity_bytes, int
     }
     if (c.offload_param && m.zero_stage < 3) continue;
     add(c.offload_param, param, "--offload-param cpu");
+    add(c.offload_grads, m.offload_gradients, "--offload-gradients");
     m.offload_optimizer = opt ? OffloadDevice::kCpu : OffloadDevice::kNone;
     m.offload_param = param ? OffloadDevice::kCpu : OffloadDevice::kNone;
     const int64_t len = longest_fitting_seq_len(t, capacity_bytes, granularity, host_capacity_bytes);

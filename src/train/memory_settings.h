@@ -58,6 +58,11 @@ struct MemorySettings {
   // Optimizer offload: the f32 master weights and AdamW moments (this rank's ZeRO share) in host
   // memory, the step run on the CPU layer by layer, streamed through pinned staging buffers.
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
+  // With optimizer offload: each decoder layer's f32 gradients go to pinned host memory as its
+  // backward ends (summed over the world first), where the CPU step reads them: the GPU keeps one
+  // layer's block and the embedding / final norm / LM head gradients instead of the whole f32
+  // buffer (4 bytes a parameter: 30 GiB for 8B), at 4 bytes a parameter of host memory.
+  bool offload_gradients = false;
   // Parameter offload (needs zero_stage 3): the decoder layers' compute weights (this rank's pieces)
   // in host memory, copied to the GPU per layer, the next one prefetched.
   OffloadDevice offload_param = OffloadDevice::kNone;

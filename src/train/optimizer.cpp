@@ -56,6 +56,30 @@ Tensor host_state(int64_t n, DType dtype, Allocator& alloc, const char* what, in
 
 }  // namespace
 
+Tensor host_gradient_buffer(int64_t n, Device device, int threads) {
+  Tensor t;
+  try {
+    t = Tensor::empty({n}, DType::kF32, host_allocator_for(device, /*pinned=*/true));
+  } catch (const Error& e) {
+    throw InputError(fmt::format("offload_gradients=true: allocating the host gradients ({:.2f} GiB of pinned host "
+                                 "memory) failed: {}",
+                                 static_cast<double>(n) * 4 / (1ll << 30), e.what()));
+  }
+  parallel_ranges(n, std::max(threads, 1), [&](int64_t lo, int64_t hi) { t.rows(lo, hi).zero(); });
+  return t;
+}
+
+double host_sum_squares(const Tensor& x, int threads) {
+  SEQPAR_CHECK(x.device().is_cpu() && x.shape().size() == 1, "host_sum_squares: a flat host tensor, not {}", x.str());
+  threads = std::max(threads, 1);
+  std::vector<double> part(static_cast<size_t>(threads), 0.0);
+  const int64_t per = LlamaParams::padded((x.numel() + threads - 1) / threads);
+  parallel_ranges(x.numel(), threads, [&](int64_t lo, int64_t hi) { part[lo / per] = sum_squares(x.rows(lo, hi)); });
+  double sum = 0;
+  for (double v : part) sum += v;  // in range order: the same sum for the same threads
+  return sum;
+}
+
 // The offload's copy stream and its staging: two f32 gradient chunks in, two compute-dtype weight
 // chunks out, pinned.
 struct AdamW::Stream {
@@ -257,7 +281,10 @@ void AdamW::step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float 
   Stream& s = *stream_;
   // Out in host memory while the model lives on a GPU (ZeRO-3's host weights): written directly.
   const bool out_on_host = out.t.device().is_cpu() && device_.is_cuda();
+  // Gradients already in host memory (offload_gradients): read where they are, nothing staged.
+  const bool grads_on_host = grads.t.device().is_cpu() && device_.is_cuda();
   auto fetch = [&](size_t i) {
+    if (grads_on_host) return;
     const Chunk& c = chunks[i];
     const int b = static_cast<int>(i % 2);
     s.in_ticket[b] = s.copies.copy(s.grad_in[b].rows(0, c.hi - c.lo), grads.range(L, c.k, c.lo, c.hi));
@@ -268,9 +295,9 @@ void AdamW::step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float 
     const int b = static_cast<int>(i % 2);
     const int64_t n = c.hi - c.lo;
     if (i + 1 < chunks.size()) fetch(i + 1);  // its buffer's previous chunk was consumed last iteration
-    s.copies.host_wait(s.in_ticket[b]);
+    if (!grads_on_host) s.copies.host_wait(s.in_ticket[b]);
     if (s.out_ticket[b] >= 0) s.copies.host_wait(s.out_ticket[b]);  // chunk i-2's weights have left
-    const Tensor g = s.grad_in[b].rows(0, n);
+    const Tensor g = grads_on_host ? grads.range(L, c.k, c.lo, c.hi) : s.grad_in[b].rows(0, n);
     Tensor m = FlatRef{m_shard_, false}.range(L, c.k, c.lo, c.hi),
            v = FlatRef{v_shard_, false}.range(L, c.k, c.lo, c.hi);
     Tensor w = FlatRef{master_shard_, false}.range(L, c.k, c.lo, c.hi);

@@ -130,6 +130,13 @@ class AdamW {
   std::unique_ptr<Stream> stream_;  // offload: the copy stream and staging buffers
 };
 
+// offload_gradients: this rank's f32 gradient pieces in pinned host memory (n elements), zeroed by
+// `threads` threads; an InputError naming the setting when the allocation fails.
+Tensor host_gradient_buffer(int64_t n, Device device, int threads);
+// Σ x² of a flat f32 host tensor over `threads` ranges (double partial sums added in range order:
+// the same result for the same thread count).
+double host_sum_squares(const Tensor& x, int threads);
+
 // Sums every rank's gradients over `comm` in place: one all-reduce of the grads' single buffer
 // when they live in one (LlamaParams::all_in_flat, as LlamaModel allocates them), else one per
 // tensor. The same sums either way (a reduction is element-wise).

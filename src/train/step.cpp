@@ -93,16 +93,30 @@ TrainStep::TrainStep(Communicator& world, const MeshShape& shape, Device device,
   // CUDA (the CPU has one attention).
   attention_policy_ = cfg.kernels.attention;
   if (device.is_cuda()) attention_policy_.backend = attention_backend_for(cfg.model.attn_implementation);
-  partition_grads_ = stage3 || (mem.zero_stage >= 2 && sharded);
+  host_threads_ = optimizer_threads(world, cfg);
+  partition_grads_ = stage3 || (mem.zero_stage >= 2 && sharded) || mem.offload_gradients;
   if (partition_grads_) partition_gradients();
 }
 
 // Partitioned gradients: each layer's are summed over the world as soon as its backward is done
 // and only this rank's pieces are kept (in the optimizer's layout), accumulated over micro-batches;
 // the embedding, final norm and LM head gradients likewise once the backward is done.
+//
+// offload_gradients: the pieces live in pinned host memory. The first micro-batch of a step copies
+// each layer's summed block there on a copy stream (the compute stream then waits for the copy
+// before the model reuses the block for the layer below); a later micro-batch's pieces go through a
+// pinned staging buffer and are added on the host (the host waits for each: accumulation is the
+// slow path). Every element of the pieces is written by the first micro-batch (the blocks carry
+// their zero padding), so the host buffer is zeroed once, not every step.
 void TrainStep::partition_gradients() {
   const ShardLayout& layout = adamw_->layout();
-  grad_shard_ = Tensor::zeros({layout.shard_len}, DType::kF32, device_);
+  host_grads_ = config_.memory.offload_gradients;
+  if (host_grads_) {
+    grad_shard_ = host_gradient_buffer(layout.shard_len, device_, host_threads_);
+    grad_copies_ = std::make_unique<CopyStream>(device_);
+  } else {
+    grad_shard_ = Tensor::zeros({layout.shard_len}, DType::kF32, device_);
+  }
   const LlamaParams::FlatLayout at = LlamaParams::flat_layout(model_.config());  // where each part sits
   // The part of `t` (at `offset` in the whole buffer) inside this rank's pieces, added to them.
   auto take = [this, &layout](const Tensor& t, int64_t offset) {
@@ -112,8 +126,17 @@ void TrainStep::partition_gradients() {
       const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + t.numel());
       if (lo >= hi) continue;
       Tensor dst = shard.range(layout, k, lo, hi);
-      add_inplace(dst, t.view({t.numel()}).rows(lo - offset, hi - offset));
+      const Tensor src = t.view({t.numel()}).rows(lo - offset, hi - offset);
+      if (!host_grads_) {
+        add_inplace(dst, src);
+      } else if (first_micro_) {
+        last_grad_copy_ = grad_copies_->copy(dst, src);
+      } else {
+        add_from_device(dst, src);
+      }
     }
+    // The model rewrites the block (and the next backward the edges) after the copies.
+    if (host_grads_ && last_grad_copy_ >= 0) grad_copies_->stream_wait(last_grad_copy_);
   };
   std::map<std::string, int64_t> offset;  // every tensor's offset in the whole buffer
   for (const auto& [name, where] : flat_offsets(model_.config())) offset[name] = where;
@@ -132,6 +155,22 @@ void TrainStep::partition_gradients() {
       take(*t, offset.at(name));
     }
   });
+}
+
+// offload_gradients, a later micro-batch: dst (host) += src (device), through the pinned staging
+// in chunks of one layer's block.
+void TrainStep::add_from_device(Tensor& dst, const Tensor& src) {
+  if (!grad_staging_.defined())
+    grad_staging_ = host_gradient_buffer(LlamaParams::flat_layout(model_.config()).layer_elems, device_, 1);
+  const int64_t n = src.numel(), chunk = grad_staging_.numel();
+  for (int64_t a = 0; a < n; a += chunk) {
+    const int64_t e = std::min(n, a + chunk);
+    Tensor stage = grad_staging_.rows(0, e - a);
+    const int64_t ticket = grad_copies_->copy(stage, src.rows(a, e));
+    grad_copies_->host_wait(ticket);
+    Tensor d = dst.rows(a, e);
+    add_inplace(d, stage);
+  }
 }
 
 // A micro-batch ready on this rank's device: its tokens uploaded and its attention made, with the
@@ -179,16 +218,18 @@ StepLoss TrainStep::forward_backward(const std::vector<SpBatch>& micro, Tensor* 
   std::vector<Prepared> ready;
   for (const SpBatch& b : micro) ready.push_back(prepare(b));
   model_.zero_grads();
-  if (partition_grads_) grad_shard_.zero();
+  if (partition_grads_ && !host_grads_) grad_shard_.zero();  // (host pieces: overwritten by the first micro-batch)
   std::vector<PendingLoss> losses;
   for (size_t m = 0; m < micro.size(); ++m) {
     losses.push_back(model_.forward_pending(ready[m].batch, *ready[m].attention,
                                             m + 1 == micro.size() ? logits : nullptr));
+    first_micro_ = m == 0;
     model_.backward(scaled_dloss);
   }
   // The host reads what the device computed once the whole backward is queued: the bad ids and
   // targets the kernels met (an InputError, before any weight changes), then the losses.
   check_device_errors(device_);
+  if (host_grads_ && last_grad_copy_ >= 0) grad_copies_->host_wait(last_grad_copy_);  // the gradients are home
   double loss_sum = 0;
   for (PendingLoss& l : losses) loss_sum += l.get().loss_sum;
   // Weights are replicated over dp × sp: sum every rank's gradient contribution (partitioned
@@ -205,7 +246,11 @@ double TrainStep::grad_norm() {
   // Σ over the shards of their squares, the double carried as two f32 (high and low part), unscaled
   // first (a scaled sum could pass f32's range).
   const double scale = scaler_.scale();
-  const double ss = sum_squares(grad_shard_) / (scale * scale);
+  const double ss = (host_grads_ ? host_sum_squares(grad_shard_, host_threads_) : sum_squares(grad_shard_)) /
+                    (scale * scale);
+  // A replicated layout (offload_gradients without ZeRO sharding: every rank holds every piece) is
+  // the whole norm already.
+  if (adamw_->layout().world == 1) return std::sqrt(ss);
   const float hi = static_cast<float>(ss), lo = static_cast<float>(ss - static_cast<double>(hi));
   Tensor parts = Tensor::from_vector<float>({2}, {hi, lo});
   world_.all_reduce(parts, ReduceOp::kSum);

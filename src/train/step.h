@@ -112,8 +112,18 @@ class TrainStep {
   LossScaler scaler_;
   std::unique_ptr<ShardedLayerWeights> layer_weights_;  // ZeRO-3
   std::unique_ptr<AdamW> adamw_;
+  void add_from_device(Tensor& dst, const Tensor& src);
+
   bool partition_grads_ = false;
-  Tensor grad_shard_;  // ZeRO-2/3: this rank's pieces of the summed gradients, f32 [layout.shard_len]
+  // ZeRO-2/3, offload_gradients: this rank's pieces of the summed gradients, f32 [layout.shard_len]
+  // (pinned host memory with offload_gradients).
+  Tensor grad_shard_;
+  bool host_grads_ = false;                  // offload_gradients
+  std::unique_ptr<CopyStream> grad_copies_;  // offload_gradients: the layers' blocks to the host
+  Tensor grad_staging_;                      // offload_gradients: a later micro-batch's block, pinned
+  int64_t last_grad_copy_ = -1;              // the last copy's ticket
+  bool first_micro_ = true;                  // the step's first micro-batch is being backpropagated
+  int host_threads_ = 1;                     // CPU threads of the host work (norm, zeroing)
   AttentionPolicy attention_policy_;
   std::unique_ptr<Attention> attention_;
 };

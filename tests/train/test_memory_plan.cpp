@@ -54,6 +54,7 @@ struct Setting {
   bool offload_opt = false, offload_param = false;  // optimizer offload; parameter offload (zero 3)
   bool gpt = false;                                 // the GPT family's layer (plan_model)
   std::string placement;                            // checkpoint_placement (with ckpt)
+  bool offload_grads = false;                       // offload_gradients (with offload_opt)
 };
 
 // The CPU allocator's peak per rank over two training steps of `s` (ranks are threads sharing the
@@ -77,6 +78,7 @@ double measured_peak_per_rank(const Setting& s, const std::string& data, int64_t
   c.memory.checkpoint_keep_attention = s.keep_attention;
   c.memory.checkpoint_offload = s.offload;
   c.memory.checkpoint_placement = s.placement;
+  c.memory.offload_gradients = s.offload_grads;
   c.memory.mlp_tile_tokens = s.mlp_tile;
   c.memory.loss_tile_tokens = s.loss_tile;
   c.memory.zero_stage = s.zero;
@@ -102,6 +104,7 @@ MemoryPlanInput plan_input(const Setting& s, int64_t S) {
   in.memory.checkpoint_keep_attention = s.keep_attention;
   in.memory.checkpoint_offload = s.offload;
   in.memory.checkpoint_placement = s.placement;
+  in.memory.offload_gradients = s.offload_grads;
   in.memory.mlp_tile_tokens = s.mlp_tile;
   in.memory.loss_tile_tokens = s.loss_tile;
   in.memory.zero_stage = s.zero;
@@ -163,6 +166,11 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
        false, "grrhrg"},
       {"ulysses 2, checkpointing, ZeRO-3, placement rhrgrg", 2, SpMode::kUlysses, true, false, 0, 0, 3, 512, 0, false,
        false, false, false, "rhrgrg"},
+      // The gradients in host memory (the device keeps a layer's block and the edges').
+      {"optimizer and gradient offload", 1, SpMode::kUlysses, false, false, 0, 0, 0, 512, 0, false, true, false, false,
+       "", true},
+      {"ring 2, checkpointing, ZeRO-2, optimizer and gradient offload", 2, SpMode::kRing, true, false, 0, 0, 2, 512, 0,
+       false, true, false, false, "", true},
   };
   for (const Setting& s : settings) {
     const double measured = measured_peak_per_rank(s, data, S);

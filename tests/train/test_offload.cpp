@@ -40,6 +40,7 @@ struct Levers {
   int zero;
   OffloadDevice opt, param;
   bool exact;  // the same summation order as stage 0 (gradients summed whole, the same norm)
+  bool grads = false;  // offload_gradients (the pieces in host memory, a later micro-batch added there)
 };
 
 const Levers kLevers[] = {{"optimizer offload", 0, OffloadDevice::kCpu, OffloadDevice::kNone, true},
@@ -47,7 +48,11 @@ const Levers kLevers[] = {{"optimizer offload", 0, OffloadDevice::kCpu, OffloadD
                           {"ZeRO-2 + optimizer offload", 2, OffloadDevice::kCpu, OffloadDevice::kNone, false},
                           {"ZeRO-3", 3, OffloadDevice::kNone, OffloadDevice::kNone, false},
                           {"ZeRO-3 + parameter offload", 3, OffloadDevice::kNone, OffloadDevice::kCpu, false},
-                          {"ZeRO-3 + both offloads", 3, OffloadDevice::kCpu, OffloadDevice::kCpu, false}};
+                          {"ZeRO-3 + both offloads", 3, OffloadDevice::kCpu, OffloadDevice::kCpu, false},
+                          {"optimizer and gradient offload", 0, OffloadDevice::kCpu, OffloadDevice::kNone, false, true},
+                          {"ZeRO-2 + optimizer and gradient offload", 2, OffloadDevice::kCpu, OffloadDevice::kNone, false,
+                           true},
+                          {"ZeRO-3 + every offload", 3, OffloadDevice::kCpu, OffloadDevice::kCpu, false, true}};
 
 TrainConfig tiny_run(const Mesh& m) {
   TrainConfig c = testing::tiny_recall_config();
@@ -70,6 +75,7 @@ TrainConfig with_levers(TrainConfig c, const Levers& l) {
   c.memory.zero_stage = l.zero;
   c.memory.offload_optimizer = l.opt;
   c.memory.offload_param = l.param;
+  c.memory.offload_gradients = l.grads;
   return c;
 }
 
@@ -106,7 +112,8 @@ TEST(Offload, OffloadAndStage3TrainAsStage0) {
       SCOPED_TRACE(l.name);
       const SafetensorsData got =
           final_weights(with_levers(tiny_run(m), l), root + "/" + std::to_string(l.zero) + offload_device_name(l.opt) +
-                                                         offload_device_name(l.param));
+                                                         offload_device_name(l.param) +
+                                                         (l.grads ? "g" : ""));
       const double diff = max_abs_diff(got, plain);
       if (l.exact) {
         EXPECT_EQ(diff, 0.0);
@@ -132,7 +139,7 @@ void expect_every_lever_trains_as_stage0(const LlamaConfig& gpt, const char* edg
       SCOPED_TRACE(l.name);
       const SafetensorsData got =
           final_weights(with_levers(base, l), root + "/" + std::to_string(l.zero) + offload_device_name(l.opt) +
-                                                  offload_device_name(l.param));
+                                                  offload_device_name(l.param) + (l.grads ? "g" : ""));
       const double diff = max_abs_diff(got, plain, gpt);
       if (l.exact) {
         EXPECT_EQ(diff, 0.0);
@@ -281,6 +288,15 @@ TEST(Offload, PlanCountsHostMemory) {
   for (const auto& [name, bytes] : p.resident) EXPECT_EQ(name.find("AdamW"), std::string::npos) << name;
   // (every tensor of this model is a multiple of 64 elements: the per-tensor state is 90432 too)
   EXPECT_EQ(none.resident_bytes - p.resident_bytes, 12 * 90432);
+  // The gradients too: pinned on the host (4 B × 90432); the GPU keeps a layer's block and the edges'.
+  {
+    MemoryPlanInput g = in;
+    g.memory.offload_gradients = true;
+    const MemoryPlan q = plan_memory(g);
+    EXPECT_EQ(q.host_bytes - p.host_bytes, 4 * 90432);
+    EXPECT_EQ(q.host_pinned_bytes - p.host_pinned_bytes, 4 * 90432);
+    EXPECT_EQ(p.resident_bytes - q.resident_bytes, 4 * 90432 - 4 * (36992 + 2 * 8192 + 64));
+  }
 
   // ZeRO-3 over 2 ranks with both offloads: pieces of 4096 (embedding), 18496 (each layer) and 4160
   // (final norm 64 + LM head 8192 = 8256, halved and padded), a shard of 45248.
@@ -321,7 +337,9 @@ TEST(Offload, PlanCountsHostMemory) {
 TEST(Offload, PlanHostBytesAreTheAllocations) {
   for (const Mesh& m : {kMeshes[0], kMeshes[1]}) {
     SCOPED_TRACE(m.name);
-    TrainConfig c = with_levers(tiny_run(m), kLevers[5]);
+   for (const Levers& l : {kLevers[5], kLevers[6], kLevers[8]}) {
+    SCOPED_TRACE(l.name);
+    TrainConfig c = with_levers(tiny_run(m), l);
     c.schedule.steps = 2;
     offload_host_allocator().reset_peak();
     const size_t before = offload_host_allocator().current_bytes();
@@ -337,6 +355,7 @@ TEST(Offload, PlanHostBytesAreTheAllocations) {
     in.memory = c.memory;
     const MemoryPlan p = plan_memory(in);
     EXPECT_EQ(static_cast<int64_t>(offload_host_allocator().peak_bytes() - before), p.host_bytes * in.world);
+   }
   }
 }
 
