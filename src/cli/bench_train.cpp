@@ -161,7 +161,8 @@ int run_bench_train(const BenchTrainOptions& o) {
     // the plan name the placement that ran.
     if (c.memory.checkpoint_placement == "auto" && c.memory.activation_checkpointing) {
       const std::string chosen = choose_checkpoint_placement(
-          memory_plan_input(c, model), device.is_cuda() ? device_total_bytes(device) : host_memory_bytes(),
+          memory_plan_input(c, model),
+          device.is_cuda() ? auto_placement_capacity(device_total_bytes(device)) : host_memory_bytes(),
           host_memory_capacity(c.memory.host_memory_gib));
       if (!chosen.empty()) c.memory.checkpoint_placement = compact_checkpoint_placement(chosen);
     }

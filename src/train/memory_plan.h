@@ -111,6 +111,11 @@ int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int6
 // longest_fitting_seq_len with "auto" asks it at every length.
 std::string choose_checkpoint_placement(const MemoryPlanInput& in, int64_t capacity_bytes,
                                         int64_t host_capacity_bytes);
+// The GPU memory a run's checkpoint_placement=auto plans for: the device's total less 2% (the CUDA
+// context, the libraries' own allocations and the allocator's rounding are outside the plan).
+inline int64_t auto_placement_capacity(int64_t device_total_bytes) {
+  return device_total_bytes - device_total_bytes / 50;
+}
 
 // InputError when `ranks` ranks of `plan` (ranks sharing one device) exceed capacity_bytes of
 // `where` (a device name); nothing when capacity_bytes <= 0 (unknown). The trainer calls it before

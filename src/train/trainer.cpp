@@ -610,7 +610,7 @@ void Trainer::resolve_checkpoint_placement(const LlamaConfig& mc) {
   }
   const Device device = cfg_.parallel.device;
   const int ranks = std::max(1, s.ranks_per_device);
-  const int64_t gpu = (device.is_cuda() ? device_total_bytes(device) : host_memory_bytes()) / ranks;
+  const int64_t gpu = (device.is_cuda() ? auto_placement_capacity(device_total_bytes(device)) : host_memory_bytes()) / ranks;
   const int64_t host = host_memory_capacity(cfg_.memory.host_memory_gib) / ranks;
   MemoryPlanInput in = memory_plan_input(cfg_, mc);
   const std::string chosen = choose_checkpoint_placement(in, gpu, host);
