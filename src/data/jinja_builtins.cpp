@@ -34,9 +34,11 @@ Value arg(const CallArgs& a, size_t idx, const char* name, Value def = Value()) 
 void check_args(const CallArgs& a, const char* what, size_t max_pos, std::initializer_list<const char*> names) {
   if (a.pos.size() > max_pos)
     throw InputError(fmt::format("{} takes at most {} positional argument(s), {} given", what, max_pos, a.pos.size()));
-  for (const auto& [k, v] : a.kw)
+  for (const auto& kv : a.kw) {
+    const auto& k = kv.first;  // (a structured binding is not capturable by clang 14's lambdas)
     if (std::find_if(names.begin(), names.end(), [&](const char* n) { return k == n; }) == names.end())
       throw InputError(fmt::format("{} got an unexpected keyword argument '{}'", what, k));
+  }
 }
 
 const std::string& need_str(const Value& v, const char* what) {

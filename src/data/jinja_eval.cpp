@@ -460,9 +460,11 @@ Flow MacroStmt::exec(Ctx& ctx) const {
         ++c->depth;
         std::string text;
         try {
-          for (const auto& [k, v] : a.kw)
+          for (const auto& kv : a.kw) {
+            const auto& k = kv.first;  // (not a structured binding: clang 14 cannot capture one)
             if (std::none_of(m->params.begin(), m->params.end(), [&](const auto& p) { return p.first == k; }))
               throw InputError(fmt::format("macro '{}' has no argument '{}'", m->name, k));
+          }
           for (size_t i = 0; i < m->params.size(); ++i) {
             const auto& [pname, def] = m->params[i];
             const Value* kw = nullptr;

@@ -135,7 +135,10 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
   // and the "- " entries that open a line): an upper bound of yaml-cpp's recursion.
   std::vector<size_t> indents;
   int flow = 0;
-  size_t i = 0;
+  size_t i = 0, line = 0;
+  // A block scalar's content (after a line ending in | or >, with its indicators): the lines more
+  // indented than the line that opened it are text, not structure.
+  size_t block_scalar_indent = std::string::npos;
   auto refuse = [&](size_t at, int depth) {
     SEQPAR_INPUT_CHECK(depth <= max_depth,
                        "{}: YAML nested more than {} levels deep (at byte {}): refused (corrupt or hostile file?)",
@@ -146,8 +149,23 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
     size_t indent = 0;
     while (i < text.size() && text[i] == ' ') ++i, ++indent;
     const size_t line_end = std::min(text.find('\n', i), text.size());
+    ++line;
     const bool content = i < line_end && text[i] != '#' && text[i] != '\r';
+    if (block_scalar_indent != std::string::npos) {
+      if (!content || indent > block_scalar_indent) {
+        i = line_end + 1;
+        continue;
+      }
+      block_scalar_indent = std::string::npos;
+    }
     if (content && flow == 0) {
+      // ',' cannot start a block-context line (it is a flow indicator); yaml-cpp 0.7 does not refuse
+      // it at a document's top level but loops, allocating without bound ("  a: 1\n, b" or a
+      // document that starts with ','): refused here.
+      SEQPAR_INPUT_CHECK(text[i] != ',',
+                         "{}: line {} starts with ',' outside a [ ] or {{ }} list: not valid YAML (a flow "
+                         "indicator cannot start a block line): refused",
+                         source, line);
       while (!indents.empty() && indents.back() >= indent) indents.pop_back();
       indents.push_back(indent);
       int dashes = 0;
@@ -159,6 +177,7 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
       refuse(i, static_cast<int>(indents.size()) + dashes);
     }
     char quote = 0;
+    size_t last = line_end;  // the line's last character outside a comment, for a block scalar's start
     for (size_t j = i; j < line_end; ++j) {
       const char c = text[j];
       if (quote) {
@@ -174,6 +193,7 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
       if ((c == '"' || c == '\'') && token_start) {
         quote = c;
       } else if (c == '#' && (j == i || text[j - 1] == ' ')) {
+        last = j;
         break;  // a comment to the end of the line
       } else if (c == '[' || c == '{') {
         refuse(j, ++flow + static_cast<int>(indents.size()));
@@ -181,6 +201,13 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
         --flow;
       }
     }
+    // "key: |", "- >-", "key: |2+ # comment": a block scalar follows.
+    while (last > i && (text[last - 1] == ' ' || text[last - 1] == '\r')) --last;
+    size_t k = last;
+    while (k > i && (text[k - 1] == '-' || text[k - 1] == '+' || (text[k - 1] >= '1' && text[k - 1] <= '9'))) --k;
+    if (content && flow == 0 && quote == 0 && k > i && (text[k - 1] == '|' || text[k - 1] == '>') &&
+        (k - 1 == i || text[k - 2] == ' '))
+      block_scalar_indent = indent;
     i = line_end + 1;
   }
 }

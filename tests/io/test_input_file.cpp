@@ -97,6 +97,21 @@ TEST(JsonDepth, DeepSafetensorsHeaderIsRefused) {
   EXPECT_INPUT_ERROR(read_safetensors(path), "nested more than 256 levels deep");
 }
 
+// A block line that starts with ',' (a flow indicator) at a document's top level makes yaml-cpp 0.7
+// loop, allocating gigabytes a second (found by fuzz_accelerate_config, 2026-12-04): refused by the
+// scan before yaml-cpp sees it, naming the line; a ',' inside a block scalar's text is text.
+TEST(JsonDepth, ACommaStartingABlockLineIsRefusedBeforeYamlCpp) {
+  for (const char* text : {", b: c\n", "  a: 1\n, b: c\n", "# a comment\n,\n", "a: 1\n---\n, b\n",
+                           "  a: 1\n , b\n"}) {
+    SCOPED_TRACE(text);
+    EXPECT_INPUT_ERROR(parse_accelerate_config(text, "a.yaml", "."), "starts with ',' outside a [ ] or { } list");
+  }
+  EXPECT_INPUT_ERROR(parse_accelerate_config("num_processes: 2\n, b\n", "a.yaml", "."), "a.yaml: line 2 starts");
+  // Inside a block scalar (| or >, with indicators) it is text; in a flow list it is a separator.
+  EXPECT_NO_THROW(check_yaml_depth("a: |\n  , text\n  more\nb: >-\n  , x\nc: 1\n", "s"));
+  EXPECT_NO_THROW(check_yaml_depth("a: [1\n, 2]\n", "s"));
+}
+
 TEST(JsonDepth, DeepYamlIsRefused) {
   EXPECT_INPUT_ERROR(parse_accelerate_config("num_processes: " + nested(50000, "[", "]"), "a.yaml", "."),
                      "a.yaml: YAML nested more than 256 levels deep");
