@@ -14,6 +14,7 @@
 
 #include "attention/attention_backend.h"
 #include "comm/communicator.h"
+#include "comm/dist_env.h"
 #include "comm/mesh.h"
 #include "core/allocator.h"
 #include "core/log.h"
@@ -609,9 +610,18 @@ void Trainer::resolve_checkpoint_placement(const LlamaConfig& mc) {
     return;
   }
   const Device device = cfg_.parallel.device;
+  // Every process must choose the same placement (a recomputed layer repeats its attention's
+  // collectives), so the inputs are fixed figures, not what happens to be free: the device's total
+  // memory, and --host-memory-gib or the host's MemTotal shared by the ranks of the host (the
+  // process's threads, or LOCAL_WORLD_SIZE processes under a launcher).
   const int ranks = std::max(1, s.ranks_per_device);
+  const bool threads = job_transport(cfg_.parallel.transport, cfg_.parallel.device) == Transport::kLocal;
+  const int per_host = threads ? ranks : std::max(1, read_dist_env(process_env()).local_world_size);
   const int64_t gpu = (device.is_cuda() ? auto_placement_capacity(device_total_bytes(device)) : host_memory_bytes()) / ranks;
-  const int64_t host = host_memory_capacity(cfg_.memory.host_memory_gib) / ranks;
+  const int64_t host_total = cfg_.memory.host_memory_gib > 0
+                                 ? static_cast<int64_t>(cfg_.memory.host_memory_gib * (1ll << 30))
+                                 : host_memory_total_bytes();
+  const int64_t host = host_total / per_host;
   MemoryPlanInput in = memory_plan_input(cfg_, mc);
   const std::string chosen = choose_checkpoint_placement(in, gpu, host);
   SEQPAR_INPUT_CHECK(!chosen.empty(),
