@@ -160,11 +160,9 @@ int run_bench_train(const BenchTrainOptions& o) {
     // checkpoint_placement=auto: chosen for this length here (as the trainer would), so the line and
     // the plan name the placement that ran.
     if (c.memory.checkpoint_placement == "auto" && c.memory.activation_checkpointing) {
-      const std::string chosen = choose_checkpoint_placement(
-          memory_plan_input(c, model),
-          device.is_cuda() ? auto_placement_capacity(device_total_bytes(device)) : host_memory_bytes(),
-          host_memory_capacity(c.memory.host_memory_gib));
-      if (!chosen.empty()) c.memory.checkpoint_placement = compact_checkpoint_placement(chosen);
+      const int ranks = job_transport(transport, device) == Transport::kLocal ? sp * dp : 1;
+      const std::string chosen = auto_checkpoint_placement(c, model, ranks);
+      if (!chosen.empty()) c.memory.checkpoint_placement = chosen;
     }
     json line = {{"bench", "train"},
                  {"impl", "seqpar"},

@@ -597,6 +597,22 @@ void Trainer::run_rank(JobRank& job) {
   s.result.tokens_per_s = static_cast<double>(s.tokens_per_step * (done - s.first_step + 1)) / std::max(secs, 1e-9);
 }
 
+std::string auto_checkpoint_placement(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device) {
+  const Device device = cfg.parallel.device;
+  // Every process must choose the same placement (a recomputed layer repeats its attention's
+  // collectives), so the inputs are fixed figures, not what happens to be free: the device's total
+  // memory, and --host-memory-gib or the host's MemTotal shared by the ranks of the host (the
+  // process's threads, or LOCAL_WORLD_SIZE processes under a launcher).
+  const int ranks = std::max(1, ranks_per_device);
+  const bool threads = job_transport(cfg.parallel.transport, device) == Transport::kLocal;
+  const int per_host = threads ? ranks : std::max(1, read_dist_env(process_env()).local_world_size);
+  const int64_t gpu = (device.is_cuda() ? auto_placement_capacity(device_total_bytes(device)) : host_memory_bytes()) / ranks;
+  const int64_t host_total = cfg.memory.host_memory_gib > 0 ? static_cast<int64_t>(cfg.memory.host_memory_gib * (1ll << 30))
+                                                            : host_memory_total_bytes();
+  const std::string chosen = choose_checkpoint_placement(memory_plan_input(cfg, model), gpu, host_total / per_host);
+  return chosen.empty() ? chosen : compact_checkpoint_placement(chosen);
+}
+
 // checkpoint_placement=auto becomes the placement the memory plan chooses for this run's length, its
 // device's memory (the host's for a CPU run) and the host memory, shared by the ranks of a device,
 // before the configuration is recorded: every rank, --print-config and the checkpoint see the
@@ -610,27 +626,12 @@ void Trainer::resolve_checkpoint_placement(const LlamaConfig& mc) {
     return;
   }
   const Device device = cfg_.parallel.device;
-  // Every process must choose the same placement (a recomputed layer repeats its attention's
-  // collectives), so the inputs are fixed figures, not what happens to be free: the device's total
-  // memory, and --host-memory-gib or the host's MemTotal shared by the ranks of the host (the
-  // process's threads, or LOCAL_WORLD_SIZE processes under a launcher).
-  const int ranks = std::max(1, s.ranks_per_device);
-  const bool threads = job_transport(cfg_.parallel.transport, cfg_.parallel.device) == Transport::kLocal;
-  const int per_host = threads ? ranks : std::max(1, read_dist_env(process_env()).local_world_size);
-  const int64_t gpu = (device.is_cuda() ? auto_placement_capacity(device_total_bytes(device)) : host_memory_bytes()) / ranks;
-  const int64_t host_total = cfg_.memory.host_memory_gib > 0
-                                 ? static_cast<int64_t>(cfg_.memory.host_memory_gib * (1ll << 30))
-                                 : host_memory_total_bytes();
-  const int64_t host = host_total / per_host;
-  MemoryPlanInput in = memory_plan_input(cfg_, mc);
-  const std::string chosen = choose_checkpoint_placement(in, gpu, host);
+  const std::string chosen = auto_checkpoint_placement(cfg_, mc, s.ranks_per_device);
   SEQPAR_INPUT_CHECK(!chosen.empty(),
-                     "checkpoint_placement=auto: no placement of the layers' inputs fits seq_len={} in {:.2f} GiB of "
-                     "{} memory and {:.2f} GiB of host memory per rank (every layer but one recomputed included); "
-                     "seqpar plan --longest tells what fits",
-                     cfg_.data.task.seq_len, gpu / double(1ll << 30), device.is_cuda() ? "GPU" : "host",
-                     host / double(1ll << 30));
-  placement = compact_checkpoint_placement(chosen);
+                     "checkpoint_placement=auto: no placement of the layers' inputs fits seq_len={} in the {}'s memory "
+                     "and the host's (every layer but one recomputed included); seqpar plan --longest tells what fits",
+                     cfg_.data.task.seq_len, device.is_cuda() ? "GPU" : "host");
+  placement = chosen;
   if (s.talk) log_info("checkpoint placement (auto, by the memory plan): {}", placement);
 }
 

@@ -155,6 +155,11 @@ TrainResult run_training(const TrainConfig& config);
 // The memory plan's inputs for a training configuration of `model` (the mesh's world and Ulysses
 // degree, the sequence, the levers, ZeRO): what run_training logs and `--print-config` prints.
 MemoryPlanInput memory_plan_input(const TrainConfig& config, const LlamaConfig& model);
+// checkpoint_placement=auto for `config` on `model`: the memory plan's choice (its short form) from
+// fixed figures, the same in every process of a launch (the device's total memory less 2%, and
+// --host-memory-gib or the host's MemTotal shared by its ranks); "" when nothing fits.
+// ranks_per_device: the ranks (threads) sharing the device.
+std::string auto_checkpoint_placement(const TrainConfig& config, const LlamaConfig& model, int ranks_per_device);
 
 // The sequences that micro-batch `micro` (0-based) of `step` (1-based) reads on data-parallel rank
 // dp_rank from a token file: with M = micro_batch × grad_accum × dp sequences per step and
