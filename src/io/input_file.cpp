@@ -130,6 +130,38 @@ nlohmann::json parse_json_input(std::string_view text, const std::string& source
   }
 }
 
+namespace {
+
+// A ',' at text[j] in block context (outside [ ] and { }) of the line starting at i. As a plain
+// scalar's character (after a plain word: "a, b") it is text; as a token it is a flow indicator,
+// which YAML does not allow in block context, and yaml-cpp 0.7 does not refuse it but loops,
+// allocating without bound, when it follows a document's root node ("'a',", "[a] ,", "!t ,",
+// "&a ,") or starts a line below the root ("  a: 1\n, b"): refused, naming the line.
+void refuse_block_comma(std::string_view text, size_t i, size_t j, size_t node_end, const std::string& source,
+                        size_t line) {
+  size_t w = j;  // the start of the word the ',' is in (or starts)
+  while (w > i && text[w - 1] != ' ') --w;
+  size_t p = w;  // the last character before that word
+  while (p > i && text[p - 1] == ' ') --p;
+  const auto is_property = [&](size_t at) { return text[at] == '!' || text[at] == '&' || text[at] == '*'; };
+  bool token = false;
+  if (w < j) {
+    token = is_property(w) || node_end + 1 == j;  // "!x,", "&a,", "'a',", "[a],"
+  } else if (p == i) {
+    token = true;  // the line starts with it
+  } else {
+    size_t q = p;  // the previous word
+    while (q > i && text[q - 1] != ' ') --q;
+    token = node_end == p - 1 || is_property(q);  // "'a' ,", "[a] ,", "!t ,"
+  }
+  SEQPAR_INPUT_CHECK(!token,
+                     "{}: line {} has a ',' outside a [ ] or {{ }} list (at byte {}), where it can only be a flow "
+                     "indicator: not valid YAML: refused",
+                     source, line, j);
+}
+
+}  // namespace
+
 void check_yaml_depth(std::string_view text, const std::string& source, int max_depth) {
   // Flow depth ([ and { outside quotes and comments) plus block depth (the stack of indentations
   // and the "- " entries that open a line): an upper bound of yaml-cpp's recursion.
@@ -159,13 +191,6 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
       block_scalar_indent = std::string::npos;
     }
     if (content && flow == 0) {
-      // ',' cannot start a block-context line (it is a flow indicator); yaml-cpp 0.7 does not refuse
-      // it at a document's top level but loops, allocating without bound ("  a: 1\n, b" or a
-      // document that starts with ','): refused here.
-      SEQPAR_INPUT_CHECK(text[i] != ',',
-                         "{}: line {} starts with ',' outside a [ ] or {{ }} list: not valid YAML (a flow "
-                         "indicator cannot start a block line): refused",
-                         source, line);
       while (!indents.empty() && indents.back() >= indent) indents.pop_back();
       indents.push_back(indent);
       int dashes = 0;
@@ -178,6 +203,9 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
     }
     char quote = 0;
     size_t last = line_end;  // the line's last character outside a comment, for a block scalar's start
+    // Where, on this line and in block context, the last quoted scalar or flow collection ended
+    // (npos: none since the last plain word).
+    size_t node_end = std::string::npos;
     for (size_t j = i; j < line_end; ++j) {
       const char c = text[j];
       if (quote) {
@@ -185,9 +213,11 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
           ++j;
         } else if (c == quote) {
           quote = 0;
+          if (flow == 0) node_end = j;
         }
         continue;
       }
+      if (c == ',' && flow == 0) refuse_block_comma(text, i, j, node_end, source, line);
       const bool token_start = j == i || text[j - 1] == ' ' || text[j - 1] == '[' || text[j - 1] == '{' ||
                                text[j - 1] == ',' || text[j - 1] == ':';
       if ((c == '"' || c == '\'') && token_start) {
@@ -198,7 +228,9 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
       } else if (c == '[' || c == '{') {
         refuse(j, ++flow + static_cast<int>(indents.size()));
       } else if ((c == ']' || c == '}') && flow > 0) {
-        --flow;
+        if (--flow == 0) node_end = j;
+      } else if (c != ' ' && flow == 0 && token_start && c != ',') {
+        node_end = std::string::npos;  // a plain word (or a property) starts
       }
     }
     // "key: |", "- >-", "key: |2+ # comment": a block scalar follows.
