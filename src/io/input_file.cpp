@@ -163,6 +163,15 @@ void refuse_block_comma(std::string_view text, size_t i, size_t j, size_t node_e
 }  // namespace
 
 void check_yaml_depth(std::string_view text, const std::string& source, int max_depth) {
+  // YAML is printable text: a control character (NUL among them) is not allowed anywhere, and
+  // yaml-cpp 0.7 takes one for a token boundary, reaching the comma loop below ("\0,\n\0,").
+  for (size_t b = 0; b < text.size(); ++b) {
+    const unsigned char c = static_cast<unsigned char>(text[b]);
+    SEQPAR_INPUT_CHECK(c >= 0x20 || c == '\t' || c == '\n' || c == '\r',
+                       "{}: control character 0x{:02x} at byte {}: YAML is printable text: refused", source,
+                       static_cast<unsigned>(c), b);
+    SEQPAR_INPUT_CHECK(c != 0x7f, "{}: control character 0x7f at byte {}: YAML is printable text: refused", source, b);
+  }
   // Flow depth ([ and { outside quotes and comments) plus block depth (the stack of indentations
   // and the "- " entries that open a line): an upper bound of yaml-cpp's recursion.
   std::vector<size_t> indents;

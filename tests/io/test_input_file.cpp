@@ -110,6 +110,11 @@ TEST(JsonDepth, ABlockContextCommaIsRefusedBeforeYamlCpp) {
     EXPECT_INPUT_ERROR(parse_accelerate_config(text, "a.yaml", "."), "outside a [ ] or { } list");
   }
   EXPECT_INPUT_ERROR(parse_accelerate_config("num_processes: 2\n, b\n", "a.yaml", "."), "a.yaml: line 2 has a ','");
+  // A control character is not YAML (yaml-cpp takes a NUL for a token boundary: "\0,\n\0," looped).
+  EXPECT_INPUT_ERROR(parse_accelerate_config(std::string("\0,\xa1\n\0,", 6), "a.yaml", "."),
+                     "a.yaml: control character 0x00 at byte 0");
+  EXPECT_INPUT_ERROR(parse_accelerate_config("num_processes: 2\x7f\n", "a.yaml", "."), "control character 0x7f");
+  EXPECT_NO_THROW(check_yaml_depth("a:\tb\r\nc: d\n", "s"));
   // Plain scalars, block scalars (| or >, with indicators) and flow lists keep their commas.
   EXPECT_NO_THROW(check_yaml_depth("a: |\n  , text\n  more\nb: >-\n  , x\nc: 1\n", "s"));
   EXPECT_NO_THROW(check_yaml_depth("a: [1\n, 2]\nb: x, y ,z\nc: {d: 'e', f: [1, 2]}\n\"g\": 1, 2\n", "s"));
