@@ -180,6 +180,7 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
   // A block scalar's content (after a line ending in | or >, with its indicators): the lines more
   // indented than the line that opened it are text, not structure.
   size_t block_scalar_indent = std::string::npos;
+  char quote = 0;  // inside a quoted scalar, which may span lines
   auto refuse = [&](size_t at, int depth) {
     SEQPAR_INPUT_CHECK(depth <= max_depth,
                        "{}: YAML nested more than {} levels deep (at byte {}): refused (corrupt or hostile file?)",
@@ -191,7 +192,7 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
     while (i < text.size() && text[i] == ' ') ++i, ++indent;
     const size_t line_end = std::min(text.find('\n', i), text.size());
     ++line;
-    const bool content = i < line_end && text[i] != '#' && text[i] != '\r';
+    const bool content = quote == 0 && i < line_end && text[i] != '#' && text[i] != '\r';
     if (block_scalar_indent != std::string::npos) {
       if (!content || indent > block_scalar_indent) {
         i = line_end + 1;
@@ -210,11 +211,11 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
       }
       refuse(i, static_cast<int>(indents.size()) + dashes);
     }
-    char quote = 0;
     size_t last = line_end;  // the line's last character outside a comment, for a block scalar's start
     // Where, on this line and in block context, the last quoted scalar or flow collection ended
     // (npos: none since the last plain word).
     size_t node_end = std::string::npos;
+    size_t closed_at = std::string::npos;  // the last closing quote on this line
     for (size_t j = i; j < line_end; ++j) {
       const char c = text[j];
       if (quote) {
@@ -222,13 +223,15 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
           ++j;
         } else if (c == quote) {
           quote = 0;
+          closed_at = j;
           if (flow == 0) node_end = j;
         }
         continue;
       }
       if (c == ',' && flow == 0) refuse_block_comma(text, i, j, node_end, source, line);
+      // (a quote right after a closing one starts another scalar, as yaml-cpp reads four quotes)
       const bool token_start = j == i || text[j - 1] == ' ' || text[j - 1] == '[' || text[j - 1] == '{' ||
-                               text[j - 1] == ',' || text[j - 1] == ':';
+                               text[j - 1] == ',' || text[j - 1] == ':' || closed_at + 1 == j;
       if ((c == '"' || c == '\'') && token_start) {
         quote = c;
       } else if (c == '#' && (j == i || text[j - 1] == ' ')) {

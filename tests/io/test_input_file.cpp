@@ -115,6 +115,12 @@ TEST(JsonDepth, ABlockContextCommaIsRefusedBeforeYamlCpp) {
                      "a.yaml: control character 0x00 at byte 0");
   EXPECT_INPUT_ERROR(parse_accelerate_config("num_processes: 2\x7f\n", "a.yaml", "."), "control character 0x7f");
   EXPECT_NO_THROW(check_yaml_depth("a:\tb\r\nc: d\n", "s"));
+  // Quoted scalars span lines, and a quote right after a closing one opens another (as yaml-cpp
+  // reads them): the comma after the last one is a token.
+  EXPECT_INPUT_ERROR(parse_accelerate_config("#0\n\"\"\"\"\"\"\"\"\"dpa\n\"\"\"\"\"\"\"\"\"dp\"\n\"\"\"\"\"\"\"\",\"\"sa\n",
+                                             "a.yaml", "."),
+                     "line 4 has a ',' outside a [ ] or { } list");
+  EXPECT_NO_THROW(check_yaml_depth("a: \"multi\n  line, with: x\"\nb: 'it''s, ok'\n", "s"));
   // Plain scalars, block scalars (| or >, with indicators) and flow lists keep their commas.
   EXPECT_NO_THROW(check_yaml_depth("a: |\n  , text\n  more\nb: >-\n  , x\nc: 1\n", "s"));
   EXPECT_NO_THROW(check_yaml_depth("a: [1\n, 2]\nb: x, y ,z\nc: {d: 'e', f: [1, 2]}\n\"g\": 1, 2\n", "s"));
