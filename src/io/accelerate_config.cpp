@@ -204,7 +204,11 @@ void parse_deepspeed_section(Reader& top, AccelerateConfig& c, const std::string
     fs::path p(*file);
     if (p.is_relative()) p = fs::path(base_dir) / p;
     c.deepspeed_config_file = p.lexically_normal().string();
-    SEQPAR_INPUT_CHECK(fs::exists(c.deepspeed_config_file),
+    std::error_code ec;  // (the throwing overload ends a run in std::terminate on e.g. a name too long)
+    const bool found = fs::exists(c.deepspeed_config_file, ec);
+    SEQPAR_INPUT_CHECK(!ec, "{}: '{}'={}: cannot be looked up ({}; a relative path is taken from the YAML's directory)",
+                       c.source, file.key, *file, ec.message());
+    SEQPAR_INPUT_CHECK(found,
                        "{}: '{}'={}: no such file (looked for {}; a relative path is taken from the YAML's directory)",
                        c.source, file.key, *file, c.deepspeed_config_file);
     c.deepspeed = load_ds_config(c.deepspeed_config_file, &problems);

@@ -126,6 +126,15 @@ TEST(JsonDepth, ABlockContextCommaIsRefusedBeforeYamlCpp) {
   EXPECT_NO_THROW(check_yaml_depth("a: [1\n, 2]\nb: x, y ,z\nc: {d: 'e', f: [1, 2]}\n\"g\": 1, 2\n", "s"));
 }
 
+// A path in a config that the filesystem cannot even look up (a name longer than NAME_MAX) is an
+// InputError naming the key, not a std::filesystem_error ending in std::terminate (found by
+// fuzz_accelerate_config, 2026-12-04).
+TEST(AccelerateYaml, AnUncheckablePathIsAnInputError) {
+  const std::string yaml =
+      "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: " + std::string(5000, 'x') + "\n";
+  EXPECT_INPUT_ERROR(parse_accelerate_config(yaml, "a.yaml", "."), "a.yaml: 'deepspeed_config.deepspeed_config_file'=");
+}
+
 TEST(JsonDepth, DeepYamlIsRefused) {
   EXPECT_INPUT_ERROR(parse_accelerate_config("num_processes: " + nested(50000, "[", "]"), "a.yaml", "."),
                      "a.yaml: YAML nested more than 256 levels deep");
