@@ -130,38 +130,6 @@ nlohmann::json parse_json_input(std::string_view text, const std::string& source
   }
 }
 
-namespace {
-
-// A ',' at text[j] in block context (outside [ ] and { }) of the line starting at i. As a plain
-// scalar's character (after a plain word: "a, b") it is text; as a token it is a flow indicator,
-// which YAML does not allow in block context, and yaml-cpp 0.7 does not refuse it but loops,
-// allocating without bound, when it follows a document's root node ("'a',", "[a] ,", "!t ,",
-// "&a ,") or starts a line below the root ("  a: 1\n, b"): refused, naming the line.
-void refuse_block_comma(std::string_view text, size_t i, size_t j, size_t node_end, const std::string& source,
-                        size_t line) {
-  size_t w = j;  // the start of the word the ',' is in (or starts)
-  while (w > i && text[w - 1] != ' ') --w;
-  size_t p = w;  // the last character before that word
-  while (p > i && text[p - 1] == ' ') --p;
-  const auto is_property = [&](size_t at) { return text[at] == '!' || text[at] == '&' || text[at] == '*'; };
-  bool token = false;
-  if (w < j) {
-    token = is_property(w) || node_end + 1 == j;  // "!x,", "&a,", "'a',", "[a],"
-  } else if (p == i) {
-    token = true;  // the line starts with it
-  } else {
-    size_t q = p;  // the previous word
-    while (q > i && text[q - 1] != ' ') --q;
-    token = node_end == p - 1 || is_property(q);  // "'a' ,", "[a] ,", "!t ,"
-  }
-  SEQPAR_INPUT_CHECK(!token,
-                     "{}: line {} has a ',' outside a [ ] or {{ }} list (at byte {}), where it can only be a flow "
-                     "indicator: not valid YAML: refused",
-                     source, line, j);
-}
-
-}  // namespace
-
 void check_yaml_depth(std::string_view text, const std::string& source, int max_depth) {
   // YAML is printable text: a control character (NUL among them) is not allowed anywhere, and
   // yaml-cpp 0.7 takes one for a token boundary, reaching the comma loop below ("\0,\n\0,").
@@ -212,9 +180,12 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
       refuse(i, static_cast<int>(indents.size()) + dashes);
     }
     size_t last = line_end;  // the line's last character outside a comment, for a block scalar's start
-    // Where, on this line and in block context, the last quoted scalar or flow collection ended
-    // (npos: none since the last plain word).
-    size_t node_end = std::string::npos;
+    // In block context, what the last token on this line was. A ',' after a plain word is that plain
+    // scalar's text ("a, b"); anywhere else it is a flow indicator, which YAML does not allow outside
+    // [ ] and { }, and which yaml-cpp 0.7 does not refuse but loops on, allocating without bound,
+    // after a document's root node ("'a',", "[a] ,"), a tag or an anchor ("!t ,", "\"p\"&MU\","), or
+    // at the start of a line below the root ("  a: 1\n, b"): refused, naming the line.
+    enum { kLineStart, kNode, kProperty, kPlain } last_token = kLineStart;
     size_t closed_at = std::string::npos;  // the last closing quote on this line
     for (size_t j = i; j < line_end; ++j) {
       const char c = text[j];
@@ -224,11 +195,14 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
         } else if (c == quote) {
           quote = 0;
           closed_at = j;
-          if (flow == 0) node_end = j;
+          if (flow == 0) last_token = kNode;
         }
         continue;
       }
-      if (c == ',' && flow == 0) refuse_block_comma(text, i, j, node_end, source, line);
+      SEQPAR_INPUT_CHECK(c != ',' || flow > 0 || last_token == kPlain,
+                         "{}: line {} has a ',' outside a [ ] or {{ }} list (at byte {}), where it can only be a "
+                         "flow indicator: not valid YAML: refused",
+                         source, line, j);
       // (a quote right after a closing one starts another scalar, as yaml-cpp reads four quotes)
       const bool token_start = j == i || text[j - 1] == ' ' || text[j - 1] == '[' || text[j - 1] == '{' ||
                                text[j - 1] == ',' || text[j - 1] == ':' || closed_at + 1 == j;
@@ -240,9 +214,9 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
       } else if (c == '[' || c == '{') {
         refuse(j, ++flow + static_cast<int>(indents.size()));
       } else if ((c == ']' || c == '}') && flow > 0) {
-        if (--flow == 0) node_end = j;
+        if (--flow == 0) last_token = kNode;
       } else if (c != ' ' && flow == 0 && token_start && c != ',') {
-        node_end = std::string::npos;  // a plain word (or a property) starts
+        last_token = c == '!' || c == '&' || c == '*' ? kProperty : kPlain;  // a word starts
       }
     }
     // "key: |", "- >-", "key: |2+ # comment": a block scalar follows.
