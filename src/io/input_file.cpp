@@ -215,8 +215,9 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
         refuse(j, ++flow + static_cast<int>(indents.size()));
       } else if ((c == ']' || c == '}') && flow > 0) {
         if (--flow == 0) last_token = kNode;
-      } else if (c != ' ' && flow == 0 && token_start && c != ',') {
-        last_token = c == '!' || c == '&' || c == '*' ? kProperty : kPlain;  // a word starts
+      } else if (c != ' ' && flow == 0 && c != ',' && (j == i || text[j - 1] == ' ' || closed_at + 1 == j)) {
+        // A word starts (a ':' inside a word does not end it: "!:a,b" is one tag).
+        last_token = c == '!' || c == '&' || c == '*' ? kProperty : kPlain;
       }
     }
     // "key: |", "- >-", "key: |2+ # comment": a block scalar follows.

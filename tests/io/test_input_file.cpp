@@ -105,7 +105,8 @@ TEST(JsonDepth, DeepSafetensorsHeaderIsRefused) {
 TEST(JsonDepth, ABlockContextCommaIsRefusedBeforeYamlCpp) {
   for (const char* text : {", b: c\n", "  a: 1\n, b: c\n", "# a comment\n,\n", "a: 1\n---\n, b\n",
                            "  a: 1\n , b\n", "'a',\n", "\"a\" ,\n", "[a] ,\n", "{a: 1},\n", "!t ,x\n", "&a ,\n",
-                           "!x,b\n", "!*l,\n", "  a: 1\n\"b\",\n", "key: 'v' ,\n", "\"\"\"p\"\"\"&MU\",\"\"sa/"}) {
+                           "!x,b\n", "!*l,\n", "  a: 1\n\"b\",\n", "key: 'v' ,\n", "\"\"\"p\"\"\"&MU\",\"\"sa/",
+                           "!:seq_data,_type  \n"}) {
     SCOPED_TRACE(text);
     EXPECT_INPUT_ERROR(parse_accelerate_config(text, "a.yaml", "."), "outside a [ ] or { } list");
   }
