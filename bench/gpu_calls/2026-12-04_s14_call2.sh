@@ -7,11 +7,8 @@
 #   bash bench/gpu_calls/2026-12-04_s14_call2.sh OUT_DIR
 set -u
 OUT=$1
-B=build-gpu
-U=$PWD/.devtmp/utf8proc
-{ cmake -S . -B $B -G Ninja -DSEQPAR_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DUTF8PROC_INCLUDE_DIR=$U \
-    -DUTF8PROC_LIBRARY=$U/libutf8proc.a && cmake --build $B -j 16 --target seqpar; } > $OUT/build.log 2>&1 \
-  && echo "build ok $SECONDS s" || { echo "BUILD FAILED"; grep -E "error" $OUT/build.log | head -30; exit 1; }
+. "$(dirname "$0")/build_gpu.sh"
+build_gpu $OUT seqpar
 free -g | head -2
 L="--activation-checkpointing --tiled-mlp-tokens 8192 --tiled-loss-tokens 8192 --offload-optimizer cpu --host-memory-gib 120"
 $B/seqpar plan --preset llama-3.1-8b --seq-len 327680 $L --checkpoint-placement rhr5h24g > $OUT/plan8b.txt 2>&1

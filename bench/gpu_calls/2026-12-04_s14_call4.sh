@@ -5,11 +5,8 @@
 #   bash bench/gpu_calls/2026-12-04_s14_call4.sh OUT_DIR
 set -u
 OUT=$1
-B=build-gpu
-U=$PWD/.devtmp/utf8proc
-{ cmake -S . -B $B -G Ninja -DSEQPAR_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DUTF8PROC_INCLUDE_DIR=$U \
-    -DUTF8PROC_LIBRARY=$U/libutf8proc.a && cmake --build $B -j 16 --target seqpar; } > $OUT/build.log 2>&1 \
-  && echo "build ok $SECONDS s" || { echo "BUILD FAILED"; grep -E "error" $OUT/build.log | head -30; exit 1; }
+. "$(dirname "$0")/build_gpu.sh"
+build_gpu $OUT seqpar
 pip install --no-index --no-deps --target /tmp/site .devtmp/whl/*.whl > $OUT/pip.log 2>&1 || tail -3 $OUT/pip.log
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0
 t=$SECONDS

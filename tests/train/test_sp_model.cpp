@@ -414,6 +414,21 @@ size_t step_peak_bytes(const LlamaConfig& config, int64_t T, const std::function
   return cpu_allocator().peak_bytes() - before;
 }
 
+// One rank and every SP mode (Ulysses, ring zigzag, hybrid), for checks of a memory lever.
+const SpSetting kEverySpMode[] = {SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous},
+                                  SpSetting{SpMode::kUlysses, 2, 0, SpLayout::kContiguous},
+                                  SpSetting{SpMode::kRing, 2, 0, SpLayout::kZigzag},
+                                  SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}};
+
+// Every output of `b` equals `a`'s bit for bit.
+void expect_bitwise_same(const Outputs& a, const Outputs& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << what << ": " << name;
+    EXPECT_EQ(std::memcmp(t.raw(), b.at(name).raw(), t.nbytes()), 0) << what << ": " << name;
+  }
+}
+
 // Activation checkpointing recomputes each layer in backward: the same outputs bit for bit (the
 // CPU is deterministic), on one rank and with every SP mode (the recompute repeats attention's
 // communication), and less peak memory.
@@ -422,22 +437,14 @@ TEST(SpModel, ActivationCheckpointingChangesNothingButMemory) {
   config.num_layers = 4;
   const std::string dir = write_checkpoint(config, 41);
   const Batch batch = pretrain_batch(2, 96, config.vocab_size, 42);
-  for (const SpSetting& s : {SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous},
-                             SpSetting{SpMode::kUlysses, 2, 0, SpLayout::kContiguous},
-                             SpSetting{SpMode::kRing, 2, 0, SpLayout::kZigzag},
-                             SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
+  for (const SpSetting& s : kEverySpMode) {
     const Outputs a = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s), true));
     for (bool keep_attention : {false, true}) {
       TrainConfig ckpt = options_for(s);
       ckpt.memory.activation_checkpointing = true;
       ckpt.memory.checkpoint_keep_attention = keep_attention;
-      const Outputs b = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, ckpt, true));
-      ASSERT_EQ(a.size(), b.size());
-      for (auto& [name, t] : a) {
-        ASSERT_TRUE(b.count(name)) << name;
-        EXPECT_EQ(std::memcmp(t.raw(), b.at(name).raw(), t.nbytes()), 0)
-            << s.str() << (keep_attention ? " keeping attention" : "") << ": " << name;
-      }
+      expect_bitwise_same(a, as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, ckpt, true)),
+                          s.str() + (keep_attention ? " keeping attention" : ""));
     }
   }
   auto peak = [&](LlamaModel::ActivationPolicy policy) {
@@ -466,22 +473,14 @@ TEST(SpModel, LayerInputPlacementChangesNothingButMemory) {
   config.num_layers = 4;
   const std::string dir = write_checkpoint(config, 43);
   const Batch batch = pretrain_batch(2, 96, config.vocab_size, 44);
-  for (const SpSetting& s : {SpSetting{SpMode::kUlysses, 1, 0, SpLayout::kContiguous},
-                             SpSetting{SpMode::kUlysses, 2, 0, SpLayout::kContiguous},
-                             SpSetting{SpMode::kRing, 2, 0, SpLayout::kZigzag},
-                             SpSetting{SpMode::kHybrid, 4, 2, SpLayout::kZigzag}}) {
+  for (const SpSetting& s : kEverySpMode) {
     const Outputs a = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, options_for(s), true));
     for (const char* placement : {"rgrg", "hrrg", "4r", "grrh", "2h2r", "rhgr"}) {
       TrainConfig o = options_for(s);
       o.memory.activation_checkpointing = true;
       o.memory.checkpoint_placement = placement;
-      const Outputs b = as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, o, true));
-      ASSERT_EQ(a.size(), b.size());
-      for (auto& [name, t] : a) {
-        ASSERT_TRUE(b.count(name)) << name;
-        EXPECT_EQ(std::memcmp(t.raw(), b.at(name).raw(), t.nbytes()), 0)
-            << s.str() << " placement " << placement << ": " << name;
-      }
+      expect_bitwise_same(a, as_map(run_fwdbwd(dir, batch.input_ids, batch.labels, o, true)),
+                          s.str() + " placement " + placement);
     }
   }
   auto peak = [&](const std::string& places) {
