@@ -481,10 +481,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   p.sp_buffers = std::max(sp_fwd.peak - sp_fwd.ctx, sp_bwd) * T;
   // The layers' inputs by where they wait (count_inputs); the rest of what each layer keeps stays on
   // the device.
-  const InputCounts inputs = count_inputs(input_places(in), in.cuda ? HostOffload::kMaxInFlight : 0);
+  const std::string places = input_places(in);
+  const InputCounts inputs = count_inputs(places, in.cuda ? HostOffload::kMaxInFlight : 0);
   const int64_t input_bytes = a * C * T, kept_rest = L * (kept - a * C) * T;
   p.host_offload_bytes = inputs.host * input_bytes;
-  p.input_places = compact_checkpoint_placement(input_places(in));
+  p.input_places = compact_checkpoint_placement(places);
   const int64_t layers_kept = kept_rest + inputs.backward * input_bytes;  // the backward's
   const int64_t final_acts =
       (a * C + norm_stats + a * C) * T;  // x_final, rstd_f (mean_f), xn_f (kept until the loss backward's end)
