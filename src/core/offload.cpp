@@ -240,16 +240,18 @@ CopyStream::~CopyStream() {
 #endif
 }
 
-int64_t CopyStream::copy(const Tensor& dst, const Tensor& src) {
+int64_t CopyStream::copy(const Tensor& dst, const Tensor& src, bool after_current) {
   SEQPAR_CHECK(dst.defined() && src.defined() && dst.dtype() == src.dtype() && dst.numel() == src.numel(),
                "CopyStream::copy: {} <- {}", dst.defined() ? dst.str() : "undefined",
                src.defined() ? src.str() : "undefined");
   const int64_t ticket = impl_->next++;
 #if defined(SEQPAR_WITH_CUDA)
   if (impl_->stream) {
-    Event ready;  // the source is complete, and the destination free, once the work queued so far is done
-    ready.record(current_stream());
-    impl_->stream->wait(ready);
+    if (after_current) {
+      Event ready;  // the source is complete, and the destination free, once the work queued so far is done
+      ready.record(current_stream());
+      impl_->stream->wait(ready);
+    }
     SEQPAR_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDefault, impl_->stream->get()));
     auto done = std::make_shared<Event>();
     done->record(impl_->stream->get());

@@ -97,8 +97,11 @@ class CopyStream {
   Device device() const { return device_; }
   // Queues dst <- src (same dtype and element count; one of them on this stream's device, the
   // other host memory, or both host memory on the CPU); returns the copy's ticket. Both tensors
-  // are held until the copy has finished.
-  int64_t copy(const Tensor& dst, const Tensor& src);
+  // are held until the copy has finished. after_current: the copy waits for the work queued so far
+  // on the caller's current stream; false when the caller knows the source is complete and the
+  // destination unread (a thread of its own whose current stream is not the compute stream, e.g.
+  // the overlapped optimizer step, train/optimizer.h). One thread at a time uses a CopyStream.
+  int64_t copy(const Tensor& dst, const Tensor& src, bool after_current = true);
   // The host thread blocks until copy `ticket` (and every copy queued before it) has finished.
   void host_wait(int64_t ticket);
   // Work queued on the caller's current stream from now on runs after copy `ticket`.

@@ -302,6 +302,7 @@ void LlamaModel::set_layer_weights(LayerWeights* weights) {
 
 void LlamaModel::acquire_layer(int64_t l, int64_t next) {
   SEQPAR_CHECK(held_ == nullptr, "LlamaModel: layer {} acquired while layer {} is held", l, held_layer_);
+  gate(l);
   held_ = layer_weights_ ? &layer_weights_->acquire(l, next) : &params_.layers[l];
   held_layer_ = l;
 }
@@ -589,6 +590,7 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
   SEQPAR_CHECK(policy_ == ActivationPolicy::kCheckpoint ||
                    std::count(placement_.begin(), placement_.end(), InputPlace::kRecompute) == 0,
                "LlamaModel: recomputed layer inputs need the kCheckpoint activation policy");
+  gate(-1);
   Tensor x = embed(batch);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerActs& s = a.layers[l];
@@ -617,6 +619,7 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
   }
   a.x_final = x;
   a.xn_f = Tensor::empty({T, C}, act, device_);
+  gate(c.num_layers);
   norm_forward(a.xn_f, a.rstd_f, a.mean_f, x, params_.final_norm, params_.final_norm_bias);
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
   Tensor losses = Tensor::empty({T}, DType::kF32, device_);

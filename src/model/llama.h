@@ -210,6 +210,13 @@ class LlamaModel {
   void set_layer_weights(LayerWeights* weights);
   bool resident_layers() const { return layer_weights_ == nullptr; }
 
+  // Called before the model reads a part's weights: -1 the embedding (and a tied LM head), 0..L-1
+  // decoder layer l (each forward, recompute and backward use), L the final norm and the LM head.
+  // A trainer whose optimizer is still writing the weights (an update overlapped with the next
+  // forward, train/optimizer.h) blocks there until that part is written. Unset: nothing is called.
+  using WeightsGate = std::function<void(int64_t part)>;
+  void set_weights_gate(WeightsGate gate) { weights_gate_ = std::move(gate); }
+
   // Forward over this rank's tokens; keeps what backward needs (per the activation policy). If
   // logits is given it receives [T, V] in the model's dtype.
   LossStats forward(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr);
@@ -269,6 +276,10 @@ class LlamaModel {
   Tensor grad_block_;  // partitioned gradients: one layer's, reused
   int64_t loss_tile_ = 0;
   LayerWeights* layer_weights_ = nullptr;  // set: the layers' weights come from it
+  WeightsGate weights_gate_;
+  void gate(int64_t part) const {
+    if (weights_gate_) weights_gate_(part);
+  }
   const LlamaLayerParams* held_ = nullptr;  // the acquired layer's weights
   int64_t held_layer_ = -1;
   bool tiled_loss(int64_t T) const { return loss_tile_ > 0 && loss_tile_ < T; }

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <exception>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -95,7 +97,83 @@ struct AdamW::Stream {
   }
 };
 
-AdamW::~AdamW() = default;
+// An overlapped step (step_flat_overlapped): the thread running it and how far its weights are.
+struct AdamW::Overlap {
+  std::thread worker;
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t written = 0;  // the weights [0, written) are in `out`
+  bool done = false;
+  std::exception_ptr error;
+};
+
+AdamW::~AdamW() {
+  try {
+    finish();
+  } catch (...) {  // a destructor does not throw (the step that failed is being abandoned)
+  }
+}
+
+bool AdamW::overlappable(const FlatRef& out) const {
+  return flat_ && place_.host && place_.layout.world == 1 && place_.layout.regions.size() == 1 &&
+         !(out.t.device().is_cpu() && device_.is_cuda());
+}
+
+float AdamW::step_flat_overlapped(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale) {
+  SEQPAR_CHECK(overlappable(out), "AdamW::step_flat_overlapped: an offloaded whole layout with the weights on {}",
+               device_.str());
+  SEQPAR_CHECK(grads.t.dtype() == DType::kF32, "AdamW::step_flat: f32 gradients, got {}", grads.t.str());
+  finish();
+  ++step_;
+  const float clip = clip_coefficient(total_norm, config_.clip);
+  const float coef = clip * grad_unscale;
+  overlap_ = std::make_unique<Overlap>();
+  Overlap& o = *overlap_;
+  // The worker's own copy of what a later set_lr() or step may change.
+  o.worker = std::thread([this, &o, grads, out, coef, adamw = config_.adamw, step = step_] {
+    try {
+      set_current_device(device_);
+      auto publish = [&o](int64_t end) {
+        {
+          std::lock_guard<std::mutex> lock(o.mu);
+          o.written = std::max(o.written, end);
+        }
+        o.cv.notify_all();
+      };
+      // The gradients are complete (the norm was read from them) and the weights unread until
+      // published: the copies need not wait for the compute stream, which is the next forward's.
+      step_pieces_on_host(grads, out, coef, adamw, step, publish, /*after_current=*/false);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(o.mu);
+      o.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(o.mu);
+      o.done = true;
+    }
+    o.cv.notify_all();
+  });
+  return clip;
+}
+
+void AdamW::wait_weights(int64_t flat_end) {
+  if (!overlap_) return;
+  Overlap& o = *overlap_;
+  bool failed = false;
+  {
+    std::unique_lock<std::mutex> lock(o.mu);
+    o.cv.wait(lock, [&] { return o.done || o.written >= flat_end; });
+    failed = o.error != nullptr;
+  }
+  if (failed) finish();  // rethrows the step's error
+}
+
+void AdamW::finish() {
+  if (!overlap_) return;
+  std::unique_ptr<Overlap> o = std::move(overlap_);
+  o->worker.join();
+  if (o->error) std::rethrow_exception(o->error);
+}
 
 AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, const LlamaParams& params, Device device)
     : config_(config), model_config_(model_config), device_(device) {
@@ -227,13 +305,14 @@ float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm, fl
 }
 
 float AdamW::step_flat(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale) {
+  finish();
   SEQPAR_CHECK(flat_, "AdamW::step_flat: the optimizer is per tensor (step)");
   SEQPAR_CHECK(grads.t.dtype() == DType::kF32, "AdamW::step_flat: f32 gradients, got {}", grads.t.str());
   ++step_;
   const float clip = clip_coefficient(total_norm, config_.clip);
   const float coef = clip * grad_unscale;
   if (place_.host) {
-    step_pieces_on_host(grads, out, coef);
+    step_pieces_on_host(grads, out, coef, config_.adamw, step_);
   } else {
     step_pieces_on_device(grads, out, coef);
   }
@@ -267,7 +346,8 @@ void AdamW::step_pieces_on_device(const FlatRef& grads, const FlatRef& out, floa
 }
 
 // The state in host memory: chunks of the pieces streamed through the staging (see the header).
-void AdamW::step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float coef) {
+void AdamW::step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float coef, const AdamWConfig& adamw,
+                                int64_t step, const std::function<void(int64_t)>& published, bool after_current) {
   const ShardLayout& L = place_.layout;
   struct Chunk {
     size_t k;
@@ -287,7 +367,7 @@ void AdamW::step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float 
     if (grads_on_host) return;
     const Chunk& c = chunks[i];
     const int b = static_cast<int>(i % 2);
-    s.in_ticket[b] = s.copies.copy(s.grad_in[b].rows(0, c.hi - c.lo), grads.range(L, c.k, c.lo, c.hi));
+    s.in_ticket[b] = s.copies.copy(s.grad_in[b].rows(0, c.hi - c.lo), grads.range(L, c.k, c.lo, c.hi), after_current);
   };
   if (!chunks.empty()) fetch(0);
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -296,7 +376,10 @@ void AdamW::step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float 
     const int64_t n = c.hi - c.lo;
     if (i + 1 < chunks.size()) fetch(i + 1);  // its buffer's previous chunk was consumed last iteration
     if (!grads_on_host) s.copies.host_wait(s.in_ticket[b]);
-    if (s.out_ticket[b] >= 0) s.copies.host_wait(s.out_ticket[b]);  // chunk i-2's weights have left
+    if (s.out_ticket[b] >= 0) {
+      s.copies.host_wait(s.out_ticket[b]);  // chunk i-2's weights have left
+      if (published) published(chunks[i - 2].hi);
+    }
     const Tensor g = grads_on_host ? grads.range(L, c.k, c.lo, c.hi) : s.grad_in[b].rows(0, n);
     Tensor m = FlatRef{m_shard_, false}.range(L, c.k, c.lo, c.hi),
            v = FlatRef{v_shard_, false}.range(L, c.k, c.lo, c.hi);
@@ -306,18 +389,20 @@ void AdamW::step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float 
     parallel_ranges(n, place_.threads, [&](int64_t a, int64_t e) {
       Tensor gi = g.rows(a, e), mi = m.rows(a, e), vi = v.rows(a, e);
       Tensor wi = w.rows(a, e);
-      adamw_step(wi, mi, vi, gi, config_.adamw, step_, coef);
+      adamw_step(wi, mi, vi, gi, adamw, step, coef);
       Tensor oi = out_on_host ? direct.rows(a, e) : staged.rows(a, e);
       cast(oi, wi);
     });
-    if (!out_on_host) s.out_ticket[b] = s.copies.copy(out.range(L, c.k, c.lo, c.hi), staged);
+    if (!out_on_host) s.out_ticket[b] = s.copies.copy(out.range(L, c.k, c.lo, c.hi), staged, after_current);
   }
   for (int b = 0; b < 2; ++b)
     if (s.out_ticket[b] >= 0) s.copies.host_wait(s.out_ticket[b]);
   for (int b = 0; b < 2; ++b) s.out_ticket[b] = s.in_ticket[b] = -1;
+  if (published) published(L.total);
 }
 
 void AdamW::write_weights(const FlatRef& out) {
+  finish();
   SEQPAR_CHECK(flat_ && has_master_, "AdamW::write_weights: a flat optimizer with master weights");
   const ShardLayout& L = place_.layout;
   for (size_t k = 0; k < L.regions.size(); ++k) {
@@ -336,6 +421,7 @@ void AdamW::write_weights(const FlatRef& out) {
 }
 
 AdamW::FullState AdamW::full_state(Communicator& comm, const LlamaConfig& model_config) {
+  finish();
   SEQPAR_CHECK(flat_, "AdamW::full_state: the optimizer is per tensor (its state is exp_avg() etc.)");
   const ShardLayout& L = place_.layout;
   FullState st;
@@ -363,6 +449,7 @@ AdamW::FullState AdamW::full_state(Communicator& comm, const LlamaConfig& model_
 }
 
 void AdamW::load_full_state(const LlamaParams& exp_avg, const LlamaParams& exp_avg_sq, const LlamaParams* master) {
+  finish();
   SEQPAR_CHECK(flat_, "AdamW::load_full_state: the optimizer is per tensor");
   SEQPAR_CHECK(!has_master_ || master != nullptr, "AdamW::load_full_state: the master weights are missing");
   const ShardLayout& L = place_.layout;

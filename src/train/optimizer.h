@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -75,6 +76,17 @@ class AdamW {
   // Flat: one step from `grads` (f32, this rank's pieces, on the device) clipped by the total norm;
   // the updated compute weights go to `out` (this rank's pieces; on the device or in host memory).
   float step_flat(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale = 1.f);
+  // Flat, offloaded, one whole layout (no ZeRO sharding), `out` on the model's device: step_flat's
+  // work on a thread of its own, so that the next step's forward runs meanwhile (DeepSpeed's
+  // offloaded step blocks instead). Returns the clip coefficient at once. The gradients must stay
+  // unchanged and `out` unread until the parts are written: wait_weights(end) blocks until the
+  // weights' buffer [0, end) holds the new weights (on the device, in flat_layout order, which is
+  // the forward's), finish() until the whole step is done. Every other call (a step, the state's
+  // reads and writes, the destructor) finishes it first. The same results bit for bit as step_flat.
+  float step_flat_overlapped(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale = 1.f);
+  bool overlappable(const FlatRef& out) const;
+  void wait_weights(int64_t flat_end);
+  void finish();
   // Flat, with master weights: writes the rounded master weights into `out` (after a load).
   void write_weights(const FlatRef& out);
 
@@ -113,7 +125,11 @@ class AdamW {
  private:
   struct Stream;
   void step_pieces_on_device(const FlatRef& grads, const FlatRef& out, float coef);
-  void step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float coef);
+  // published(end): the weights [0, end) of a whole layout are in `out` (an overlapped step's
+  // progress); after_current: the copies wait for the caller's current stream (CopyStream::copy).
+  void step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float coef, const AdamWConfig& adamw,
+                           int64_t step, const std::function<void(int64_t)>& published = {},
+                           bool after_current = true);
 
   OptimizerConfig config_;
   LlamaConfig model_config_;
@@ -128,6 +144,9 @@ class AdamW {
   OptimizerPlacement place_;
   Tensor m_shard_, v_shard_, master_shard_;
   std::unique_ptr<Stream> stream_;  // offload: the copy stream and staging buffers
+  // An overlapped step in flight: its thread, the weights written so far ([0, written_)), its error.
+  struct Overlap;
+  std::unique_ptr<Overlap> overlap_;
 };
 
 // offload_gradients: this rank's f32 gradient pieces in pinned host memory (n elements), zeroed by

@@ -89,6 +89,14 @@ TrainStep::TrainStep(Communicator& world, const MeshShape& shape, Device device,
     adamw_ = std::make_unique<AdamW>(mc, cfg.optimizer, initial, compute, device, place);
   }
   if (stage3) adamw_->write_weights(FlatRef{layer_weights_->store(), false});
+  // An overlapped update (apply_update) writes the weights in buffer order: each part of the next
+  // forward waits for its own.
+  if (offload && !stage3 && !sharded) {
+    const LlamaParams::FlatLayout at = LlamaParams::flat_layout(mc);
+    model_.set_weights_gate([this, at, layers = mc.num_layers](int64_t part) {
+      adamw_->wait_weights(part < 0 ? at.layers : part < layers ? at.layers + (part + 1) * at.layer_elems : at.total);
+    });
+  }
   // The attention kernels of this run: the process's policy, with attn_implementation's backend on
   // CUDA (the CPU has one attention).
   attention_policy_ = cfg.kernels.attention;
@@ -217,12 +225,17 @@ StepLoss TrainStep::forward_backward(const std::vector<SpBatch>& micro, Tensor* 
 
   std::vector<Prepared> ready;
   for (const SpBatch& b : micro) ready.push_back(prepare(b));
-  model_.zero_grads();
-  if (partition_grads_ && !host_grads_) grad_shard_.zero();  // (host pieces: overwritten by the first micro-batch)
   std::vector<PendingLoss> losses;
   for (size_t m = 0; m < micro.size(); ++m) {
     losses.push_back(model_.forward_pending(ready[m].batch, *ready[m].attention,
                                             m + 1 == micro.size() ? logits : nullptr));
+    if (m == 0) {
+      // The gradients are zeroed after the first forward, which an overlapped update of the step
+      // before runs beside (it reads the gradients until it is done).
+      adamw_->finish();
+      model_.zero_grads();
+      if (partition_grads_ && !host_grads_) grad_shard_.zero();  // (host pieces: overwritten by the first micro-batch)
+    }
     first_micro_ = m == 0;
     model_.backward(scaled_dloss);
   }
@@ -264,7 +277,8 @@ std::vector<int32_t> TrainStep::agree(const std::vector<int32_t>& flags) {
   return std::vector<int32_t>(p, p + t.numel());
 }
 
-void TrainStep::apply_update(float lr, double norm) {
+void TrainStep::apply_update(float lr, double norm, bool overlap) {
+  adamw_->finish();
   adamw_->set_lr(lr);
   const float unscale = static_cast<float>(1.0 / scaler_.scale());  // 1 without fp16
   if (!adamw_->flat()) {
@@ -280,7 +294,12 @@ void TrainStep::apply_update(float lr, double norm) {
   }
   LlamaParams& params = model_.params();
   SEQPAR_CHECK(params.all_in_flat(), "TrainStep: the weights in one buffer");
-  adamw_->step_flat(grads, FlatRef{params.flat, true}, norm, unscale);
+  const FlatRef out{params.flat, true};
+  if (overlap && adamw_->overlappable(out)) {
+    adamw_->step_flat_overlapped(grads, out, norm, unscale);
+    return;
+  }
+  adamw_->step_flat(grads, out, norm, unscale);
   // ZeRO: every rank's updated part to every rank (nothing to do when this rank updated all).
   if (adamw_->sharded())
     all_gather_region(world_, adamw_->layout(), 0, FlatRef{params.flat, true}, params.flat, device_);
@@ -306,6 +325,7 @@ void TrainStep::weights_restored() {
 }
 
 LlamaParams TrainStep::whole_weights() {
+  adamw_->finish();
   const LlamaConfig& mc = model_.config();
   LlamaParams out = LlamaParams::zeros(mc, DType::kF32, Device::cpu(), /*one_buffer=*/true);
   if (!layer_weights_) {

@@ -69,8 +69,11 @@ class TrainStep {
   double grad_norm();
   // Clip with `norm` (grad_norm's) and AdamW at `lr` on the unscaled gradients, then, under ZeRO,
   // the all-gather of the updated weights. The trainer calls it only when every rank agreed the
-  // step is finite.
-  void apply_update(float lr, double norm);
+  // step is finite. overlap: where the optimizer is offloaded and whole (no ZeRO sharding, no
+  // ZeRO-3), its host step runs on while the next step's forward starts (each layer waits for its
+  // new weights; the next backward for the whole update); finish_update() waits for it.
+  void apply_update(float lr, double norm, bool overlap = false);
+  void finish_update() { adamw_->finish(); }
   // fp16's loss scaler (train/loss_scaler.h; disabled, scale 1, otherwise). Every rank holds one and
   // updates it alike (the trainer agrees on the overflow first).
   LossScaler& loss_scaler() { return scaler_; }

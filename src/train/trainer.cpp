@@ -583,6 +583,7 @@ void Trainer::run_rank(JobRank& job) {
     }
     if (stop) break;
   }
+  rank.finish_update();  // (a stop by signal or evaluation may leave one in flight)
   if (profile_rank) {
     std::vector<ProfileEntry> profile = take_profile();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -701,7 +702,9 @@ Trainer::StepOutcome Trainer::step(TrainStep& rank, bool leader, int64_t step, b
   StepOutcome o;
   o.stop = agreed[2] != 0;
   // Never an update from NaN or inf; the update unscales with the scale the backward used.
-  if (!bad_loss && !bad_grads) rank.apply_update(lr_at(cfg_, step), norm);
+  // The offloaded optimizer's host step overlaps the next step's forward, except at the last step
+  // (which waits for its own: its time counts it, and the weights are final when it returns).
+  if (!bad_loss && !bad_grads) rank.apply_update(lr_at(cfg_, step), norm, /*overlap=*/step < s_->last_step);
   LossScaler& scaler = rank.loss_scaler();
   if (scaler.enabled() && !bad_loss) {
     o.scale = scaler.update(bad_grads);

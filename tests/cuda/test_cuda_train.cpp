@@ -214,6 +214,12 @@ namespace {
 // within the bf16 rule, on one rank and on two (all-gathers over the local transport), with
 // checkpointing (the recompute fetches the layer again) and clipping; and a stage-0 checkpoint resumed
 // under ZeRO-3 with both offloads.
+// The offloaded AdamW's host step overlapped with the compute stream (the weights copied up on the
+// copy stream, published part by part) gives the blocking step's bf16 weights and state bit for bit.
+TEST(CudaTrain, OverlappedOptimizerStepIsTheBlockingStep) {
+  testing::expect_overlapped_step_is_step_flat(Device::cuda(0));
+}
+
 TEST(CudaTrain, OffloadAndStage3TrainAlike) {
   for (const char* sp : {"--sp 1", "--sp 2"}) {
     SCOPED_TRACE(sp);
