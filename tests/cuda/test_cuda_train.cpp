@@ -212,7 +212,7 @@ namespace {
 // gathered per use; one rank: views of the store) and parameter offload (layers copied from pinned
 // host memory, the next one prefetched on a side stream) on the GPU: the curve of stage 0 on the GPU
 // within the bf16 rule, on one rank and on two (all-gathers over the local transport), with
-// checkpointing (the recompute fetches the layer again) and clipping; and a stage-0 checkpoint resumed
+// checkpointing (the recompute fetches the layer again), gradient offload and clipping; and a stage-0 checkpoint resumed
 // under ZeRO-3 with both offloads.
 // The offloaded AdamW's host step overlapped with the compute stream (the weights copied up on the
 // copy stream, published part by part) gives the blocking step's bf16 weights and state bit for bit.
@@ -228,7 +228,7 @@ TEST(CudaTrain, OffloadAndStage3TrainAlike) {
       const TrainRun plain = train(common + ckpt);
       for (const char* levers : {"--offload-optimizer cpu", "--zero-stage 3", "--zero-stage 3 --offload-param cpu",
                                  "--zero-stage 3 --offload-param cpu --offload-optimizer cpu",
-                                 "--zero-stage 2 --offload-optimizer cpu"})
+                                 "--zero-stage 2 --offload-optimizer cpu", "--offload-optimizer cpu --offload-gradients"})
         expect_same_curve(train(common + ckpt + " " + levers), plain, 2e-2, std::string(levers) + ckpt);
     }
     const std::string save = testing::temp_dir() + "/ckpt";
