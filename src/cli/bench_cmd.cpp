@@ -1,9 +1,10 @@
-// seqpar bench attention|sp-attention|train: JSON lines of timings, comparable with the PyTorch peers in
+// seqpar bench attention|sp-attention|train|host-adamw: JSON lines of timings, comparable with the PyTorch peers in
 // bench/peers/ (tools/gpu_check.sh runs both in one call and prints the ratios). The GEMM benchmark
 // and its autotune diagnostics are a diagnostic tool of their own: `seqpar-diag gemm` (bench/diag/).
 #include <memory>
 
 #include "cli/bench_attention.h"
+#include "cli/bench_host_adamw.h"
 #include "cli/bench_sp_attention.h"
 #include "cli/bench_train.h"
 #include "cli/commands.h"
@@ -35,6 +36,14 @@ void add_bench_command(CLI::App& app, int& rc) {
       "TFLOP/s per GPU, peak memory, per sequence length (bench/peers/hf_train_step.py is the transformers peer)");
   add_bench_train_options(*t, *tr);
   t->callback([tr, &rc] { rc = run_bench_train(*tr); });
+
+  auto ha = std::make_shared<BenchHostAdamWOptions>();
+  CLI::App* h = bench->add_subcommand(
+      "host-adamw",
+      "the offloaded optimizer step's CPU AdamW (f32 state in host memory, bf16 out) per thread count: step time, "
+      "elements/s, memory traffic (bench/peers/cpu_adam_step.py is DeepSpeed's CPU Adam)");
+  add_bench_host_adamw_options(*h, *ha);
+  h->callback([ha, &rc] { rc = run_bench_host_adamw(*ha); });
 }
 
 }  // namespace seqpar

@@ -534,6 +534,32 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
   }
 }
 
+void adamw_step_rounded(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, Tensor& rounded,
+                        const AdamWConfig& cfg, int64_t step, float grad_scale) {
+  const char* op = "adamw_step_rounded";
+  const Arg a_p{"param", param}, a_g{"grad", grad}, a_r{"rounded", rounded};
+  const Device dev = op_device(op, {a_p, a_g, a_r});
+  expect_shape(op, a_r, param.shape(), "param's shape");
+  expect_dtype(op, a_g, DType::kF32);
+  SEQPAR_CHECK(is_float_dtype(rounded.dtype()), "{}: rounded is {}, expected f32, bf16 or f16", op, rounded.str());
+  if (dev.is_cuda() || rounded.dtype() == DType::kF32) {  // the composition (a fused GPU kernel saves little)
+    adamw_step(param, m, v, grad, cfg, step, grad_scale);
+    cast(rounded, param);
+    return;
+  }
+  const Arg a_m{"m", m}, a_v{"v", v};
+  for (const Arg& a : {a_m, a_v, a_g}) expect_shape(op, a, param.shape(), "param's shape");
+  for (const Arg& a : {a_p, a_m, a_v}) expect_dtype(op, a, DType::kF32);
+  const cpu::AdamWScalars s =
+      cpu::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step, grad_scale);
+  ProfileScope prof(dev, __func__);
+  if (rounded.dtype() == DType::kBF16) {
+    cpu::adamw_step_rounded(f32(param), f32(m), f32(v), f32(grad), rounded.data<bf16>(), param.numel(), s);
+  } else {
+    cpu::adamw_step_rounded(f32(param), f32(m), f32(v), f32(grad), rounded.data<f16>(), param.numel(), s);
+  }
+}
+
 float clip_coefficient(double total_norm, double max_norm) {
   if (max_norm <= 0.0) return 1.f;
   SEQPAR_CHECK(!(total_norm < 0.0), "clip_coefficient: total_norm={} must be >= 0", total_norm);

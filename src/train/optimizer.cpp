@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/host_threads.h"
 
 namespace seqpar {
 
@@ -83,12 +84,13 @@ double host_sum_squares(const Tensor& x, int threads) {
 }
 
 // The offload's copy stream and its staging: two f32 gradient chunks in, two compute-dtype weight
-// chunks out, pinned.
+// chunks out, pinned; and the CPU threads that update each chunk.
 struct AdamW::Stream {
   CopyStream copies;
+  HostThreads threads;
   Tensor grad_in[2], weight_out[2];
   int64_t in_ticket[2] = {-1, -1}, out_ticket[2] = {-1, -1};
-  Stream(Device device, DType compute, int64_t chunk) : copies(device) {
+  Stream(Device device, DType compute, int64_t chunk, int threads) : copies(device), threads(threads) {
     Allocator& pinned = host_allocator_for(device, /*pinned=*/true);
     for (int b = 0; b < 2; ++b) {
       grad_in[b] = host_state(chunk, DType::kF32, pinned, "the optimizer's gradient staging");
@@ -203,7 +205,8 @@ AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, con
   m_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the AdamW first moments", fill_threads);
   v_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the AdamW second moments", fill_threads);
   SEQPAR_CHECK(place_.chunk >= 1 && place_.chunk <= kStreamChunk, "AdamW: chunk={}", place_.chunk);
-  if (place_.host) stream_ = std::make_unique<Stream>(device, compute, std::min(place_.chunk, L.shard_len));
+  if (place_.host)
+    stream_ = std::make_unique<Stream>(device, compute, std::min(place_.chunk, L.shard_len), place_.threads);
   if (!has_master_) return;
   master_shard_ = host_state(L.shard_len, DType::kF32, state_alloc, "the f32 master weights", fill_threads);
   const FlatRef master{master_shard_, false};
@@ -229,24 +232,11 @@ AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, con
     }
   };
   const int64_t n = static_cast<int64_t>(pieces.size());
-  if (!where.is_cpu() || fill_threads == 1) {
+  if (!where.is_cpu() || !stream_) {
     fill(0, n);
     return;
   }
-  std::vector<std::thread> pool;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(fill_threads));
-  const int64_t per = (n + fill_threads - 1) / fill_threads;
-  for (int t = 0; t < fill_threads && t * per < n; ++t)
-    pool.emplace_back([&, t] {
-      try {
-        fill(t * per, std::min(n, (t + 1) * per));
-      } catch (...) {
-        errors[static_cast<size_t>(t)] = std::current_exception();
-      }
-    });
-  for (std::thread& th : pool) th.join();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
+  stream_->threads.ranges(n, 1, fill);
 }
 
 LlamaParams& AdamW::weights(LlamaParams& params) {
@@ -334,10 +324,10 @@ void AdamW::step_pieces_on_device(const FlatRef& grads, const FlatRef& out, floa
       continue;
     }
     Tensor w = FlatRef{master_shard_, false}.range(L, k, lo, hi);
-    adamw_step(w, m, v, g, config_.adamw, step_, coef);
     if (o.device() == device_) {
-      cast(o, w);
+      adamw_step_rounded(w, m, v, g, o, config_.adamw, step_, coef);
     } else {
+      adamw_step(w, m, v, g, config_.adamw, step_, coef);
       Tensor tmp = Tensor::empty({hi - lo}, o.dtype(), device_);
       cast(tmp, w);
       o.copy_from(tmp);
@@ -386,19 +376,21 @@ void AdamW::step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float 
     Tensor w = FlatRef{master_shard_, false}.range(L, c.k, c.lo, c.hi);
     Tensor staged = s.weight_out[b].rows(0, n);
     Tensor direct = out_on_host ? out.range(L, c.k, c.lo, c.hi) : Tensor();
-    parallel_ranges(n, place_.threads, [&](int64_t a, int64_t e) {
-      Tensor gi = g.rows(a, e), mi = m.rows(a, e), vi = v.rows(a, e);
-      Tensor wi = w.rows(a, e);
-      adamw_step(wi, mi, vi, gi, adamw, step, coef);
-      Tensor oi = out_on_host ? direct.rows(a, e) : staged.rows(a, e);
-      cast(oi, wi);
-    });
+    host_adamw_chunk(s.threads, w, m, v, g, out_on_host ? direct : staged, adamw, step, coef);
     if (!out_on_host) s.out_ticket[b] = s.copies.copy(out.range(L, c.k, c.lo, c.hi), staged, after_current);
   }
   for (int b = 0; b < 2; ++b)
     if (s.out_ticket[b] >= 0) s.copies.host_wait(s.out_ticket[b]);
   for (int b = 0; b < 2; ++b) s.out_ticket[b] = s.in_ticket[b] = -1;
   if (published) published(L.total);
+}
+
+void host_adamw_chunk(HostThreads& threads, const Tensor& w, const Tensor& m, const Tensor& v, const Tensor& g,
+                      const Tensor& rounded, const AdamWConfig& adamw, int64_t step, float coef) {
+  threads.ranges(w.numel(), LlamaParams::kFlatAlign, [&](int64_t a, int64_t e) {
+    Tensor wi = w.rows(a, e), mi = m.rows(a, e), vi = v.rows(a, e), oi = rounded.rows(a, e);
+    adamw_step_rounded(wi, mi, vi, g.rows(a, e), oi, adamw, step, coef);
+  });
 }
 
 void AdamW::write_weights(const FlatRef& out) {

@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "comm/communicator.h"
+#include "core/host_threads.h"
 #include "core/offload.h"
 #include "kernels/ops.h"
 #include "model/llama.h"
@@ -152,6 +153,11 @@ class AdamW {
 // offload_gradients: this rank's f32 gradient pieces in pinned host memory (n elements), zeroed by
 // `threads` threads; an InputError naming the setting when the allocation fails.
 Tensor host_gradient_buffer(int64_t n, Device device, int threads);
+// The offloaded step's CPU work on one staged chunk (what `seqpar bench host-adamw` times): AdamW
+// on the f32 master weights w, moments m, v and gradients g (host tensors of one length), the
+// updated weights rounded into `rounded`, cut over the threads in kFlatAlign-aligned ranges.
+void host_adamw_chunk(HostThreads& threads, const Tensor& w, const Tensor& m, const Tensor& v, const Tensor& g,
+                      const Tensor& rounded, const AdamWConfig& adamw, int64_t step, float coef);
 // Σ x² of a flat f32 host tensor over `threads` ranges (double partial sums added in range order:
 // the same result for the same thread count).
 double host_sum_squares(const Tensor& x, int threads);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -91,6 +92,59 @@ TEST(AdamW, Bf16GradientsActLikeTheirF32Values) {
   EXPECT_EQ(p1, p2);
   EXPECT_EQ(m1, m2);
   EXPECT_EQ(v1, v2);
+}
+
+// The vectorised loop (the best instruction set's clone on this machine) against one element at a
+// time in torch's order, compiled here without the clones: the same bits, as the header promises
+// for every instruction set. Both lerp branches (beta1 above and below 0.5), a length that is no
+// multiple of any vector width, values that round to bf16 and f16 ties, infinities, NaN and -0.
+TEST(AdamW, VectorisedLoopAndRoundingAreTheScalarOrderBitForBit) {
+  const int64_t n = 1037;
+  for (const float beta1 : {0.9f, 0.3f}) {
+    std::vector<float> p = random_floats(n, 7, -4.f, 4.f), m = random_floats(n, 8, -0.1f, 0.1f),
+                       v = random_floats(n, 9, 0.f, 0.01f), g = random_floats(n, 10, -2.f, 2.f);
+    p[3] = INFINITY;
+    p[4] = -0.f;
+    g[5] = NAN;
+    p[6] = 1.00390625f;  // 1 + 2^-8: a bf16 tie that rounds down to even
+    p[7] = 1.01171875f;  // 1 + 3 * 2^-8: a bf16 tie that rounds up to even
+    for (int i : {6, 7}) g[i] = m[i] = v[i] = 0.f;  // unchanged by the step
+    const cpu::AdamWScalars s = cpu::adamw_scalars(1e-3f, beta1, 0.95f, 1e-8f, 0.f, 2, 0.5f);
+    std::vector<float> rp = p, rm = m, rv = v;
+    for (int64_t i = 0; i < n; i++) {  // adamw.h's order of operations, one element at a time
+      const float gi = g[i] * s.grad_scale;
+      float pi = rp[i] * s.decay;
+      const float w = s.one_minus_beta1;
+      const float mi = std::fabs(w) < 0.5f ? rm[i] + w * (gi - rm[i]) : gi - (gi - rm[i]) * (1.0f - w);
+      float vi = rv[i] * s.beta2;
+      vi = vi + s.one_minus_beta2 * gi * gi;
+      const float denom = std::sqrt(vi) / s.bias_correction2_sqrt + s.eps;
+      pi = pi + s.neg_step_size * mi / denom;
+      rp[i] = pi;
+      rm[i] = mi;
+      rv[i] = vi;
+    }
+    std::vector<float> p1 = p, m1 = m, v1 = v, p2 = p, m2 = m, v2 = v, p3 = p, m3 = m, v3 = v;
+    std::vector<bf16> b(n);
+    std::vector<f16> h(n);
+    cpu::adamw_step(p1.data(), m1.data(), v1.data(), g.data(), n, s);
+    cpu::adamw_step_rounded(p2.data(), m2.data(), v2.data(), g.data(), b.data(), n, s);
+    cpu::adamw_step_rounded(p3.data(), m3.data(), v3.data(), g.data(), h.data(), n, s);
+    auto bits = [](const std::vector<float>& x) {
+      std::vector<uint32_t> u(x.size());
+      std::memcpy(u.data(), x.data(), 4 * x.size());
+      return u;
+    };
+    for (const auto* out : {&p1, &p2, &p3}) EXPECT_EQ(bits(*out), bits(rp)) << "beta1 " << beta1;
+    for (const auto* out : {&m1, &m2, &m3}) EXPECT_EQ(bits(*out), bits(rm)) << "beta1 " << beta1;
+    for (const auto* out : {&v1, &v2, &v3}) EXPECT_EQ(bits(*out), bits(rv)) << "beta1 " << beta1;
+    for (int64_t i = 0; i < n; i++) {
+      ASSERT_EQ(b[i].bits, f32_to_bf16(rp[i]).bits) << "bf16 i=" << i << " p=" << rp[i];
+      ASSERT_EQ(h[i].bits, f32_to_f16(rp[i]).bits) << "f16 i=" << i << " p=" << rp[i];
+    }
+    EXPECT_TRUE(std::isnan(rp[5]));  // the NaN gradient's parameter went NaN and stayed NaN in bf16
+    EXPECT_EQ(b[5].bits & 0x7f80u, 0x7f80u);
+  }
 }
 
 TEST(AdamW, RejectsInvalidHyperparameters) {

@@ -36,11 +36,21 @@ AdamWScalars adamw_scalars(float lr, float beta1, float beta2, float eps, float 
 //   p  = p + (-step_size * m) / denom             param.addcdiv_(exp_avg, denom, value=-step_size)
 // torch's lerp is w < 0.5 ? a + w (b - a) : b - (b - a)(1 - w). torch's vectorized CPU loops
 // fuse some of these multiply-adds, so agreement with torch is to an ulp, not bit for bit.
+// Vectorised for the best of AVX-512, AVX2 and SSE2 the CPU has (chosen when the program loads),
+// compiled without contracted multiply-adds, so every instruction set gives the same bits.
 template <typename Grad>
 void adamw_step(float* param,      // (n) updated
                 float* m,          // (n) first moment, updated
                 float* v,          // (n) second moment, updated
                 const Grad* grad,  // (n) float, bf16 or f16
                 int64_t n, const AdamWScalars& s);
+
+// adamw_step on f32 gradients, each updated parameter also rounded (to nearest even) into
+// `rounded` (bf16 or f16) in the same pass: the parameters are read once, not once more by a cast
+// (the offloaded step's host loop, which hands the compute weights back to the GPU). Bit for bit
+// adamw_step followed by cast.
+template <typename Out>
+void adamw_step_rounded(float* param, float* m, float* v, const float* grad, Out* rounded, int64_t n,
+                        const AdamWScalars& s);
 
 }  // namespace seqpar::cpu
