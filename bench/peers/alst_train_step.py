@@ -137,6 +137,7 @@ def main():
                     device="cuda:0", torch=torch.__version__, transformers=transformers.__version__,
                     deepspeed=deepspeed.__version__)
         engine = None
+        t_setup = time.perf_counter()
         try:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -153,7 +154,8 @@ def main():
                                               config=ds_config(args))
             g = torch.Generator(device="cuda").manual_seed(S)
             times, loss = [], None
-            for _ in range(args.steps):
+            print(f"alst {S} tokens: set up in {time.perf_counter() - t_setup:.1f} s", file=sys.stderr, flush=True)
+            for step in range(args.steps):
                 ids = torch.randint(0, cfg["vocab_size"], (args.micro_batch, S), device="cuda", generator=g)
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
@@ -165,6 +167,9 @@ def main():
                 engine.step()
                 torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
+                # Progress (stderr): a command cut off by its time limit still shows the steps it ran.
+                print(f"alst {S} tokens: step {step + 1}/{args.steps} {times[-1] * 1e3:.1f} ms, GPU peak "
+                      f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB", file=sys.stderr, flush=True)
             secs = statistics.median(times[1:]) if len(times) > 1 else times[0]
             line.update(step_ms=secs * 1e3, tokens_per_s_per_gpu=S * args.micro_batch / secs,
                         tflops_per_gpu=step_flops(cfg, S, args.micro_batch) / secs / 1e12,

@@ -239,6 +239,11 @@ void attn_merge(Tensor& out_acc, Tensor& lse_acc, const Tensor& out_part, const 
                               lse_part.data<float>(), T, H, D);
 }
 
+void Attention::restore_inputs(AttentionContext& /*ctx*/, const Tensor& /*q*/, const Tensor& /*k*/,
+                               const Tensor& /*v*/) {
+  SEQPAR_CHECK(false, "Attention::restore_inputs: this implementation released no inputs");
+}
+
 // ---- LocalAttention -----------------------------------------------------------------------
 
 namespace {
@@ -270,9 +275,36 @@ std::unique_ptr<AttentionContext> LocalAttention::forward(const Tensor& q, const
   return ctx;
 }
 
-void LocalAttention::backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
+namespace {
+
+LocalAttentionContext& local_context(AttentionContext& ctx, const char* what) {
   auto* c = dynamic_cast<LocalAttentionContext*>(&ctx);
-  SEQPAR_CHECK(c != nullptr, "LocalAttention::backward got a context made by another Attention implementation");
+  SEQPAR_CHECK(c != nullptr, "LocalAttention::{} got a context made by another Attention implementation", what);
+  return *c;
+}
+
+}  // namespace
+
+bool LocalAttention::release_inputs(AttentionContext& ctx) {
+  LocalAttentionContext& c = local_context(ctx, "release_inputs");
+  c.q = c.k = c.v = Tensor();
+  return true;
+}
+
+void LocalAttention::restore_inputs(AttentionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
+  LocalAttentionContext& c = local_context(ctx, "restore_inputs");
+  SEQPAR_CHECK(!c.q.defined(), "LocalAttention::restore_inputs: the context still holds its inputs");
+  SEQPAR_CHECK(q.shape() == c.out.shape() && k.shape() == v.shape() && k.dim(0) == q.dim(0),
+               "LocalAttention::restore_inputs: q {}, k {}, v {} for an output {}", q.str(), k.str(), v.str(),
+               c.out.str());
+  c.q = q;
+  c.k = k;
+  c.v = v;
+}
+
+void LocalAttention::backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
+  LocalAttentionContext* c = &local_context(ctx, "backward");
+  SEQPAR_CHECK(c->q.defined(), "LocalAttention::backward: the context's inputs were released and not restored");
   // The Attention interface writes (=); one key block, so attn_backward writes directly.
   attn_backward(dq, dk, dv, dout, c->q, c->k, c->v, c->out, c->lse, AttnArgs{meta_, meta_, causal_, c->scale, policy_, nullptr, c->window},
                 GradMode::kWrite);

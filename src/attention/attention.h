@@ -114,6 +114,14 @@ class Attention {
                                                     float scale, int32_t window = 0) = 0;
   // dq [T, H, D], dk/dv [T, Hkv, D] (=).
   virtual void backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) = 0;
+  // For a caller that keeps a context from forward to backward and can make forward's q, k, v
+  // again more cheaply than their memory is worth (a checkpointed layer keeping its attention: the
+  // projections are O(tokens), attention O(tokens^2)): release_inputs drops the context's hold on
+  // them and says whether it did; restore_inputs hands back the same values before backward. An
+  // implementation that keeps them in a layout of its own (sequence parallelism's gathered heads)
+  // drops nothing and returns false.
+  virtual bool release_inputs(AttentionContext& /*ctx*/) { return false; }
+  virtual void restore_inputs(AttentionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v);
   // Moves what the calls will read on `device` there ahead of them (prepare_token_meta).
   virtual void prepare(Device device) = 0;
 };
@@ -127,6 +135,8 @@ class LocalAttention final : public Attention {
   std::unique_ptr<AttentionContext> forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                                             float scale, int32_t window = 0) override;
   void backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override;
+  bool release_inputs(AttentionContext& ctx) override;
+  void restore_inputs(AttentionContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) override;
   void prepare(Device device) override { prepare_token_meta(meta_, device); }
 
  private:

@@ -183,6 +183,7 @@ struct LlamaModel::LayerActs {
   Tensor rstd_q, rstd_k;  // [T*H], [T*Hkv] f32      the q/k norms' rstd (qk_norm)
   Tensor attn_out;  // [T, H, D]
   std::unique_ptr<AttentionContext> attn_ctx;
+  bool attn_inputs_released = false;  // attn_ctx's q, k, v dropped (Attention::release_inputs)
   Tensor x_mid;  // [T, C]  residual after attention
   Tensor rstd2;  // [T]
   Tensor mean2;  // [T]     (LayerNorm)
@@ -336,21 +337,34 @@ Tensor LlamaModel::layer_forward(int64_t l, const Tensor& x, LayerActs& s) {
   return mlp_half(l, s, /*want_output=*/true);
 }
 
-// rstd1, xn1 = input_layernorm(x_in); then, unless `norm_only`, q/k/v projections, RoPE and
-// attention into attn_out and attn_ctx.
-void LlamaModel::attention_half(int64_t l, LayerActs& s, bool norm_only) {
+// rstd1, xn1 = input_layernorm(x_in); then q/k/v projections, RoPE and attention into attn_out and
+// attn_ctx.
+void LlamaModel::attention_half(int64_t l, LayerActs& s) {
+  input_norm(l, s);
+  Tensor q, k, v;
+  project_qkv(l, s, q, k, v);
+  const float scale = 1.f / std::sqrt(static_cast<float>(config_.head_dim));
+  s.attn_out = Tensor::empty(q.shape(), dtype_, device_);
+  s.attn_ctx = acts_->attention->forward(q, k, v, s.attn_out, scale, config_.layer_window(l));
+}
+
+void LlamaModel::input_norm(int64_t l, LayerActs& s) {
+  const LlamaLayerParams& P = layer_params(l);
+  s.xn1 = Tensor::empty({s.x_in.dim(0), config_.hidden_size}, dtype_, device_);
+  norm_forward(s.xn1, s.rstd1, s.mean1, s.x_in, P.input_norm, P.input_norm_bias);
+}
+
+// q [T, H, D], k, v [T, Hkv, D] from xn1: the projections (and their biases), Qwen3's head norms
+// (their inputs and rstd kept in s) and RoPE.
+void LlamaModel::project_qkv(int64_t l, LayerActs& s, Tensor& q, Tensor& k, Tensor& v) {
   const LlamaConfig& c = config_;
-  const int64_t T = s.x_in.dim(0), C = c.hidden_size;
+  const int64_t T = s.x_in.dim(0);
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const DType act = dtype_;
   const LlamaLayerParams& P = layer_params(l);
-  s.xn1 = Tensor::empty({T, C}, act, device_);
-  norm_forward(s.xn1, s.rstd1, s.mean1, s.x_in, P.input_norm, P.input_norm_bias);
-  if (norm_only) return;
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  Tensor q = Tensor::empty({T, H * D}, act, device_);
-  Tensor k = Tensor::empty({T, Hkv * D}, act, device_);
-  Tensor v = Tensor::empty({T, Hkv * D}, act, device_);
+  q = Tensor::empty({T, H * D}, act, device_);
+  k = Tensor::empty({T, Hkv * D}, act, device_);
+  v = Tensor::empty({T, Hkv * D}, act, device_);
   linear_forward(q, s.xn1, P.q_proj);
   linear_forward(k, s.xn1, P.k_proj);
   linear_forward(v, s.xn1, P.v_proj);
@@ -372,8 +386,6 @@ void LlamaModel::attention_half(int64_t l, LayerActs& s, bool norm_only) {
     rope_forward(q, acts_->batch.position_ids, acts_->inv_freq, rope_scale_);
     rope_forward(k, acts_->batch.position_ids, acts_->inv_freq, rope_scale_);
   }
-  s.attn_out = Tensor::empty({T, H, D}, act, device_);
-  s.attn_ctx = acts_->attention->forward(q, k, v, s.attn_out, scale, config_.layer_window(l));
 }
 
 // From attn_out: x_mid = x_in + attn_out @ Wo^T, rstd2, xn2 = post_attention_layernorm(x_mid), and
@@ -416,11 +428,21 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
 
 // What forward dropped of a checkpointed layer, for its backward: everything from x_in (attention
 // and its communication included), or, when forward kept the attention (attn_out and attn_ctx),
-// only the norms, the output projection's residual and the MLP. The layer's output is not
-// recomputed (backward does not read it).
+// only the norms, the output projection's residual and the MLP, and the q/k/v projections when
+// the context released them (they go back into it, the same values as forward's). The layer's
+// output is not recomputed (backward does not read it).
 void LlamaModel::recompute_layer(int64_t l, LayerActs& s) {
-  const bool kept_attention = s.attn_ctx != nullptr;
-  attention_half(l, s, /*norm_only=*/kept_attention);
+  if (s.attn_ctx == nullptr) {
+    attention_half(l, s);
+  } else {
+    input_norm(l, s);
+    if (s.attn_inputs_released) {
+      Tensor q, k, v;
+      project_qkv(l, s, q, k, v);
+      acts_->attention->restore_inputs(*s.attn_ctx, q, k, v);
+      s.attn_inputs_released = false;
+    }
+  }
   mlp_half(l, s, /*want_output=*/false);
 }
 
@@ -605,11 +627,15 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
       if (policy_ == ActivationPolicy::kCheckpointKeepAttention) {
         kept.attn_out = std::move(s.attn_out);
         kept.attn_ctx = std::move(s.attn_ctx);
-        // The q/k norms' inputs too (O(tokens)): backward does not recompute the projections.
-        kept.q_raw = std::move(s.q_raw);
-        kept.k_raw = std::move(s.k_raw);
-        kept.rstd_q = std::move(s.rstd_q);
-        kept.rstd_k = std::move(s.rstd_k);
+        // Where the attention lets go of q, k, v (one rank's), backward projects them again: the
+        // layer keeps its attention's output and LSE only. Else the q/k norms' inputs stay too.
+        kept.attn_inputs_released = a.attention->release_inputs(*kept.attn_ctx);
+        if (!kept.attn_inputs_released) {
+          kept.q_raw = std::move(s.q_raw);
+          kept.k_raw = std::move(s.k_raw);
+          kept.rstd_q = std::move(s.rstd_q);
+          kept.rstd_k = std::move(s.rstd_k);
+        }
       }
       s = std::move(kept);
       if (place(l) == InputPlace::kHost) s.x_in_host = offload_->put(std::exchange(s.x_in, Tensor()));

@@ -157,9 +157,10 @@ class LlamaModel {
   // What forward keeps of each decoder layer for backward: everything (kKeep); only the layer's
   // input (kCheckpoint: backward recomputes the layer's forward, attention and its communication
   // included, then runs its backward); or the input and the attention's output and context
-  // (kCheckpointKeepAttention: q, k, v, out and the LSE stay, O(tokens) like the input; backward
-  // recomputes the norms, the output projection's residual and the MLP, not the q/k/v projections,
-  // RoPE, attention or its communication). The same gradients each way; less memory, more time.
+  // (kCheckpointKeepAttention: the attention's output and LSE stay, O(tokens) like the input, and
+  // with sequence parallelism its context whole; backward recomputes the norms, the q/k/v
+  // projections and RoPE of one rank's attention, the output projection's residual and the MLP, not
+  // attention or its communication). The same gradients each way; less memory, more time.
   enum class ActivationPolicy { kKeep, kCheckpoint, kCheckpointKeepAttention };
   // The policy of the training options --activation-checkpointing and --checkpoint-keep-attention;
   // keep_attention without checkpointing is an InputError.
@@ -230,7 +231,9 @@ class LlamaModel {
   struct LayerActs;
   struct Acts;
   Tensor layer_forward(int64_t l, const Tensor& x, LayerActs& s);
-  void attention_half(int64_t l, LayerActs& s, bool norm_only = false);
+  void attention_half(int64_t l, LayerActs& s);
+  void input_norm(int64_t l, LayerActs& s);
+  void project_qkv(int64_t l, LayerActs& s, Tensor& q, Tensor& k, Tensor& v);
   Tensor mlp_half(int64_t l, LayerActs& s, bool want_output);
   void recompute_layer(int64_t l, LayerActs& s);
   Tensor embed(const LlamaBatch& batch);

@@ -474,9 +474,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t qk_norm = m.qk_norm ? a * (H + Hkv) * D + 4 * (H + Hkv) : 0;
   // x_in, rstd1 (mean1), xn1, ctx, attn_out, x_mid, rstd2 (mean2), xn2, MLP.
   const int64_t full = a * C + norm_stats + a * C + ctx + a * H * D + a * C + norm_stats + a * C + mlp_kept + qk_norm;
+  // Keeping attention: one rank's keeps its output and f32 LSE (backward projects q, k, v again,
+  // LocalAttention::release_inputs); sequence parallelism its context whole and the q/k norms' inputs.
+  const int64_t kept_attention = in.sp == 1 ? a * H * D + 4 * H : ctx + a * H * D + qk_norm;
   int64_t kept = full;
-  if (in.memory.activation_checkpointing)
-    kept = in.memory.checkpoint_keep_attention ? a * C + ctx + a * H * D + qk_norm : a * C;
+  if (in.memory.activation_checkpointing) kept = a * C + (in.memory.checkpoint_keep_attention ? kept_attention : 0);
   p.kept_per_token_layer = kept;
   p.sp_buffers = std::max(sp_fwd.peak - sp_fwd.ctx, sp_bwd) * T;
   // The layers' inputs by where they wait (count_inputs); the rest of what each layer keeps stays on

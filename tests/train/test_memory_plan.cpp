@@ -190,7 +190,8 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
   }
 }
 
-// The same figures measured on an H200 (bench/NOTES.md, 2026-11-29: Llama-3.2-1B sized, one GPU):
+// The same figures measured on an H200 (bench/NOTES.md, 2026-11-29, and the keep-attention point
+// 2026-12-04 seventeenth session, since it keeps the output and LSE only: Llama-3.2-1B sized, one GPU):
 // the plan of each within 5% (they are the reference the docs quote).
 TEST(MemoryPlan, MatchesTheH200Measurements) {
   struct Case {
@@ -201,7 +202,7 @@ TEST(MemoryPlan, MatchesTheH200Measurements) {
   };
   for (const Case& c : {Case{8192, false, false, 0, 34.02}, Case{32768, false, false, 0, 73.85},
                         Case{8192, true, false, 4096, 24.28}, Case{32768, true, false, 4096, 27.19},
-                        Case{32768, true, true, 4096, 31.94}}) {
+                        Case{32768, true, true, 4096, 28.62}}) {
     MemoryPlanInput in;
     in.model = llama_preset("llama-3.2-1b");
     in.seq_len = c.S;
