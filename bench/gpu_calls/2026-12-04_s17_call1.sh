@@ -10,8 +10,7 @@ set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
 build_gpu $OUT seqpar test_cuda
-pip install --no-index --no-deps --target /tmp/site .devtmp/whl/*.whl > $OUT/pip.log 2>&1 || tail -3 $OUT/pip.log
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0
+peer_env $OUT
 t=$SECONDS
 timeout 200 $B/seqpar bench train --preset llama-3.1-8b --seq-lens 131072 --activation-checkpointing \
   --checkpoint-keep-attention --tiled-mlp-tokens 8192 --tiled-loss-tokens 8192 --offload-optimizer cpu \

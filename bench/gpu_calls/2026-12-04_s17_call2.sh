@@ -7,8 +7,7 @@ set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
 build_gpu $OUT seqpar
-pip install --no-index --no-deps --target /tmp/site .devtmp/whl/*.whl > $OUT/pip.log 2>&1 || tail -3 $OUT/pip.log
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0
+peer_env $OUT
 t=$SECONDS
 timeout 335 python3 bench/peers/alst_train_step.py --preset llama-3.1-8b --seq-lens 131072 --zero3-offload \
   --offload-ratio 0.3 --attn sdpa --steps 2 --out $OUT/train.jsonl > $OUT/alst8b.log 2>&1

@@ -11,3 +11,9 @@ build_gpu() {
       -DUTF8PROC_LIBRARY=$u/libutf8proc.a && cmake --build $B -j 16 --target "$@"; } > $out/build.log 2>&1 \
     && echo "build ok $SECONDS s" || { echo "BUILD FAILED"; grep -E "error" $out/build.log | head -30; exit 1; }
 }
+# peer_env OUT: installs the carried peer wheels (.devtmp/whl: DeepSpeed, liger-kernel, hjson, pydantic)
+# into /tmp/site and puts them on the path of the python3 the peers run under.
+peer_env() {
+  pip install --no-index --no-deps --target /tmp/site .devtmp/whl/*.whl > $1/pip.log 2>&1 || tail -3 $1/pip.log
+  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0
+}

@@ -258,6 +258,12 @@ class LocalAttentionContext final : public AttentionContext {
   int32_t window = 0;
 };
 
+LocalAttentionContext& local_context(AttentionContext& ctx, const char* what) {
+  auto* c = dynamic_cast<LocalAttentionContext*>(&ctx);
+  SEQPAR_CHECK(c != nullptr, "LocalAttention::{} got a context made by another Attention implementation", what);
+  return *c;
+}
+
 }  // namespace
 
 std::unique_ptr<AttentionContext> LocalAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -274,16 +280,6 @@ std::unique_ptr<AttentionContext> LocalAttention::forward(const Tensor& q, const
   ctx->window = window;
   return ctx;
 }
-
-namespace {
-
-LocalAttentionContext& local_context(AttentionContext& ctx, const char* what) {
-  auto* c = dynamic_cast<LocalAttentionContext*>(&ctx);
-  SEQPAR_CHECK(c != nullptr, "LocalAttention::{} got a context made by another Attention implementation", what);
-  return *c;
-}
-
-}  // namespace
 
 bool LocalAttention::release_inputs(AttentionContext& ctx) {
   LocalAttentionContext& c = local_context(ctx, "release_inputs");
@@ -303,10 +299,10 @@ void LocalAttention::restore_inputs(AttentionContext& ctx, const Tensor& q, cons
 }
 
 void LocalAttention::backward(AttentionContext& ctx, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
-  LocalAttentionContext* c = &local_context(ctx, "backward");
-  SEQPAR_CHECK(c->q.defined(), "LocalAttention::backward: the context's inputs were released and not restored");
+  const LocalAttentionContext& c = local_context(ctx, "backward");
+  SEQPAR_CHECK(c.q.defined(), "LocalAttention::backward: the context's inputs were released and not restored");
   // The Attention interface writes (=); one key block, so attn_backward writes directly.
-  attn_backward(dq, dk, dv, dout, c->q, c->k, c->v, c->out, c->lse, AttnArgs{meta_, meta_, causal_, c->scale, policy_, nullptr, c->window},
+  attn_backward(dq, dk, dv, dout, c.q, c.k, c.v, c.out, c.lse, AttnArgs{meta_, meta_, causal_, c.scale, policy_, nullptr, c.window},
                 GradMode::kWrite);
 }
 
