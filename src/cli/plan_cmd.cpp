@@ -108,6 +108,8 @@ void run(PlanArgs& a) {
     if (!a.json) std::printf("checkpoint placement chosen: --checkpoint-placement %s\n", in.memory.checkpoint_placement.c_str());
   }
   const MemoryPlan p = plan_memory(in);
+  // The CPU backend's device memory is the host's: its peak is held against the host's share per rank.
+  const int64_t device_capacity = in.cuda ? capacity : host_capacity;
   if (!a.json) {
     if (a.longest)
       std::printf(
@@ -117,7 +119,7 @@ void run(PlanArgs& a) {
           static_cast<long long>(p.tokens_per_rank));
     if (a.choose_levers) std::printf("levers chosen: %s\n", chose.c_str());
     std::printf("host memory limit: %s\n", host_source.c_str());
-    std::fputs(format_memory_plan(in, p, in.cuda ? capacity : 0, host_capacity).c_str(), stdout);
+    std::fputs(format_memory_plan(in, p, device_capacity, host_capacity).c_str(), stdout);
     return;
   }
   nlohmann::ordered_json j = {{"seq_len", in.seq_len},
@@ -127,7 +129,7 @@ void run(PlanArgs& a) {
                               {"peak_bytes", p.peak_bytes},
                               {"peak_gib", static_cast<double>(p.peak_bytes) / (1ll << 30)},
                               {"peak_phase", p.peak_phase},
-                              {"fits", !in.cuda || p.peak_bytes <= capacity},
+                              {"fits", device_capacity <= 0 || p.peak_bytes <= device_capacity},
                               {"sp_buffer_bytes", p.sp_buffers},
                               {"host_offload_bytes", p.host_offload_bytes},
                               {"host_bytes", p.host_bytes},

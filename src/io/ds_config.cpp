@@ -497,11 +497,13 @@ DsConfig parse_ds_config(const std::string& json_text, const std::string& source
   } catch (const json::exception& e) {
     p.add(fmt::format("{}: not valid JSON: {}{}", source, e.what(), not_json_advice(json_text)));
     if (!collect) p.raise();
+    c.readable = false;
     return c;
   }
   if (!root.is_object()) {
     p.add(fmt::format("{}: a DeepSpeed config must be a JSON object, got {}", source, describe(root)));
     if (!collect) p.raise();
+    c.readable = false;
     return c;
   }
   const ConfigKeys keys = json_keys(root);
@@ -509,6 +511,7 @@ DsConfig parse_ds_config(const std::string& json_text, const std::string& source
   if (kind != ConfigKind::kDeepSpeed && !(kind == ConfigKind::kUnknown && keys.keys.empty())) {
     p.add(fmt::format("{}: not a DeepSpeed config: {}", source, config_kind_advice(kind, keys)));
     if (!collect) p.raise();
+    c.readable = false;
     return c;
   }
   c.uses_auto = contains_auto(root);
@@ -558,6 +561,7 @@ DsConfig load_ds_config(const std::string& path, Problems* problems) {
     problems->add(e.what());
     DsConfig c;
     c.source = path;
+    c.readable = false;
     return c;
   }
   return parse_ds_config(text, path, problems);

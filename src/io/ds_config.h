@@ -56,6 +56,9 @@ struct DsScheduler {
 
 struct DsConfig {
   std::string source;  // the path (or name) the text came from, as given
+  // False when the text is not a DeepSpeed JSON object (a problem says why): nothing was read, and
+  // no rule of DeepSpeed's applies to it.
+  bool readable = true;
 
   DsValue<int64_t> train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
   DsValue<int64_t> sequence_parallel_size;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 
@@ -103,6 +104,13 @@ void expect_same_or_disjoint(const char* op, const Arg& out, const Arg& in) {
                in.name, in.t.str(), in.name);
 }
 
+// out may share no memory with any of others.
+void expect_disjoint(const char* op, const Arg& out, std::initializer_list<Arg> others) {
+  for (const Arg& a : others)
+    SEQPAR_CHECK(!overlaps(out.t, a.t), "{}: {} {} shares memory with {} {}", op, out.name, out.t.str(), a.name,
+                 a.t.str());
+}
+
 float* f32(const Tensor& t) { return t.data<float>(); }
 int32_t* i32(const Tensor& t) { return t.data<int32_t>(); }
 
@@ -160,7 +168,7 @@ void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor&
 }
 
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                      const Tensor& rstd) {
+                      const Tensor& rstd, bool accumulate) {
   const char* op = "rmsnorm_backward";
   const Arg a_dinp{"dinp", dinp}, a_dw{"dweight", dweight}, a_dout{"dout", dout}, a_inp{"inp", inp},
       a_w{"weight", weight}, a_rstd{"rstd", rstd};
@@ -174,9 +182,10 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
   expect_shape(op, a_rstd, {T}, "[T]");
   expect_dtype(op, a_rstd, DType::kF32);
   expect_float(op, dev, {a_dinp, a_dw, a_dout, a_inp, a_w});
+  if (accumulate) expect_disjoint(op, a_dinp, {a_dout, a_inp, a_w, a_rstd, a_dw});
   ProfileScope prof(dev, __func__);
-  SEQPAR_DISPATCH_CUDA(dev, rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd));
-  cpu::rmsnorm_backward(f32(dinp), f32(dweight), f32(dout), f32(inp), f32(weight), f32(rstd), T, C);
+  SEQPAR_DISPATCH_CUDA(dev, rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, accumulate));
+  cpu::rmsnorm_backward(f32(dinp), f32(dweight), f32(dout), f32(inp), f32(weight), f32(rstd), T, C, accumulate);
 }
 
 // ---- LayerNorm ----------------------------------------------------------------------------
@@ -208,7 +217,7 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
 }
 
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                        const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd, bool accumulate) {
   const char* op = "layernorm_backward";
   const Arg a_dinp{"dinp", dinp}, a_dw{"dweight", dweight}, a_db{"dbias", dbias}, a_dout{"dout", dout},
       a_inp{"inp", inp}, a_w{"weight", weight}, a_mean{"mean", mean}, a_rstd{"rstd", rstd};
@@ -225,14 +234,17 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
   expect_shape(op, a_rstd, {T}, "[T]");
   for (const Arg& a : {a_dw, a_db, a_mean, a_rstd}) expect_dtype(op, a, DType::kF32);
   expect_float(op, dev, {a_dinp, a_dout, a_inp, a_w});
-  expect_same_or_disjoint(op, a_dinp, a_dout);
-  for (const Arg& a : {a_inp, a_w, a_mean, a_rstd, a_dw, a_db})
-    SEQPAR_CHECK(!overlaps(dinp, a.t), "{}: dinp {} shares memory with {} {}", op, dinp.str(), a.name, a.t.str());
+  if (accumulate) {
+    expect_disjoint(op, a_dinp, {a_dout});
+  } else {
+    expect_same_or_disjoint(op, a_dinp, a_dout);
+  }
+  expect_disjoint(op, a_dinp, {a_inp, a_w, a_mean, a_rstd, a_dw, a_db});
   SEQPAR_CHECK(!overlaps(dweight, dbias), "{}: dweight and dbias share memory", op);
   ProfileScope prof(dev, __func__);
-  SEQPAR_DISPATCH_CUDA(dev, layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd));
+  SEQPAR_DISPATCH_CUDA(dev, layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, accumulate));
   cpu::layernorm_backward(f32(dinp), f32(dweight), f32(dbias), f32(dout), f32(inp), f32(weight), f32(mean), f32(rstd),
-                          T, C);
+                          T, C, accumulate);
 }
 
 // ---- RoPE -------------------------------------------------------------------------------
@@ -327,7 +339,8 @@ void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind
 
 // ---- matmul -----------------------------------------------------------------------------
 
-void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
+void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
+            const Tensor* c) {
   const char* op = "matmul";
   const Arg a_out{"out", out}, a_a{"a", a}, a_b{"b", b};
   const Device dev = op_device(op, {a_out, a_a, a_b});
@@ -345,20 +358,28 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
   expect_float(op, dev, {a_out, a_a, a_b});
   SEQPAR_CHECK(!overlaps(out, a) && !overlaps(out, b), "{}: out {} shares memory with an input (a {}, b {})", op,
                out.str(), a.str(), b.str());
+  if (c != nullptr) {
+    const Arg a_c{"c", *c};
+    (void)op_device(op, {a_out, a_c});
+    expect_shape(op, a_c, {M, N}, "[M, N]");
+    expect_dtype(op, a_c, out.dtype());
+    expect_same_or_disjoint(op, a_out, a_c);
+  }
   ProfileScope prof(dev, __func__);
   if (prof.active())
     prof.detail(fmt::format("{}x{}x{} {}{} ->{}{}", M, N, K, trans_a ? 't' : 'n', trans_b ? 't' : 'n',
-                            dtype_name(out.dtype()), beta != 0.f ? " +=" : ""));
-  SEQPAR_DISPATCH_CUDA(dev, matmul(out, a, b, trans_a, trans_b, alpha, beta));
+                            dtype_name(out.dtype()), beta != 0.f ? (c ? " +c" : " +=") : ""));
+  SEQPAR_DISPATCH_CUDA(dev, matmul(out, a, b, trans_a, trans_b, alpha, beta, c));
+  if (c != nullptr && beta != 0.f && c->raw() != out.raw()) std::memcpy(out.raw(), c->raw(), out.nbytes());
   cpu::matmul(f32(out), f32(a), f32(b), M, N, K, trans_a, trans_b, alpha, beta);
 }
 
 // ---- cross-entropy ----------------------------------------------------------------------
 
-void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets) {
+void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, Tensor* lse) {
   const char* op = "cross_entropy_forward";
   const Arg a_loss{"losses", losses}, a_logits{"logits", logits}, a_tgt{"targets", targets};
-  const Device dev = op_device(op, {a_loss, a_logits, a_tgt});
+  const Device dev = lse ? op_device(op, {a_loss, a_logits, a_tgt, Arg{"lse", *lse}}) : op_device(op, {a_loss, a_logits, a_tgt});
   expect_ndim(op, a_logits, 2, "[T, V]");
   const int64_t T = logits.dim(0), V = logits.dim(1);
   expect_shape(op, a_tgt, {T}, "[T]");
@@ -366,24 +387,39 @@ void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& t
   expect_dtype(op, a_tgt, DType::kI32);
   expect_dtype(op, a_loss, DType::kF32);
   expect_float(op, dev, {a_logits});
+  if (lse) {
+    const Arg a_lse{"lse", *lse};
+    expect_shape(op, a_lse, {T}, "[T]");
+    expect_dtype(op, a_lse, DType::kF32);
+    expect_disjoint(op, a_lse, {a_loss, a_logits, a_tgt});
+  }
   ProfileScope prof(dev, __func__);
-  SEQPAR_DISPATCH_CUDA(dev, cross_entropy_forward(losses, logits, targets));
-  cpu::cross_entropy_forward(f32(losses), f32(logits), i32(targets), T, V);
+  SEQPAR_DISPATCH_CUDA(dev, cross_entropy_forward(losses, logits, targets, lse));
+  cpu::cross_entropy_forward(f32(losses), f32(logits), i32(targets), T, V, lse ? f32(*lse) : nullptr);
 }
 
-void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss) {
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                            const Tensor* lse) {
   const char* op = "cross_entropy_backward";
   const Arg a_dlogits{"dlogits", dlogits}, a_logits{"logits", logits}, a_tgt{"targets", targets};
-  const Device dev = op_device(op, {a_dlogits, a_logits, a_tgt});
+  const Device dev = lse ? op_device(op, {a_dlogits, a_logits, a_tgt, Arg{"lse", *lse}})
+                         : op_device(op, {a_dlogits, a_logits, a_tgt});
   expect_ndim(op, a_logits, 2, "[T, V]");
   const int64_t T = logits.dim(0), V = logits.dim(1);
   expect_shape(op, a_dlogits, {T, V}, "[T, V]");
   expect_shape(op, a_tgt, {T}, "[T]");
   expect_dtype(op, a_tgt, DType::kI32);
   expect_float(op, dev, {a_dlogits, a_logits});
+  expect_same_or_disjoint(op, a_dlogits, a_logits);
+  if (lse) {
+    const Arg a_lse{"lse", *lse};
+    expect_shape(op, a_lse, {T}, "[T]");
+    expect_dtype(op, a_lse, DType::kF32);
+    expect_disjoint(op, a_dlogits, {a_lse});
+  }
   ProfileScope prof(dev, __func__);
-  SEQPAR_DISPATCH_CUDA(dev, cross_entropy_backward(dlogits, logits, targets, dloss));
-  cpu::cross_entropy_backward(f32(dlogits), f32(logits), i32(targets), dloss, T, V);
+  SEQPAR_DISPATCH_CUDA(dev, cross_entropy_backward(dlogits, logits, targets, dloss, lse));
+  cpu::cross_entropy_backward(f32(dlogits), f32(logits), i32(targets), dloss, T, V, lse ? f32(*lse) : nullptr);
 }
 
 // ---- elementwise ------------------------------------------------------------------------

@@ -27,9 +27,11 @@ void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& ids);
 // out = inp * rstd * weight, rstd[t] = 1 / sqrt(mean(inp[t]^2) + eps). inp/out [T, C],
 // weight [C], rstd f32 [T] (saved for backward). HF LlamaRMSNorm semantics.
 void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps);
-// dinp = ... (=), dweight += sum_t dout * inp * rstd (+=)
+// dinp = ... (=), dweight += sum_t dout * inp * rstd (+=). With accumulate, dinp += ... instead:
+// the residual stream's gradient takes the norm's in the same pass, rounded once (dinp may then
+// share memory with no other operand).
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                      const Tensor& rstd);
+                      const Tensor& rstd, bool accumulate = false);
 
 // ---- LayerNorm (GPT-2) -------------------------------------------------------------------
 // out = (inp - mean) * rstd * weight + bias, mean[t] = mean(inp[t]), rstd[t] = 1 / sqrt(var(inp[t]) + eps)
@@ -38,9 +40,10 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                        const Tensor& bias, float eps);
 // dinp (=); dweight += sum_t dout * xhat, dbias += sum_t dout (parameter gradients, f32, +=, deterministic).
-// dinp may be dout itself (in place); it may not overlap any other operand.
+// dinp may be dout itself (in place); it may not overlap any other operand. With accumulate,
+// dinp += ... (as rmsnorm_backward's), and dinp may not be dout.
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                        const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd, bool accumulate = false);
 
 // ---- RoPE -------------------------------------------------------------------------------
 // HF "rotate_half" convention: for pair (i, i + D/2), angle = position_ids[t] * inv_freq[i],
@@ -71,20 +74,25 @@ void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind
 // out [M, N] = alpha * op(a) @ op(b) + beta * out, op(x) = x^T when trans_x. 2-D tensors (a
 // [T, H, D] tensor is viewed as 2-D by the caller). A linear layer y = x W^T is
 // matmul(y, x, W, false, true); dx = dy W is matmul(dx, dy, W, false, false);
-// dW += dy^T x is matmul(dW, dy, x, true, false, 1, 1).
+// dW += dy^T x is matmul(dW, dy, x, true, false, 1, 1). With c (same shape and dtype as out, or
+// out itself), out = alpha * op(a) @ op(b) + beta * c: a residual added without copying it first.
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha = 1.f,
-            float beta = 0.f);
+            float beta = 0.f, const Tensor* c = nullptr);
 
 // ---- cross-entropy ----------------------------------------------------------------------
 // Per-token loss on pre-shifted targets: losses[t] = logsumexp(logits[t]) - logits[t, targets[t]],
 // and 0 where targets[t] == kIgnoreIndex. logits [T, V], targets i32 [T], losses f32 [T].
 // A target outside [0, V) (and not -100) throws, naming the token and the value (CUDA: at
-// check_device_errors).
+// check_device_errors). lse, when given (f32 [T]), keeps each row's logsumexp for the backward
+// (0 for an ignored row).
 inline constexpr int32_t kIgnoreIndex = -100;
-void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets);
+void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, Tensor* lse = nullptr);
 // dlogits[t] = (softmax(logits[t]) - onehot(targets[t])) * dloss, 0 for ignored rows (=).
 // dloss is d(total loss)/d(losses[t]), the same for every token (1 / global good tokens).
-void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss);
+// dlogits may be logits itself (in place). With the forward's lse of the same logits, the softmax
+// is exp(logits - lse): one pass over the row instead of two.
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                            const Tensor* lse = nullptr);
 
 // ---- elementwise ------------------------------------------------------------------------
 void add_inplace(Tensor& y, const Tensor& x);  // y += x (same shape)

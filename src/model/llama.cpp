@@ -202,7 +202,9 @@ struct LlamaModel::Acts {
   Tensor rstd_f;   // [T]
   Tensor mean_f;   // [T] (LayerNorm)
   Tensor xn_f;     // [T, C]
-  Tensor logits;   // [T, V] f32
+  Tensor logits;   // [T, V] (untiled loss)
+  bool logits_lent = false;  // logits handed to forward's caller: the loss backward may not overwrite them
+  Tensor lse;      // [T] f32: each loss row's logsumexp (cross_entropy_forward), the loss backward's softmax
 };
 
 LlamaModel::LlamaModel(const LlamaConfig& config, Device device, DType dtype)
@@ -398,8 +400,8 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
   const int64_t H = c.num_heads, D = c.head_dim;
   const DType act = dtype_;
   const LlamaLayerParams& P = layer_params(l);
-  s.x_mid = s.x_in.clone();
-  matmul(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, false, true, 1.f, 1.f);
+  s.x_mid = Tensor::empty({T, C}, act, device_);
+  matmul(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, false, true, 1.f, 1.f, &s.x_in);  // x_in + attn Wo^T
   if (c.o_bias) bias_forward(s.x_mid, P.o_bias);
   s.xn2 = Tensor::empty({T, C}, act, device_);
   norm_forward(s.xn2, s.rstd2, s.mean2, s.x_mid, P.post_norm, P.post_norm_bias);
@@ -408,7 +410,8 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
     if (!tiled) mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
     return Tensor();
   }
-  Tensor out = s.x_mid.clone();
+  // The layer's output, x_mid + h Wdown^T: the GEMM reads the residual (x_mid stays for backward).
+  Tensor out = Tensor::empty({T, C}, act, device_);
   if (tiled) {
     // Tiled MLP: the [tokens, F] tensors exist one tile at a time; backward recomputes them.
     for (int64_t t0 = 0; t0 < T; t0 += mlp_tile_) {
@@ -416,11 +419,12 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
       Tensor gate, up, h;
       mlp_tile_forward(l, s.xn2.rows(t0, t1), gate, up, h);
       Tensor o = out.rows(t0, t1);
-      matmul(o, h, P.down_proj, false, true, 1.f, 1.f);
+      const Tensor residual = s.x_mid.rows(t0, t1);
+      matmul(o, h, P.down_proj, false, true, 1.f, 1.f, &residual);
     }
   } else {
     mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
-    matmul(out, s.h, P.down_proj, false, true, 1.f, 1.f);
+    matmul(out, s.h, P.down_proj, false, true, 1.f, 1.f, &s.x_mid);
   }
   if (c.mlp_bias) bias_forward(out, P.down_bias);
   return out;
@@ -525,12 +529,12 @@ void LlamaModel::norm_forward(Tensor& out, Tensor& rstd, Tensor& mean, const Ten
 }
 
 void LlamaModel::norm_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& x,
-                               const Tensor& weight, const Tensor& mean, const Tensor& rstd) const {
+                               const Tensor& weight, const Tensor& mean, const Tensor& rstd, bool accumulate) const {
   if (config_.norm == NormKind::kRmsNorm) {
-    rmsnorm_backward(dx, dweight, dout, x, weight, rstd);
+    rmsnorm_backward(dx, dweight, dout, x, weight, rstd, accumulate);
     return;
   }
-  layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd);
+  layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, accumulate);
 }
 
 // The residual stream entering layer 0: the token embeddings (plus wpe[position_ids], learned
@@ -649,21 +653,23 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
   norm_forward(a.xn_f, a.rstd_f, a.mean_f, x, params_.final_norm, params_.final_norm_bias);
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
   Tensor losses = Tensor::empty({T}, DType::kF32, device_);
+  a.lse = Tensor::empty({T}, DType::kF32, device_);
   if (tiled_loss(T) && logits_out == nullptr) {
     // Tiled LM head + loss: no [T, V] logits; backward recomputes each tile's.
     for (int64_t t0 = 0; t0 < T; t0 += loss_tile_) {
       const int64_t t1 = std::min(T, t0 + loss_tile_);
       Tensor logits = Tensor::empty({t1 - t0, V}, act, device_);
       linear_forward(logits, a.xn_f.rows(t0, t1), head);
-      Tensor l = losses.rows(t0, t1);
-      cross_entropy_forward(l, logits, batch.targets.rows(t0, t1));
+      Tensor l = losses.rows(t0, t1), lse = a.lse.rows(t0, t1);
+      cross_entropy_forward(l, logits, batch.targets.rows(t0, t1), &lse);
     }
   } else {
     a.logits = Tensor::empty({T, V}, act, device_);
     linear_forward(a.logits, a.xn_f, head);
-    cross_entropy_forward(losses, a.logits, batch.targets);
+    cross_entropy_forward(losses, a.logits, batch.targets, &a.lse);
   }
   if (logits_out) *logits_out = a.logits;
+  a.logits_lent = logits_out != nullptr;
   return PendingLoss(losses, batch.targets);
 }
 
@@ -683,31 +689,33 @@ void LlamaModel::backward(float dloss) {
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
   Tensor& dhead = c.tie_word_embeddings ? grads_.embed_tokens : grads_.lm_head;
   Tensor dxn = Tensor::empty({T, C}, act, device_);
+  // The logits' gradient is written over them (one pass with the forward's logsumexp), unless the
+  // caller holds them.
   if (a.logits.defined()) {
-    Tensor dlogits = Tensor::empty({T, V}, act, device_);
-    cross_entropy_backward(dlogits, a.logits, a.batch.targets, dloss);
+    Tensor dlogits = a.logits_lent ? Tensor::empty({T, V}, act, device_) : a.logits;
+    cross_entropy_backward(dlogits, a.logits, a.batch.targets, dloss, &a.lse);
     a.logits = Tensor();
     linear_backward(dxn, dhead, dlogits, a.xn_f, head, 0.f);
   } else {
     for (int64_t t0 = 0; t0 < T; t0 += loss_tile_) {
       const int64_t t1 = std::min(T, t0 + loss_tile_);
-      const Tensor xn = a.xn_f.rows(t0, t1);
+      const Tensor xn = a.xn_f.rows(t0, t1), lse = a.lse.rows(t0, t1);
       Tensor logits = Tensor::empty({t1 - t0, V}, act, device_);
       linear_forward(logits, xn, head);
-      Tensor dlogits = Tensor::empty({t1 - t0, V}, act, device_);
-      cross_entropy_backward(dlogits, logits, a.batch.targets.rows(t0, t1), dloss);
+      cross_entropy_backward(logits, logits, a.batch.targets.rows(t0, t1), dloss, &lse);
       Tensor dxn_t = dxn.rows(t0, t1);
-      linear_backward(dxn_t, dhead, dlogits, xn, head, 0.f);
+      linear_backward(dxn_t, dhead, logits, xn, head, 0.f);
     }
   }
+  a.lse = Tensor();
   Tensor dx = Tensor::empty({T, C}, act, device_);  // gradient of the residual stream
   norm_backward(dx, grads_.final_norm, grads_.final_norm_bias, dxn, a.x_final, params_.final_norm, a.mean_f, a.rstd_f);
   // The final norm's activations are done with: free them before the layers' backward (the peak).
   a.x_final = a.xn_f = a.rstd_f = a.mean_f = Tensor();
   dxn = Tensor();
 
-  // Each layer's backward holds dx throughout and its other [T, C] gradients (dxn: a norm's output
-  // gradient; dtmp: a norm's input gradient) only while they are used; the MLP half's activations
+  // Each layer's backward holds dx throughout (the norms add their input gradients into it) and dxn
+  // (a norm's output gradient) only while it is used; the MLP half's activations
   // are freed before attention's backward, the layer's peak (train/memory_plan.cpp counts each phase).
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
     // A recomputed input (the top of a run of them): the layers below run forward again first.
@@ -741,11 +749,8 @@ void LlamaModel::backward(float dloss) {
       }
     }
     if (c.mlp_bias) bias_backward(G.down_bias, dx);
-    {
-      Tensor dtmp = Tensor::empty({T, C}, act, device_);
-      norm_backward(dtmp, G.post_norm, G.post_norm_bias, dxn, s.x_mid, P.post_norm, s.mean2, s.rstd2);
-      add_inplace(dx, dtmp);  // dx is now d(x_mid)
-    }
+    // dx += the post norm's input gradient: dx is now d(x_mid).
+    norm_backward(dx, G.post_norm, G.post_norm_bias, dxn, s.x_mid, P.post_norm, s.mean2, s.rstd2, /*accumulate=*/true);
     // The MLP half is done with: its activations and dxn are not held through attention's backward.
     dxn = Tensor();
     s.x_mid = s.xn2 = s.rstd2 = s.mean2 = s.gate = s.up = s.h = Tensor();
@@ -777,11 +782,8 @@ void LlamaModel::backward(float dloss) {
     linear_backward(dxn, G.k_proj, dk.view({T, Hkv * D}), s.xn1, P.k_proj, 1.f);
     linear_backward(dxn, G.v_proj, dv.view({T, Hkv * D}), s.xn1, P.v_proj, 1.f);
     dq = dk = dv = Tensor();
-    {
-      Tensor dtmp = Tensor::empty({T, C}, act, device_);
-      norm_backward(dtmp, G.input_norm, G.input_norm_bias, dxn, s.x_in, P.input_norm, s.mean1, s.rstd1);
-      add_inplace(dx, dtmp);  // dx is now d(x_in)
-    }
+    // dx += the input norm's input gradient: dx is now d(x_in).
+    norm_backward(dx, G.input_norm, G.input_norm_bias, dxn, s.x_in, P.input_norm, s.mean1, s.rstd1, /*accumulate=*/true);
     dxn = Tensor();
     s = LayerActs();
     release_layer(l);

@@ -247,9 +247,9 @@ class LlamaModel {
   // f32 [T] allocated here for the backward.
   void norm_forward(Tensor& out, Tensor& rstd, Tensor& mean, const Tensor& x, const Tensor& weight,
                     const Tensor& bias) const;
-  // dx (=) from dout; dweight, dbias (LayerNorm) +=.
+  // dx (=, or += with accumulate: the residual stream's gradient) from dout; dweight, dbias (LayerNorm) +=.
   void norm_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& x,
-                     const Tensor& weight, const Tensor& mean, const Tensor& rstd) const;
+                     const Tensor& weight, const Tensor& mean, const Tensor& rstd, bool accumulate = false) const;
   // Layer l's weights while acquired (acquire_layer .. release_layer).
   const LlamaLayerParams& layer_params(int64_t l) const;
   void acquire_layer(int64_t l, int64_t next);

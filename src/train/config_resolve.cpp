@@ -808,7 +808,8 @@ std::string ResolvedConfig::value_of(const std::string& name) const {
 DefaultsSource defaults_source(const CommandLine& cli, const DsConfig* ds, const AccelerateConfig* acc,
                                const AccelerateConfig* env) {
   if (acc || env) return DefaultsSource::kHfTrainer;
-  if (ds) return ds->uses_auto ? DefaultsSource::kHfTrainer : DefaultsSource::kDeepSpeed;
+  // (A file that is no DeepSpeed config is reported as such: DeepSpeed's own rules would only add noise.)
+  if (ds) return ds->uses_auto || !ds->readable ? DefaultsSource::kHfTrainer : DefaultsSource::kDeepSpeed;
   if (!cli.values.model.dir.empty() || !cli.values.model.preset.empty() || !cli.values.data.path.empty())
     return DefaultsSource::kHfTrainer;
   return DefaultsSource::kDemo;

@@ -495,12 +495,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // ---- phases --------------------------------------------------------------------------------
   const bool tiled_loss = in.memory.loss_tile_tokens > 0 && in.memory.loss_tile_tokens < T;
   const int64_t loss_rows = tiled_loss ? in.memory.loss_tile_tokens : T;
-  // Forward: the LM head's logits and the per-token losses (f32); with checkpointing, also one
-  // layer's full activations and its output while it runs.
+  // Forward: the LM head's logits and the per-token losses and logsumexps (f32); with
+  // checkpointing, also one layer's full activations and its output while it runs.
   const int64_t fwd_layer = in.memory.activation_checkpointing ? (full - kept + a * C) * T : 0;
   int64_t forward = kept_rest + final_acts +
                     std::max(inputs.forward * input_bytes + fwd_layer + layer_gather,
-                             inputs.loss * input_bytes + a * V * loss_rows + 4 * T);
+                             inputs.loss * input_bytes + a * V * loss_rows + 8 * T);
   // The layer's q, k, v, attn_out and the layers below while its attention runs: with sequence
   // parallelism, its buffers on top (the context among them).
   const int64_t attn_inputs =
@@ -508,17 +508,18 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t below_rest = (L - 1) * (kept - a * C) * T;  // what the layers below keep beside their inputs
   if (in.sp > 1)
     forward = std::max(forward, below_rest + inputs.forward * input_bytes + attn_inputs + sp_fwd.peak * T);
-  // Loss backward: logits and dlogits (whole or one tile) and dxn.
-  const int64_t loss_bwd = kept_rest + inputs.loss * input_bytes + final_acts + 2 * a * V * loss_rows + a * C * T;
+  // Loss backward: the logits (whole or one tile; their gradient is written over them), the
+  // logsumexps and dxn.
+  const int64_t loss_bwd = kept_rest + inputs.loss * input_bytes + final_acts + a * V * loss_rows + 4 * T + a * C * T;
   // Top layer's backward (LlamaModel::backward), on top of the layers' kept activations: dx
-  // throughout; the recompute of what forward dropped (not the layer's output), which makes the top
-  // layer's activations whole; then, phase by phase,
+  // throughout (the norms add their input gradients into it); the recompute of what forward dropped
+  // (not the layer's output), which makes the top layer's activations whole; then, phase by phase,
   //   MLP:        dxn and the MLP's transient (dh, dgate, dup; per tile also gate, up, h);
-  //   post norm:  dxn and dtmp;
+  //   post norm:  dxn;
   //   attention:  the MLP half's activations (x_mid, its norm's statistics, xn2, the untiled MLP's
   //               [T, F] tensors) freed, then dattn, dq, dk, dv, the sequence-parallel gathered dout /
   //               dq / dk / dv and the CUDA backward's f32 dq accumulator and row statistics;
-  //   projections: the attention context freed, dq, dk, dv and dxn (input norm: dxn, dtmp).
+  //   projections: the attention context freed, dq, dk, dv and dxn (input norm: dxn).
   const int64_t recompute = (full - kept) * T;
   // SwiGLU: dh, dgate, dup (per tile also gate, up, h); GELU: dh, made d(up) in place (per tile also
   // up, h).
@@ -534,7 +535,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t mlp_half_acts = (2 * a * C + norm_stats + mlp_kept) * T;  // x_mid, rstd2 (mean2), xn2, MLP
   const int64_t top = layers_kept + recompute + a * C * T;                // the layer whole, and dx
   // The final norm's activations are freed before the layers' backward (LlamaModel::backward).
-  int64_t layer_bwd = std::max({layers_kept + a * C * T + layer_gather, top + a * C * T + mlp_t, top + 2 * a * C * T,
+  int64_t layer_bwd = std::max({layers_kept + a * C * T + layer_gather, top + a * C * T + mlp_t,
                                 top - mlp_half_acts + attn_t,
                                 top - mlp_half_acts - ctx * T + (a * H * D + 2 * a * Hkv * D) * T + a * C * T});
   // A checkpointed layer's recompute runs its sequence-parallel attention forward again (dx alive;
@@ -544,7 +545,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t optimizer = optimizer_phase_bytes(pl, a, in.world);
 
   p.phases = {{"forward (activations kept + LM head)", forward},
-              {"loss backward (activations kept + logits and their gradient)", loss_bwd},
+              {"loss backward (activations kept + logits, gradient in place)", loss_bwd},
               {"top layer backward (activations kept + recompute + gradients)", layer_bwd}};
   // Recomputed inputs ('r'): the layers of a run forward again with dx alive (their activations one
   // layer at a time, like forward's; with sequence parallelism its attention's buffers).
@@ -786,8 +787,10 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
                      gib(p.sp_buffers));
   s += fmt::format("predicted peak: {}", gib(p.peak_bytes));
   if (capacity_bytes > 0)
-    s += fmt::format(" of {} ({})", gib(capacity_bytes),
-                     p.peak_bytes <= capacity_bytes ? "fits" : "does NOT fit: add GPUs (--sp), checkpointing or tiles");
+    s += fmt::format(" of {}{} ({})", gib(capacity_bytes), in.cuda ? "" : " of host memory per rank (the CPU backend's)",
+                     p.peak_bytes <= capacity_bytes ? "fits"
+                                                    : "does NOT fit: add ranks (--sp), checkpointing or tiles; "
+                                                      "`seqpar train` refuses it before any work");
   s += "\n";
   s += fmt::format("host memory per rank{}:\n", in.cuda ? "" : " (the CPU backend: the same memory as the device's)");
   for (const auto& [name, bytes] : p.host) s += fmt::format("  {:<64} {:>12}\n", name, gib(bytes));

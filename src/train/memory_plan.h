@@ -5,7 +5,7 @@
 //
 // The model: resident state (weights, f32 gradients, AdamW moments and master weights, ZeRO
 // shards) plus the largest of the step's phases over what forward keeps of every layer:
-//   - loss:      the LM head's logits and their gradient ([tokens, vocab] or one tile of each);
+//   - loss:      the LM head's logits, their gradient written over them ([tokens, vocab] or one tile);
 //   - layer:     the top layer's backward (a checkpointed layer recomputed first), its largest
 //                transient (the MLP's or attention's gradients and the attention backend's
 //                workspace), the residual-stream gradients;

@@ -43,6 +43,31 @@ TEST(Commands, CudaWithoutAGpuIsAClearErrorFirst) {
   EXPECT_EQ(out.find("Memory plan"), std::string::npos) << out;
 }
 
+// An Accelerate YAML given to --config is one problem, naming the flag it belongs to: not also
+// DeepSpeed's batch rule for a file that is no DeepSpeed config.
+TEST(Commands, AYamlGivenToConfigIsOneProblemNamingTheFlag) {
+  const std::string path = testing::temp_dir() + "/accelerate.yaml";
+  testing::write_file(path, "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 2\n");
+  int rc = 0;
+  const std::string out = run("train --config " + path + " --print-config", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("give it with --accelerate-config"), std::string::npos) << out;
+  EXPECT_EQ(out.find("train_micro_batch_size_per_gpu"), std::string::npos) << out;
+  EXPECT_EQ(out.find("problems in the configuration"), std::string::npos) << out;  // "2 problems ..."
+}
+
+// The CPU backend's memory is the host's: the plan of a CPU run says whether it fits there.
+TEST(Commands, PlanOfACpuRunSaysWhetherItFitsTheHost) {
+  int rc = 0;
+  std::string out = run("plan --device cpu --preset llama-3.2-1b --seq-len 131072 --host-memory-gib 64", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("of host memory per rank (the CPU backend's) (does NOT fit"), std::string::npos) << out;
+  out = run("plan --device cpu --preset llama-3.2-1b --seq-len 131072 --host-memory-gib 64 --json", &rc);
+  EXPECT_NE(out.find("\"fits\":false"), std::string::npos) << out;
+  out = run("plan --device cpu --preset llama-3.2-1b --seq-len 1024 --host-memory-gib 64 --json", &rc);
+  EXPECT_NE(out.find("\"fits\":true"), std::string::npos) << out;
+}
+
 TEST(Commands, NoCommandListsThem) {
   int rc = 0;
   std::string out = run("", &rc);

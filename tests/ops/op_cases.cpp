@@ -125,17 +125,22 @@ OpCase rmsnorm_case(int64_t T, int64_t C, Store weight, uint64_t seed) {
                 out("y", {T, C}),
                 out("rstd", {T}, Store::kF32),
                 out("dx", {T, C}),
-                inout("dw", {C}, seed + 3, -1.f, 1.f, Store::kF32)};
+                inout("dw", {C}, seed + 3, -1.f, 1.f, Store::kF32),
+                inout("dx_acc", {T, C}, seed + 4),  // a residual gradient the backward adds into
+                inout("dw2", {C}, seed + 5, -1.f, 1.f, Store::kF32)};
   c.run = [eps](Tensors& t, auto&, const Backend&) {
     rmsnorm_forward(t.at("y"), t.at("rstd"), t.at("x"), t.at("w"), eps);
     rmsnorm_backward(t.at("dx"), t.at("dw"), t.at("dy"), t.at("x"), t.at("w"), t.at("rstd"));
+    rmsnorm_backward(t.at("dx_acc"), t.at("dw2"), t.at("dy"), t.at("x"), t.at("w"), t.at("rstd"), /*accumulate=*/true);
   };
   c.reference = [T, C, eps](Values& v) {
     cpu::rmsnorm_forward<double>(v["y"].data(), v["rstd"].data(), v["x"].data(), v["w"].data(), T, C, eps);
     cpu::rmsnorm_backward<double>(v["dx"].data(), v["dw"].data(), v["dy"].data(), v["x"].data(), v["w"].data(),
                                   v["rstd"].data(), T, C);
+    cpu::rmsnorm_backward<double>(v["dx_acc"].data(), v["dw2"].data(), v["dy"].data(), v["x"].data(), v["w"].data(),
+                                  v["rstd"].data(), T, C, /*accumulate=*/true);
   };
-  c.checked = {"y", "rstd", "dx", "dw"};
+  c.checked = {"y", "rstd", "dx", "dw", "dx_acc", "dw2"};
   c.fd = {{"x", "y", "dy", "dx", false}, {"w", "y", "dy", "dw", true}};
   return c;
 }
@@ -173,13 +178,18 @@ OpCase layernorm_case(int64_t T, int64_t C, Store weight, uint64_t seed) {
                 inout("db", {C}, seed + 5, -1.f, 1.f, Store::kF32),
                 inout("dx_in_place", {T, C}, seed + 3),  // the values of dy
                 inout("dw2", {C}, seed + 6, -1.f, 1.f, Store::kF32),
-                inout("db2", {C}, seed + 7, -1.f, 1.f, Store::kF32)};
+                inout("db2", {C}, seed + 7, -1.f, 1.f, Store::kF32),
+                inout("dx_acc", {T, C}, seed + 8),  // a residual gradient the backward adds into
+                inout("dw3", {C}, seed + 9, -1.f, 1.f, Store::kF32),
+                inout("db3", {C}, seed + 10, -1.f, 1.f, Store::kF32)};
   c.run = [eps](Tensors& t, auto&, const Backend&) {
     layernorm_forward(t.at("y"), t.at("mean"), t.at("rstd"), t.at("x"), t.at("w"), t.at("b"), eps);
     layernorm_backward(t.at("dx"), t.at("dw"), t.at("db"), t.at("dy"), t.at("x"), t.at("w"), t.at("mean"),
                        t.at("rstd"));
     Tensor& g = t.at("dx_in_place");
     layernorm_backward(g, t.at("dw2"), t.at("db2"), g, t.at("x"), t.at("w"), t.at("mean"), t.at("rstd"));
+    layernorm_backward(t.at("dx_acc"), t.at("dw3"), t.at("db3"), t.at("dy"), t.at("x"), t.at("w"), t.at("mean"),
+                       t.at("rstd"), /*accumulate=*/true);
   };
   c.reference = [T, C, eps](Values& v) {
     cpu::layernorm_forward<double>(v["y"].data(), v["mean"].data(), v["rstd"].data(), v["x"].data(), v["w"].data(),
@@ -189,8 +199,11 @@ OpCase layernorm_case(int64_t T, int64_t C, Store weight, uint64_t seed) {
     double* g = v["dx_in_place"].data();
     cpu::layernorm_backward<double>(g, v["dw2"].data(), v["db2"].data(), g, v["x"].data(), v["w"].data(),
                                     v["mean"].data(), v["rstd"].data(), T, C);
+    cpu::layernorm_backward<double>(v["dx_acc"].data(), v["dw3"].data(), v["db3"].data(), v["dy"].data(),
+                                    v["x"].data(), v["w"].data(), v["mean"].data(), v["rstd"].data(), T, C,
+                                    /*accumulate=*/true);
   };
-  c.checked = {"y", "mean", "rstd", "dx", "dw", "db", "dx_in_place", "dw2", "db2"};
+  c.checked = {"y", "mean", "rstd", "dx", "dw", "db", "dx_in_place", "dw2", "db2", "dx_acc", "dw3", "db3"};
   c.fd = {{"x", "y", "dy", "dx", false}, {"w", "y", "dy", "dw", true}, {"b", "y", "dy", "db", true}};
   return c;
 }
@@ -368,6 +381,26 @@ void matmul_cases(std::vector<OpCase>& cases) {
       }
     }
   }
+  // out = op(a) op(b) + beta * c with c apart from out (the layer's residual added by the GEMM):
+  // c must stay as it was; a K of 0 leaves out = beta * c.
+  for (const Mnk& s : {Mnk{96, 80, 72}, Mnk{33, 17, 29}, Mnk{40, 24, 0}}) {
+    for (float beta : {1.f, 0.5f}) {
+      const auto [M, N, K] = s;
+      OpCase c;
+      c.name = dims("matmul residual", {{"M", M}, {"N", N}, {"K", K}}) + " beta=" + std::to_string(beta);
+      c.operands = {in("a", {M, K}, 37 + M), in("b", {N, K}, 38 + N), inout("c", {M, N}, 39, -1.f, 1.f),
+                    out("out", {M, N})};
+      c.run = [beta](Tensors& t, auto&, const Backend&) {
+        matmul(t.at("out"), t.at("a"), t.at("b"), false, true, 1.f, beta, &t.at("c"));
+      };
+      c.reference = [M, N, K, beta](Values& v) {
+        v["out"] = v["c"];
+        cpu::matmul_reference<double>(v["out"].data(), v["a"].data(), v["b"].data(), M, N, K, false, true, 1.0, beta);
+      };
+      c.checked = {"out", "c"};
+      cases.push_back(c);
+    }
+  }
   // A linear layer's forward and backward, as the model calls them (y = x W^T; dx = dy W;
   // dW += dy^T x), small enough for finite differences.
   const int64_t T = 5, In = 4, Out = 3;
@@ -405,6 +438,7 @@ void cross_entropy_cases(std::vector<OpCase>& cases) {
     OpCase c;
     c.name = dims("cross_entropy forward+backward", {{"T", T}, {"V", V}});
     Operand inplace = inout("dlogits_in_place", {T, V}, 40, -4.f, 4.f);  // the same values as logits
+    Operand from_lse = inout("dlogits_from_lse", {T, V}, 40, -4.f, 4.f);  // again, with the forward's lse
     // d(sum_t dloss * losses[t]) / dlogits is what cross_entropy_backward computes: the upstream.
     Operand upstream{"dlosses", {T}, Role::kIn, Store::kF32, std::vector<float>(static_cast<size_t>(T), dloss), {}};
     c.operands = {in("logits", {T, V}, 40, -4.f, 4.f),
@@ -412,12 +446,19 @@ void cross_entropy_cases(std::vector<OpCase>& cases) {
                   out("losses", {T}, Store::kF32),
                   out("dlogits", {T, V}),
                   inplace,
+                  from_lse,
+                  out("lse", {T}, Store::kF32),
+                  out("losses2", {T}, Store::kF32),
                   upstream};
     c.run = [dloss](Tensors& t, auto&, const Backend&) {
       cross_entropy_forward(t.at("losses"), t.at("logits"), t.at("targets"));
       cross_entropy_backward(t.at("dlogits"), t.at("logits"), t.at("targets"), dloss);
       Tensor& x = t.at("dlogits_in_place");  // dlogits written over logits
       cross_entropy_backward(x, x, t.at("targets"), dloss);
+      // The forward keeping its logsumexp; the backward reading it (in place).
+      cross_entropy_forward(t.at("losses2"), t.at("logits"), t.at("targets"), &t.at("lse"));
+      Tensor& y = t.at("dlogits_from_lse");
+      cross_entropy_backward(y, y, t.at("targets"), dloss, &t.at("lse"));
     };
     c.reference = [T, V, dloss](Values& v) {
       const std::vector<int32_t> tg = as_ints(v["targets"]);
@@ -425,8 +466,12 @@ void cross_entropy_cases(std::vector<OpCase>& cases) {
       cpu::cross_entropy_backward<double>(v["dlogits"].data(), v["logits"].data(), tg.data(), dloss, T, V);
       std::vector<double> x = v["dlogits_in_place"];
       cpu::cross_entropy_backward<double>(v["dlogits_in_place"].data(), x.data(), tg.data(), dloss, T, V);
+      cpu::cross_entropy_forward<double>(v["losses2"].data(), v["logits"].data(), tg.data(), T, V, v["lse"].data());
+      std::vector<double> y = v["dlogits_from_lse"];
+      cpu::cross_entropy_backward<double>(v["dlogits_from_lse"].data(), y.data(), tg.data(), dloss, T, V,
+                                          v["lse"].data());
     };
-    c.checked = {"losses", "dlogits", "dlogits_in_place"};
+    c.checked = {"losses", "dlogits", "dlogits_in_place", "lse", "losses2", "dlogits_from_lse"};
     if (fd) c.fd = {{"logits", "losses", "dlosses", "dlogits", false}};
     cases.push_back(c);
   }

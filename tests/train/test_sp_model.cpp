@@ -593,7 +593,8 @@ TEST(SpModel, TiledLossMatchesWholeLogits) {
     for (size_t i = 0; i < whole.grads.size(); ++i)
       EXPECT_LE(rel_error(tiled.grads[i].second, whole.grads[i].second), kTol) << "tile " << tile << " "
                                                                                 << whole.grads[i].first;
-    EXPECT_LT(tiled.peak, whole.peak * 7 / 10) << "whole " << whole.peak << " B, tiled " << tiled.peak << " B";
+    // (The whole logits' gradient is written over them, so whole holds one [T, V] at its peak.)
+    EXPECT_LT(tiled.peak, whole.peak * 3 / 4) << "whole " << whole.peak << " B, tiled " << tiled.peak << " B";
   }
   Tensor logits;
   const Run asked = run(128, &logits);  // logits wanted: computed whole

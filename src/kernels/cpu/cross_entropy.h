@@ -17,22 +17,26 @@ void check_targets(const int32_t* targets,  // (T)
 
 // losses[t] = logsumexp(logits[t, :]) - logits[t, targets[t]], 0 where targets[t] is ignored.
 // logsumexp = max + log(sum exp(x - max)), the sum in double, so large logits do not overflow.
-// Targets are checked (check_targets) before anything is written.
+// Targets are checked (check_targets) before anything is written. lse, when given, keeps each
+// row's logsumexp (0 for an ignored row) for the backward.
 template <typename Real>
 void cross_entropy_forward(Real* losses,            // (T)
                            const Real* logits,      // (T, V)
                            const int32_t* targets,  // (T)
-                           int64_t T, int64_t V);
+                           int64_t T, int64_t V,
+                           Real* lse = nullptr);  // (T) or null
 
 // dlogits[t, v] = (softmax(logits[t])[v] - (v == targets[t])) * dloss   (=)
 // and 0 for every v of an ignored row. dloss = d(total loss) / d(losses[t]), the same for
-// every token (1 / number of good tokens in the global batch). The softmax is recomputed
-// (max-subtracted, sum in double). dlogits may be the same buffer as logits: a row's logits
-// are all read before any of its gradients is written.
+// every token (1 / number of good tokens in the global batch). The softmax is exp(x - lse) from
+// the forward's lse when given (one pass over the row), else recomputed (max-subtracted, sum in
+// double). dlogits may be the same buffer as logits: each logit is read before its gradient is
+// written (without lse, a row's logits are all read first).
 template <typename Real>
 void cross_entropy_backward(Real* dlogits,           // (T, V)
                             const Real* logits,      // (T, V)
                             const int32_t* targets,  // (T)
-                            Real dloss, int64_t T, int64_t V);
+                            Real dloss, int64_t T, int64_t V,
+                            const Real* lse = nullptr);  // (T) from the forward, or null
 
 }  // namespace seqpar::cpu

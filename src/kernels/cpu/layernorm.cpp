@@ -29,7 +29,7 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
 
 template <typename Real>
 void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp, const Real* weight,
-                        const Real* mean, const Real* rstd, int64_t T, int64_t C) {
+                        const Real* mean, const Real* rstd, int64_t T, int64_t C, bool accumulate) {
   // dweight and dbias sum over every token of the shard (T can be 10^5): double buffers keep those
   // sums exact enough; they are added to the gradients once at the end.
   std::vector<double> dw(static_cast<size_t>(C), 0.0), db(static_cast<size_t>(C), 0.0);
@@ -51,7 +51,8 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
       const double d = dy[c];  // the last read of dy[c] before dx[c] is written
       dw[c] += d * xhat;
       db[c] += d;
-      dx[c] = static_cast<Real>(r * (d * weight[c] - mean_g - xhat * mean_gx));
+      const double base = accumulate ? static_cast<double>(dx[c]) : 0.0;
+      dx[c] = static_cast<Real>(base + r * (d * weight[c] - mean_g - xhat * mean_gx));
     }
   }
   for (int64_t c = 0; c < C; c++) {
@@ -65,8 +66,8 @@ template void layernorm_forward<float>(float*, float*, float*, const float*, con
 template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*, int64_t,
                                         int64_t, double);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
-                                        const float*, int64_t, int64_t);
+                                        const float*, int64_t, int64_t, bool);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
-                                         const double*, const double*, int64_t, int64_t);
+                                         const double*, const double*, int64_t, int64_t, bool);
 
 }  // namespace seqpar::cpu

@@ -19,11 +19,11 @@ void layernorm_forward(Real* out,           // (T, C)
                        int64_t T, int64_t C, Real eps);
 
 // With xhat = (x - mean) * rstd, y = xhat * w + b and g = dout * w (per row):
-//   dinp[t, j]  = rstd * (g_j - mean_c(g_c) - xhat_j * mean_c(g_c xhat_c))     (=)
+//   dinp[t, j]  = rstd * (g_j - mean_c(g_c) - xhat_j * mean_c(g_c xhat_c))     (=, or += with accumulate)
 //   dweight[c] += sum_t dout[t, c] * xhat[t, c]                                 (+=)
 //   dbias[c]   += sum_t dout[t, c]                                              (+=)
 // The row sums and the sums over tokens are accumulated in double. dinp may be the same buffer as
-// dout (each dout element is read before its dinp element is written).
+// dout (each dout element is read before its dinp element is written), except with accumulate.
 template <typename Real>
 void layernorm_backward(Real* dinp,          // (T, C) written
                         Real* dweight,       // (C) accumulated
@@ -33,6 +33,6 @@ void layernorm_backward(Real* dinp,          // (T, C) written
                         const Real* weight,  // (C)
                         const Real* mean,    // (T) from the forward
                         const Real* rstd,    // (T) from the forward
-                        int64_t T, int64_t C);
+                        int64_t T, int64_t C, bool accumulate = false);
 
 }  // namespace seqpar::cpu

@@ -20,7 +20,7 @@ void rmsnorm_forward(Real* out, Real* rstd, const Real* inp, const Real* weight,
 
 template <typename Real>
 void rmsnorm_backward(Real* dinp, Real* dweight, const Real* dout, const Real* inp, const Real* weight,
-                      const Real* rstd, int64_t T, int64_t C) {
+                      const Real* rstd, int64_t T, int64_t C, bool accumulate) {
   // dweight sums over every token of the shard (T can be 10^5): a double buffer keeps that sum
   // exact enough; it is added to dweight once at the end.
   std::vector<double> dw(static_cast<size_t>(C), 0.0);
@@ -34,7 +34,8 @@ void rmsnorm_backward(Real* dinp, Real* dweight, const Real* dout, const Real* i
     Real* dx = dinp + t * C;
     for (int64_t c = 0; c < C; c++) {
       dw[c] += static_cast<double>(dy[c]) * x[c] * r;
-      dx[c] = static_cast<Real>(r * (static_cast<double>(dy[c]) * weight[c] - x[c] * k));  // last read of dy[c]
+      const double base = accumulate ? static_cast<double>(dx[c]) : 0.0;
+      dx[c] = static_cast<Real>(base + r * (static_cast<double>(dy[c]) * weight[c] - x[c] * k));  // last read of dy[c]
     }
   }
   for (int64_t c = 0; c < C; c++) dweight[c] += static_cast<Real>(dw[c]);
@@ -43,8 +44,8 @@ void rmsnorm_backward(Real* dinp, Real* dweight, const Real* dout, const Real* i
 template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t, float);
 template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t, int64_t, double);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*,
-                                      int64_t, int64_t);
+                                      int64_t, int64_t, bool);
 template void rmsnorm_backward<double>(double*, double*, const double*, const double*, const double*,
-                                       const double*, int64_t, int64_t);
+                                       const double*, int64_t, int64_t, bool);
 
 }  // namespace seqpar::cpu

@@ -15,10 +15,11 @@ void rmsnorm_forward(Real* out,           // (T, C)
                      int64_t T, int64_t C, Real eps);
 
 // With y = x * r * w and r = (sum(x^2) / C + eps)^(-1/2), so dr/dx_j = -r^3 x_j / C:
-//   dinp[t, j] = r * (dout[t, j] w_j - x_j r^2 / C * sum_i dout[t, i] w_i x_i)   (=)
+//   dinp[t, j] = r * (dout[t, j] w_j - x_j r^2 / C * sum_i dout[t, i] w_i x_i)   (=, or += with accumulate)
 //   dweight[c] += sum_t dout[t, c] * inp[t, c] * rstd[t]                         (+=)
 // The per-row sum and the sum over tokens for dweight are accumulated in double. dinp may be
-// the same buffer as dout (each dout element is read before its dinp element is written).
+// the same buffer as dout (each dout element is read before its dinp element is written), except
+// with accumulate (the residual stream's gradient taking the norm's: one rounding, no temporary).
 template <typename Real>
 void rmsnorm_backward(Real* dinp,          // (T, C) written
                       Real* dweight,       // (C) accumulated
@@ -26,6 +27,6 @@ void rmsnorm_backward(Real* dinp,          // (T, C) written
                       const Real* inp,     // (T, C)
                       const Real* weight,  // (C)
                       const Real* rstd,    // (T) from the forward
-                      int64_t T, int64_t C);
+                      int64_t T, int64_t C, bool accumulate = false);
 
 }  // namespace seqpar::cpu

@@ -65,34 +65,44 @@ __device__ __forceinline__ float row_logsumexp(const T* row, int64_t V) {
 // A target outside [0, V) that is not -100 is reported and its loss set to NaN.
 template <int N, typename T>
 __global__ void __launch_bounds__(kThreads) cross_entropy_forward_kernel(float* __restrict__ losses,  // [T]
+                                                                         float* __restrict__ lse_out,  // [T] or null
                                                                          const T* __restrict__ logits,  // [T, V]
                                                                          const int32_t* __restrict__ targets,  // [T]
                                                                          int64_t V, int* err) {
   const int64_t t = blockIdx.x;
   const int32_t target = targets[t];
   if (target == kIgnore) {
-    if (threadIdx.x == 0) losses[t] = 0.f;
+    if (threadIdx.x == 0) {
+      losses[t] = 0.f;
+      if (lse_out) lse_out[t] = 0.f;
+    }
     return;
   }
   if (target < 0 || target >= V) {
     if (threadIdx.x == 0) {
       report_error(err, t, target);
       losses[t] = __int_as_float(0x7fffffff);
+      if (lse_out) lse_out[t] = 0.f;
     }
     return;
   }
   const T* row = logits + t * V;
   const float lse = row_logsumexp<N>(row, V);
-  if (threadIdx.x == 0) losses[t] = lse - to_f32(row[target]);
+  if (threadIdx.x == 0) {
+    losses[t] = lse - to_f32(row[target]);
+    if (lse_out) lse_out[t] = lse;
+  }
 }
 
 // dlogits[t, v] = (softmax(logits[t])[v] - [v == target]) * dloss; zeros for ignored rows.
-// logsumexp is recomputed (a second read of the row); dlogits may alias logits, since each
-// element is read and then written by the same thread after the row's reduction.
+// logsumexp is the forward's (lse, one read of the row) or recomputed (a second read); dlogits may
+// alias logits, since each element is read and then written by the same thread (after the row's
+// reduction when there is one). The same function of the row either way: the same bits.
 template <int N, typename T>
 __global__ void __launch_bounds__(kThreads) cross_entropy_backward_kernel(T* dlogits,  // [T, V]
                                                                           const T* logits,  // [T, V]
                                                                           const int32_t* __restrict__ targets,  // [T]
+                                                                          const float* __restrict__ saved_lse,  // [T] or null
                                                                           float dloss, int64_t V, int* err) {
   const int64_t t = blockIdx.x;
   const int32_t target = targets[t];
@@ -108,7 +118,7 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_backward_kernel(T* dlo
     return;
   }
   const T* row = logits + t * V;
-  const float lse = row_logsumexp<N>(row, V);
+  const float lse = saved_lse ? saved_lse[t] : row_logsumexp<N>(row, V);
   for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
     float v[N];
     load_pack<N>(v, row + p * N);
@@ -123,35 +133,35 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_backward_kernel(T* dlo
 
 }  // namespace
 
-void cross_entropy_forward(float* losses, const void* logits, DType dt, const int32_t* targets, int64_t T, int64_t V,
-                           int* err, cudaStream_t stream) {
+void cross_entropy_forward(float* losses, float* lse, const void* logits, DType dt, const int32_t* targets, int64_t T,
+                           int64_t V, int* err, cudaStream_t stream) {
   if (T == 0) return;
   const bool vec = V % 8 == 0 && aligned16(logits);
   dispatch_float(dt, [&](auto tag) {
     using TE = decltype(tag);
     if (vec) {
       cross_entropy_forward_kernel<8><<<static_cast<unsigned>(T), kThreads, 0, stream>>>(
-          losses, static_cast<const TE*>(logits), targets, V, err);
+          losses, lse, static_cast<const TE*>(logits), targets, V, err);
     } else {
       cross_entropy_forward_kernel<1><<<static_cast<unsigned>(T), kThreads, 0, stream>>>(
-          losses, static_cast<const TE*>(logits), targets, V, err);
+          losses, lse, static_cast<const TE*>(logits), targets, V, err);
     }
     SEQPAR_LAUNCH_CHECK();
   });
 }
 
-void cross_entropy_backward(void* dlogits, const void* logits, DType dt, const int32_t* targets, float dloss,
-                            int64_t T, int64_t V, int* err, cudaStream_t stream) {
+void cross_entropy_backward(void* dlogits, const void* logits, DType dt, const int32_t* targets, const float* lse,
+                            float dloss, int64_t T, int64_t V, int* err, cudaStream_t stream) {
   if (T == 0) return;
   const bool vec = V % 8 == 0 && aligned16(logits) && aligned16(dlogits);
   dispatch_float(dt, [&](auto tag) {
     using TE = decltype(tag);
     if (vec) {
       cross_entropy_backward_kernel<8><<<static_cast<unsigned>(T), kThreads, 0, stream>>>(
-          static_cast<TE*>(dlogits), static_cast<const TE*>(logits), targets, dloss, V, err);
+          static_cast<TE*>(dlogits), static_cast<const TE*>(logits), targets, lse, dloss, V, err);
     } else {
       cross_entropy_backward_kernel<1><<<static_cast<unsigned>(T), kThreads, 0, stream>>>(
-          static_cast<TE*>(dlogits), static_cast<const TE*>(logits), targets, dloss, V, err);
+          static_cast<TE*>(dlogits), static_cast<const TE*>(logits), targets, lse, dloss, V, err);
     }
     SEQPAR_LAUNCH_CHECK();
   });

@@ -31,18 +31,19 @@ void rmsnorm_forward(void* out, float* rstd, const void* inp, DType x_dt, const 
 // Blocks of the first backward pass of RMSNorm and LayerNorm: `partials` must hold
 // norm_backward_blocks(T) * C floats (RMSNorm; LayerNorm * 2 * C).
 int norm_backward_blocks(int64_t T);
-// dinp (=), dweight (+=, dw_dt). dinp/dout/inp share x_dt.
+// dinp (=, or += with accumulate), dweight (+=, dw_dt). dinp/dout/inp share x_dt.
 void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, const void* dout, const void* inp,
                       DType x_dt, const void* weight, DType w_dt, const float* rstd, int64_t T, int64_t C,
-                      cudaStream_t stream);
+                      bool accumulate, cudaStream_t stream);
 
 // LayerNorm: out/inp [T, C] (x_dt), weight/bias [C] (w_dt), mean/rstd f32 [T].
 void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, DType x_dt, const void* weight,
                        const void* bias, DType w_dt, int64_t T, int64_t C, float eps, cudaStream_t stream);
-// dinp (=, may be dout), dweight/dbias f32 (+=, deterministic). dinp/dout/inp share x_dt.
+// dinp (=, may be dout; or += with accumulate, not dout), dweight/dbias f32 (+=, deterministic).
+// dinp/dout/inp share x_dt.
 void layernorm_backward(void* dinp, float* dweight, float* dbias, float* partials, const void* dout, const void* inp,
                         DType x_dt, const void* weight, DType w_dt, const float* mean, const float* rstd, int64_t T,
-                        int64_t C, cudaStream_t stream);
+                        int64_t C, bool accumulate, cudaStream_t stream);
 
 // GELU on n elements of one dtype (tanh_approx: the tanh form, else erf); out may be inp, dinp dout.
 void gelu_forward(void* out, const void* inp, DType dt, int64_t n, bool tanh_approx, cudaStream_t stream);
@@ -58,11 +59,13 @@ void swiglu_forward(void* out, const void* gate, const void* up, DType dt, int64
 void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up, DType dt, int64_t n,
                      cudaStream_t stream);
 
-// logits [T, V] (dt), targets [T], losses f32 [T]. dlogits has the dtype of logits and may alias it.
-void cross_entropy_forward(float* losses, const void* logits, DType dt, const int32_t* targets, int64_t T, int64_t V,
-                           int* err, cudaStream_t stream);
-void cross_entropy_backward(void* dlogits, const void* logits, DType dt, const int32_t* targets, float dloss,
-                            int64_t T, int64_t V, int* err, cudaStream_t stream);
+// logits [T, V] (dt), targets [T], losses f32 [T], lse f32 [T] (the rows' logsumexp, 0 for an ignored
+// row; written by the forward when not null, read by the backward when not null: then one pass).
+// dlogits has the dtype of logits and may alias it.
+void cross_entropy_forward(float* losses, float* lse, const void* logits, DType dt, const int32_t* targets, int64_t T,
+                           int64_t V, int* err, cudaStream_t stream);
+void cross_entropy_backward(void* dlogits, const void* logits, DType dt, const int32_t* targets, const float* lse,
+                            float dloss, int64_t T, int64_t V, int* err, cudaStream_t stream);
 
 // Elementwise over n elements.
 void add_inplace(void* y, DType y_dt, const void* x, DType x_dt, int64_t n, cudaStream_t stream);

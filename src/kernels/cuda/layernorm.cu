@@ -64,8 +64,9 @@ __global__ void layernorm_forward_kernel(TX* __restrict__ out,           // [T, 
 // warp's accesses hit distinct banks). It writes its partial rows to partials[b] = [dw (C), db (C)];
 // norm_params_kernel (norm_common.cuh) sums the partials in a fixed order. No atomics.
 // dinp may be dout (in place): each element of dout is last read by the thread that writes its
-// dinp element, after the row's sums (block_sum synchronises the block).
-template <int N, typename TX, typename TW>
+// dinp element, after the row's sums (block_sum synchronises the block). Accumulate adds dx to
+// dinp's values (then dinp is not dout), rounding once.
+template <int N, bool Accumulate, typename TX, typename TW>
 __global__ void layernorm_backward_kernel(TX* dinp,                        // [T, C]
                                           float* __restrict__ partials,    // [gridDim.x, 2C]
                                           const TX* dout,                  // [T, C]
@@ -115,6 +116,12 @@ __global__ void layernorm_backward_kernel(TX* dinp,                        // [T
         s_dw[k * packs + p] += gv[k] * xhat;
         s_db[k * packs + p] += gv[k];
       }
+      if constexpr (Accumulate) {
+        float prev[N];
+        load_pack<N>(prev, dx + p * N);
+#pragma unroll
+        for (int k = 0; k < N; ++k) o[k] += prev[k];
+      }
       store_pack<N>(dx + p * N, o);
     }
   }
@@ -157,7 +164,7 @@ void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, DTy
 
 void layernorm_backward(void* dinp, float* dweight, float* dbias, float* partials, const void* dout, const void* inp,
                         DType x_dt, const void* weight, DType w_dt, const float* mean, const float* rstd, int64_t T,
-                        int64_t C, cudaStream_t stream) {
+                        int64_t C, bool accumulate, cudaStream_t stream) {
   if (C == 0) return;
   const int blocks = norm_backward_blocks(T);
   const bool vec =
@@ -177,9 +184,11 @@ void layernorm_backward(void* dinp, float* dweight, float* dbias, float* partial
         SEQPAR_LAUNCH_CHECK();
       };
       if (vec) {
-        launch(layernorm_backward_kernel<8, TX, TW>, 8);
+        accumulate ? launch(layernorm_backward_kernel<8, true, TX, TW>, 8)
+                   : launch(layernorm_backward_kernel<8, false, TX, TW>, 8);
       } else {
-        launch(layernorm_backward_kernel<1, TX, TW>, 1);
+        accumulate ? launch(layernorm_backward_kernel<1, true, TX, TW>, 1)
+                   : launch(layernorm_backward_kernel<1, false, TX, TW>, 1);
       }
     });
   });

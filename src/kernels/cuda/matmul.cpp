@@ -364,12 +364,23 @@ void complete_pool(LtContext& ctx, const PlanKey& key, Plan& plan) {
   plan.pool_complete = true;
 }
 
+// out = alpha * op(a) op(b) + beta * c, c = out unless given (the same layout as out).
 cublasStatus_t run_candidate(LtContext& ctx, const Plan& plan, const Candidate& c, const void* a, const void* b,
-                             void* out, float alpha, float beta, cudaStream_t stream) {
+                             void* out, float alpha, float beta, cudaStream_t stream, const void* c_in = nullptr) {
   const Formulation& f = plan.form[static_cast<int>(c.config.family)];
   const bool direct = c.config.family == MatmulFamily::kDirect;
-  return cublasLtMatmul(ctx.handle, f.desc, &alpha, direct ? b : a, f.a, direct ? a : b, f.b, &beta, out, f.c, out,
-                        f.c, &c.algo, ctx.workspace, c.config.workspace, stream);
+  return cublasLtMatmul(ctx.handle, f.desc, &alpha, direct ? b : a, f.a, direct ? a : b, f.b, &beta,
+                        c_in ? c_in : out, f.c, out, f.c, &c.algo, ctx.workspace, c.config.workspace, stream);
+}
+
+// Whether the algorithm writes D apart from C (every Hopper GEMM cuBLASLt offers does; asked, not assumed).
+bool out_of_place_ok(const cublasLtMatmulAlgo_t& algo) {
+  int32_t ok = 0;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &ok, sizeof(ok),
+                                        &written) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  return ok != 0;
 }
 
 // ---- tuning ---------------------------------------------------------------------------------
@@ -593,12 +604,21 @@ std::string matmul_config_str(const MatmulConfig& c) {
   return s;
 }
 
-void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
+void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
+            const Tensor* c) {
   const Dims d = check_args(out, a, b, trans_a, trans_b);
   if (d.M == 0 || d.N == 0) return;
   const int dev = out.device().index;
   DeviceScope device_scope(dev);
   cudaStream_t stream = current_stream();
+  // A separate c (the residual the output adds): read by the GEMM itself, or copied first where the
+  // algorithm cannot write apart from it.
+  const void* c_in = c != nullptr && beta != 0.f && c->raw() != out.raw() ? c->raw() : nullptr;
+  auto copy_c = [&] { SEQPAR_CUDA_CHECK(cudaMemcpyAsync(out.raw(), c_in, out.nbytes(), cudaMemcpyDeviceToDevice, stream)); };
+  if (d.K == 0 && c_in != nullptr) {
+    copy_c();
+    c_in = nullptr;
+  }
   if (d.K == 0) {  // an empty sum: out = beta * out
     if (beta == 0.f) {
       SEQPAR_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream));
@@ -631,7 +651,12 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
     }
   }
   used.chosen = plan.pool[index].config;
-  SEQPAR_CUBLASLT_CHECK(run_candidate(ctx, plan, plan.pool[index], a.raw(), b.raw(), out.raw(), alpha, beta, stream));
+  if (c_in != nullptr && !out_of_place_ok(plan.pool[index].algo)) {
+    copy_c();
+    c_in = nullptr;
+  }
+  SEQPAR_CUBLASLT_CHECK(
+      run_candidate(ctx, plan, plan.pool[index], a.raw(), b.raw(), out.raw(), alpha, beta, stream, c_in));
   g_last = used;
 }
 

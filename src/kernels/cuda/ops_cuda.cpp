@@ -183,7 +183,7 @@ void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor&
 }
 
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                      const Tensor& rstd) {
+                      const Tensor& rstd, bool accumulate) {
   DeviceScope scope("rmsnorm_backward", {{"dinp", &dinp},
                                          {"dweight", &dweight},
                                          {"dout", &dout},
@@ -209,7 +209,7 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
   ScratchBytes partials(inp.device(), static_cast<size_t>(blocks) * C * sizeof(float));
   cuda_kernels::rmsnorm_backward(dinp.raw(), dweight.raw(), dweight.dtype(), static_cast<float*>(partials.get()),
                                  dout.raw(), inp.raw(), inp.dtype(), weight.raw(), weight.dtype(), rstd.data<float>(),
-                                 T, C, current_stream());
+                                 T, C, accumulate, current_stream());
 }
 
 // ---- LayerNorm ----------------------------------------------------------------------------
@@ -241,7 +241,7 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
 }
 
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                        const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd, bool accumulate) {
   const char* op = "layernorm_backward";
   DeviceScope scope(op, {{"dinp", &dinp},
                          {"dweight", &dweight},
@@ -277,7 +277,7 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
   cuda_kernels::layernorm_backward(dinp.raw(), dweight.data<float>(), dbias.data<float>(),
                                    static_cast<float*>(partials.get()), dout.raw(), inp.raw(), inp.dtype(),
                                    weight.raw(), weight.dtype(), mean.data<float>(), rstd.data<float>(), T, C,
-                                   current_stream());
+                                   accumulate, current_stream());
 }
 
 // ---- GELU ---------------------------------------------------------------------------------
@@ -358,7 +358,7 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tenso
 
 // ---- cross-entropy ------------------------------------------------------------------------
 
-void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets) {
+void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, Tensor* lse) {
   DeviceScope scope("cross_entropy_forward", {{"losses", &losses}, {"logits", &logits}, {"targets", &targets}});
   check_float(logits, "cross_entropy_forward", "logits");
   check_dtype(targets, DType::kI32, "cross_entropy_forward targets");
@@ -368,11 +368,14 @@ void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& t
   check_shape(targets, {T}, "cross_entropy_forward targets");
   check_shape(losses, {T}, "cross_entropy_forward losses");
   cudaStream_t stream = current_stream();
-  cuda_kernels::cross_entropy_forward(losses.data<float>(), logits.raw(), logits.dtype(), targets.data<int32_t>(), T,
-                                      V, error_slots(logits.device().index).slot(kCrossEntropyForward, V), stream);
+  if (lse) check_shape(*lse, {T}, "cross_entropy_forward lse");
+  cuda_kernels::cross_entropy_forward(losses.data<float>(), lse ? lse->data<float>() : nullptr, logits.raw(),
+                                      logits.dtype(), targets.data<int32_t>(), T, V,
+                                      error_slots(logits.device().index).slot(kCrossEntropyForward, V), stream);
 }
 
-void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss) {
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                            const Tensor* lse) {
   DeviceScope scope("cross_entropy_backward", {{"dlogits", &dlogits}, {"logits", &logits}, {"targets", &targets}});
   check_float(logits, "cross_entropy_backward", "logits");
   check_dtype(dlogits, logits.dtype(), "cross_entropy_backward dlogits");
@@ -382,8 +385,10 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   check_shape(dlogits, logits.shape(), "cross_entropy_backward dlogits");
   check_shape(targets, {T}, "cross_entropy_backward targets");
   cudaStream_t stream = current_stream();
-  cuda_kernels::cross_entropy_backward(dlogits.raw(), logits.raw(), logits.dtype(), targets.data<int32_t>(), dloss,
-                                       T, V, error_slots(logits.device().index).slot(kCrossEntropyBackward, V), stream);
+  if (lse) check_shape(*lse, {T}, "cross_entropy_backward lse");
+  cuda_kernels::cross_entropy_backward(dlogits.raw(), logits.raw(), logits.dtype(), targets.data<int32_t>(),
+                                       lse ? lse->data<float>() : nullptr, dloss, T, V,
+                                       error_slots(logits.device().index).slot(kCrossEntropyBackward, V), stream);
 }
 
 // ---- elementwise --------------------------------------------------------------------------

@@ -14,21 +14,22 @@ void embedding_forward(Tensor& out, const Tensor& ids, const Tensor& wte);
 void embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& ids);
 void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps);
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                      const Tensor& rstd);
+                      const Tensor& rstd, bool accumulate);
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                        const Tensor& bias, float eps);
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                        const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd, bool accumulate);
 void gelu_forward(Tensor& out, const Tensor& inp, GeluKind kind);
 void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind kind);
 void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, float scale);
 void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq, float scale);
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
 void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up);
-void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha,
-            float beta);
-void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets);
-void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss);
+void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
+            const Tensor* c);
+void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, Tensor* lse);
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                            const Tensor* lse);
 void add_inplace(Tensor& y, const Tensor& x);
 void bias_forward(Tensor& y, const Tensor& b);
 void bias_backward(Tensor& db, const Tensor& dy);

@@ -43,9 +43,10 @@ __global__ void rmsnorm_forward_kernel(TX* out,                        // [T, C]
 // Block b handles rows b, b + gridDim.x, ... and accumulates dw for those rows in shared memory,
 // each thread owning fixed columns (stored column-pack-transposed, s_dw[k * packs + p], so a
 // warp's accesses hit distinct banks). It writes its partial row to partials[b]; the second
-// kernel sums the partials in a fixed order. No atomics: bitwise reproducible.
-template <int N, typename TX, typename TW>
-__global__ void rmsnorm_backward_kernel(TX* dinp,                        // [T, C], may alias dout
+// kernel sums the partials in a fixed order. No atomics: bitwise reproducible. Accumulate adds
+// dx to dinp's values (the residual stream's gradient), rounding once.
+template <int N, bool Accumulate, typename TX, typename TW>
+__global__ void rmsnorm_backward_kernel(TX* dinp,                        // [T, C], may alias dout unless Accumulate
                                         float* __restrict__ partials,    // [gridDim.x, C]
                                         const TX* dout,                  // [T, C]
                                         const TX* __restrict__ inp,      // [T, C]
@@ -83,6 +84,12 @@ __global__ void rmsnorm_backward_kernel(TX* dinp,                        // [T, 
       for (int k = 0; k < N; ++k) {
         out[k] = r * (wv[k] * gv[k] - xv[k] * c);
         s_dw[k * packs + p] += gv[k] * xv[k] * r;
+      }
+      if constexpr (Accumulate) {
+        float prev[N];
+        load_pack<N>(prev, dx + p * N);
+#pragma unroll
+        for (int k = 0; k < N; ++k) out[k] += prev[k];
       }
       store_pack<N>(dx + p * N, out);
     }
@@ -125,7 +132,7 @@ int norm_backward_blocks(int64_t T) {
 
 void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, const void* dout, const void* inp,
                       DType x_dt, const void* weight, DType w_dt, const float* rstd, int64_t T, int64_t C,
-                      cudaStream_t stream) {
+                      bool accumulate, cudaStream_t stream) {
   if (C == 0) return;
   const int blocks = norm_backward_blocks(T);
   const bool vec =
@@ -145,9 +152,9 @@ void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, c
         SEQPAR_LAUNCH_CHECK();
       };
       if (vec) {
-        launch(rmsnorm_backward_kernel<8, TX, TW>, 8);
+        accumulate ? launch(rmsnorm_backward_kernel<8, true, TX, TW>, 8) : launch(rmsnorm_backward_kernel<8, false, TX, TW>, 8);
       } else {
-        launch(rmsnorm_backward_kernel<1, TX, TW>, 1);
+        accumulate ? launch(rmsnorm_backward_kernel<1, true, TX, TW>, 1) : launch(rmsnorm_backward_kernel<1, false, TX, TW>, 1);
       }
     });
   });
