@@ -190,9 +190,9 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
   }
 }
 
-// The same figures measured on an H200 (bench/NOTES.md, 2026-11-29, and the keep-attention point
-// 2026-12-04 seventeenth session, since it keeps the output and LSE only: Llama-3.2-1B sized, one GPU):
-// the plan of each within 5% (they are the reference the docs quote).
+// The same figures measured on an H200 (bench/NOTES.md, 2026-12-04 eighteenth session, since the
+// loss backward writes the logits' gradient over them: Llama-3.2-1B sized, one GPU, sdpa): the plan of
+// each within 5% (they are the reference the docs quote; the plan met each to 0.01 GiB).
 TEST(MemoryPlan, MatchesTheH200Measurements) {
   struct Case {
     int64_t S;
@@ -200,8 +200,8 @@ TEST(MemoryPlan, MatchesTheH200Measurements) {
     int64_t loss_tile;
     double measured_gib;
   };
-  for (const Case& c : {Case{8192, false, false, 0, 34.02}, Case{32768, false, false, 0, 73.85},
-                        Case{8192, true, false, 4096, 24.28}, Case{32768, true, false, 4096, 27.19},
+  for (const Case& c : {Case{8192, false, false, 0, 32.07}, Case{32768, false, false, 0, 66.02},
+                        Case{8192, true, false, 4096, 22.32}, Case{32768, true, false, 4096, 26.69},
                         Case{32768, true, true, 4096, 28.62}}) {
     MemoryPlanInput in;
     in.model = llama_preset("llama-3.2-1b");
