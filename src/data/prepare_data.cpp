@@ -506,6 +506,8 @@ PrepareDataStats prepare_data(const PrepareDataOptions& o) {
   int32_t eos = -1;
   if (o.append_eos) {
     std::optional<std::string> name = o.eos_token ? o.eos_token : cfg.eos_token;
+    // A SentencePiece model names its own (`</s>`): the EOS its model was trained with.
+    if (!name) name = tok->own_eos_token();
     // Megatron's GPT2BPETokenizer.eod, for GPT-2's files (given by name or in a --tokenizer directory).
     if (!name && (gpt2_files || std::filesystem::is_directory(Tokenizer::resolve(o.tokenizer)))) name = "<|endoftext|>";
     SEQPAR_INPUT_CHECK(name.has_value(), "--append-eos: no EOS token: {} has no eos_token; name one with --eos-token",

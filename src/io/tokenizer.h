@@ -65,6 +65,9 @@ class Tokenizer {
   // The id of a vocabulary or added token given by its exact text (for a byte-level BPE, the
   // token's spelling in the tokenizer.json, e.g. "<|eot_id|>").
   virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
+  // The end-of-sequence token the tokenizer file itself defines (a SentencePiece model's eos piece,
+  // `</s>` for Llama-2 / Mistral), where it has one; tokenizer.json leaves that to tokenizer_config.json.
+  virtual std::optional<std::string> own_eos_token() const { return std::nullopt; }
   // One line: kind, vocabulary size, pre-tokenizer, template tokens.
   virtual std::string summary() const = 0;
 

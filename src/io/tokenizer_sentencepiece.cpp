@@ -65,6 +65,11 @@ class SentencePieceTokenizer final : public Tokenizer {
     return id;
   }
 
+  std::optional<std::string> own_eos_token() const override {
+    if (sp_.eos_id() < 0) return std::nullopt;
+    return sp_.IdToPiece(sp_.eos_id());
+  }
+
   std::string summary() const override {
     return fmt::format("SentencePiece '{}': {} ids, BOS {}", path(), sp_.GetPieceSize(),
                        sp_.bos_id() >= 0 ? sp_.IdToPiece(sp_.bos_id()) : "none");

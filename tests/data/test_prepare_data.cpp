@@ -118,6 +118,24 @@ TEST(PrepareData, JsonlRoundTripWithEos) {
   EXPECT_EQ(TokenFile(o.output).doc_tokens(0).back(), *tok->token_to_id("<|eot_id|>"));
 }
 
+// A SentencePiece model alone (no tokenizer_config.json beside it) names its own EOS, </s>: that is
+// what --append-eos appends.
+TEST(PrepareData, AppendEosTakesASentencePieceModelsOwnEos) {
+  if (!tokenizer_detail::sentencepiece_available()) GTEST_SKIP() << "built without SentencePiece";
+  const std::string dir = testing::temp_dir();
+  std::filesystem::copy_file(source_path("tests/fixtures/tokenizer/sentencepiece/tokenizer.model"),
+                             dir + "/tokenizer.model");
+  write_file(dir + "/a.jsonl", "{\"text\": \"first document\"}\n");
+  PrepareDataOptions o = options(dir, dir + "/a.jsonl", DataFormat::kJsonl);
+  o.tokenizer = dir + "/tokenizer.model";
+  o.append_eos = true;
+  prepare_data(o);
+  const auto tok = Tokenizer::load(o.tokenizer);
+  ASSERT_TRUE(tok->own_eos_token().has_value());
+  EXPECT_EQ(*tok->own_eos_token(), "</s>");
+  EXPECT_EQ(TokenFile(o.output).doc_tokens(0).back(), *tok->token_to_id("</s>"));
+}
+
 // --tokenizer DIR: the directory's tokenizer.json, and its tokenizer_config.json's eos_token; a
 // directory of GPT-2's files ends documents with <|endoftext|> as --vocab-file / --merge-file do.
 TEST(PrepareData, TokenizerDirectory) {
