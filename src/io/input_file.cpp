@@ -211,7 +211,9 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
       } else if (c == '#' && (j == i || text[j - 1] == ' ')) {
         last = j;
         break;  // a comment to the end of the line
-      } else if (c == '[' || c == '{') {
+      } else if ((c == '[' || c == '{') && (flow > 0 || j == i || text[j - 1] == ' ' || text[j - 1] == '\t')) {
+        // A flow collection opens where a node starts; in block context a '[' or '{' inside a plain
+        // word is the word's text ("co[n"), as yaml-cpp reads it (a later ',' is then no list's).
         refuse(j, ++flow + static_cast<int>(indents.size()));
       } else if ((c == ']' || c == '}') && flow > 0) {
         if (--flow == 0) last_token = kNode;

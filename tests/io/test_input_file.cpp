@@ -125,6 +125,13 @@ TEST(JsonDepth, ABlockContextCommaIsRefusedBeforeYamlCpp) {
   // Plain scalars, block scalars (| or >, with indicators) and flow lists keep their commas.
   EXPECT_NO_THROW(check_yaml_depth("a: |\n  , text\n  more\nb: >-\n  , x\nc: 1\n", "s"));
   EXPECT_NO_THROW(check_yaml_depth("a: [1\n, 2]\nb: x, y ,z\nc: {d: 'e', f: [1, 2]}\n\"g\": 1, 2\n", "s"));
+  // A '[' or '{' inside a plain word is the word's text, not a list: a later line's ',' is still
+  // outside any list (yaml-cpp 0.7 looped on this, found by fuzz_accelerate_config 2026-12-04, the
+  // seventh input), and the word keeps its brackets and commas.
+  EXPECT_INPUT_ERROR(parse_accelerate_config("f*#e co[nhe Delysses /\n# ALSttue\n, paral para\n|", "a.yaml", "."),
+                     "a.yaml: line 3 has a ',' outside a [ ] or { } list");
+  EXPECT_INPUT_ERROR(parse_accelerate_config("a: x{y\n, b\n", "a.yaml", "."), "line 2 has a ','");
+  EXPECT_NO_THROW(check_yaml_depth("a: co[n, d\nb: x{y}, z\nc: [p[q, r]]\n", "s"));
 }
 
 // A path in a config that the filesystem cannot even look up (a name longer than NAME_MAX) is an
