@@ -1,5 +1,6 @@
 #include "cli/bench_util.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,9 +16,10 @@ std::vector<int64_t> parse_int_list(const std::string& value, const std::string&
   std::stringstream ss(value);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long x = std::strtoll(item.c_str(), &end, 10);
-    SEQPAR_INPUT_CHECK(!item.empty() && end && *end == '\0' && (x > 0 || (allow_zero && x == 0)),
+    int64_t x = 0;  // the whole item, in range (strtoll took leading spaces and clamped overflow)
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
+    SEQPAR_INPUT_CHECK(!item.empty() && ec == std::errc() && end == item.data() + item.size() &&
+                           (x > 0 || (allow_zero && x == 0)),
                        "{}={}: '{}' is not a {} integer (comma-separated list expected)", flag, value, item,
                        allow_zero ? "non-negative" : "positive");
     v.push_back(x);

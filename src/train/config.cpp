@@ -259,12 +259,15 @@ T from_text(const std::string& s, const std::string& flag) {
     return v;
   } else {
     static_assert(std::is_floating_point_v<T>);
-    char* end = nullptr;
-    const double v = std::strtod(s.c_str(), &end);
-    // Whole text only, and finite also in the field's type (1e39 is inf as a float).
-    SEQPAR_INPUT_CHECK(!s.empty() && end == s.c_str() + s.size() && std::isfinite(v) &&
-                           std::isfinite(static_cast<T>(v)),
-                       "{}={}: expected a finite number", flag, s);
+    // Whole text only, decimal (strtod also took leading spaces and hex floats), one optional '+'
+    // (as Python's float() takes it), and finite also in the field's type (1e39 is inf as a float).
+    double v = 0;
+    const bool plus = !s.empty() && s[0] == '+';
+    const char* begin = s.data() + (plus ? 1 : 0);
+    const auto [end, ec] = std::from_chars(begin, s.data() + s.size(), v);
+    SEQPAR_INPUT_CHECK(begin < s.data() + s.size() && !(plus && *begin == '-') && ec == std::errc() &&
+                           end == s.data() + s.size() && std::isfinite(v) && std::isfinite(static_cast<T>(v)),
+                       "{}={}: expected a finite decimal number", flag, s);
     return static_cast<T>(v);
   }
 }

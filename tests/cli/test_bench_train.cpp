@@ -45,6 +45,10 @@ TEST(BenchTrain, BadSettingsAreNamed) {
   bench("--seq-lens 64,x", &rc, &out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--seq-lens=64,x: 'x' is not a positive integer"), std::string::npos) << out;
+  // Beyond int64: refused, not clamped to 2^63 - 1 as strtoll did.
+  bench("--seq-lens 99999999999999999999", &rc, &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("'99999999999999999999' is not a positive integer"), std::string::npos) << out;
   bench("--seq-lens 64 --steps 0", &rc, &out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--steps=0 must be >= 1"), std::string::npos) << out;

@@ -162,8 +162,13 @@ TEST(ConfigDefaults, ValuesAreParsedWholeAndFinite) {
   const SettingDecl* lr = find_setting("lr");
   const SettingDecl* steps = find_setting("steps");
   const SettingDecl* seed = find_setting("seed");
-  for (const char* bad : {"inf", "nan", "1e39", "3e-3x"})
+  // Decimal text, whole: no leading space or hex float (strtod took both), no "+-".
+  for (const char* bad : {"inf", "nan", "1e39", "3e-3x", " 3e-3", "0x1p-8", "+-1e-3", "+", "-", "1e-3 "})
     EXPECT_THROW(lr->set(t, bad, "--lr"), InputError) << bad;
+  lr->set(t, "+2e-4", "--lr");  // a '+' is fine, as Python's float() takes it
+  EXPECT_FLOAT_EQ(t.optimizer.adamw.lr, 2e-4f);
+  lr->set(t, "-1e-3", "--lr");  // (parsed; the range rule is the resolver's)
+  EXPECT_FLOAT_EQ(t.optimizer.adamw.lr, -1e-3f);
   for (const char* bad : {"12abc", "1e3", "", "1.5"}) EXPECT_THROW(steps->set(t, bad, "--steps"), InputError) << bad;
   EXPECT_THROW(seed->set(t, "-1", "--seed"), InputError);
   EXPECT_THROW(seed->from_json(t, nlohmann::json(-1)), InputError);  // never wraps to 2^64 - 1
