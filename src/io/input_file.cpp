@@ -186,6 +186,11 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
     // after a document's root node ("'a',", "[a] ,"), a tag or an anchor ("!t ,", "\"p\"&MU\","), or
     // at the start of a line below the root ("  a: 1\n, b"): refused, naming the line.
     enum { kLineStart, kNode, kProperty, kPlain } last_token = kLineStart;
+    // In block context, whether a node may start here: at the line's start, after a "- " or "? "
+    // entry, a ": " mapping indicator or a property (tag, anchor). Only there does '[' or '{' open a
+    // flow collection; elsewhere it is a plain scalar's text ("co[n", "x [b", as yaml-cpp and PyYAML
+    // read them), and a ',' on a later line is still outside any list.
+    bool node_start = true;
     size_t closed_at = std::string::npos;  // the last closing quote on this line
     for (size_t j = i; j < line_end; ++j) {
       const char c = text[j];
@@ -203,23 +208,34 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
                          "{}: line {} has a ',' outside a [ ] or {{ }} list (at byte {}), where it can only be a "
                          "flow indicator: not valid YAML: refused",
                          source, line, j);
+      const bool spaced = j + 1 == line_end || text[j + 1] == ' ' || text[j + 1] == '\t' || text[j + 1] == '\r';
       // (a quote right after a closing one starts another scalar, as yaml-cpp reads four quotes)
       const bool token_start = j == i || text[j - 1] == ' ' || text[j - 1] == '[' || text[j - 1] == '{' ||
                                text[j - 1] == ',' || text[j - 1] == ':' || closed_at + 1 == j;
       if ((c == '"' || c == '\'') && token_start) {
         quote = c;
+        if (flow == 0) node_start = false;
       } else if (c == '#' && (j == i || text[j - 1] == ' ')) {
         last = j;
         break;  // a comment to the end of the line
-      } else if ((c == '[' || c == '{') && (flow > 0 || j == i || text[j - 1] == ' ' || text[j - 1] == '\t')) {
-        // A flow collection opens where a node starts; in block context a '[' or '{' inside a plain
-        // word is the word's text ("co[n"), as yaml-cpp reads it (a later ',' is then no list's).
+      } else if ((c == '[' || c == '{') && (flow > 0 || node_start || last_token == kProperty)) {
         refuse(j, ++flow + static_cast<int>(indents.size()));
       } else if ((c == ']' || c == '}') && flow > 0) {
-        if (--flow == 0) last_token = kNode;
-      } else if (c != ' ' && flow == 0 && c != ',' && (j == i || text[j - 1] == ' ' || closed_at + 1 == j)) {
+        if (--flow == 0) {
+          last_token = kNode;
+          node_start = false;
+        }
+      } else if (flow == 0 && (c == '-' || c == '?') && node_start && spaced) {
+        last_token = kLineStart;  // a block entry: a node may follow
+      } else if (flow == 0 && c == ':' && spaced && last_token != kLineStart) {
+        last_token = kLineStart;  // "key: ": the value's node may follow (", x" may not)
+        node_start = true;
+      } else if (c != ' ' && c != '\t' && flow == 0 && c != ',' &&
+                 (j == i || text[j - 1] == ' ' || text[j - 1] == '\t' || closed_at + 1 == j)) {
         // A word starts (a ':' inside a word does not end it: "!:a,b" is one tag).
-        last_token = c == '!' || c == '&' || c == '*' ? kProperty : kPlain;
+        const bool property = c == '!' || c == '&' || c == '*';
+        last_token = property ? kProperty : kPlain;
+        if (!property) node_start = false;
       }
     }
     // "key: |", "- >-", "key: |2+ # comment": a block scalar follows.

@@ -131,7 +131,14 @@ TEST(JsonDepth, ABlockContextCommaIsRefusedBeforeYamlCpp) {
   EXPECT_INPUT_ERROR(parse_accelerate_config("f*#e co[nhe Delysses /\n# ALSttue\n, paral para\n|", "a.yaml", "."),
                      "a.yaml: line 3 has a ',' outside a [ ] or { } list");
   EXPECT_INPUT_ERROR(parse_accelerate_config("a: x{y\n, b\n", "a.yaml", "."), "line 2 has a ','");
-  EXPECT_NO_THROW(check_yaml_depth("a: co[n, d\nb: x{y}, z\nc: [p[q, r]]\n", "s"));
+  // After a space inside the word too (the eighth input: "f*#e [ocnhe ..."); only where a node
+  // starts (a line, "- ", ": ", a tag) does a bracket open a list.
+  EXPECT_INPUT_ERROR(parse_accelerate_config("f*#e [ocnhe Delysses /\n# ALSttue\n, paral: tra\n|", "a.yaml", "."),
+                     "a.yaml: line 3 has a ',' outside a [ ] or { } list");
+  EXPECT_INPUT_ERROR(parse_accelerate_config("key: , x\n", "a.yaml", "."), "line 1 has a ','");
+  EXPECT_NO_THROW(check_yaml_depth("a: co[n, d\nb: x{y}, z\nc: [p[q, r]]\nd: x [b, c\n", "s"));
+  EXPECT_NO_THROW(check_yaml_depth("- [a,\n  b]\n- ? {k: 1,\n    j: 2}\n\"q\": [1,\n 2]\nt: !!seq [1,\n 2]\n", "s"));
+  EXPECT_INPUT_ERROR(check_yaml_depth("a: " + nested(300, "[", "]"), "s"), "YAML nested more than");
 }
 
 // A path in a config that the filesystem cannot even look up (a name longer than NAME_MAX) is an
