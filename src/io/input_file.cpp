@@ -209,16 +209,19 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
                          "flow indicator: not valid YAML: refused",
                          source, line, j);
       const bool spaced = j + 1 == line_end || text[j + 1] == ' ' || text[j + 1] == '\t' || text[j + 1] == '\r';
-      // (a quote right after a closing one starts another scalar, as yaml-cpp reads four quotes)
-      const bool token_start = j == i || text[j - 1] == ' ' || text[j - 1] == '[' || text[j - 1] == '{' ||
-                               text[j - 1] == ',' || text[j - 1] == ':' || closed_at + 1 == j;
+      // (a quote right after a closing one starts another scalar, as yaml-cpp reads four quotes; the
+      // flow indicators end a token only inside a list: in block context "a,\"b" is one plain word)
+      const char prev = j == i ? ' ' : text[j - 1];
+      const bool token_start = prev == ' ' || prev == '\t' || closed_at + 1 == j ||
+                               (flow > 0 && (prev == '[' || prev == '{' || prev == ',' || prev == ':'));
       if ((c == '"' || c == '\'') && token_start) {
         quote = c;
         if (flow == 0) node_start = false;
       } else if (c == '#' && (j == i || text[j - 1] == ' ')) {
         last = j;
         break;  // a comment to the end of the line
-      } else if ((c == '[' || c == '{') && (flow > 0 || node_start || last_token == kProperty)) {
+      } else if ((c == '[' || c == '{') &&
+                 (flow > 0 || ((node_start || last_token == kProperty) && (prev == ' ' || prev == '\t')))) {
         refuse(j, ++flow + static_cast<int>(indents.size()));
       } else if ((c == ']' || c == '}') && flow > 0) {
         if (--flow == 0) {
@@ -233,7 +236,8 @@ void check_yaml_depth(std::string_view text, const std::string& source, int max_
       } else if (c != ' ' && c != '\t' && flow == 0 && c != ',' &&
                  (j == i || text[j - 1] == ' ' || text[j - 1] == '\t' || closed_at + 1 == j)) {
         // A word starts (a ':' inside a word does not end it: "!:a,b" is one tag).
-        const bool property = c == '!' || c == '&' || c == '*';
+        // ('!', '&' and '*' inside a plain scalar are its text: "a *b, c" is one word run)
+        const bool property = (c == '!' || c == '&' || c == '*') && !(last_token == kPlain && !node_start);
         last_token = property ? kProperty : kPlain;
         if (!property) node_start = false;
       }

@@ -3,6 +3,7 @@
 #include "io/bounded_child.h"
 
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -60,9 +61,10 @@ TEST(BoundedChild, ADeathBySignalIsNamed) {
   EXPECT_EQ(o.stopped, "died by signal 6");
 }
 
-// The ninth input fuzz_accelerate_config found (2026-12-04): runs of quotes around a ',' that the
-// pre-scan took for quoted text; yaml-cpp 0.7 looped on it, allocating. Refused either way, by the
-// pre-scan or by the bounded trial parse, and never a hang.
+// The ninth input fuzz_accelerate_config found (2026-12-04): a quote after a ',' inside a plain word
+// that the pre-scan took for a quoted scalar running to the end of the file; yaml-cpp 0.7 loops on
+// it, allocating. The pre-scan now refuses it by its line; and yaml-cpp on its own, in the bounded
+// child, is stopped (the backstop for loops the pre-scan does not know).
 TEST(BoundedChild, AnAccelerateYamlThatYamlCppLoopsOnIsRefused) {
   const std::string text =
       testing::read_file(testing::source_path("tests/fuzz/corpus/fuzz_accelerate_config/regression-quote-runs-loop.yaml"));
@@ -71,10 +73,7 @@ TEST(BoundedChild, AnAccelerateYamlThatYamlCppLoopsOnIsRefused) {
     ADD_FAILURE() << "accepted";
   } catch (const InputError& e) {
     const std::string what = e.what();
-    EXPECT_TRUE(what.find("a.yaml: the YAML parser (yaml-cpp) did not finish with this file: it ") !=
-                    std::string::npos ||
-                what.find("outside a [ ] or { } list") != std::string::npos)
-        << what;
+    EXPECT_NE(what.find("a.yaml: line 5 has a ',' outside a [ ] or { } list"), std::string::npos) << what;
   }
 }
 

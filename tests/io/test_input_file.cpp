@@ -136,6 +136,8 @@ TEST(JsonDepth, ABlockContextCommaIsRefusedBeforeYamlCpp) {
   EXPECT_INPUT_ERROR(parse_accelerate_config("f*#e [ocnhe Delysses /\n# ALSttue\n, paral: tra\n|", "a.yaml", "."),
                      "a.yaml: line 3 has a ',' outside a [ ] or { } list");
   EXPECT_INPUT_ERROR(parse_accelerate_config("key: , x\n", "a.yaml", "."), "line 1 has a ','");
+  // Inside a plain scalar a quote after a ',' and a '*', '!' or '&' word are text (the ninth input).
+  EXPECT_NO_THROW(check_yaml_depth("a: b,\"c d\nx: y *z, w\nk: !t v, u\n", "s"));
   EXPECT_NO_THROW(check_yaml_depth("a: co[n, d\nb: x{y}, z\nc: [p[q, r]]\nd: x [b, c\n", "s"));
   EXPECT_NO_THROW(check_yaml_depth("- [a,\n  b]\n- ? {k: 1,\n    j: 2}\n\"q\": [1,\n 2]\nt: !!seq [1,\n 2]\n", "s"));
   EXPECT_INPUT_ERROR(check_yaml_depth("a: " + nested(300, "[", "]"), "s"), "YAML nested more than");
