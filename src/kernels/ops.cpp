@@ -379,7 +379,7 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
 void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, Tensor* lse) {
   const char* op = "cross_entropy_forward";
   const Arg a_loss{"losses", losses}, a_logits{"logits", logits}, a_tgt{"targets", targets};
-  const Device dev = lse ? op_device(op, {a_loss, a_logits, a_tgt, Arg{"lse", *lse}}) : op_device(op, {a_loss, a_logits, a_tgt});
+  const Device dev = op_device(op, {a_loss, a_logits, a_tgt});
   expect_ndim(op, a_logits, 2, "[T, V]");
   const int64_t T = logits.dim(0), V = logits.dim(1);
   expect_shape(op, a_tgt, {T}, "[T]");
@@ -389,6 +389,7 @@ void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& t
   expect_float(op, dev, {a_logits});
   if (lse) {
     const Arg a_lse{"lse", *lse};
+    (void)op_device(op, {a_loss, a_lse});
     expect_shape(op, a_lse, {T}, "[T]");
     expect_dtype(op, a_lse, DType::kF32);
     expect_disjoint(op, a_lse, {a_loss, a_logits, a_tgt});
@@ -402,8 +403,7 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
                             const Tensor* lse) {
   const char* op = "cross_entropy_backward";
   const Arg a_dlogits{"dlogits", dlogits}, a_logits{"logits", logits}, a_tgt{"targets", targets};
-  const Device dev = lse ? op_device(op, {a_dlogits, a_logits, a_tgt, Arg{"lse", *lse}})
-                         : op_device(op, {a_dlogits, a_logits, a_tgt});
+  const Device dev = op_device(op, {a_dlogits, a_logits, a_tgt});
   expect_ndim(op, a_logits, 2, "[T, V]");
   const int64_t T = logits.dim(0), V = logits.dim(1);
   expect_shape(op, a_dlogits, {T, V}, "[T, V]");
@@ -413,6 +413,7 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
   expect_same_or_disjoint(op, a_dlogits, a_logits);
   if (lse) {
     const Arg a_lse{"lse", *lse};
+    (void)op_device(op, {a_dlogits, a_lse});
     expect_shape(op, a_lse, {T}, "[T]");
     expect_dtype(op, a_lse, DType::kF32);
     expect_disjoint(op, a_dlogits, {a_lse});

@@ -66,8 +66,8 @@ TEST(BoundedChild, ADeathBySignalIsNamed) {
 // it, allocating. The pre-scan now refuses it by its line; and yaml-cpp on its own, in the bounded
 // child, is stopped (the backstop for loops the pre-scan does not know).
 TEST(BoundedChild, AnAccelerateYamlThatYamlCppLoopsOnIsRefused) {
-  const std::string text =
-      testing::read_file(testing::source_path("tests/fuzz/corpus/fuzz_accelerate_config/regression-quote-runs-loop.yaml"));
+  const std::string text = testing::read_file(
+      testing::source_path("tests/fuzz/corpus/fuzz_accelerate_config/regression-quote-runs-loop.yaml"));
   try {
     parse_accelerate_config(text, "a.yaml", ".");
     ADD_FAILURE() << "accepted";

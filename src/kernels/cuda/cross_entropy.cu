@@ -95,14 +95,15 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_forward_kernel(float* 
 }
 
 // dlogits[t, v] = (softmax(logits[t])[v] - [v == target]) * dloss; zeros for ignored rows.
-// logsumexp is the forward's (lse, one read of the row) or recomputed (a second read); dlogits may
-// alias logits, since each element is read and then written by the same thread (after the row's
-// reduction when there is one). The same function of the row either way: the same bits.
+// logsumexp is the forward's (saved_lse [T]: one read of the row) or, with saved_lse null,
+// recomputed (a second read); dlogits may alias logits, since each element is read and then written
+// by the same thread (after the row's reduction when there is one). The same function of the row
+// either way: the same bits.
 template <int N, typename T>
 __global__ void __launch_bounds__(kThreads) cross_entropy_backward_kernel(T* dlogits,  // [T, V]
                                                                           const T* logits,  // [T, V]
                                                                           const int32_t* __restrict__ targets,  // [T]
-                                                                          const float* __restrict__ saved_lse,  // [T] or null
+                                                                          const float* __restrict__ saved_lse,
                                                                           float dloss, int64_t V, int* err) {
   const int64_t t = blockIdx.x;
   const int32_t target = targets[t];

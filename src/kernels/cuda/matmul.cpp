@@ -614,11 +614,11 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
   // A separate c (the residual the output adds): read by the GEMM itself, or copied first where the
   // algorithm cannot write apart from it.
   const void* c_in = c != nullptr && beta != 0.f && c->raw() != out.raw() ? c->raw() : nullptr;
-  auto copy_c = [&] { SEQPAR_CUDA_CHECK(cudaMemcpyAsync(out.raw(), c_in, out.nbytes(), cudaMemcpyDeviceToDevice, stream)); };
-  if (d.K == 0 && c_in != nullptr) {
-    copy_c();
-    c_in = nullptr;
-  }
+  auto copy_c = [&] {
+    SEQPAR_CUDA_CHECK(cudaMemcpyAsync(out.raw(), c_in, out.nbytes(), cudaMemcpyDeviceToDevice, stream));
+    c_in = nullptr;  // out holds c now: the GEMM adds in place
+  };
+  if (d.K == 0 && c_in != nullptr) copy_c();
   if (d.K == 0) {  // an empty sum: out = beta * out
     if (beta == 0.f) {
       SEQPAR_CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream));
@@ -651,10 +651,7 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
     }
   }
   used.chosen = plan.pool[index].config;
-  if (c_in != nullptr && !out_of_place_ok(plan.pool[index].algo)) {
-    copy_c();
-    c_in = nullptr;
-  }
+  if (c_in != nullptr && !out_of_place_ok(plan.pool[index].algo)) copy_c();
   SEQPAR_CUBLASLT_CHECK(
       run_candidate(ctx, plan, plan.pool[index], a.raw(), b.raw(), out.raw(), alpha, beta, stream, c_in));
   g_last = used;

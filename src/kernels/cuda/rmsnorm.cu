@@ -152,9 +152,11 @@ void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, c
         SEQPAR_LAUNCH_CHECK();
       };
       if (vec) {
-        accumulate ? launch(rmsnorm_backward_kernel<8, true, TX, TW>, 8) : launch(rmsnorm_backward_kernel<8, false, TX, TW>, 8);
+        accumulate ? launch(rmsnorm_backward_kernel<8, true, TX, TW>, 8)
+                   : launch(rmsnorm_backward_kernel<8, false, TX, TW>, 8);
       } else {
-        accumulate ? launch(rmsnorm_backward_kernel<1, true, TX, TW>, 1) : launch(rmsnorm_backward_kernel<1, false, TX, TW>, 1);
+        accumulate ? launch(rmsnorm_backward_kernel<1, true, TX, TW>, 1)
+                   : launch(rmsnorm_backward_kernel<1, false, TX, TW>, 1);
       }
     });
   });
