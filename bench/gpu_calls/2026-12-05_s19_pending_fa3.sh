@@ -1,0 +1,56 @@
+#!/bin/bash
+# Pending GPU call (written in the nineteenth session, not yet run: its device time was spent on
+# starts that found no machine and on call 1, which hung). Verifies and measures
+# 2026-12-05_s19_fa3_schedule.patch (issue 15 item 5: the sm_90 forward on FlashAttention-3's
+# schedule, the D = 64 backward in 128-query steps, the dQ writer warp behind SEQPAR_EXP_DQ_WRITER=1)
+# against this tree, built side by side:
+#   1. seqpar's flash kernel (this tree, the patched tree with and without the dQ writer), seqpar's
+#      cuDNN path and PyTorch's cuDNN SDPA, S = 16K and 64K, D = 64 and 128, H = 32, Hkv = 8, causal;
+#   2. the patched tree's attention tests (the op harness on every CUDA path, the sm_90 routes, the
+#      split-keys merge), and the split-keys test with the dQ writer.
+# Every command is bounded. Call 1 of the same session ran the first version of the patch and
+# hung in the backward (setmaxnreg asked for more registers than the block had; fixed in the patch).
+#   bash bench/gpu_calls/2026-12-05_s19_pending_fa3.sh OUT_DIR
+set -u
+OUT=$1
+. "$(dirname "$0")/build_gpu.sh"
+NEW=/tmp/new
+mkdir -p $NEW /tmp/newlog && tar --exclude=./build-gpu --exclude=./.git -cf - . | tar -xf - -C $NEW
+P=bench/gpu_calls/2026-12-05_s19_fa3_schedule.patch
+( cd $NEW && { patch -p1 < $P || git apply $P; } > /tmp/newlog/patch.log &&
+  . bench/gpu_calls/build_gpu.sh && build_gpu /tmp/newlog seqpar test_cuda ) > $OUT/new_build.txt 2>&1 &
+new_pid=$!
+build_gpu $OUT seqpar
+wait $new_pid; echo "patched: $(tail -1 $OUT/new_build.txt) at $SECONDS s"
+BN=$NEW/build-gpu
+A="--seq-lens 16384,65536 --head-dims 64,128 --heads 32 --kv-heads 8 --warmup 1 --iters 5"
+run_attn() {  # NAME BINARY BACKEND PASSES
+  timeout 45 $2 bench attention --backend $3 $A --passes $4 > $OUT/attn_$1.log 2>&1 || echo "bench $1 rc=$?"
+  grep '"tflops"' $OUT/attn_$1.log | sed "s/^{/{\"tag\":\"$1\",/" >> $OUT/attn.jsonl
+}
+run_attn new_fwd $BN/seqpar flash fwd
+run_attn base_fwd $B/seqpar flash fwd
+run_attn cudnn $B/seqpar cudnn fwd,fwd_bwd
+run_attn new $BN/seqpar flash fwd_bwd
+SEQPAR_EXP_DQ_WRITER=1 run_attn new_dqw $BN/seqpar flash fwd_bwd
+run_attn base $B/seqpar flash fwd_bwd
+timeout 60 python3 bench/peers/torch_sdpa.py --seq-lens 16384,65536 --head-dims 64,128 --heads 32 --kv-heads 8 --backends cudnn \
+  --layout bshd --iters 5 --warmup 1 > $OUT/attn_torch.log 2>&1 || echo "torch sdpa rc=$?"
+grep '"tflops"' $OUT/attn_torch.log | sed 's/^{/{"tag":"torch_cudnn",/' >> $OUT/attn.jsonl
+python3 - $OUT/attn.jsonl <<'PY'
+import json, sys
+rows = {}
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    rows.setdefault((d["D"], d["S"], d["pass"]), {})[d["tag"]] = d["tflops"]
+for k in sorted(rows):
+    print("D=%d S=%d %-8s" % k, "  ".join("%s %.0f" % (i, t) for i, t in rows[k].items()))
+PY
+t=$SECONDS
+timeout 240 $BN/test_cuda --gtest_filter='CudaAttentionSm90*:CudaAttention*:CudaOpHarness.EveryAttentionCaseOnEveryCudaPath:CudaSpAttention.*' > $OUT/test_attn.log 2>&1
+echo "attention tests rc=$? $((SECONDS - t)) s"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure" $OUT/test_attn.log | head
+grep -B2 -A6 "Failure" $OUT/test_attn.log | head -40
+t=$SECONDS
+SEQPAR_EXP_DQ_WRITER=1 timeout 40 $BN/test_cuda --gtest_filter='CudaAttention.SplitKeys*:CudaAttention.WriteEqualsAccumulateIntoZeros' > $OUT/test_attn_dqw.log 2>&1
+echo "attention tests (dQ writer) rc=$? $((SECONDS - t)) s"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure" $OUT/test_attn_dqw.log | head
+echo "done $SECONDS s"
