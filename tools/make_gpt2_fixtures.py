@@ -33,8 +33,8 @@ import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_hf_fixtures import (TOL_LOOSE, TOL_TIGHT, dir_size, fixture_main, load_case, make_inputs,  # noqa: E402
-                              reference, versions, worst_errors)
+from make_hf_fixtures import (TOL_LOOSE, TOL_TIGHT, dir_size, fixture_main, input_tensors, load_case,  # noqa: E402
+                              make_inputs, packed_inputs, reference, versions, worst_errors)
 
 COMMON = dict(vocab_size=96, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
@@ -56,6 +56,11 @@ CASES = [
          optim=OPTIM,
          description="GPT-2: a sequence as long as n_positions=20 (the last row of wpe is used), "
                      "gelu_pytorch_tanh (the tanh form, as gelu_new)"),
+    dict(name="gpt2_packed", seed=1205, B=2, S=20, docs=[[7, 13], [5, 6, 9]],
+         config=dict(n_positions=32, n_inner=None, activation_function="gelu_new", layer_norm_epsilon=1e-5),
+         optim=OPTIM,
+         description="GPT-2 with packed documents (position_ids as DataCollatorWithFlattening writes them: each "
+                     "document reads wpe from row 0): row 0 holds documents of 7 and 13 tokens, row 1 of 5, 6 and 9"),
     dict(name="gpt2_d64", seed=1204, B=2, S=24,
          config=dict(n_embd=128, n_head=2, n_layer=1, n_positions=32, n_inner=64, activation_function="gelu_new",
                      layer_norm_epsilon=1e-5),
@@ -116,15 +121,17 @@ def make_case(case, root):
     model.to(torch.float32).save_pretrained(d)
 
     input_ids, labels = make_inputs(case, cfg.vocab_size)
+    position_ids = packed_inputs(case, labels)
     assert case["S"] <= cfg.n_positions
-    safetensors.torch.save_file({"input_ids": input_ids.to(torch.int32), "labels": labels.to(torch.int32)},
-                                os.path.join(d, "input.safetensors"))
+    safetensors.torch.save_file(input_tensors(input_ids, labels, position_ids), os.path.join(d, "input.safetensors"))
 
     ref = load_model(d, torch.float64)
     check_loaded(ref, d, case)
-    hf_loss = ref(input_ids=input_ids, labels=labels).loss
+    # use_cache=False: transformers looks for packed rows only without a cache (masking_utils)
+    packed = {} if position_ids is None else {"position_ids": position_ids, "use_cache": False}
+    hf_loss = ref(input_ids=input_ids, labels=labels, **packed).loss
     ref.zero_grad(set_to_none=True)
-    out, loss = reference(ref, input_ids, labels, case["optim"])
+    out, loss = reference(ref, input_ids, labels, case["optim"], position_ids)
     assert abs(hf_loss.item() - loss.item()) <= 1e-6 * abs(loss.item()), (hf_loss.item(), loss.item())
     safetensors.torch.save_file(out, os.path.join(d, "expected.safetensors"))
 
@@ -152,9 +159,9 @@ def check_loaded(model, d, case):
 
 
 def verify_case(case, root):
-    d, expected, input_ids, labels, optim = load_case(case, root)
+    d, expected, input_ids, labels, optim, position_ids = load_case(case, root)
 
-    f32, _ = reference(load_model(d, torch.float32), input_ids, labels, optim)
+    f32, _ = reference(load_model(d, torch.float32), input_ids, labels, optim, position_ids)
     loose, tight = worst_errors(f32, expected)
     assert loose <= TOL_LOOSE / 10 and tight <= TOL_TIGHT / 2, (case["name"], loose, tight)
     msg = f"{case['name']}: float32 transformers within tolerance (worst {loose:.1e} loose, {tight:.1e} tight)"
@@ -165,7 +172,7 @@ def verify_case(case, root):
                "layer_norm_epsilon x100": dict(layer_norm_epsilon=cfg.layer_norm_epsilon * 100)}
     for what, change in mutants.items():
         got, _ = reference(load_model(d, torch.float64, config=GPT2Config.from_pretrained(d, **change)), input_ids,
-                           labels, optim)
+                           labels, optim, position_ids)
         loose, tight = worst_errors(got, expected)
         margin = max(loose / TOL_LOOSE, tight / TOL_TIGHT)
         assert margin > 3, (case["name"], what, loose, tight)
@@ -174,12 +181,19 @@ def verify_case(case, root):
     model = load_model(d, torch.float64)
     with torch.no_grad():
         model.transformer.wpe.weight.zero_()
-    got, _ = reference(model, input_ids, labels, optim)
+    got, _ = reference(model, input_ids, labels, optim, position_ids)
     got = {k: v for k, v in got.items() if k not in ("grad.transformer.wpe.weight", "param.transformer.wpe.weight")}
     loose, tight = worst_errors(got, {k: v for k, v in expected.items() if k in got})
     margin = max(loose / TOL_LOOSE, tight / TOL_TIGHT)
     assert margin > 3, (case["name"], "no positions", loose, tight)
-    print(msg + f"; no position embedding: {margin:.0f}x past tolerance")
+    msg += f"; no position embedding: {margin:.0f}x past tolerance"
+    if position_ids is not None:  # the documents matter: one row with positions 0..S-1 is wrong
+        got, _ = reference(load_model(d, torch.float64), input_ids, labels, optim)
+        loose, tight = worst_errors(got, expected)
+        margin = max(loose / TOL_LOOSE, tight / TOL_TIGHT)
+        assert margin > 3, (case["name"], "documents not separated", loose, tight)
+        msg += f"; documents not separated: {margin:.0f}x past tolerance"
+    print(msg)
 
 
 def main():

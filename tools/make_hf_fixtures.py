@@ -9,7 +9,11 @@ tests/fixtures/hf/<case>/:
 
   config.json, model.safetensors   model.save_pretrained (f32 weights; bf16 for `bf16_weights`)
   input.safetensors                input_ids [B, S] i32, labels [B, S] i32 (HF convention:
-                                   unshifted, -100 = ignore; row 0 has its first 40% masked)
+                                   unshifted, -100 = ignore; row 0 has its first 40% masked);
+                                   the cases with `docs` also position_ids [B, S] i32: packed
+                                   documents as HF packs them (DataCollatorWithFlattening: each
+                                   document counts 0, 1, ...; its first label -100), the reference
+                                   running each document on its own
   expected.safetensors             logits [B, S, V], loss [1], grad.<name> for every parameter of
                                    named_parameters(), grad_norm [1] (clip_grad_norm_'s return
                                    value: the norm before clipping), param.<name> after
@@ -121,6 +125,12 @@ CASES = [
          optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
          description="GQA (H=2, Hkv=1) with head_dim=64, a head size the CUDA attention kernels (flash, cuDNN) "
                      "support, so the GPU tests (tests/cuda/test_cuda_model.cpp) check this case end to end"),
+    dict(name="llama_packed", seed=1008, B=2, S=20, docs=[[6, 9, 5], [12, 8]],
+         config=dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                     rope_parameters=dict(rope_type="default", rope_theta=1000.0)),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="packed documents (position_ids as DataCollatorWithFlattening writes them): row 0 holds "
+                     "documents of 6, 9 and 5 tokens (and its masked prompt), row 1 of 12 and 8; GQA"),
     # --- the families (issue 17) ---
     dict(name="qwen2_untied", family="qwen2", seed=1101, B=2, S=16,
          config=dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False, rms_norm_eps=1e-6,
@@ -246,6 +256,43 @@ def make_inputs(case, vocab_size):
     return input_ids, labels
 
 
+def packed_inputs(case, labels):
+    """HF's packed position_ids of a case with `docs` (per row, its documents' lengths), with labels set to -100 at
+    each document's first token (DataCollatorWithFlattening's convention); None for a case without."""
+    if "docs" not in case:
+        return None
+    position_ids = torch.zeros(case["B"], case["S"], dtype=torch.int64)
+    for b, lens in enumerate(case["docs"]):
+        assert sum(lens) == case["S"], (case["name"], lens)
+        at = 0
+        for n in lens:
+            position_ids[b, at:at + n] = torch.arange(n)
+            labels[b, at] = -100
+            at += n
+    return position_ids
+
+
+def model_logits(model, input_ids, position_ids=None):
+    """The batch's logits; with packed position_ids each document runs on its own (its own positions, no attention
+    across documents): the definition of packing, independent of how transformers masks a packed row."""
+    if position_ids is None:
+        return model(input_ids=input_ids).logits
+    S = input_ids.shape[1]
+    rows = []
+    for b in range(input_ids.shape[0]):
+        starts = (position_ids[b] == 0).nonzero().flatten().tolist() + [S]
+        rows.append(torch.cat([model(input_ids=input_ids[b:b + 1, lo:hi]).logits[0]
+                               for lo, hi in zip(starts, starts[1:])]))
+    return torch.stack(rows)
+
+
+def input_tensors(input_ids, labels, position_ids):
+    t = {"input_ids": input_ids.to(torch.int32), "labels": labels.to(torch.int32)}
+    if position_ids is not None:
+        t["position_ids"] = position_ids.to(torch.int32)
+    return t
+
+
 def to_v4_spelling(config_path, type_key=False):
     with open(config_path) as f:
         cfg = json.load(f)
@@ -302,10 +349,10 @@ def causal_lm_loss(logits, labels):
                                              reduction="mean")
 
 
-def reference(model, input_ids, labels, optim):
+def reference(model, input_ids, labels, optim, position_ids=None):
     """One forward + backward + clip + AdamW step in the model's dtype; returns f32 tensors."""
     out = {}
-    logits = model(input_ids=input_ids).logits
+    logits = model_logits(model, input_ids, position_ids)
     loss = causal_lm_loss(logits, labels)
     loss.backward()
     params = list(model.named_parameters())
@@ -338,14 +385,17 @@ def make_case(case, root):
         to_v4_spelling(os.path.join(d, "config.json"), type_key=case.get("v4_type_key", False))
 
     input_ids, labels = make_inputs(case, cfg.vocab_size)
-    safetensors.torch.save_file({"input_ids": input_ids.to(torch.int32), "labels": labels.to(torch.int32)},
-                                os.path.join(d, "input.safetensors"))
+    position_ids = packed_inputs(case, labels)
+    safetensors.torch.save_file(input_tensors(input_ids, labels, position_ids), os.path.join(d, "input.safetensors"))
 
-    # The reference reads the files just written, as any HF user would.
+    # The reference reads the files just written, as any HF user would. HF's own loss of a packed row
+    # (position_ids given) is its packed-sequence mask: it must agree with the documents run apart.
     ref = load_model(d, torch.float64)
     check_loaded(ref, d, case)
-    hf_loss = load_model(d, torch.float64, f64_exact=False)(input_ids=input_ids, labels=labels).loss
-    out, loss = reference(ref, input_ids, labels, case["optim"])
+    # use_cache=False: transformers looks for packed rows only without a cache (masking_utils)
+    packed = {} if position_ids is None else {"position_ids": position_ids, "use_cache": False}
+    hf_loss = load_model(d, torch.float64, f64_exact=False)(input_ids=input_ids, labels=labels, **packed).loss
+    out, loss = reference(ref, input_ids, labels, case["optim"], position_ids)
     assert abs(hf_loss.item() - loss.item()) <= 1e-6 * abs(loss.item()), (hf_loss.item(), loss.item())
     safetensors.torch.save_file(out, os.path.join(d, "expected.safetensors"))
 
@@ -414,11 +464,12 @@ def load_case(case, root):
     inp = safetensors.torch.load_file(os.path.join(d, "input.safetensors"))
     with open(os.path.join(d, "meta.json")) as f:
         optim = json.load(f)
-    return d, expected, inp["input_ids"].long(), inp["labels"].long(), optim
+    position_ids = inp["position_ids"].long() if "position_ids" in inp else None
+    return d, expected, inp["input_ids"].long(), inp["labels"].long(), optim, position_ids
 
 
 def verify_case(case, root):
-    d, expected, input_ids, labels, optim = load_case(case, root)
+    d, expected, input_ids, labels, optim, position_ids = load_case(case, root)
 
     # The stored loss is the mean CE of the stored logits over the shifted, non-ignored labels.
     logits = expected["logits"].double()
@@ -433,10 +484,14 @@ def verify_case(case, root):
             count += 1
     manual = total / count
     assert abs(manual - expected["loss"].item()) <= 1e-6 * manual, (manual, expected["loss"].item())
-    assert count == B * (S - 1) - (round(0.4 * S) - 1), count
+    # Ignored targets: row 0's prompt and, packed, each later document's first token (the prompt may hold one).
+    ignored = {(0, s) for s in range(1, round(0.4 * S))}
+    if position_ids is not None:
+        ignored |= {(b, s) for b in range(B) for s in range(1, S) if position_ids[b, s] == 0}
+    assert count == B * (S - 1) - len(ignored), count
 
     # A float32 engine (transformers itself, in f32) passes the test's tolerances...
-    f32, _ = reference(load_model(d, torch.float32), input_ids, labels, optim)
+    f32, _ = reference(load_model(d, torch.float32), input_ids, labels, optim, position_ids)
     loose, tight = worst_errors(f32, expected)
     assert loose <= TOL_LOOSE / 10 and tight <= TOL_TIGHT / 2, (case["name"], loose, tight)
     msg = f"{case['name']}: float32 transformers within tolerance (worst {loose:.1e} loose, {tight:.1e} tight)"
@@ -470,10 +525,12 @@ def verify_case(case, root):
         if hasattr(cfg, "layer_types"):
             full["layer_types"] = ["full_attention"] * cfg.num_hidden_layers
         mutants["no sliding window"] = full
-    runs = [(what, config_class.from_pretrained(d, **change), optim) for what, change in mutants.items()]
-    runs += [(what, cfg, bad) for what, bad in bad_optims.items()]
-    for what, bad_cfg, bad_optim in runs:
-        got, _ = reference(load_model(d, torch.float64, config=bad_cfg), input_ids, labels, bad_optim)
+    runs = [(what, config_class.from_pretrained(d, **change), optim, position_ids) for what, change in mutants.items()]
+    runs += [(what, cfg, bad, position_ids) for what, bad in bad_optims.items()]
+    if position_ids is not None:  # the documents matter: one causal row over all of them is wrong
+        runs.append(("documents not separated", cfg, optim, None))
+    for what, bad_cfg, bad_optim, bad_pos in runs:
+        got, _ = reference(load_model(d, torch.float64, config=bad_cfg), input_ids, labels, bad_optim, bad_pos)
         loose, tight = worst_errors(got, expected)
         margin = max(loose / TOL_LOOSE, tight / TOL_TIGHT)  # how far past the test's tolerance
         assert margin > 3, (case["name"], what, loose, tight)

@@ -26,7 +26,8 @@ void run(FwdBwdArgs& a) {
   const Tensor& labels = in.at("labels");
   log_info("fwdbwd: model {}, batch {}, sp={} ({}), device {}", a.model, shape_str(ids.shape()), a.options.parallel.sp,
            sp_mode_name(a.options.parallel.sp_mode), a.options.parallel.device.str());
-  auto out = run_fwdbwd(a.model, ids, labels, a.options, a.optimizer_step);
+  const Tensor* position_ids = in.find("position_ids");  // packed documents, optional
+  auto out = run_fwdbwd(a.model, ids, labels, a.options, a.optimizer_step, position_ids);
   if (out.empty()) return;  // a non-leader process of a launched job: rank 0 writes
   write_safetensors(a.out, out);
   for (auto& [name, t] : out)
@@ -43,7 +44,9 @@ void add_fwdbwd_command(CLI::App& app, int& rc) {
       "One forward + backward (+ optional AdamW step) of a batch; writes logits, loss and gradients in HF "
       "shapes (the numerics check against Hugging Face transformers)");
   c->add_option("--model", args->model, "HF model directory (config.json + *.safetensors)")->required();
-  c->add_option("--input", args->input, "safetensors with input_ids [B,S] and labels [B,S] (int32; -100 = ignore)")
+  c->add_option("--input", args->input,
+                "safetensors with input_ids [B,S] and labels [B,S] (int32; -100 = ignore), and optionally "
+                "position_ids [B,S]: packed documents as HF packs them (each counts 0, 1, ...)")
       ->required();
   c->add_option("--out", args->out, "output safetensors")->required();
   c->add_flag("--optimizer-step", args->optimizer_step,

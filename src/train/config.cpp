@@ -881,11 +881,9 @@ void declare_megatron_aliases(std::vector<SettingDecl>& s) {
   FlagAlias& initial = megatron(s, "initial_scale_power", "--initial-loss-scale");
   initial.note = "a power of 2, 2^p -> p";
   initial.translate = [](const std::string& v) -> std::string {
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
+    const double x = from_text<double>(v, "--initial-loss-scale");  // whole text, decimal, finite
     int p = 0;
-    const bool ok = !v.empty() && end == v.c_str() + v.size() && std::isfinite(x) && x >= 1 &&
-                    std::frexp(x, &p) == 0.5 && p - 1 <= 127;
+    const bool ok = x >= 1 && std::frexp(x, &p) == 0.5 && p - 1 <= 127;
     SEQPAR_INPUT_CHECK(ok,
                        "--initial-loss-scale={}: expected a power of 2 in [1, 2^127] (seqpar's dynamic scale starts "
                        "at 2^initial_scale_power, as DeepSpeed's does)",

@@ -60,13 +60,33 @@ std::string host_memory_note() {
                      static_cast<double>(m.peak) / (1ll << 30));
 }
 
+// What the random init puts in one tensor: a constant (norm weights 1, biases 0), or normal(0, sd).
+struct InitRule {
+  bool constant;
+  float value;  // the constant
+  float sd;     // else the normal's standard deviation
+};
+InitRule init_rule(const std::string& name, const LlamaConfig& config, float std) {
+  auto ends_with = [&](const char* tail) {
+    const size_t n = std::strlen(tail);
+    return name.size() >= n && name.compare(name.size() - n, n, tail) == 0;
+  };
+  if (ends_with("norm.weight")) return {true, 1.f, 0.f};  // RMSNorm / LayerNorm (and q/k norms) start at 1
+  if (ends_with(".bias")) return {true, 0.f, 0.f};        // every bias starts at 0 (nn.Linear / Conv1D in HF)
+  // GPT-2's residual outputs (HF's c_proj of attention and MLP; Megatron's output_layer_init_method):
+  // std / sqrt(2 n_layer), the GPT-2 paper's scaling for the depth of the residual stream.
+  if (config.family == ModelFamily::kGpt2 && (ends_with("self_attn.o_proj.weight") || ends_with("mlp.down_proj.weight")))
+    return {false, 0.f, std / std::sqrt(2.f * static_cast<float>(config.num_layers))};
+  return {false, 0.f, std};
+}
+
 }  // namespace
 
 // Counter-based (normal_fill, kernels/ops.h), so every element is a function of (seed, tensor index,
 // element index) alone: on a GPU each tensor is drawn there and copied to the host (an 8B model's
 // 8e9 draws take a minute on 16 cores, a second on an H200); on the CPU by all cores, each a range.
 // The values depend on neither the device (to the last bit of libm's double math) nor the thread count.
-void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device draw_on) {
+void init_llama_params(LlamaParams& params, const LlamaConfig& config, uint64_t seed, float std, Device draw_on) {
   const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const auto named = params.named();
   for (size_t k = 0; k < named.size(); ++k) {
@@ -75,13 +95,12 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device dra
         t.device().is_cpu() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16),
         "init_llama_params: {} is {} on {} (f32, bf16 or f16 on the CPU)", named[k].first, dtype_name(t.dtype()),
         t.device().str());
-    const bool is_norm = named[k].first.find("norm.weight") != std::string::npos;  // biases draw like weights,
-    const bool is_norm_bias = named[k].first.find("norm.bias") != std::string::npos;  // LayerNorm's start at 0
+    const InitRule rule = init_rule(named[k].first, config, std);
     const uint64_t key = mix64(seed ^ mix64(0x9e3779b97f4a7c15ull * (k + 1)));
     const int64_t n = t.numel();
     Tensor flat = t.view({n});
-    if (is_norm || is_norm_bias) {
-      const float v = is_norm ? 1.f : 0.f;
+    if (rule.constant) {
+      const float v = rule.value;
       for (int64_t i = 0; i < n; ++i) {
         if (t.dtype() == DType::kF32) t.data<float>()[i] = v;
         else if (t.dtype() == DType::kBF16)
@@ -91,9 +110,10 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device dra
       }
       continue;
     }
+    const float sd = rule.sd;
     if (draw_on.is_cuda()) {
       Tensor d = Tensor::empty({n}, t.dtype(), draw_on);
-      normal_fill(d, key, std);
+      normal_fill(d, key, sd);
       flat.copy_from(d);
       continue;
     }
@@ -103,7 +123,7 @@ void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device dra
     auto fill = [&](int64_t lo, int64_t hi) {  // pairs [lo, hi)
       if (lo >= hi) return;
       Tensor part = flat.rows(2 * lo, std::min(n, 2 * hi));
-      normal_fill(part, key, std, 2 * lo);
+      normal_fill(part, key, sd, 2 * lo);
     };
     std::vector<std::thread> pool;
     for (int w = 1; w < use; ++w) pool.emplace_back(fill, std::min(pairs, w * per), std::min(pairs, (w + 1) * per));
@@ -495,7 +515,8 @@ void Trainer::setup_model() {
   } else {
     s.initial = LlamaParams::zeros(model_config_, dtype, Device::cpu());
     // Drawn on the run's first GPU where there is one (the same values: see init_llama_params).
-    init_llama_params(s.initial, cfg_.schedule.seed, cfg_.model.init_std, cfg_.parallel.device.is_cuda() ? cfg_.parallel.device : Device::cpu());
+    init_llama_params(s.initial, model_config_, cfg_.schedule.seed, cfg_.model.init_std,
+                      cfg_.parallel.device.is_cuda() ? cfg_.parallel.device : Device::cpu());
   }
   if (s.talk) {
     const int64_t n = LlamaParams::flat_layout(model_config_).total;

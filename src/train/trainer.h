@@ -62,9 +62,14 @@ struct TrainResult {
   int stop_signal = 0;      // SIGTERM / SIGINT that stopped this call early (after a save), or 0
 };
 
-// HF-style random init: normal(0, std) for embeddings and projections, ones for norms (LayerNorm
-// biases 0). params on the host; draw_on a GPU draws there (the same values) and copies them back.
-void init_llama_params(LlamaParams& params, uint64_t seed, float std, Device draw_on = Device::cpu());
+// HF-style random init of a model of `config`: normal(0, std) for embeddings and projections, ones
+// for norm weights, zeros for every bias (LayerNorm's and the projections', as transformers' and
+// Megatron's inits); the GPT family's residual outputs (attention o_proj, MLP down_proj: GPT-2's
+// c_proj) normal(0, std / sqrt(2 num_layers)), as transformers' GPT2 and Megatron's
+// output_layer_init_method. Each tensor's draws are a function of (seed, its index, element) alone.
+// params on the host; draw_on a GPU draws there (the same values) and copies them back.
+void init_llama_params(LlamaParams& params, const LlamaConfig& config, uint64_t seed, float std,
+                       Device draw_on = Device::cpu());
 
 // The learning rate of a step (1-based) under the config's schedule (lr_schedule_of, scheduled_lr).
 float lr_at(const TrainConfig& config, int64_t step);

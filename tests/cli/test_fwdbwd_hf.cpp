@@ -36,7 +36,9 @@ const std::vector<std::string> kCases = {"gqa_untied", "mha_tied", "gqa_llama3_r
                                          // rope_scaling types (issue 18 item 7)
                                          "rope_linear_v4", "rope_dynamic", "rope_yarn", "rope_longrope",
                                          // the GPT family (issue 16; tools/make_gpt2_fixtures.py)
-                                         "gpt2_gelu_new", "gpt2_gelu_erf", "gpt2_near_positions", "gpt2_d64"};
+                                         "gpt2_gelu_new", "gpt2_gelu_erf", "gpt2_near_positions", "gpt2_d64",
+                                         // packed documents (position_ids as HF packs them)
+                                         "llama_packed", "gpt2_packed"};
 
 constexpr double kTolLoose = 1e-4;  // logits, grad.*: f32 sums of many terms
 constexpr double kTolTight = 1e-5;  // loss, grad_norm, param.*
@@ -232,7 +234,7 @@ const std::vector<SpMode> kGptLevers = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Gpt2, FwdBwdHfGptLevers,
-                         ::testing::Combine(::testing::Values("gpt2_gelu_new", "gpt2_gelu_erf"),
+                         ::testing::Combine(::testing::Values("gpt2_gelu_new", "gpt2_gelu_erf", "gpt2_packed"),
                                             ::testing::ValuesIn(kGptLevers)),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, SpMode>>& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param).label;
@@ -357,6 +359,44 @@ TEST(FwdBwdHfRefusals, LabelsShapeDiffersFromInputIds) {
   std::vector<int32_t> short_labels(static_cast<size_t>(B * (S - 1)), 7);
   write_input(dir + "/bad_input.safetensors", ids, Tensor::from_vector<int32_t>({B, S - 1}, short_labels));
   expect_refusal(dir, dir + "/bad_input.safetensors", {"labels", "input_ids", fmt::format("[{}, {}]", B, S - 1)});
+}
+
+// Packed position_ids that do not count 0, 1, ... per document are refused before any work, naming
+// the element and what it may be; of another shape, naming both shapes.
+TEST(FwdBwdHfRefusals, PositionIdsThatAreNotPackedDocuments) {
+  const std::string dir = copy_fixture("llama_packed");
+  SafetensorsData in = seqpar::read_safetensors(dir + "/input.safetensors");
+  Tensor pos = in.at("position_ids").clone();
+  ASSERT_EQ(pos.dtype(), seqpar::DType::kI32);
+  const int64_t S = pos.dim(1);
+  ASSERT_EQ(pos.data<int32_t>()[S + 4], 4);  // row 1, its first document (12 tokens)
+  pos.data<int32_t>()[S + 4] = 7;
+  seqpar::write_safetensors(dir + "/bad_input.safetensors",
+                            {{"input_ids", in.at("input_ids")}, {"labels", in.at("labels")}, {"position_ids", pos}});
+  CliRun r = run_fwdbwd(dir, dir + "/bad_input.safetensors", optimizer_flags(dir));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("position_ids[1, 4] = 7"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("must be 0 (a new document) or 4"), std::string::npos) << r.output;
+  std::vector<int32_t> short_pos(static_cast<size_t>(2 * (S - 1)), 0);
+  seqpar::write_safetensors(dir + "/bad_input.safetensors",
+                            {{"input_ids", in.at("input_ids")},
+                             {"labels", in.at("labels")},
+                             {"position_ids", Tensor::from_vector<int32_t>({2, S - 1}, short_pos)}});
+  expect_refusal(dir, dir + "/bad_input.safetensors", {"position_ids has shape [2, 19]", "input_ids"});
+}
+
+// The same packed batch without its position_ids is one document a row: not HF's packed numbers.
+TEST(FwdBwdHfPacked, WithoutPositionIdsTheDocumentsMix) {
+  const std::string dir = copy_fixture("llama_packed");
+  SafetensorsData in = seqpar::read_safetensors(dir + "/input.safetensors");
+  write_input(dir + "/unpacked.safetensors", in.at("input_ids"), in.at("labels"));
+  CliRun r = run_fwdbwd(dir, dir + "/unpacked.safetensors", "");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  SafetensorsData out = seqpar::read_safetensors(r.out_path);
+  SafetensorsData expected = seqpar::read_safetensors(fixture_dir("llama_packed") + "/expected.safetensors");
+  EXPECT_GT(seqpar::testing::rel_error(out.at("logits"), expected.at("logits")), 100 * kTolLoose);
+  fs::remove_all(fs::path(r.out_path).parent_path());
+  fs::remove_all(fs::path(dir).parent_path());
 }
 
 // A batch longer than the model's n_positions (the learned position table) is refused before any

@@ -87,6 +87,12 @@ TEST(MegatronFlags, EachBecomesItsSettingWithItsSource) {
   const Outcome bad = train("--fp16 --initial-loss-scale 3000 --print-config");
   EXPECT_NE(bad.rc, 0);
   EXPECT_HAS(bad.out, "--initial-loss-scale=3000: expected a power of 2");
+  // Read as every real setting is: the whole text, decimal (strtod took a leading space and hex).
+  for (const char* text : {"' 4096'", "0x1000", "4096x"}) {
+    const Outcome odd = train(std::string("--fp16 --initial-loss-scale=") + text + " --print-config");
+    EXPECT_NE(odd.rc, 0) << text;
+    EXPECT_HAS(odd.out, "expected a finite decimal number");
+  }
   // The accepted flags without effect are noted, once each.
   EXPECT_HAS(r.out, "--no-pipeline-parallel (Megatron-DeepSpeed) has no effect");
   EXPECT_EQ(r.out.find("--tensor-model-parallel-size"), std::string::npos) << r.out;  // = 1: nothing to say

@@ -181,7 +181,7 @@ TEST(TokenData, FirstLossIsTheModelOnTheFileAsWritten) {
     ASSERT_GT(packed[0].doc_lens.size(), 2u) << "the test wants packed documents";
     auto loss_of = [&](const std::vector<Sequence>& rows) {
       LlamaModel model(c.model.arch);
-      init_llama_params(model.params(), c.schedule.seed, c.model.init_std);
+      init_llama_params(model.params(), c.model.arch, c.schedule.seed, c.model.init_std);
       SpBatch b = make_sp_batch(rows, 1, SpLayout::kContiguous);
       const Shard& sh = b.shards[0];
       LocalAttention attn(shard_token_meta(sh));

@@ -397,7 +397,7 @@ namespace {
 // model of `config` set up by `setup` (the memory levers).
 size_t step_peak_bytes(const LlamaConfig& config, int64_t T, const std::function<void(LlamaModel&)>& setup) {
   LlamaModel model(config);
-  init_llama_params(model.params(), 5, 0.02f);
+  init_llama_params(model.params(), config, 5, 0.02f);
   std::vector<int32_t> ids(T), pos(T);
   for (int64_t t = 0; t < T; ++t) {
     ids[t] = static_cast<int32_t>((t * 7) % config.vocab_size);
@@ -571,7 +571,7 @@ TEST(SpModel, TiledLossMatchesWholeLogits) {
   };
   auto run = [&](int64_t tile, Tensor* logits) {
     LlamaModel model(config);
-    init_llama_params(model.params(), 9, 0.02f);
+    init_llama_params(model.params(), config, 9, 0.02f);
     model.set_loss_tile_tokens(tile);
     LocalAttention attn(token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)}));
     cpu_allocator().reset_peak();
@@ -623,7 +623,7 @@ TEST(SpModel, LengthDependentRopeIsPerBatchAndStateless) {
     config.rope.long_factor = {1.0, 2.0, 4.0, 8.0};
     const int64_t T = 16;
     LlamaModel model(config);
-    init_llama_params(model.params(), 7, 0.05f);
+    init_llama_params(model.params(), config, 7, 0.05f);
     std::vector<int32_t> ids(T), pos(T);
     for (int64_t t = 0; t < T; ++t) {
       ids[t] = static_cast<int32_t>((t * 11) % config.vocab_size);
