@@ -53,4 +53,15 @@ grep -B2 -A6 "Failure" $OUT/test_attn.log | head -40
 t=$SECONDS
 SEQPAR_EXP_DQ_WRITER=1 timeout 40 $BN/test_cuda --gtest_filter='CudaAttention.SplitKeys*:CudaAttention.WriteEqualsAccumulateIntoZeros' > $OUT/test_attn_dqw.log 2>&1
 echo "attention tests (dQ writer) rc=$? $((SECONDS - t)) s"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure" $OUT/test_attn_dqw.log | head
+# The training step it is for (Llama-3.2-1B, 64K, checkpointing keeping attention), if time is left:
+# the patched flash kernel against this tree's flash kernel and its sdpa (cuDNN) default.
+fields() { grep -o '"step_ms":[0-9.]*\|"peak_mem_gib":[0-9.]*\|"loss":[0-9.]*' $1 | tr '\n' ' '; }
+for v in "patched $BN/seqpar flash_attention_2" "base $B/seqpar flash_attention_2" "base $B/seqpar sdpa"; do
+  set -- $v
+  [ $SECONDS -gt 480 ] && break
+  timeout 90 $2 bench train --preset llama-3.2-1b --seq-lens 65536 --steps 4 --attn-implementation $3 \
+    --tiled-loss-tokens 4096 --activation-checkpointing --checkpoint-keep-attention --out $OUT/train_$1_$3.jsonl \
+    > $OUT/train_$1_$3.log 2>&1
+  echo "train 1B 64K $1 $3 rc=$?: $(fields $OUT/train_$1_$3.jsonl)"
+done
 echo "done $SECONDS s"

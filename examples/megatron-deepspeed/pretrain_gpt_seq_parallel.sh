@@ -59,9 +59,9 @@ if [ -z "$DATA" ] && [ -n "${INPUT_JSON:-}" ]; then
   # --vocab-file/--merge-file are GPT-2's BPE.
 fi
 
-## Their DeepSpeed JSON (ds_config_gpt_TEMPLATE.json), fp16 and all: seqpar takes it, prints that it
-## computes in bf16 with f32 master weights (no loss scaling needed), and uses the batch sizes,
-## ZeRO stage, clipping and steps_per_print.
+## Their DeepSpeed JSON (ds_config_gpt_TEMPLATE.json), fp16 and all: seqpar takes it as it is: fp16
+## compute with DeepSpeed's dynamic loss scaler (its loss_scale_window, hysteresis, min_loss_scale,
+## initial_scale_power) and f32 master weights, the batch sizes, ZeRO stage, clipping, steps_per_print.
 mkdir -p "$OUTPUT"
 CONFIG_JSON=$OUTPUT/ds_config_gbs${GLOBAL_BATCH}_mbs${MICRO_BATCH}_log${LOG_INTERVAL}_zero${ZERO_STAGE}.json
 cat > "$CONFIG_JSON" <<JSON
@@ -106,9 +106,12 @@ args=(
   --clip-grad 1.0                             # clip (also gradient_clipping in the JSON)
   --seed "$SEED"                              # seed
   --use-flash-attn-triton                     # attn_implementation flash_attention_2: seqpar's flash kernel
+  --no-document-mask                          # theirs by default (no --reset-attention-mask / --reset-
+                                              # position-ids): a sample's documents see the ones before
+                                              # them across the EOD token, positions running on
   --checkpoint-activations                    # activation_checkpointing
-  --fp16                                      # accepted, a note: bf16 compute, f32 master weights
-  --hysteresis 2                              # accepted, a note: fp16's loss scaler, not needed in bf16
+  --fp16                                      # mixed_precision fp16 (with the JSON's loss scaler)
+  --hysteresis 2                              # hysteresis of the fp16 loss scaler (also in the JSON)
   --log-interval "$LOG_INTERVAL"              # log_every
   --eval-interval "$EVAL_INTERVAL"            # eval_every
   --eval-iters "$EVAL_ITERS"                  # eval_batches

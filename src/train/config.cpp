@@ -462,6 +462,15 @@ void declare_data(std::vector<SettingDecl>& s) {
                    kTrainCommand, R::kMustMatch));
   s.back().switch_value = "false";
   s.push_back(with(decl(
+                       "document_mask", G::kData, {"--no-document-mask"},
+                       +[](TrainConfig& c) -> bool& { return c.data.document_mask; },
+                       "token data: attention stays inside each packed document and positions restart per document "
+                       "(HF packing; Megatron's --reset-attention-mask --reset-position-ids); --no-document-mask makes "
+                       "each sequence one stream whose documents see the ones before them, positions running on "
+                       "(Megatron's default)"),
+                   kTrainCommand, R::kWarn));
+  s.back().switch_value = "false";
+  s.push_back(with(decl(
                        "seq_len", G::kData, {"--seq-len"}, +[](TrainConfig& c) -> int64_t& { return c.data.task.seq_len; },
                        "tokens per sequence", "", "parallelism_config.parallelism_config_sp_seq_length"),
                    kTrainCommand, R::kMustMatch));
@@ -890,6 +899,15 @@ void declare_megatron_aliases(std::vector<SettingDecl>& s) {
                        v);
     return std::to_string(p - 1);
   };
+  // Megatron resets positions and attention at each EOD only when asked; seqpar's document_mask does
+  // both together (its masking rule orders keys by position, so one without the other is not a mask
+  // it can express), and by default.
+  for (const char* flag : {"--reset-attention-mask", "--reset-position-ids"}) {
+    FlagAlias& a = megatron(s, "document_mask", flag);
+    a.is_switch = true;
+    a.switch_value = "true";
+    a.note = "document_mask true: positions and attention reset together at each document (seqpar's default)";
+  }
   megatron(s, "num_heads", "--num-attention-heads").note =
       "also num_kv_heads = num_heads and head_dim = hidden_size / num_heads unless given (Megatron's defaults)";
   megatron(s, "num_kv_heads", "--num-key-value-heads");

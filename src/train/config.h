@@ -105,6 +105,11 @@ struct DataSettings {
   std::string path;       // SPTOK1 token file; "" = the recall task
   std::string eval_path;  // token file for eval loss (with path only)
   bool shuffle = true;    // TokenDataset's per-epoch document and sequence order
+  // Token data: attention stays inside each packed document and positions restart per document
+  // (HF's packing; Megatron's --reset-attention-mask --reset-position-ids). false: a sequence is one
+  // stream, its documents attending to the ones before them and positions running on (Megatron's
+  // default, its documents separated only by the EOD token).
+  bool document_mask = true;
   int micro_batch = 8;
   int grad_accum = 1;
   // Megatron's global batch (sequences per step; > 0 derives grad_accum = global / (micro × dp),

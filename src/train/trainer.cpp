@@ -151,6 +151,8 @@ std::vector<Sequence> token_data_batch(const TokenDataset& data, const TrainConf
   first += (static_cast<int64_t>(micro) * dp + dp_rank) * c.data.micro_batch;
   std::vector<Sequence> rows;
   for (int j = 0; j < c.data.micro_batch; ++j) rows.push_back(data.get(epoch, first + j));
+  if (!c.data.document_mask)
+    for (Sequence& row : rows) row.doc_lens.clear();  // one stream a row (Megatron's default)
   return rows;
 }
 
@@ -920,6 +922,8 @@ void Trainer::evaluate_loss(TrainStep& rank, bool leader, int64_t step) {
     std::vector<Sequence> rows;
     const int64_t first = (static_cast<int64_t>(e) * s.dp + dp_rank) * cfg_.data.micro_batch;
     for (int j = 0; j < cfg_.data.micro_batch; ++j) rows.push_back(s.eval_data->get(0, first + j));
+    if (!cfg_.data.document_mask)
+      for (Sequence& row : rows) row.doc_lens.clear();  // as the training rows
     SpBatch b = make_sp_batch(rows, cfg_.parallel.sp, s.layout);
     loss_sum += rank.forward(b).loss_sum;
     if (rank.mesh().sp_rank() == 0) good += b.good_tokens;  // the whole batch's count, once per SP group

@@ -80,6 +80,17 @@ TEST(MegatronFlags, EachBecomesItsSettingWithItsSource) {
   EXPECT_TRUE(line(r.out, "mixed_precision", "fp16", "--fp16")) << r.out;
   EXPECT_TRUE(line(r.out, "hysteresis", "2", "--hysteresis")) << r.out;
   EXPECT_EQ(r.out.find("--fp16 (Megatron-DeepSpeed) has no effect"), std::string::npos) << r.out;
+  // The data's documents: seqpar's default is Megatron's --reset-attention-mask --reset-position-ids;
+  // either flag sets it (both reset together); --no-document-mask is Megatron's default.
+  EXPECT_TRUE(line(r.out, "document_mask", "true", "seqpar default")) << r.out;
+  for (const char* flag : {"--reset-attention-mask", "--reset-position-ids"}) {
+    const Outcome d = train(kScript + " " + flag + " --print-config");
+    ASSERT_EQ(d.rc, 0) << d.out;
+    EXPECT_TRUE(line(d.out, "document_mask", "true", flag)) << d.out;
+  }
+  const Outcome stream = train(kScript + " --no-document-mask --print-config");
+  ASSERT_EQ(stream.rc, 0) << stream.out;
+  EXPECT_TRUE(line(stream.out, "document_mask", "false", "--no-document-mask")) << stream.out;
   // Megatron's --initial-loss-scale is the scale itself: its power of 2 is the setting.
   const Outcome s = train("--fp16 --initial-loss-scale 4096 --print-config");
   ASSERT_EQ(s.rc, 0) << s.out;

@@ -208,6 +208,18 @@ TEST(TokenData, FirstLossIsTheModelOnTheFileAsWritten) {
       s.doc_lens.clear();
     }
     EXPECT_GT(std::fabs(r.losses[0] - loss_of(unpacked)), 1e-3 * r.losses[0]);
+
+    // document_mask false (--no-document-mask, Megatron's default): each sequence is one stream, its
+    // documents seeing the ones before them, positions running on, a document's last token
+    // predicting the next one's first.
+    TrainConfig m = c;
+    m.data.document_mask = false;
+    const TrainResult rm = run_training(m);
+    ASSERT_EQ(rm.losses.size(), 1u);
+    std::vector<Sequence> streams = packed;
+    for (Sequence& s : streams) s.doc_lens.clear();
+    EXPECT_NEAR(rm.losses[0], loss_of(streams), 1e-6 * rm.losses[0]);
+    EXPECT_GT(std::fabs(rm.losses[0] - r.losses[0]), 1e-3 * r.losses[0]);
   }
 }
 
