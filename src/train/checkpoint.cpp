@@ -723,6 +723,11 @@ std::vector<std::string> check_resume_config(const json& saved, const json& now,
     if (d.resume == ResumeRule::kMustMatch) kMustMatch.insert(d.name);
     if (d.resume == ResumeRule::kWarn) kWarn.insert(d.name);
   }
+  // A setting the checkpoint's seqpar did not record yet ran at what is now its default: resuming at
+  // the default changes nothing.
+  std::map<std::string, json> defaults;
+  const TrainConfig default_config;
+  for (const SettingDecl& d : train_settings()) defaults[d.name] = d.to_json(default_config);
   std::vector<std::pair<std::string, json>> a, b;
   flatten(saved, "", a);
   flatten(now, "", b);
@@ -734,6 +739,7 @@ std::vector<std::string> check_resume_config(const json& saved, const json& now,
   for (const std::string& k : keys) {
     const json x = before.count(k) ? before[k] : json(nullptr), y = after.count(k) ? after[k] : json(nullptr);
     if (x == y) continue;
+    if (!before.count(k) && after.count(k) && defaults.count(k) && defaults[k] == y) continue;
     const std::string top = k.substr(0, k.find('.'));
     if (kMustMatch.count(top)) {
       errors.push_back(fmt::format("{}={} in the checkpoint but {} now", k, show(x), show(y)));

@@ -349,6 +349,19 @@ TEST(Checkpoint, ResumeWithOtherSettingsIsRefusedOrWarned) {
     EXPECT_EQ(w.find("log_every"), std::string::npos) << w;
   }
   EXPECT_TRUE(lr_named && steps_named);
+  // A checkpoint of an older seqpar has no document_mask: resuming at its default (what that seqpar
+  // did) says nothing, resuming with another value warns.
+  nlohmann::json older = ck.state.config;
+  ASSERT_TRUE(older.contains("document_mask"));
+  older.erase("document_mask");
+  for (const bool mask : {true, false}) {
+    TrainConfig o = r;
+    o.data.document_mask = mask;
+    bool named = false;
+    for (const std::string& w : check_resume_config(older, train_config_json(o, mc, nullptr, nullptr), dir))
+      named |= w.find("document_mask") != std::string::npos;
+    EXPECT_EQ(named, !mask) << "document_mask " << mask;
+  }
   const TrainResult out = run_training(r);
   EXPECT_EQ(out.first_step, 3);
   EXPECT_EQ(out.steps_run, 3);
