@@ -373,16 +373,21 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   model_config_ = cfg_.model.dir.empty() ? cfg_.model.arch : load_hf_llama_config(cfg_.model.dir);
   const LlamaConfig& mc = model_config_;
   validate_sp_heads(mc.num_heads, mc.num_kv_heads, s.sp_shape.ulysses);
-  // Learned positions (gpt2): no sequence beyond n_positions (a row of a given batch is one document,
-  // positions 0 .. its length - 1; a token file's documents are at most seq_len long).
+  // Learned positions (gpt2): no position beyond n_positions. Positions restart per document: a given
+  // batch's longest document counts (a row without doc_lens is one); a token file's documents are at
+  // most seq_len long, and with document_mask false a sequence is one stream of seq_len positions.
   int64_t longest = s.seq_len;
-  if (s.batch)
-    for (const Sequence& row : *s.batch)
-      longest = std::max<int64_t>(longest, static_cast<int64_t>(row.input_ids.size()));
-  mc.check_positions(longest, s.batch ? "seq_len (the batch's longest row)" : "seq_len");
+  if (s.batch) {
+    longest = 0;
+    for (const Sequence& row : *s.batch) {
+      if (row.doc_lens.empty()) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.input_ids.size()));
+      for (const int32_t len : row.doc_lens) longest = std::max<int64_t>(longest, len);
+    }
+  }
+  mc.check_positions(longest, s.batch ? "seq_len (the batch's longest document)" : "seq_len");
   // RoPE: a longer sequence runs, but at positions the model's config does not claim.
   if (s.leads)
-    if (const std::string w = rope_length_warning(mc, longest, s.batch ? "the batch's longest row" : "seq_len");
+    if (const std::string w = rope_length_warning(mc, longest, s.batch ? "the batch's longest document" : "seq_len");
         !w.empty())
       log_warn("{}", w);
   if (cfg_.parallel.device.is_cuda()) {

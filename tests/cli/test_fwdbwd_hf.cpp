@@ -411,7 +411,36 @@ TEST(FwdBwdHfRefusals, Gpt2SequenceBeyondNPositions) {
     for (auto& [tname, t] : tensors)
       if (tname == "transformer.wpe.weight") t = t.rows(0, 19).clone();
   });
-  expect_refusal(dir, dir + "/input.safetensors", {"seq_len (the batch's longest row)=20", "n_positions=19"});
+  expect_refusal(dir, dir + "/input.safetensors", {"seq_len (the batch's longest document)=20", "n_positions=19"});
+}
+
+// Packed documents restart their positions: rows longer than n_positions run when every document
+// fits (gpt2_packed: rows of 20, its longest document 13), and give the fixture's numbers with the
+// position table cut to those rows; one row fewer is refused, naming the longest document.
+TEST(FwdBwdHfPacked, Gpt2RowsBeyondNPositionsWhenEveryDocumentFits) {
+  for (const int rows : {13, 12}) {
+    const std::string dir = copy_fixture("gpt2_packed");
+    nlohmann::json config = read_json(dir + "/config.json");
+    config["n_positions"] = rows;
+    config["n_ctx"] = rows;
+    write_json(dir + "/config.json", config);
+    rewrite_checkpoint(dir, [&](auto& tensors) {
+      for (auto& [tname, t] : tensors)
+        if (tname == "transformer.wpe.weight") t = t.rows(0, rows).clone();
+    });
+    if (rows == 12) {
+      expect_refusal(dir, dir + "/input.safetensors", {"seq_len (the batch's longest document)=13", "n_positions=12"});
+      continue;
+    }
+    CliRun r = run_fwdbwd(dir, dir + "/input.safetensors", "");
+    ASSERT_EQ(r.rc, 0) << r.output;
+    SafetensorsData out = seqpar::read_safetensors(r.out_path);
+    SafetensorsData expected = seqpar::read_safetensors(fixture_dir("gpt2_packed") + "/expected.safetensors");
+    EXPECT_LE(seqpar::testing::rel_error(out.at("logits"), expected.at("logits")), kTolLoose);
+    EXPECT_LE(seqpar::testing::rel_error(out.at("loss"), expected.at("loss")), kTolTight);
+    fs::remove_all(fs::path(r.out_path).parent_path());
+    fs::remove_all(fs::path(dir).parent_path());
+  }
 }
 
 TEST(FwdBwdHfRefusals, Gpt2CheckpointMissingAParameter) {
