@@ -146,6 +146,13 @@ CASES = [
          optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
          description="Qwen2 with use_sliding_window=true, sliding_window=5 < S, max_window_layers=1: layer 0 full, "
                      "layer 1 windowed (transformers' layer_types); MQA, tied embeddings"),
+    dict(name="qwen2_packed_window", family="qwen2", seed=1107, B=2, S=24, docs=[[9, 15], [4, 13, 7]],
+         config=dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                     rope_parameters=dict(rope_type="default", rope_theta=10000.0), use_sliding_window=True,
+                     sliding_window=5, max_window_layers=1),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="Qwen2 with packed documents (position_ids) and a sliding window of 5 on layer 1: the window "
+                     "counts within each document (documents of 9 and 15, and 4, 13 and 7 tokens)"),
     dict(name="qwen3_head_dim", family="qwen3", seed=1103, B=2, S=16,
          config=dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
                      rms_norm_eps=1e-6, rope_parameters=dict(rope_type="default", rope_theta=1000000.0),

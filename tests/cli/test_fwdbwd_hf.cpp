@@ -38,7 +38,7 @@ const std::vector<std::string> kCases = {"gqa_untied", "mha_tied", "gqa_llama3_r
                                          // the GPT family (issue 16; tools/make_gpt2_fixtures.py)
                                          "gpt2_gelu_new", "gpt2_gelu_erf", "gpt2_near_positions", "gpt2_d64",
                                          // packed documents (position_ids as HF packs them)
-                                         "llama_packed", "gpt2_packed"};
+                                         "llama_packed", "gpt2_packed", "qwen2_packed_window"};
 
 constexpr double kTolLoose = 1e-4;  // logits, grad.*: f32 sums of many terms
 constexpr double kTolTight = 1e-5;  // loss, grad_norm, param.*
