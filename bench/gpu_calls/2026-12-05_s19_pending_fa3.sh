@@ -2,7 +2,9 @@
 # Pending GPU call (written in the nineteenth session, not yet run: its device time was spent on
 # starts that found no machine and on call 1, which hung). Verifies and measures
 # 2026-12-05_s19_fa3_schedule.patch (issue 15 item 5: the sm_90 forward on FlashAttention-3's
-# schedule, the D = 64 backward in 128-query steps, the dQ writer warp behind SEQPAR_EXP_DQ_WRITER=1)
+# schedule, the D = 64 backward in 128-query steps, the dQ writer warp behind SEQPAR_EXP_DQ_WRITER=1,
+# the forward's ping-pong forced on or off by SEQPAR_EXP_FWD_PINGPONG=1/0: experiment switches, dropped
+# once measured)
 # against this tree, built side by side:
 #   1. seqpar's flash kernel (this tree, the patched tree with and without the dQ writer), seqpar's
 #      cuDNN path and PyTorch's cuDNN SDPA, S = 16K and 64K, D = 64 and 128, H = 32, Hkv = 8, causal;
@@ -29,6 +31,8 @@ run_attn() {  # NAME BINARY BACKEND PASSES
   grep '"tflops"' $OUT/attn_$1.log | sed "s/^{/{\"tag\":\"$1\",/" >> $OUT/attn.jsonl
 }
 run_attn new_fwd $BN/seqpar flash fwd
+SEQPAR_EXP_FWD_PINGPONG=0 run_attn new_fwd_pp0 $BN/seqpar flash fwd  # D=128 without ping-pong
+SEQPAR_EXP_FWD_PINGPONG=1 run_attn new_fwd_pp1 $BN/seqpar flash fwd  # D=64's 3 warpgroups with it
 run_attn base_fwd $B/seqpar flash fwd
 run_attn cudnn $B/seqpar cudnn fwd,fwd_bwd
 run_attn new $BN/seqpar flash fwd_bwd
@@ -51,8 +55,12 @@ timeout 240 $BN/test_cuda --gtest_filter='CudaAttentionSm90*:CudaAttention*:Cuda
 echo "attention tests rc=$? $((SECONDS - t)) s"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure" $OUT/test_attn.log | head
 grep -B2 -A6 "Failure" $OUT/test_attn.log | head -40
 t=$SECONDS
-SEQPAR_EXP_DQ_WRITER=1 timeout 40 $BN/test_cuda --gtest_filter='CudaAttention.SplitKeys*:CudaAttention.WriteEqualsAccumulateIntoZeros' > $OUT/test_attn_dqw.log 2>&1
-echo "attention tests (dQ writer) rc=$? $((SECONDS - t)) s"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure" $OUT/test_attn_dqw.log | head
+SEQPAR_EXP_DQ_WRITER=1 SEQPAR_EXP_FWD_PINGPONG=1 timeout 40 $BN/test_cuda \
+  --gtest_filter='CudaAttention.SplitKeys*:CudaAttention.WriteEqualsAccumulateIntoZeros:CudaAttentionSm90.AutoRoutes*' > $OUT/test_attn_dqw.log 2>&1
+echo "attention tests (dQ writer, ping-pong on) rc=$? $((SECONDS - t)) s"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure" $OUT/test_attn_dqw.log | head
+t=$SECONDS
+SEQPAR_EXP_FWD_PINGPONG=0 timeout 30 $BN/test_cuda --gtest_filter='CudaAttention.SplitKeys*:CudaAttentionSm90.AutoRoutes*' > $OUT/test_attn_pp0.log 2>&1
+echo "attention tests (ping-pong off) rc=$? $((SECONDS - t)) s"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure" $OUT/test_attn_pp0.log | head
 # The training step it is for (Llama-3.2-1B, 64K, checkpointing keeping attention), if time is left:
 # the patched flash kernel against this tree's flash kernel and its sdpa (cuDNN) default.
 fields() { grep -o '"step_ms":[0-9.]*\|"peak_mem_gib":[0-9.]*\|"loss":[0-9.]*' $1 | tr '\n' ' '; }
