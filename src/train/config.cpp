@@ -471,6 +471,13 @@ void declare_data(std::vector<SettingDecl>& s) {
                    kTrainCommand, R::kWarn));
   s.back().switch_value = "false";
   s.push_back(with(decl(
+                       "eod_mask_loss", G::kData, {"--eod-mask-loss"},
+                       +[](TrainConfig& c) -> bool& { return c.data.eod_mask_loss; },
+                       "with --no-document-mask: the prediction of a document's first token from the one before "
+                       "it is not trained (Megatron's --eod-mask-loss: the EOD predicts nothing); with the document "
+                       "mask it is so already"),
+                   kTrainCommand, R::kWarn));
+  s.push_back(with(decl(
                        "seq_len", G::kData, {"--seq-len"}, +[](TrainConfig& c) -> int64_t& { return c.data.task.seq_len; },
                        "tokens per sequence", "", "parallelism_config.parallelism_config_sp_seq_length"),
                    kTrainCommand, R::kMustMatch));

@@ -110,6 +110,9 @@ struct DataSettings {
   // stream, its documents attending to the ones before them and positions running on (Megatron's
   // default, its documents separated only by the EOD token).
   bool document_mask = true;
+  // With document_mask false: a document's first token is no target (Megatron's --eod-mask-loss:
+  // the EOD before it predicts nothing). With document_mask it is so already.
+  bool eod_mask_loss = false;
   int micro_batch = 8;
   int grad_accum = 1;
   // Megatron's global batch (sequences per step; > 0 derives grad_accum = global / (micro × dp),

@@ -139,6 +139,20 @@ std::pair<int64_t, int64_t> token_data_position(int64_t num_sequences, int64_t s
   return {steps_done / steps_per_epoch, (steps_done % steps_per_epoch) * sequences_per_step};
 }
 
+void apply_document_mask(std::vector<Sequence>& rows, const DataSettings& d) {
+  if (d.document_mask) return;
+  for (Sequence& row : rows) {
+    if (d.eod_mask_loss) {  // every later document's first token: no target
+      size_t at = 0;
+      for (const int32_t len : row.doc_lens) {
+        if (at > 0) row.labels[at] = kIgnoreIndex;
+        at += static_cast<size_t>(len);
+      }
+    }
+    row.doc_lens.clear();  // one stream a row (Megatron's default)
+  }
+}
+
 std::vector<Sequence> token_data_batch(const TokenDataset& data, const TrainConfig& c, int dp, int64_t step, int micro,
                                        int dp_rank) {
   const int64_t per_step = static_cast<int64_t>(c.data.micro_batch) * c.data.grad_accum * dp;
@@ -151,8 +165,7 @@ std::vector<Sequence> token_data_batch(const TokenDataset& data, const TrainConf
   first += (static_cast<int64_t>(micro) * dp + dp_rank) * c.data.micro_batch;
   std::vector<Sequence> rows;
   for (int j = 0; j < c.data.micro_batch; ++j) rows.push_back(data.get(epoch, first + j));
-  if (!c.data.document_mask)
-    for (Sequence& row : rows) row.doc_lens.clear();  // one stream a row (Megatron's default)
+  apply_document_mask(rows, c.data);
   return rows;
 }
 
@@ -927,8 +940,7 @@ void Trainer::evaluate_loss(TrainStep& rank, bool leader, int64_t step) {
     std::vector<Sequence> rows;
     const int64_t first = (static_cast<int64_t>(e) * s.dp + dp_rank) * cfg_.data.micro_batch;
     for (int j = 0; j < cfg_.data.micro_batch; ++j) rows.push_back(s.eval_data->get(0, first + j));
-    if (!cfg_.data.document_mask)
-      for (Sequence& row : rows) row.doc_lens.clear();  // as the training rows
+    apply_document_mask(rows, cfg_.data);  // as the training rows
     SpBatch b = make_sp_batch(rows, cfg_.parallel.sp, s.layout);
     loss_sum += rank.forward(b).loss_sum;
     if (rank.mesh().sp_rank() == 0) good += b.good_tokens;  // the whole batch's count, once per SP group

@@ -166,6 +166,11 @@ MemoryPlanInput memory_plan_input(const TrainConfig& config, const LlamaConfig& 
 // ranks_per_device: the ranks (threads) sharing the device.
 std::string auto_checkpoint_placement(const TrainConfig& config, const LlamaConfig& model, int ranks_per_device);
 
+// The data's document semantics on rows read from a token file (DataSettings): with document_mask
+// false each row becomes one stream (doc_lens cleared), and with eod_mask_loss too every later
+// document's first label becomes -100 (Megatron's --eod-mask-loss). Nothing with document_mask.
+void apply_document_mask(std::vector<Sequence>& rows, const DataSettings& data);
+
 // The sequences that micro-batch `micro` (0-based) of `step` (1-based) reads on data-parallel rank
 // dp_rank from a token file: with M = micro_batch × grad_accum × dp sequences per step and
 // E = num_sequences / M steps per epoch, step s reads epoch (s-1) / E, sequences

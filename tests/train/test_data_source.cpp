@@ -220,6 +220,21 @@ TEST(TokenData, FirstLossIsTheModelOnTheFileAsWritten) {
     for (Sequence& s : streams) s.doc_lens.clear();
     EXPECT_NEAR(rm.losses[0], loss_of(streams), 1e-6 * rm.losses[0]);
     EXPECT_GT(std::fabs(rm.losses[0] - r.losses[0]), 1e-3 * r.losses[0]);
+    // With eod_mask_loss too (Megatron's --eod-mask-loss): the stream, without the targets that cross
+    // into the next document (the `unpacked` rows above).
+    m.data.eod_mask_loss = true;
+    const TrainResult re = run_training(m);
+    ASSERT_EQ(re.losses.size(), 1u);
+    EXPECT_NEAR(re.losses[0], loss_of(unpacked), 1e-6 * re.losses[0]);
+    if (with_mask) {  // every document's first token is in its masked prompt: nothing to take out
+      EXPECT_EQ(re.losses[0], rm.losses[0]);
+    } else {  // a few targets of a hundred and more: a small change, far above rounding
+      EXPECT_GT(std::fabs(re.losses[0] - rm.losses[0]), 1e-5 * rm.losses[0]);
+    }
+    // With the document mask it changes nothing: a document's last token predicts nothing already.
+    TrainConfig e = c;
+    e.data.eod_mask_loss = true;
+    EXPECT_EQ(run_training(e).losses[0], r.losses[0]);
   }
 }
 
