@@ -73,6 +73,17 @@ std::vector<int32_t> row_docs(const std::vector<int32_t>& doc_lens, size_t n) {
   return {static_cast<int32_t>(n)};
 }
 
+}  // namespace
+
+int64_t longest_document(const std::vector<Sequence>& batch) {
+  int64_t longest = 0;
+  for (const Sequence& row : batch)
+    for (const int32_t len : row_docs(row.doc_lens, row.input_ids.size())) longest = std::max<int64_t>(longest, len);
+  return longest;
+}
+
+namespace {
+
 // out [n] (=): within a document [start, start+len), token i predicts labels[i+1]; the
 // document's last token predicts nothing (-100).
 void shift_row(int32_t* out, const std::vector<int32_t>& labels, const std::vector<int32_t>& doc_lens) {
@@ -116,14 +127,12 @@ SpBatch make_sp_batch(const std::vector<Sequence>& batch, int sp_size, SpLayout 
   position_ids.reserve(static_cast<size_t>(S));
   seg.reserve(static_cast<size_t>(S));
   int32_t next_seg = 0;
-  int64_t longest_doc = 0;
   for (const Sequence& row : batch) {
     const size_t n = row.input_ids.size();
     ids.insert(ids.end(), row.input_ids.begin(), row.input_ids.end());
     targets.resize(targets.size() + n);
     shift_row(targets.data() + targets.size() - n, row.labels, row.doc_lens);
     for (int32_t len : row_docs(row.doc_lens, n)) {
-      longest_doc = std::max<int64_t>(longest_doc, len);
       for (int32_t p = 0; p < len; ++p) {
         position_ids.push_back(p);
         seg.push_back(next_seg);
@@ -147,7 +156,7 @@ SpBatch make_sp_batch(const std::vector<Sequence>& batch, int sp_size, SpLayout 
   out.unpadded_len = unpadded;
   out.num_pad = S - unpadded;
   out.num_docs = pad_seg;
-  out.rope_len = longest_doc;
+  out.rope_len = longest_document(batch);
   out.shards.resize(static_cast<size_t>(sp_size));
   for (int r = 0; r < sp_size; ++r) {
     Shard& sh = out.shards[static_cast<size_t>(r)];

@@ -97,6 +97,10 @@ struct SpBatch {
 // document (doc_lens empty = the row is one document). Checks as make_sp_batch does.
 std::vector<int32_t> shift_labels(const std::vector<int32_t>& labels, const std::vector<int32_t>& doc_lens = {});
 
+// The longest document of the rows (a row without doc_lens is one document): 1 + the largest
+// position id of a real token (SpBatch::rope_len), what learned positions must hold.
+int64_t longest_document(const std::vector<Sequence>& batch);
+
 // Builds every rank's shard. InputError, before any work, for: sp_size < 1, an empty batch, a
 // zero-length row, labels and input_ids of different lengths, doc_lens with an entry < 1 or not
 // summing to the row length, a padded stream longer than 2^31-1 tokens.

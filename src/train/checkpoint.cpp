@@ -739,7 +739,7 @@ std::vector<std::string> check_resume_config(const json& saved, const json& now,
   for (const std::string& k : keys) {
     const json x = before.count(k) ? before[k] : json(nullptr), y = after.count(k) ? after[k] : json(nullptr);
     if (x == y) continue;
-    if (!before.count(k) && after.count(k) && defaults.count(k) && defaults[k] == y) continue;
+    if (!before.count(k) && defaults.count(k) && defaults[k] == y) continue;
     const std::string top = k.substr(0, k.find('.'));
     if (kMustMatch.count(top)) {
       errors.push_back(fmt::format("{}={} in the checkpoint but {} now", k, show(x), show(y)));

@@ -67,15 +67,12 @@ struct InitRule {
   float sd;     // else the normal's standard deviation
 };
 InitRule init_rule(const std::string& name, const LlamaConfig& config, float std) {
-  auto ends_with = [&](const char* tail) {
-    const size_t n = std::strlen(tail);
-    return name.size() >= n && name.compare(name.size() - n, n, tail) == 0;
-  };
-  if (ends_with("norm.weight")) return {true, 1.f, 0.f};  // RMSNorm / LayerNorm (and q/k norms) start at 1
-  if (ends_with(".bias")) return {true, 0.f, 0.f};        // every bias starts at 0 (nn.Linear / Conv1D in HF)
+  if (name.ends_with("norm.weight")) return {true, 1.f, 0.f};  // RMSNorm / LayerNorm (and q/k norms) start at 1
+  if (name.ends_with(".bias")) return {true, 0.f, 0.f};        // every bias starts at 0 (nn.Linear / Conv1D in HF)
   // GPT-2's residual outputs (HF's c_proj of attention and MLP; Megatron's output_layer_init_method):
   // std / sqrt(2 n_layer), the GPT-2 paper's scaling for the depth of the residual stream.
-  if (config.family == ModelFamily::kGpt2 && (ends_with("self_attn.o_proj.weight") || ends_with("mlp.down_proj.weight")))
+  if (config.family == ModelFamily::kGpt2 &&
+      (name.ends_with("self_attn.o_proj.weight") || name.ends_with("mlp.down_proj.weight")))
     return {false, 0.f, std / std::sqrt(2.f * static_cast<float>(config.num_layers))};
   return {false, 0.f, std};
 }
@@ -389,14 +386,7 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   // Learned positions (gpt2): no position beyond n_positions. Positions restart per document: a given
   // batch's longest document counts (a row without doc_lens is one); a token file's documents are at
   // most seq_len long, and with document_mask false a sequence is one stream of seq_len positions.
-  int64_t longest = s.seq_len;
-  if (s.batch) {
-    longest = 0;
-    for (const Sequence& row : *s.batch) {
-      if (row.doc_lens.empty()) longest = std::max<int64_t>(longest, static_cast<int64_t>(row.input_ids.size()));
-      for (const int32_t len : row.doc_lens) longest = std::max<int64_t>(longest, len);
-    }
-  }
+  const int64_t longest = s.batch ? longest_document(*s.batch) : s.seq_len;
   mc.check_positions(longest, s.batch ? "seq_len (the batch's longest document)" : "seq_len");
   // RoPE: a longer sequence runs, but at positions the model's config does not claim.
   if (s.leads)
