@@ -355,7 +355,10 @@ LlamaConfig gpt_preset(const std::string& name) {
   c.vocab_size = 50304;
   c.rms_norm_eps = 1e-5;
   c.max_position_embeddings = 32768;
-  if (name == "gpt-1.3b-32k") {
+  if (name == "gpt-1.3b-32k" || name == "gpt-1.3b-128k") {
+    // -128k: the same model with a position table of 131072 rows (0.27B more parameters), for the
+    // 64K and 128K runs the 32K script's table cannot hold.
+    if (name == "gpt-1.3b-128k") c.max_position_embeddings = 131072;
     c.num_layers = 24, c.hidden_size = 2048, c.num_heads = 16, c.intermediate_size = 8192;  // head_dim 128
   } else if (name == "gpt-30b-32k") {
     c.num_layers = 64, c.hidden_size = 6144, c.num_heads = 64, c.intermediate_size = 24576;  // head_dim 96
@@ -373,7 +376,8 @@ LlamaConfig gpt_preset(const std::string& name) {
 const std::vector<std::string>& llama_preset_names() {
   static const std::vector<std::string> names = {"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-1.5b",
                                                  "qwen3-1.7b",   "qwen3-8b",     "mistral-7b",   "tiny",
-                                                 "gpt-1.3b-32k", "gpt-30b-32k",  "gpt-tiny"};
+                                                 "gpt-1.3b-32k", "gpt-1.3b-128k", "gpt-30b-32k",
+                                                 "gpt-tiny"};
   return names;
 }
 

@@ -248,6 +248,15 @@ TEST(LlamaPreset, GptPresetsHaveMegatronsShapes) {
   EXPECT_EQ(g.positions, PositionKind::kLearned);
   EXPECT_EQ(g.norm, NormKind::kLayerNorm);
   EXPECT_EQ(g.mlp, MlpKind::kGelu);
+  // The 128K variant differs only in its position table.
+  LlamaConfig long_table = llama_preset("gpt-1.3b-128k");
+  EXPECT_EQ(long_table.max_position_embeddings, 131072);
+  EXPECT_EQ(long_table.num_layers, g.num_layers);
+  EXPECT_EQ(long_table.hidden_size, g.hidden_size);
+  EXPECT_EQ(long_table.num_heads, g.num_heads);
+  EXPECT_EQ(long_table.intermediate_size, g.intermediate_size);
+  EXPECT_EQ(long_table.vocab_size, g.vocab_size);
+  EXPECT_EQ(long_table.positions, PositionKind::kLearned);
   const LlamaConfig b = llama_preset("gpt-30b-32k");
   EXPECT_EQ(b.num_layers, 64);
   EXPECT_EQ(b.hidden_size, 6144);
