@@ -1,7 +1,7 @@
 #!/bin/bash
 # GPU call 2 (twentieth session): the GPT-1.3B preset at 32K keeping attention beside transformers'
 # GPT2LMHeadModel (issue 16's ≥ 1.5×: the eleventh call measured 1.30× with plain checkpointing), and
-# Qwen2.5-1.5B at 32K keeping attention beside the ALST recipe (issue 17: 1.43× before), on this tree,
+# without checkpointing (both, where it fits), and Qwen2.5-1.5B at 32K keeping attention beside the ALST recipe (issue 17: 1.43× before), on this tree,
 # with the default attention (sdpa = the per-call rule) and the flash kernel; then the GPU tests the
 # eighteenth session could not run (op harness, model, training) if time is left.
 #   bash bench/gpu_calls/2026-12-06_s20_call2.sh OUT_DIR
@@ -24,7 +24,9 @@ run gpt_keep_sdpa 50 $B/seqpar bench train --preset gpt-1.3b-32k --seq-lens 3276
 run gpt_keep_flash 50 $B/seqpar bench train --preset gpt-1.3b-32k --seq-lens 32768 --steps 4 $KEEP \
   --attn-implementation flash_attention_2
 run gpt_ckpt 50 $B/seqpar bench train --preset gpt-1.3b-32k --seq-lens 32768 --steps 4 --activation-checkpointing
+run gpt_nockpt 50 $B/seqpar bench train --preset gpt-1.3b-32k --seq-lens 32768 --steps 4
 run gpt_hf 80 python3 bench/peers/hf_train_step.py --preset gpt-1.3b-32k --seq-lens 32768 --gradient-checkpointing --steps 4
+run gpt_hf_nockpt 80 python3 bench/peers/hf_train_step.py --preset gpt-1.3b-32k --seq-lens 32768 --steps 4
 run qwen_keep_sdpa 50 $B/seqpar bench train --preset qwen2.5-1.5b --seq-lens 32768 --steps 4 $KEEP --tiled-loss-tokens 8192
 run qwen_keep_flash 50 $B/seqpar bench train --preset qwen2.5-1.5b --seq-lens 32768 --steps 4 $KEEP --tiled-loss-tokens 8192 \
   --attn-implementation flash_attention_2
