@@ -61,12 +61,24 @@ echo "attention tests (dQ writer, ping-pong on) rc=$? $((SECONDS - t)) s"; grep 
 t=$SECONDS
 SEQPAR_EXP_FWD_PINGPONG=0 timeout 30 $BN/test_cuda --gtest_filter='CudaAttention.SplitKeys*:CudaAttentionSm90.AutoRoutes*' > $OUT/test_attn_pp0.log 2>&1
 echo "attention tests (ping-pong off) rc=$? $((SECONDS - t)) s"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure" $OUT/test_attn_pp0.log | head
+fields() { grep -o '"step_ms":[0-9.]*\|"peak_mem_gib":[0-9.]*\|"loss":[0-9.]*' $1 | tr '\n' ' '; }
+# Issue 16's GPT-1.3B preset at 32K keeping attention (and without checkpointing) beside transformers'
+# GPT2LMHeadModel (gradient checkpointing, as the eleventh session measured it), if time is left.
+gpt() {  # NAME LIMIT COMMAND...
+  local name=$1 lim=$2; shift 2
+  [ $((SECONDS + lim)) -gt 585 ] && { echo "$name: skipped (time)"; return; }
+  timeout $lim "$@" --out $OUT/$name.jsonl > $OUT/$name.log 2>&1
+  echo "$name rc=$?: $(fields $OUT/$name.jsonl)"
+}
+gpt gpt_keep 45 $B/seqpar bench train --preset gpt-1.3b-32k --seq-lens 32768 --steps 4 --activation-checkpointing \
+  --checkpoint-keep-attention
+gpt gpt_hf 75 python3 bench/peers/hf_train_step.py --preset gpt-1.3b-32k --seq-lens 32768 --gradient-checkpointing --steps 4
+gpt gpt_nockpt 45 $B/seqpar bench train --preset gpt-1.3b-32k --seq-lens 32768 --steps 4
 # The training step it is for (Llama-3.2-1B, 64K, checkpointing keeping attention), if time is left:
 # the patched flash kernel against this tree's flash kernel and its sdpa (cuDNN) default.
-fields() { grep -o '"step_ms":[0-9.]*\|"peak_mem_gib":[0-9.]*\|"loss":[0-9.]*' $1 | tr '\n' ' '; }
 for v in "patched $BN/seqpar flash_attention_2" "base $B/seqpar flash_attention_2" "base $B/seqpar sdpa"; do
   set -- $v
-  [ $SECONDS -gt 480 ] && break
+  [ $SECONDS -gt 495 ] && break
   timeout 90 $2 bench train --preset llama-3.2-1b --seq-lens 65536 --steps 4 --attn-implementation $3 \
     --tiled-loss-tokens 4096 --activation-checkpointing --checkpoint-keep-attention --out $OUT/train_$1_$3.jsonl \
     > $OUT/train_$1_$3.log 2>&1
