@@ -15,6 +15,7 @@
 #   bash bench/gpu_calls/2026-12-05_s19_pending_fa3.sh OUT_DIR
 set -u
 OUT=$1
+END=${END:-585}  # the call's seconds: the optional parts stop in time
 . "$(dirname "$0")/build_gpu.sh"
 NEW=/tmp/new
 mkdir -p $NEW /tmp/newlog && tar --exclude=./build-gpu --exclude=./.git -cf - . | tar -xf - -C $NEW
@@ -66,7 +67,7 @@ fields() { grep -o '"step_ms":[0-9.]*\|"peak_mem_gib":[0-9.]*\|"loss":[0-9.]*' $
 # GPT2LMHeadModel (gradient checkpointing, as the eleventh session measured it), if time is left.
 gpt() {  # NAME LIMIT COMMAND...
   local name=$1 lim=$2; shift 2
-  [ $((SECONDS + lim)) -gt 585 ] && { echo "$name: skipped (time)"; return; }
+  [ $((SECONDS + lim)) -gt $END ] && { echo "$name: skipped (time)"; return; }
   timeout $lim "$@" --out $OUT/$name.jsonl > $OUT/$name.log 2>&1
   echo "$name rc=$?: $(fields $OUT/$name.jsonl)"
 }
@@ -78,7 +79,7 @@ gpt gpt_nockpt 45 $B/seqpar bench train --preset gpt-1.3b-32k --seq-lens 32768 -
 # the patched flash kernel against this tree's flash kernel and its sdpa (cuDNN) default.
 for v in "patched $BN/seqpar flash_attention_2" "base $B/seqpar flash_attention_2" "base $B/seqpar sdpa"; do
   set -- $v
-  [ $SECONDS -gt 495 ] && break
+  [ $((SECONDS + 90)) -gt $END ] && break
   timeout 90 $2 bench train --preset llama-3.2-1b --seq-lens 65536 --steps 4 --attn-implementation $3 \
     --tiled-loss-tokens 4096 --activation-checkpointing --checkpoint-keep-attention --out $OUT/train_$1_$3.jsonl \
     > $OUT/train_$1_$3.log 2>&1
