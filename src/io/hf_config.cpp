@@ -9,7 +9,8 @@
 //     max_position_embeddings (2048), tie_word_embeddings (false), hidden_act ("silu", the only
 //     one accepted), mlp_bias (false, the only value accepted), attention_dropout (0 only);
 //     head_dim defaults to 128 for qwen3 (Qwen3Config's default).
-//   refused by name: use_mrope, rope_deltas, vision_config (multimodal Qwen), use_qk_norm.
+//   refused by name: use_mrope=true (false, as Qwen2.5 publishes it, is accepted), rope_deltas,
+//     vision_config (multimodal Qwen), use_qk_norm.
 //   RoPE, both spellings, with transformers 5's precedence (RotaryEmbeddingConfigMixin):
 //     4.x: top-level rope_theta + optional rope_scaling {rope_type | type, factor, ...}
 //     5.x: rope_parameters {rope_theta, rope_type, factor, ...}
@@ -369,7 +370,12 @@ LlamaConfig parse_hf_llama_config(const std::string& json_text, const std::strin
   SEQPAR_INPUT_CHECK(f.number("attention_dropout", 0.0) == 0.0,
                      "{}: attention_dropout={} is not supported: seqpar's attention has no dropout (0 only)", src,
                      f.number("attention_dropout", 0.0));
-  for (const char* key : {"use_mrope", "rope_deltas", "vision_config", "use_qk_norm"}) {
+  // Qwen2.5 (and the Qwen2-based DeepSeek-R1 distills) publish "use_mrope": false; only true means
+  // multimodal rotary positions.
+  SEQPAR_INPUT_CHECK(!f.boolean("use_mrope", false),
+                     "{}: use_mrope=true is not supported by seqpar's {} (multimodal rotary positions; false only)",
+                     src, model_family_name(family));
+  for (const char* key : {"rope_deltas", "vision_config", "use_qk_norm"}) {
     SEQPAR_INPUT_CHECK(!f.has(key), "{}: field '{}' is not supported by seqpar's {} (remove it or use another model)",
                        src, key, model_family_name(family));
   }

@@ -1,7 +1,9 @@
 // HF config.json: both RoPE spellings, defaults, every refusal with its message, round trip.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "io/hf_config.h"
 #include "io/safetensors.h"
@@ -220,7 +222,9 @@ TEST(HfConfig, RefusesWhatSeqparsLlamaIsNot) {
   j = minimal();
   j["model_type"] = "qwen2";
   j["use_mrope"] = true;
-  EXPECT_INPUT_ERROR(parse(j), "field 'use_mrope' is not supported by seqpar's qwen2");
+  EXPECT_INPUT_ERROR(parse(j), "use_mrope=true is not supported by seqpar's qwen2");
+  j["use_mrope"] = false;  // as Qwen2.5's published config.json has it
+  EXPECT_NO_THROW(parse(j));
 }
 
 // Llama's own attention_bias: biases on q, k, v and o.
@@ -509,6 +513,90 @@ TEST(HfConfig, Gpt2RoundTrip) {
     EXPECT_EQ(back.gelu, c.gelu);
     EXPECT_EQ(back.max_position_embeddings, c.max_position_embeddings);
     EXPECT_DOUBLE_EQ(back.rms_norm_eps, c.rms_norm_eps);
+  }
+}
+
+// Real config.json files as the Hugging Face hub publishes them (tests/fixtures/hub_configs,
+// README.md there says where each came from): every supported checkpoint loads with its published
+// shape, every other architecture is refused by name. Every directory there must be listed below.
+TEST(HfConfig, RealHubConfigsLoadOrAreRefusedByName) {
+  struct Loads {
+    const char* dir;
+    ModelFamily family;
+    int64_t layers, heads, kv_heads, head_dim, vocab;
+    bool tie;
+    int64_t window;  // on every layer (0: none)
+    double rope_theta;  // 0: learned positions (gpt2)
+    const char* rope_type;
+  };
+  const ModelFamily llama = ModelFamily::kLlama, qwen2 = ModelFamily::kQwen2, qwen3 = ModelFamily::kQwen3,
+                    mistral = ModelFamily::kMistral, gpt2 = ModelFamily::kGpt2;
+  const Loads loads[] = {
+      {"meta-llama__Llama-3.2-1B", llama, 16, 32, 8, 64, 128256, true, 0, 500000.0, "llama3"},
+      {"meta-llama__Llama-3.2-3B-Instruct", llama, 28, 24, 8, 128, 128256, true, 0, 500000.0, "llama3"},
+      {"meta-llama__Llama-3.1-8B-Instruct", llama, 32, 32, 8, 128, 128256, false, 0, 500000.0, "llama3"},
+      {"meta-llama__Llama-2-7b-hf", llama, 32, 32, 32, 128, 32000, false, 0, 10000.0, "default"},
+      {"TinyLlama__TinyLlama-1.1B-Chat-v1.0", llama, 22, 32, 4, 64, 32000, false, 0, 10000.0, "default"},
+      {"codellama__CodeLlama-7b-hf", llama, 32, 32, 32, 128, 32016, false, 0, 1000000.0, "default"},
+      {"deepseek-ai__DeepSeek-R1-Distill-Llama-8B", llama, 32, 32, 8, 128, 128256, false, 0, 500000.0, "llama3"},
+      {"Qwen__Qwen2.5-0.5B", qwen2, 24, 14, 2, 64, 151936, true, 0, 1000000.0, "default"},
+      {"Qwen__Qwen2.5-7B-Instruct", qwen2, 28, 28, 4, 128, 152064, false, 0, 1000000.0, "default"},
+      {"Qwen__Qwen2.5-14B-Instruct", qwen2, 48, 40, 8, 128, 152064, false, 0, 1000000.0, "default"},
+      {"Qwen__Qwen2-1.5B", qwen2, 28, 12, 2, 128, 151936, true, 0, 1000000.0, "default"},
+      {"Qwen__Qwen2.5-7B-Instruct-1M", qwen2, 28, 28, 4, 128, 152064, false, 0, 10000000.0, "default"},
+      {"deepseek-ai__DeepSeek-R1-Distill-Qwen-1.5B", qwen2, 28, 12, 2, 128, 151936, false, 0, 10000.0, "default"},
+      {"Qwen__Qwen3-0.6B", qwen3, 28, 16, 8, 128, 151936, true, 0, 1000000.0, "default"},
+      {"Qwen__Qwen3-4B", qwen3, 36, 32, 8, 128, 151936, true, 0, 1000000.0, "default"},
+      {"Qwen__Qwen3-8B", qwen3, 36, 32, 8, 128, 151936, false, 0, 1000000.0, "default"},
+      {"mistralai__Mistral-7B-v0.1", mistral, 32, 32, 8, 128, 32000, false, 4096, 10000.0, "default"},
+      {"mistralai__Mistral-7B-Instruct-v0.2", mistral, 32, 32, 8, 128, 32000, false, 0, 1000000.0, "default"},
+      {"mistralai__Mistral-7B-Instruct-v0.3", mistral, 32, 32, 8, 128, 32768, false, 0, 1000000.0, "default"},
+      {"mistralai__Mistral-Nemo-Base-2407", mistral, 40, 32, 8, 128, 131072, false, 0, 1000000.0, "default"},
+      {"openai-community__gpt2", gpt2, 12, 12, 12, 64, 50257, true, 0, 0.0, ""},
+      {"openai-community__gpt2-medium", gpt2, 24, 16, 16, 64, 50257, true, 0, 0.0, ""},
+      {"openai-community__gpt2-xl", gpt2, 48, 25, 25, 64, 50257, true, 0, 0.0, ""},
+      {"distilbert__distilgpt2", gpt2, 6, 12, 12, 64, 50257, true, 0, 0.0, ""},
+  };
+  // The architectures seqpar does not implement: refused by their model_type.
+  const std::pair<const char*, const char*> refused[] = {
+      {"Qwen__Qwen3-30B-A3B", "model_type='qwen3_moe' is not supported"},
+      {"mistralai__Mixtral-8x7B-v0.1", "model_type='mixtral' is not supported"},
+      {"google__gemma-2b", "model_type='gemma' is not supported"},
+      {"microsoft__Phi-3-mini-4k-instruct", "model_type='phi3' is not supported"},
+  };
+  const std::string root = testing::source_path("tests/fixtures/hub_configs/");
+  std::set<std::string> listed;
+  for (const Loads& m : loads) {
+    SCOPED_TRACE(m.dir);
+    listed.insert(m.dir);
+    LlamaConfig c;
+    ASSERT_NO_THROW(c = load_hf_llama_config(root + m.dir));
+    EXPECT_EQ(c.family, m.family);
+    EXPECT_EQ(c.num_layers, m.layers);
+    EXPECT_EQ(c.num_heads, m.heads);
+    EXPECT_EQ(c.num_kv_heads, m.kv_heads);
+    EXPECT_EQ(c.head_dim, m.head_dim);
+    EXPECT_EQ(c.vocab_size, m.vocab);
+    EXPECT_EQ(c.tie_word_embeddings, m.tie);
+    for (int64_t l = 0; l < c.num_layers; ++l) EXPECT_EQ(c.layer_window(l), m.window) << "layer " << l;
+    if (m.rope_theta > 0) {
+      EXPECT_EQ(c.positions, PositionKind::kRope);
+      EXPECT_DOUBLE_EQ(c.rope.theta, m.rope_theta);
+      EXPECT_EQ(c.rope.type, m.rope_type);
+    } else {
+      EXPECT_EQ(c.positions, PositionKind::kLearned);
+      EXPECT_EQ(c.max_position_embeddings, 1024);  // n_positions
+    }
+  }
+  for (const auto& [dir, message] : refused) {
+    SCOPED_TRACE(dir);
+    listed.insert(dir);
+    EXPECT_INPUT_ERROR(load_hf_llama_config(root + dir), message);
+  }
+  for (const auto& e : std::filesystem::directory_iterator(root)) {
+    if (e.is_directory()) {
+      EXPECT_TRUE(listed.count(e.path().filename().string())) << e.path() << " is not checked by this test";
+    }
   }
 }
 
