@@ -6,12 +6,14 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "attention/cuda/attn_bwd_sm90.h"
 #include "attention/cuda/attn_launch.h"
 #include "attention/cuda/cudnn_sdpa.h"
 #include "core/cuda/stream.h"
@@ -271,7 +273,9 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   const BwdTile tile = bwd_tile(static_cast<int>(D), args.policy.bwd_tile);
   const Tensor q_stats = tile_stats(args.q_meta, qm, Tq, tile.bm, dev, stream);
   const Tensor k_stats = tile_stats(args.k_meta, km, Tk, tile.bn, dev, stream);
-  const int64_t Tq_pad = (Tq + tile.bm - 1) / tile.bm * tile.bm;
+  // Rows for the mma.sync kernel's tile and for the sm_90 kernel's (launch_bwd picks one).
+  const int64_t pad = std::max(tile.bm, kBwdSm90MaxBm);
+  const int64_t Tq_pad = (Tq + pad - 1) / pad * pad;
   Tensor dq_acc = Tensor::empty({Tq, H, D}, DType::kF32, dev);
   Tensor lse2 = Tensor::empty({H, Tq_pad}, DType::kF32, dev);
   Tensor delta = Tensor::empty({H, Tq_pad}, DType::kF32, dev);

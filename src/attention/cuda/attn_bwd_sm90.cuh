@@ -1,30 +1,33 @@
 // Flash-attention backward main kernel for Hopper (sm_90a), instantiated in attn_bwd_sm90.cu. One
 // CTA per (KV head, BN = 128-key tile): two consumer warpgroups of 64 keys each, plus a producer
 // warpgroup (one warp works; the group gives its registers to the consumers). K and V of the tile stay in shared
-// memory; the CTA walks the visible BM = 64-query tiles and, inside, the query heads of its GQA group (the order of the
-// mma.sync kernel, attn_bwd.cuh), so dK and dV of its keys are complete in registers at the end and are stored without
-// atomics.
+// memory; the CTA walks the visible BM-query tiles (BM = 64 at D = 128, 128 at D = 64: FlashAttention-3's shapes) and,
+// inside, the query heads of its GQA group (the order of the mma.sync kernel, attn_bwd.cuh), so dK and dV of its keys
+// are complete in registers at the end and are stored without atomics.
 //
 // Producer warp: the tensor memory accelerator copies K, V once and, per step, Q_i and dO_i (3-D
 //   maps over [T, heads, D], 64-column boxes, 128-byte swizzle) plus lse2_i and delta_i (1-D bulk
-//   copies of 64 floats) into a STAGES-deep ring; `full` / `empty` mbarriers per stage.
+//   copies of BM floats) into a STAGES-deep ring; `full` / `empty` mbarriers per stage.
 // Consumer warpgroup (64 keys; accumulators m64 x N over 128 threads), per step:
-//   S^T  = K Q_i^T         wgmma m64n64k16, A = K, B = Q_i, both from shared memory, K-major
+//   S^T  = K Q_i^T         wgmma m64nBMk16, A = K, B = Q_i, both from shared memory, K-major
 //   dP^T = V dO_i^T        the same with V, dO_i
 //   P^T  = exp2(S^T * scale*log2e - lse2_i), masked on boundary tiles (0)
 //   dS^T = P^T (dP^T - delta_i)
 //   dV  += P^T dO_i        wgmma m64nDk16, A = P^T as E registers (an accumulator's layout is
 //   dK  += dS^T Q_i        the A register layout), B = dO_i / Q_i MN-major (transpose bit)
-//   dS^T -> shared memory (E, 128-byte swizzle), then
-//   dQ_i += dS K           wgmma m64n64k16 with A = dS (MN-major from dS^T) and B = K (MN-major),
-//                          added to dq_acc with f32 vector atomics (red.global.add.v4.f32).
-//   D = 128: warpgroup w computes dQ columns 64w..64w+63 over all 128 keys (both warpgroups' dS^T;
-//   a named barrier between them); D = 64: each warpgroup computes all 64 columns over its own 64
-//   keys and both add theirs.
+//   dS^T -> shared memory (E, 128-byte swizzle), a named barrier (both warpgroups' dS^T), then
+//   dQ_i += dS K           wgmma m64n64k16 over the 128 keys with A = dS (MN-major from dS^T) and B = K
+//                          (MN-major), added to dq_acc with f32 vector atomics (red.global.add.v4.f32),
+//                          or with DQW (attn_bwd_sm90.cu's dq_writer: D = 128) staged as f32 in shared
+//                          memory and added by a writer warp of the producer warpgroup, one bulk
+//                          reduction (cp.reduce.async.bulk .add.f32) per row:
+//                          D = 128: warpgroup w computes dQ columns 64w..64w+63 of the 64 queries;
+//                          D = 64: warpgroup w computes queries 64w..64w+63 (all 64 columns).
 // At the end: dk (+)= scale * dK, dv (+)= dV (write_grads: stored; 0 where no query sees the keys).
 // Shared layout of a tile of R rows (the forward's convention, the one sm90_ptx.cuh's smem_desc
 // describes): for each 64-column half c, R rows of 128 bytes at c * R * 128; 16-byte chunk k of
-// row r at chunk k ^ (r & 7); every tile starts at a multiple of 1024 bytes.
+// row r at chunk k ^ (r & 7); every tile starts at a multiple of 1024 bytes. dS^T is such a tile of
+// BN key rows and BM query columns.
 #pragma once
 
 #include <cuda.h>
@@ -42,16 +45,24 @@ namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
 
-template <int D, int STAGES>
+// Queries per step: 64 at D = 128, 128 at D = 64 (the registers allow it there, and a step of 64
+// queries does too little matrix work per synchronisation).
+constexpr int bwd_sm90_bm_of(int D) { return D == 64 ? 128 : 64; }
+
+template <int D, int STAGES, bool DQW>
 struct BwdShape {
-  static constexpr int BM = 64;   // queries per step
-  static constexpr int BN = 128;  // keys per CTA, 64 per consumer warpgroup
+  static constexpr int BM = bwd_sm90_bm_of(D);  // queries per step
+  static constexpr int BN = 128;                // keys per CTA, 64 per consumer warpgroup
   static constexpr int kConsumerWarps = 8;
   // A whole producer warpgroup (ptxas budgets registers per warpgroup anyway) that hands its
-  // registers to the consumers: 128 x 24 + 256 x 240 <= 64K.
+  // registers to the consumers: 128 x 24 + 256 x 240 = 64,512, exactly the block's registers at
+  // launch (168 a thread: 65536 / 384 rounded down to 8). setmaxnreg moves registers within the
+  // block only: a sum above the launch's waits forever.
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kThreads = 32 * (kConsumerWarps + 4);
-  static constexpr bool kSplitN = D == 128;  // dQ: split by columns (else by keys)
+  static_assert(128 * kProducerRegs + 32 * kConsumerWarps * kConsumerRegs <= 65536 / kThreads / 8 * 8 * kThreads,
+                "setmaxnreg needs no more registers than the block has at launch");
+  static constexpr bool kSplitN = BM == 64;  // dQ: the warpgroups split its columns (else its queries)
   static constexpr uint32_t kKVBytes = BN * D * 2;    // K or V
   static constexpr uint32_t kQBytes = BM * D * 2;     // one Q or dO tile
   static constexpr uint32_t kRowBytes = BM * 4;       // lse2 or delta of one tile
@@ -61,7 +72,11 @@ struct BwdShape {
   static constexpr uint32_t kStage0 = 2 * kKVBytes;            // [STAGES] x {Q, dO}
   static constexpr uint32_t kDS = kStage0 + STAGES * 2 * kQBytes;  // [2] dS^T buffers
   static constexpr uint32_t kStats = kDS + 2 * kDSBytes;       // [STAGES] x {lse2, delta}
-  static constexpr uint32_t kBar = kStats + STAGES * 2 * kRowBytes;
+  // DQW: dQ of a step as f32 [BM][D + 8] (8 floats of padding: the rows' float2 stores hit distinct
+  // banks), read by the dQ writer warp's bulk reductions.
+  static constexpr uint32_t kDQRow = (D + 8) * 4;
+  static constexpr uint32_t kDQ = kStats + STAGES * 2 * kRowBytes;
+  static constexpr uint32_t kBar = (kDQ + (DQW ? BM * kDQRow : 0) + 15) / 16 * 16;
   // + 1024: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel.
   static constexpr uint32_t kSmem = 1024 + kBar + 8 * (2 * STAGES + 1);
 };
@@ -74,15 +89,20 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
                : "memory");
 }
+// global[dst .. dst + bytes) += shared[src ..) as f32, asynchronously (a bulk async-group of this
+// thread); bytes a multiple of 16, both addresses 16-byte aligned.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<uint64_t>(dst)),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until this thread's bulk groups have read their shared memory (.read) / are complete.
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // Makes this thread's generic-proxy shared-memory stores visible to the async proxy (wgmma).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void named_bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
 
 // d (m64 x n64 f32) = (scale_d ? d : 0) + A B; A [64 x 16], B [16 x 64] from shared memory. TA / TB:
 // the transpose bits (0: K-major, 1: MN-major).
@@ -104,12 +124,22 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t a, uint64_
 }
 #undef SEQPAR_WGMMA_SS_N64_ASM
 
-// An m64 x n64 f32 accumulator (32 registers) as four k16 E A fragments: columns 16kk..16kk+15
+// S^T-shaped products (A, B both K-major from shared memory): m64 x nBM.
+template <Elem E, int N>
+__device__ __forceinline__ void wgmma_ss_kk(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
+  if constexpr (N == 128) {
+    wgmma_ss_n128<E>(d, a, b, scale_d);
+  } else {
+    wgmma_ss_n64<E, 0, 0>(d, a, b, scale_d);
+  }
+}
+
+// An m64 x nN f32 accumulator (N / 2 registers) as N / 16 k16 E A fragments: columns 16kk..16kk+15
 // are accumulator blocks 2kk and 2kk + 1 (register 4n + 2hr + e: row 16w + g + 8hr, column 8n + 2t + e).
-template <Elem E>
-__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4][4], const float (&c)[32]) {
+template <Elem E, int N>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[N / 16][4], const float (&c)[N / 2]) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < N / 16; ++kk)
 #pragma unroll
     for (int j = 0; j < 4; ++j) a[kk][j] = pack2<E>(c[8 * kk + 2 * j], c[8 * kk + 2 * j + 1]);
 }
@@ -127,16 +157,17 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[D / 2], const uint32_t (&
 // ---- the kernel ---------------------------------------------------------------------------
 // q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h). lse2 / delta rows
 // are (h, Tq_pad) with Tq_pad = ceil(Tq / BM) * BM.
-template <Elem E, int D, int STAGES>
-__global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
+template <Elem E, int D, int STAGES, bool DQW>
+__global__ void __launch_bounds__(BwdShape<D, STAGES, DQW>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                     const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                     const BwdParams p, const int4* __restrict__ q_stats, const int4* __restrict__ k_stats) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = BwdShape<D, STAGES>;
+  using S = BwdShape<D, STAGES, DQW>;
   constexpr int BM = S::BM, BN = S::BN, NCW = S::kConsumerWarps;
   constexpr int HALVES = D / 64;  // 128-byte column halves of a row
   constexpr int OR = D / 2;       // dK / dV accumulator registers per thread
+  constexpr int SR = BM / 2;      // S^T / dP^T accumulator registers per thread (m64 x BM)
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
 
   extern __shared__ uint8_t smem_raw[];
@@ -178,6 +209,29 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
   if (warp >= NCW) {  // ---- producer warpgroup: its first warp issues the copies
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
+    if constexpr (DQW) {
+      if (warp == NCW + 1) {  // ---- the dQ writer: per step, dq_acc rows += the shared dQ tile
+        int gi = 0;
+        while (i < nqt) {
+          const int h = hk * G + gi;
+          named_bar_sync(2, NCW * 32 + 32);  // the consumers' dQ is in shared memory
+          const int rows = min(BM, p.Tq - i * BM);
+          for (int r = lane; r < rows; r += 32)
+            bulk_reduce_add_f32(p.dq_acc + (static_cast<int64_t>(i * BM + r) * p.H + h) * D,
+                                base + S::kDQ + r * S::kDQRow, D * 4);
+          bulk_commit();
+          bulk_wait_read();
+          __syncwarp();
+          if (++gi == G) {
+            gi = 0;
+            i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, p.window, lane);
+          }
+          if (i < nqt) named_bar_arrive(3, NCW * 32 + 32);  // the tile may be written again
+        }
+        bulk_wait_all();
+        return;
+      }
+    }
     if (warp != NCW) return;
     if (lane == 0 && any) {
       mbar_arrive_expect_tx(kvbar, 2 * S::kKVBytes);
@@ -250,14 +304,14 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
     // S^T = K Q_i^T and dP^T = V dO_i^T: D / 16 steps of k16; within a 128-byte half a step moves
     // 32 bytes.
-    float st[32], dpt[32];
+    float st[SR], dpt[SR];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col = (kk & 3) * 32;
       const uint64_t da = smem_desc(sKw + (kk >> 2) * (BN * 128) + col, 16, 1024);
       const uint64_t db = smem_desc(sQ(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
-      wgmma_ss_n64<E, 0, 0>(st, da, db, kk > 0 ? 1 : 0);
+      wgmma_ss_kk<E, BM>(st, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
 #pragma unroll
@@ -265,7 +319,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       const uint32_t col = (kk & 3) * 32;
       const uint64_t da = smem_desc(sVw + (kk >> 2) * (BN * 128) + col, 16, 1024);
       const uint64_t db = smem_desc(sdO(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
-      wgmma_ss_n64<E, 0, 0>(dpt, da, db, kk > 0 ? 1 : 0);
+      wgmma_ss_kk<E, BM>(dpt, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
     wgmma_wait<1>();  // S^T is in (dP^T may still run)
@@ -276,7 +330,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     const float* L = reinterpret_cast<const float*>(base_ptr + stats_off(s));
     const float* Dl = L + BM;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < BM / 8; ++n) {
       const float2 lq = *reinterpret_cast<const float2*>(L + 8 * n + 2 * t);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -286,7 +340,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     }
     if (cls == kPartial) {
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < BM / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int qr = i * BM + 8 * n + 2 * t + e;
@@ -305,7 +359,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     reg_fence(dpt);
     // dS^T = P^T (dP^T - delta)
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < BM / 8; ++n) {
       const float2 dl = *reinterpret_cast<const float2*>(Dl + 8 * n + 2 * t);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -313,27 +367,29 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
         dpt[4 * n + 2 * hr + 1] = st[4 * n + 2 * hr + 1] * (dpt[4 * n + 2 * hr + 1] - dl.y);
       }
     }
-    uint32_t pa[4][4], da[4][4];
-    acc_to_a<E>(pa, st);
-    acc_to_a<E>(da, dpt);
+    uint32_t pa[BM / 16][4], da[BM / 16][4];
+    acc_to_a<E, BM>(pa, st);
+    acc_to_a<E, BM>(da, dpt);
 
-    // dV += P^T dO_i: 4 steps of k16 over the queries, each 16 query rows (2048 bytes) further.
+    // dV += P^T dO_i: BM / 16 steps of k16 over the queries, each 16 query rows (2048 bytes) further.
     reg_fence(dv);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], smem_desc(sdO(s) + kk * 16 * 128, BM * 128, 1024));
+    for (int kk = 0; kk < BM / 16; ++kk)
+      wgmma_rs_tb<E, D>(dv, pa[kk], smem_desc(sdO(s) + kk * 16 * 128, BM * 128, 1024));
     wgmma_commit();
 
-    // dS^T (E) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n (swizzle key g).
-    // da[kk][j] holds accumulator block n = 2kk + (j >> 1), row half hr = j & 1.
+    // dS^T (E) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n: 64-query half n / 8, chunk
+    // n % 8 of its 128-byte row (swizzle key g). da[kk][j] holds accumulator block n = 2kk + (j >> 1),
+    // row half hr = j & 1.
     {
       const uint32_t row0 = sdS(buf) + (wg * 64 + 16 * w + g) * 128 + 4 * t;
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
+      for (int kk = 0; kk < BM / 16; ++kk)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int n = 2 * kk + (j >> 1), hr = j & 1;
-          sts_u32(row0 + hr * 8 * 128 + ((n ^ g) << 4), da[kk][j]);
+          sts_u32(row0 + (n >> 3) * (BN * 128) + hr * 8 * 128 + (((n & 7) ^ g) << 4), da[kk][j]);
         }
     }
 
@@ -341,31 +397,24 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     reg_fence(dk);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_rs_tb<E, D>(dk, da[kk], smem_desc(sQ(s) + kk * 16 * 128, BM * 128, 1024));
+    for (int kk = 0; kk < BM / 16; ++kk)
+      wgmma_rs_tb<E, D>(dk, da[kk], smem_desc(sQ(s) + kk * 16 * 128, BM * 128, 1024));
     wgmma_commit();
 
-    // dQ_i (+)= dS K. A = dS from the dS^T tile (MN-major: 64 queries = one 128-byte row per key),
-    // B = K (MN-major: columns in 64-wide halves BN*128 bytes apart). k16 steps of 16 keys.
+    // dQ_i (+)= dS K over the 128 keys (k16 steps of 16 keys = 2048 bytes of dS^T and of K). A = dS
+    // from the dS^T tile (MN-major: 64 queries = one 128-byte row per key, the query halves BN*128
+    // bytes apart), B = K (MN-major: columns in 64-wide halves BN*128 bytes apart).
     fence_proxy_async();  // this thread's dS^T stores are visible to the wgmma
+    named_bar_sync(1, NCW * 32);  // both warpgroups' dS^T are in
     float dq[32];
-    if constexpr (S::kSplitN) {
-      named_bar_sync(1, NCW * 32);  // both warpgroups' dS^T are in
-      wgmma_fence();
+    wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        const uint64_t a = smem_desc(sdS(buf) + kk * 16 * 128, BM * 128, 1024);
-        const uint64_t b = smem_desc(sK + wg * (BN * 128) + kk * 16 * 128, BN * 128, 1024);
-        wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
-      }
-    } else {
-      named_bar_sync(2 + wg, 128);  // this warpgroup's dS^T is in
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t a = smem_desc(sdS(buf) + wg * 64 * 128 + kk * 16 * 128, BM * 128, 1024);
-        const uint64_t b = smem_desc(sKw + kk * 16 * 128, BN * 128, 1024);
-        wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
-      }
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint32_t qhalf = S::kSplitN ? 0u : wg * (BN * 128u);  // D = 64: this warpgroup's queries
+      const uint32_t khalf = S::kSplitN ? wg * (BN * 128u) : 0u;  // D = 128: this warpgroup's columns
+      const uint64_t a = smem_desc(sdS(buf) + qhalf + kk * 16 * 128, BN * 128, 1024);
+      const uint64_t b = smem_desc(sK + khalf + kk * 16 * 128, BN * 128, 1024);
+      wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -375,12 +424,27 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     __syncwarp();
     if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s (Q_i, dO_i, lse2, delta)
 
-    // dq_acc += dQ: lanes t and t^1 swap halves so that each adds 4 consecutive columns of one row
-    // (even t: row 16w + g, odd t: row 16w + g + 8; columns 8n + 2(t & ~1) ..+3).
-    {
+    if constexpr (DQW) {
+      // dQ -> the shared tile (once the writer has read the last one), for the writer warp.
+      if (it > 0) named_bar_sync(3, NCW * 32 + 32);
+      const int col0 = S::kSplitN ? wg * 64 : 0;
+      const uint32_t row0 = base + S::kDQ + ((S::kSplitN ? 0 : wg * 64) + 16 * w + g) * S::kDQRow;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(row0 + hr * 8 * S::kDQRow +
+                                                                   (col0 + 8 * n + 2 * t) * 4),
+                       "f"(dq[4 * n + 2 * hr]), "f"(dq[4 * n + 2 * hr + 1])
+                       : "memory");
+      fence_proxy_async();  // visible to the bulk reductions
+      named_bar_arrive(2, NCW * 32 + 32);
+    } else {
+      // dq_acc += dQ: lanes t and t^1 swap halves so that each adds 4 consecutive columns of one row
+      // (even t: row 16w + g, odd t: row 16w + g + 8; columns 8n + 2(t & ~1) ..+3).
       const int col0 = S::kSplitN ? wg * 64 : 0;
       const bool odd = t & 1;
-      const int qr = i * BM + 16 * w + g + (odd ? 8 : 0);
+      const int qr = i * BM + (S::kSplitN ? 0 : wg * 64) + 16 * w + g + (odd ? 8 : 0);
       float* dst = p.dq_acc + (static_cast<int64_t>(qr) * p.H + h) * D + col0 + 2 * (t & ~1);
 #pragma unroll
       for (int n = 0; n < 8; ++n) {

@@ -13,16 +13,17 @@
 
 namespace seqpar::cuda_attn {
 
-// Query rows per step of the sm_90 backward. Its workspace rows lse2 / delta are read with
-// Tq_pad = ceil(Tq / kBwdSm90Bm) * kBwdSm90Bm: the pre-pass must run with that Tq_pad (any
-// larger multiple of it only wastes rows; it must be this one, since rows are (h, Tq_pad)).
-constexpr int kBwdSm90Bm = 64;
+// Query rows per step of the sm_90 backward: 128 at D = 64, 64 at D = 128. Its workspace rows
+// lse2 / delta are read with Tq_pad = ceil(Tq / bm) * bm: the pre-pass must run with that Tq_pad
+// (rows are (h, Tq_pad)); a workspace of H * ceil(Tq / 128) * 128 floats holds them at either D.
+constexpr int bwd_sm90_bm(int D) { return D == 64 ? 128 : 64; }
+constexpr int kBwdSm90MaxBm = 128;
 
 // Whether launch_bwd_main_sm90 can run this call: D 64 or 128 (not 96, which the mma.sync kernel
 // takes: attn_dispatch.cpp), H a multiple of Hkv (H < 65536),
 // q, k, v, dout, dq_acc, lse2 and delta 16-byte aligned. It does not look at the device (the caller
 // does). p.q_stats / p.k_stats are not used: the launcher computes its own tile statistics for its
-// tiles (64 queries, 128 keys).
+// tiles (bwd_sm90_bm(D) queries, 128 keys).
 bool bwd_sm90_supported(const BwdParams& p);
 
 // The main kernel only (after launch_bwd_prep with Tq_pad as above, before launch_dq_finish).

@@ -188,8 +188,9 @@ FlashKernel launch_bwd(const BwdParams& p, const BwdTile& tile, FlashKernel kern
                          p.D, p.H, p.Hkv);
     }
     if (ok) {
-      // Its query tile is 64 rows: the workspace (sized for tile.bm >= 64) holds these rows.
-      launch_bwd_prep(p, (p.Tq + kBwdSm90Bm - 1) / kBwdSm90Bm * kBwdSm90Bm, stream);
+      // Its query tile is bwd_sm90_bm(D) rows: the workspace (sized for kBwdSm90MaxBm) holds these rows.
+      const int bm = bwd_sm90_bm(p.D);
+      launch_bwd_prep(p, (p.Tq + bm - 1) / bm * bm, stream);
       launch_bwd_main_sm90(p, cc, stream);
       launch_dq_finish(p, stream);
       return FlashKernel::kWgmma;

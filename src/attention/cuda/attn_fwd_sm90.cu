@@ -1,8 +1,8 @@
 // Host side of the Hopper forward (attn_fwd_sm90.h): tensor maps for the bulk tensor copies, the
-// kernel's own per-tile mask statistics, the launch. Shapes (BN 128 keys for both): D=128 two
-// consumer warpgroups (BM 128), one producer warp, a 2-stage ring; D=64 three consumer warpgroups
-// (BM 192) and a producer warpgroup that hands them its registers (setmaxnreg 24 / 160), a 3-stage
-// ring. Each for bf16 and f16 (FwdParams::elem).
+// kernel's own per-tile mask statistics, the launch. Shapes (BN 128 keys for both; a producer
+// warpgroup that hands the consumers its registers): D=128 two consumer warpgroups (BM 128) taking
+// turns (ping-pong), setmaxnreg 24 / 240, 2-slot K and V rings; D=64 three consumer warpgroups
+// (BM 192), setmaxnreg 24 / 160, 3-slot rings. Each for bf16 and f16 (FwdParams::elem).
 #include "attention/cuda/attn_fwd_sm90.h"
 
 #include <cuda.h>
@@ -39,7 +39,7 @@ void run(const FwdParams& p, cudaStream_t stream) {
   launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream);
   launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
 
-  auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES>;
+  auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES, S::kPingPong>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   kernel<<<dim3(nqt, p.H), S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt);
   SEQPAR_LAUNCH_CHECK();

@@ -1,16 +1,21 @@
 // Flash-attention forward kernel for Hopper (sm_90a), instantiated in attn_fwd_sm90.cu. One CTA per
-// (BM-row query tile, query head): NWG consumer warpgroups of 64 query rows each, plus one producer
-// warp that streams the visible BN-key tiles of the KV head into a STAGES-deep shared-memory ring
-// (with NWG = 3 the producer warp's whole warpgroup is launched and gives its registers away).
+// (BM-row query tile, query head): NWG consumer warpgroups of 64 query rows each, plus a producer
+// warpgroup (it gives its registers to the consumers; one warp works) that streams the visible
+// BN-key tiles of the KV head into STAGES-deep shared-memory rings, one for K and one for V.
 //
 // Producer: the tensor memory accelerator (cp.async.bulk.tensor, 3-D maps over [T, heads, D]) copies
-//   Q once and K_j, V_j per stage as 64-column boxes, 128-byte swizzled; stage s has a `full`
-//   mbarrier (transaction bytes) and an `empty` one (one arrival per consumer warp).
-// Consumer warpgroup, per key tile j (FlashAttention-2 schedule, one warpgroup owns 64 rows):
-//   S = Q K_j^T   wgmma m64n128k16, A and B from shared memory (both K-major), f32 in registers;
-//   mask (boundary tiles only), online softmax in exp2 with the scale folded;
-//   O += P V_j    wgmma m64nDk16, A = P as E (bf16 or f16) registers (the S accumulator layout is the A
-//                 register layout), B = V_j MN-major (the transpose bit).
+//   Q once, then K_0, and per tile K_{j+1} before V_j (K is needed first); every slot has a `full`
+//   mbarrier (transaction bytes) and an `empty` one (one arrival per consumer warp). K and V have
+//   rings of their own because a K slot is free once S = Q K^T is done and a V slot only once the
+//   next tile's O += P V is.
+// Consumer warpgroup (64 query rows), FlashAttention-3's schedule:
+//   per key tile j: issue S_j = Q K_j^T (wgmma m64n128k16, A and B from shared memory, K-major),
+//   then O += P_{j-1} V_{j-1} (wgmma m64nDk16, A = P as E registers, B = V MN-major), and while the
+//   tensor cores run them, the online softmax of S_j (exp2, scale folded; boundary tiles masked)
+//   overlaps the P V product (intra-warpgroup overlap). O is rescaled by the softmax's correction
+//   just before the next P V is issued. With two consumer warpgroups (PINGPONG) they take turns
+//   to issue their products (named barriers), so one warpgroup's softmax runs under the other's
+//   matrix products.
 // Shared layout of a tile of R rows: for each 64-column half c, R rows of 128 bytes at
 // c * R * 128, 16-byte chunk k of row r stored at chunk k ^ (r & 7) (the TMA / wgmma 128-byte
 // swizzle); every tile starts at a multiple of 1024 bytes.
@@ -35,21 +40,34 @@ struct Shape {
   static constexpr int BM = 64 * NWG;  // query rows per CTA
   static constexpr int BN = 128;       // keys per tile
   static constexpr int kConsumerWarps = 4 * NWG;
-  // With 3 consumer warpgroups the producer is a whole warpgroup that hands most of its registers
-  // to the consumers (setmaxnreg); with 2, one producer warp and no register moves.
-  static constexpr bool kRegSplit = NWG >= 3;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 160;
-  static constexpr int kThreads = 32 * (kConsumerWarps + (kRegSplit ? 4 : 1));
+  // The producer is a whole warpgroup (ptxas budgets registers per warpgroup: 65536 / (128 (NWG + 1))
+  // each, rounded down to 8) that hands most of its registers to the consumers (setmaxnreg moves
+  // registers within the block only: the sum may not exceed the block's at launch, or it waits
+  // forever). Its first warp issues the copies.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = NWG == 2 ? 240 : 160;
+  static constexpr int kThreads = 32 * (kConsumerWarps + 4);
+  static_assert(128 * kProducerRegs + 32 * kConsumerWarps * kConsumerRegs <= 65536 / kThreads / 8 * 8 * kThreads,
+                "setmaxnreg needs no more registers than the block has at launch");
+  // The kernel's PP as launched: two consumer warpgroups take turns to issue their matrix products
+  // (FlashAttention-3's ping-pong); three run free. (Measured on an H100, 2026-12-06: at D = 128
+  // without the turns 1.02x at 16K, equal at 64K; at D = 64 with them equal. The launched pair is
+  // the one the GPU tests cover.)
+  static constexpr bool kPingPong = NWG == 2;
   static constexpr uint32_t kQBytes = BM * D * 2;
   static constexpr uint32_t kKVBytes = BN * D * 2;  // one K or one V tile
+  static constexpr uint32_t kK = kQBytes;                       // [STAGES] K tiles
+  static constexpr uint32_t kV = kQBytes + STAGES * kKVBytes;   // [STAGES] V tiles
   static constexpr uint32_t kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
+  // Barriers: full K, empty K, full V, empty V (STAGES each), then Q's.
+  static constexpr uint32_t kSmem = 1024 + kBarOffset + 8 * (4 * STAGES + 1);
   // + 1024: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel.
-  static constexpr uint32_t kSmem = 1024 + kBarOffset + 8 * (2 * STAGES + 1);
 };
 
 // ---- the kernel ---------------------------------------------------------------------------
 // q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h).
-template <Elem E, int D, int NWG, int STAGES>
+// PP: the consumer warpgroups take turns to issue (warpgroup w waits on named barrier 1 + w and
+// hands the turn to w + 1 mod NWG).
+template <Elem E, int D, int NWG, int STAGES, bool PP>
 __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const FwdParams p, const int4* __restrict__ q_stats,
@@ -66,11 +84,13 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sQ = base;
   const uint32_t bars = base + S::kBarOffset;
-  auto sK = [&](int s) { return base + S::kQBytes + 2u * s * S::kKVBytes; };
-  auto sV = [&](int s) { return base + S::kQBytes + (2u * s + 1u) * S::kKVBytes; };
-  auto full = [&](int s) { return bars + 8u * s; };
-  auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
-  const uint32_t qbar = bars + 8u * 2 * STAGES;
+  auto sK = [&](int s) { return base + S::kK + s * S::kKVBytes; };
+  auto sV = [&](int s) { return base + S::kV + s * S::kKVBytes; };
+  auto full_k = [&](int s) { return bars + 8u * s; };
+  auto empty_k = [&](int s) { return bars + 8u * (STAGES + s); };
+  auto full_v = [&](int s) { return bars + 8u * (2 * STAGES + s); };
+  auto empty_v = [&](int s) { return bars + 8u * (3 * STAGES + s); };
+  const uint32_t qbar = bars + 8u * 4 * STAGES;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int qt = gridDim.x - 1 - blockIdx.x;  // heaviest causal tiles first
@@ -81,45 +101,57 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full(s), 1);
-      mbar_init(empty(s), NCW);
+      mbar_init(full_k(s), 1);
+      mbar_init(empty_k(s), NCW);
+      mbar_init(full_v(s), 1);
+      mbar_init(empty_v(s), NCW);
     }
     mbar_init(qbar, 1);
     mbar_init_fence();
   }
-  __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
+  __syncthreads();  // the last CTA-wide barrier: the producer warpgroup leaves early
 
   // Producer and consumers walk the same sequence of visible key tiles.
   int j = next_visible<true>(qs, k_stats, nkt, 0, p.causal, p.window, lane);
 
   if (warp >= NCW) {  // ---- producer warp (the first of the producer warpgroup)
-    if constexpr (S::kRegSplit) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
-      if (warp != NCW) return;
-    }
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
+    if (warp != NCW) return;
+    // Slot use `it` of a ring: slot it % STAGES, its (it / STAGES)-th use; the consumers freed the
+    // slot's previous use when its empty barrier completed the phase of parity ((it / STAGES) & 1) ^ 1.
+    auto load_k = [&](int it, int jj) {
+      const int s = it % STAGES;
+      mbar_wait(empty_k(s), ((it / STAGES) & 1) ^ 1);
+      mbar_arrive_expect_tx(full_k(s), S::kKVBytes);
+#pragma unroll
+      for (int c = 0; c < HALVES; ++c) tma_load_3d(sK(s) + c * BN * 128, &tm_k, full_k(s), c * 64, hk, jj * BN);
+    };
+    auto load_v = [&](int it, int jj) {
+      const int s = it % STAGES;
+      mbar_wait(empty_v(s), ((it / STAGES) & 1) ^ 1);
+      mbar_arrive_expect_tx(full_v(s), S::kKVBytes);
+#pragma unroll
+      for (int c = 0; c < HALVES; ++c) tma_load_3d(sV(s) + c * BN * 128, &tm_v, full_v(s), c * 64, hk, jj * BN);
+    };
     if (lane == 0 && j < nkt) {
       mbar_arrive_expect_tx(qbar, S::kQBytes);
 #pragma unroll
       for (int c = 0; c < HALVES; ++c) tma_load_3d(sQ + c * BM * 128, &tm_q, qbar, c * 64, h, q0);
+      load_k(0, j);
     }
     for (int it = 0; j < nkt; ++it) {
-      const int s = it % STAGES;
+      const int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
       if (lane == 0) {
-        mbar_wait(empty(s), ((it / STAGES) & 1) ^ 1);  // the consumers are done with its last use
-        mbar_arrive_expect_tx(full(s), 2 * S::kKVBytes);
-#pragma unroll
-        for (int c = 0; c < HALVES; ++c) {
-          tma_load_3d(sK(s) + c * BN * 128, &tm_k, full(s), c * 64, hk, j * BN);
-          tma_load_3d(sV(s) + c * BN * 128, &tm_v, full(s), c * 64, hk, j * BN);
-        }
+        if (jn < nkt) load_k(it + 1, jn);
+        load_v(it, j);
       }
       __syncwarp();
-      j = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
+      j = jn;
     }
     return;
   }
 
-  if constexpr (S::kRegSplit) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegs));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegs));
 
   // ---- consumer warpgroups. Accumulator layout (m64nN f32): warp w of the warpgroup holds rows
   // 16w + g and 16w + g + 8 (g = lane / 4, t = lane % 4); register 4n + 2hr + e is row
@@ -133,17 +165,22 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   float o[OR];
 #pragma unroll
   for (int i = 0; i < OR; ++i) o[i] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, corr[2] = {1.f, 1.f};
+  float sc[SR];            // S of the tile in flight, then its probabilities (f32)
+  uint32_t pa[BN / 16][4];  // P of the previous tile as E A fragments (keys 16kk.. = blocks 2kk, 2kk + 1)
 
-  if (j < nkt) mbar_wait(qbar, 0);
-  for (int it = 0; j < nkt; ++it) {
-    const int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
-    const int cls = tile_class(qs, k_stats[j], p.causal, p.window, (j + 1) * BN > p.Tk);
-    const int s = it % STAGES;
-    mbar_wait(full(s), (it / STAGES) & 1);
-
-    // S = Q K_j^T: D / 16 steps of k16; within a 128-byte half a step moves 32 bytes.
-    float sc[SR];
+  // Ping-pong: this warpgroup waits for its turn before issuing and then hands the turn on. The
+  // last warpgroup opens the first turn, and skips its hand-over after its last tile so that every
+  // barrier is synced as often as it is arrived at.
+  auto turn_wait = [&]() {
+    if constexpr (PP) named_bar_sync(1 + wg, 256);
+  };
+  auto turn_pass = [&](bool last) {
+    if constexpr (PP) {
+      if (!(last && wg == NWG - 1)) named_bar_arrive(1 + (wg + 1) % NWG, 256);
+    }
+  };
+  auto issue_qk = [&](int s) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -152,10 +189,35 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       wgmma_ss_n128<E>(sc, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
-    wgmma_wait_all();
-    reg_fence(sc);
-
-    // Boundary tile: element-wise mask (out-of-range keys and rows are masked too).
+  };
+  // O *= corr (the last softmax's correction), then O += P V_s: BN / 16 steps of k16, each 16 key
+  // rows (2048 bytes) further into V.
+  auto issue_pv = [&](int s) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[4 * n + 2 * hr] *= corr[hr];
+        o[4 * n + 2 * hr + 1] *= corr[hr];
+      }
+    reg_fence(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint64_t dv = smem_desc(sV(s) + kk * 16 * 128, BN * 128, 1024);
+      if constexpr (D == 128) {
+        wgmma_rs_n128_tb<E>(o, pa[kk], dv);
+      } else {
+        wgmma_rs_n64_tb<E>(o, pa[kk], dv);
+      }
+    }
+    wgmma_commit();
+  };
+  // Masks the boundary tile jj element-wise (out-of-range keys and rows too), then the online
+  // softmax of sc: m, l and corr updated, sc := exp2(S * scale*log2e - m * scale*log2e). A row whose
+  // keys are all masked so far keeps m = -inf, l = 0 (and O = 0).
+  auto softmax = [&](int jj) {
+    const int cls = tile_class(qs, k_stats[jj], p.causal, p.window, (jj + 1) * BN > p.Tk);
     if (cls == kPartial) {
       int qseg[2], qpos[2];
       bool qok[2];
@@ -170,7 +232,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int c = j * BN + n * 8 + 2 * t + e;
+          const int c = jj * BN + n * 8 + 2 * t + e;
           const bool cok = c < p.Tk;
           const int kseg = cok ? p.k_seg[c] : 0;
           const int kpos = cok ? p.k_pos[c] : 0;
@@ -181,8 +243,6 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
           }
         }
     }
-
-    // Online softmax. A row whose keys are all masked so far keeps m = -inf, l = 0, O = 0.
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       float mx = m[hr];
@@ -190,7 +250,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * hr], sc[4 * n + 2 * hr + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float corr = mx == -INFINITY ? 1.f : fast_exp2((m[hr] - mx) * sl2);
+      corr[hr] = mx == -INFINITY ? 1.f : fast_exp2((m[hr] - mx) * sl2);
       const float msc = mx == -INFINITY ? 0.f : mx * sl2;
       m[hr] = mx;
       float rs = 0.f;
@@ -202,16 +262,10 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
           sc[4 * n + 2 * hr + e] = pv;
           rs += pv;
         }
-      l[hr] = l[hr] * corr + rs;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[4 * n + 2 * hr] *= corr;
-        o[4 * n + 2 * hr + 1] *= corr;
-      }
+      l[hr] = l[hr] * corr[hr] + rs;
     }
-
-    // P as E A fragments: keys 16kk..16kk+15 are accumulator blocks 2kk and 2kk + 1.
-    uint32_t pa[BN / 16][4];
+  };
+  auto pack_p = [&]() {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       pa[kk][0] = pack2<E>(sc[8 * kk + 0], sc[8 * kk + 1]);
@@ -219,25 +273,55 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       pa[kk][2] = pack2<E>(sc[8 * kk + 4], sc[8 * kk + 5]);
       pa[kk][3] = pack2<E>(sc[8 * kk + 6], sc[8 * kk + 7]);
     }
-
-    // O += P V_j: BN / 16 steps of k16, each 16 key rows (2048 bytes) further into V.
-    reg_fence(o);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint64_t dv = smem_desc(sV(s) + kk * 16 * 128, BN * 128, 1024);
-      if constexpr (D == 128) {
-        wgmma_rs_n128_tb<E>(o, pa[kk], dv);
-      } else {
-        wgmma_rs_n64_tb<E>(o, pa[kk], dv);
-      }
-    }
-    wgmma_commit();
-    wgmma_wait_all();
-    reg_fence(o);
+  };
+  auto release = [&](uint32_t bar) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s
-    j = jn;
+    if (lane == 0) mbar_arrive(bar);  // this warp is done with the slot
+  };
+
+  if (j < nkt) {
+    if constexpr (PP) {
+      if (wg == NWG - 1) named_bar_arrive(1, 256);  // the first turn is warpgroup 0's
+    }
+    mbar_wait(qbar, 0);
+    // Tile 0: S_0 alone.
+    int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
+    mbar_wait(full_k(0), 0);
+    turn_wait();
+    issue_qk(0);
+    turn_pass(jn >= nkt);
+    wgmma_wait<0>();
+    reg_fence(sc);
+    release(empty_k(0));
+    softmax(j);
+    pack_p();
+    // Tile it >= 1: S_it is issued, then P_{it-1} V_{it-1}; the softmax of S_it runs under the latter.
+    int it = 1;
+    for (j = jn; j < nkt; j = jn, ++it) {
+      jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
+      const int s = it % STAGES, sp = (it - 1) % STAGES;
+      mbar_wait(full_k(s), (it / STAGES) & 1);
+      turn_wait();
+      issue_qk(s);
+      mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
+      issue_pv(sp);
+      turn_pass(jn >= nkt);
+      wgmma_wait<1>();  // S_it is in (the P V product may still run)
+      reg_fence(sc);
+      release(empty_k(s));
+      softmax(j);
+      wgmma_wait<0>();  // P_{it-1} V_{it-1} is in: P's registers and V's slot are free
+      reg_fence(o);
+      release(empty_v(sp));
+      pack_p();
+    }
+    // The last tile's P V.
+    const int sp = (it - 1) % STAGES;
+    mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
+    issue_pv(sp);
+    wgmma_wait<0>();
+    reg_fence(o);
+    release(empty_v(sp));
   }
 
   // out = O / l; lse = scale*m + ln l. Rows that saw no key: out 0, lse -inf.

@@ -88,7 +88,8 @@ struct BwdParams : FwdParams {
   void* dk;              // (Tk, Hkv, D) += (=)
   void* dv;              // (Tk, Hkv, D) += (=)
   // Workspace (device): dq_acc f32 (Tq, H, D); lse2 and delta f32 (H, Tq_pad) with Tq_pad =
-  // ceil(Tq / bm) * bm.
+  // ceil(Tq / bm) * bm for the kernel that runs: the mma.sync tile's bm, or the sm_90 kernel's
+  // (attn_bwd_sm90.h: bwd_sm90_bm(D), at most kBwdSm90MaxBm).
   float* dq_acc;
   float* lse2;
   float* delta;

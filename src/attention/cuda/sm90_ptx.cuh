@@ -13,7 +13,7 @@
 //                   type, since an asm template is a string literal): PTX ISA 8.0, sm_90a only (the arch-specific `a`
 //                   target; callers guard their bodies with __CUDA_ARCH_FEAT_SM90_ALL). reg_fence emits no instruction:
 //                   it only orders accumulator accesses around the asynchronous MMAs.
-// Helpers only the backward uses (1-D bulk copies, named barriers, wgmma_wait<N>, m64n64 ss MMA)
+// Helpers only the backward uses (1-D bulk copies, m64n64 ss MMA)
 // stay in attn_bwd_sm90.cuh.
 #pragma once
 
@@ -75,6 +75,19 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most N committed wgmma groups are pending (the oldest complete first).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Named barriers (0 is __syncthreads): bar.sync waits until `threads` threads (a multiple of 32)
+// have arrived, counting itself; bar.arrive counts without waiting.
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 // Keeps the compiler from moving accumulator accesses across the asynchronous MMAs.
 template <int N>
 __device__ __forceinline__ void reg_fence(float (&d)[N]) {
