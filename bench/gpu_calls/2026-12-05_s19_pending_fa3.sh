@@ -1,4 +1,6 @@
 #!/bin/bash
+# NOT RUN: superseded by 2026-12-06_s20_fa3_lean.sh (the twentieth session, a short device budget), which ran
+# the patch's tests and benchmarks; the patch is on main since.
 # Pending GPU call (written in the nineteenth session, not yet run: its device time was spent on
 # starts that found no machine and on call 1, which hung). Verifies and measures
 # 2026-12-05_s19_fa3_schedule.patch (issue 15 item 5: the sm_90 forward on FlashAttention-3's

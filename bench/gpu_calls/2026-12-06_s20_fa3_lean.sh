@@ -5,6 +5,8 @@
 # not touch it) and PyTorch's cuDNN SDPA; then the patched attention tests, then the experiment
 # variants (dQ writer, ping-pong on/off) while time is left. The base flash kernel's figures are
 # the nineteenth session's call 1 (H100) and bench/NOTES.md's 2026-12-02 (H200).
+# Ran once (bench/NOTES.md, 2026-12-06); the patch is on main since, with its switches removed: to
+# rerun it, check out the commit before "Attention: the sm_90 kernels on FlashAttention-3's schedule".
 #   END=380 bash bench/gpu_calls/2026-12-06_s20_fa3_lean.sh OUT_DIR
 set -u
 OUT=$1
