@@ -27,15 +27,9 @@ constexpr int kStages = 2;
 static_assert(4 * sizeof(CUtensorMap) + sizeof(BwdParams) + 2 * sizeof(const int4*) <= 4096,
               "bwd_sm90_kernel's parameters exceed 4 KB");
 
-// dQ through the writer warp's bulk reductions at D = 128, the consumers' vector atomics at D = 64: on an
-// H100, forward+backward 1.15x / 1.08x at 16K / 64K with the writer at D = 128, 0.83x / 0.84x at D = 64
-// (bench/NOTES.md, 2026-12-06).
-constexpr bool dq_writer(int D) { return D == 128; }
-
 template <Elem E, int D>
 void run(const BwdParams& p, cudaStream_t stream) {
-  constexpr bool DQW = dq_writer(D);
-  using S = sm90::BwdShape<D, kStages, DQW>;
+  using S = sm90::BwdShape<D, kStages>;
   static_assert(S::BM == bwd_sm90_bm(D), "the header's query tile is the kernel's");
   const int nqt = (p.Tq + S::BM - 1) / S::BM;
   const int nkt = (p.Tk + S::BN - 1) / S::BN;
@@ -51,7 +45,7 @@ void run(const BwdParams& p, cudaStream_t stream) {
   launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream);
   launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
 
-  auto kernel = sm90::bwd_sm90_kernel<E, D, kStages, DQW>;
+  auto kernel = sm90::bwd_sm90_kernel<E, D, kStages>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   kernel<<<dim3(p.Hkv, nkt), S::kThreads, S::kSmem, stream>>>(tq, tdo, tk, tv, p, stats, stats + nqt);
   SEQPAR_LAUNCH_CHECK();

@@ -18,7 +18,7 @@
 //   dS^T -> shared memory (E, 128-byte swizzle), a named barrier (both warpgroups' dS^T), then
 //   dQ_i += dS K           wgmma m64n64k16 over the 128 keys with A = dS (MN-major from dS^T) and B = K
 //                          (MN-major), added to dq_acc with f32 vector atomics (red.global.add.v4.f32),
-//                          or with DQW (attn_bwd_sm90.cu's dq_writer: D = 128) staged as f32 in shared
+//                          or with BwdShape::kDqWriter (D = 128) staged as f32 in shared
 //                          memory and added by a writer warp of the producer warpgroup, one bulk
 //                          reduction (cp.reduce.async.bulk .add.f32) per row:
 //                          D = 128: warpgroup w computes dQ columns 64w..64w+63 of the 64 queries;
@@ -49,9 +49,13 @@ using namespace dev;
 // queries does too little matrix work per synchronisation).
 constexpr int bwd_sm90_bm_of(int D) { return D == 64 ? 128 : 64; }
 
-template <int D, int STAGES, bool DQW>
+template <int D, int STAGES>
 struct BwdShape {
   static constexpr int BM = bwd_sm90_bm_of(D);  // queries per step
+  // dQ through the writer warp's bulk reductions at D = 128, the consumers' vector atomics at D = 64:
+  // on an H100, forward+backward 1.15x / 1.08x at 16K / 64K with the writer at D = 128, 0.83x / 0.84x
+  // at D = 64 (bench/NOTES.md, 2026-12-06).
+  static constexpr bool kDqWriter = D == 128;
   static constexpr int BN = 128;                // keys per CTA, 64 per consumer warpgroup
   static constexpr int kConsumerWarps = 8;
   // A whole producer warpgroup (ptxas budgets registers per warpgroup anyway) that hands its
@@ -72,11 +76,11 @@ struct BwdShape {
   static constexpr uint32_t kStage0 = 2 * kKVBytes;            // [STAGES] x {Q, dO}
   static constexpr uint32_t kDS = kStage0 + STAGES * 2 * kQBytes;  // [2] dS^T buffers
   static constexpr uint32_t kStats = kDS + 2 * kDSBytes;       // [STAGES] x {lse2, delta}
-  // DQW: dQ of a step as f32 [BM][D + 8] (8 floats of padding: the rows' float2 stores hit distinct
+  // kDqWriter: dQ of a step as f32 [BM][D + 8] (8 floats of padding: the rows' float2 stores hit distinct
   // banks), read by the dQ writer warp's bulk reductions.
   static constexpr uint32_t kDQRow = (D + 8) * 4;
   static constexpr uint32_t kDQ = kStats + STAGES * 2 * kRowBytes;
-  static constexpr uint32_t kBar = (kDQ + (DQW ? BM * kDQRow : 0) + 15) / 16 * 16;
+  static constexpr uint32_t kBar = (kDQ + (kDqWriter ? BM * kDQRow : 0) + 15) / 16 * 16;
   // + 1024: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel.
   static constexpr uint32_t kSmem = 1024 + kBar + 8 * (2 * STAGES + 1);
 };
@@ -157,13 +161,14 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[D / 2], const uint32_t (&
 // ---- the kernel ---------------------------------------------------------------------------
 // q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h). lse2 / delta rows
 // are (h, Tq_pad) with Tq_pad = ceil(Tq / BM) * BM.
-template <Elem E, int D, int STAGES, bool DQW>
-__global__ void __launch_bounds__(BwdShape<D, STAGES, DQW>::kThreads, 1)
+template <Elem E, int D, int STAGES>
+__global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                     const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                     const BwdParams p, const int4* __restrict__ q_stats, const int4* __restrict__ k_stats) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = BwdShape<D, STAGES, DQW>;
+  using S = BwdShape<D, STAGES>;
+  constexpr bool DQW = S::kDqWriter;
   constexpr int BM = S::BM, BN = S::BN, NCW = S::kConsumerWarps;
   constexpr int HALVES = D / 64;  // 128-byte column halves of a row
   constexpr int OR = D / 2;       // dK / dV accumulator registers per thread

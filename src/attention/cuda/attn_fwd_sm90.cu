@@ -39,7 +39,7 @@ void run(const FwdParams& p, cudaStream_t stream) {
   launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream);
   launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
 
-  auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES, S::kPingPong>;
+  auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   kernel<<<dim3(nqt, p.H), S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt);
   SEQPAR_LAUNCH_CHECK();

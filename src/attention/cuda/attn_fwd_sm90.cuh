@@ -48,7 +48,7 @@ struct Shape {
   static constexpr int kThreads = 32 * (kConsumerWarps + 4);
   static_assert(128 * kProducerRegs + 32 * kConsumerWarps * kConsumerRegs <= 65536 / kThreads / 8 * 8 * kThreads,
                 "setmaxnreg needs no more registers than the block has at launch");
-  // The kernel's PP as launched: two consumer warpgroups take turns to issue their matrix products
+  // Two consumer warpgroups take turns to issue their matrix products
   // (FlashAttention-3's ping-pong); three run free. (Measured on an H100, 2026-12-06: at D = 128
   // without the turns 1.02x at 16K, equal at 64K; at D = 64 with them equal. The launched pair is
   // the one the GPU tests cover.)
@@ -65,15 +65,16 @@ struct Shape {
 
 // ---- the kernel ---------------------------------------------------------------------------
 // q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h).
-// PP: the consumer warpgroups take turns to issue (warpgroup w waits on named barrier 1 + w and
-// hands the turn to w + 1 mod NWG).
-template <Elem E, int D, int NWG, int STAGES, bool PP>
+// With Shape::kPingPong the consumer warpgroups take turns to issue (warpgroup w waits on named
+// barrier 1 + w and hands the turn to w + 1 mod NWG).
+template <Elem E, int D, int NWG, int STAGES>
 __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const FwdParams p, const int4* __restrict__ q_stats,
                     const int4* __restrict__ k_stats) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Shape<D, NWG, STAGES>;
+  constexpr bool PP = S::kPingPong;
   constexpr int BM = S::BM, BN = S::BN, NCW = S::kConsumerWarps;
   constexpr int HALVES = D / 64;  // 128-byte column halves of a row
   constexpr int SR = BN / 2;      // S accumulator registers per thread (m64 x BN over 128 threads)
