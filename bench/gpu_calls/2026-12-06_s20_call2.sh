@@ -16,18 +16,10 @@ timeout 300 $B/test_cuda --gtest_filter='CudaOpHarness.*:CudaModel.*:CudaTrain.*
 echo "test_cuda rc=$? $((SECONDS - t)) s"
 grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran|Failure" $OUT/test_cuda.log | head -20
 grep -B3 -A8 "Failure" $OUT/test_cuda.log | head -40
-fields() { grep -o '"step_ms":[0-9.]*\|"tokens_per_s_per_gpu":[0-9.]*\|"peak_mem_gib":[0-9.]*\|"plan_peak_gib":[0-9.]*\|"loss":[0-9.]*\|"error":"[^"]*"' $1 | tr '\n' ' '; }
-run() {  # NAME LIMIT COMMAND...
-  local name=$1 lim=$2; shift 2
-  local t=$SECONDS
-  [ $((SECONDS + lim)) -gt 590 ] && { echo "$name: skipped (time)"; return; }
-  timeout $lim "$@" --out $OUT/$name.jsonl > $OUT/$name.log 2>&1
-  echo "$name rc=$? $((SECONDS - t)) s: $(fields $OUT/$name.jsonl)"
-}
 KEEP="--activation-checkpointing --checkpoint-keep-attention"
-run gpt64_keep 60 $B/seqpar bench train --preset gpt-1.3b-128k --seq-lens 65536 --steps 3 $KEEP
-run gpt64_hf 90 python3 bench/peers/hf_train_step.py --preset gpt-1.3b-128k --seq-lens 65536 --gradient-checkpointing --steps 3
+run_bounded gpt64_keep 60 $B/seqpar bench train --preset gpt-1.3b-128k --seq-lens 65536 --steps 3 $KEEP
+run_bounded gpt64_hf 90 python3 bench/peers/hf_train_step.py --preset gpt-1.3b-128k --seq-lens 65536 --gradient-checkpointing --steps 3
 peer_env $OUT
-run qwen_keep 50 $B/seqpar bench train --preset qwen2.5-1.5b --seq-lens 32768 --steps 4 $KEEP --tiled-loss-tokens 8192
-run qwen_alst 120 python3 bench/peers/alst_train_step.py --preset qwen2.5-1.5b --seq-lens 32768 --steps 3 --torch-adam
+run_bounded qwen_keep 50 $B/seqpar bench train --preset qwen2.5-1.5b --seq-lens 32768 --steps 4 $KEEP --tiled-loss-tokens 8192
+run_bounded qwen_alst 120 python3 bench/peers/alst_train_step.py --preset qwen2.5-1.5b --seq-lens 32768 --steps 3 --torch-adam
 echo "done $SECONDS s"

@@ -17,3 +17,17 @@ peer_env() {
   pip install --no-index --no-deps --target /tmp/site .devtmp/whl/*.whl > $1/pip.log 2>&1 || tail -3 $1/pip.log
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0
 }
+# train_fields FILE: the figures of bench train's and the peers' JSON lines, on one line.
+train_fields() {
+  grep -o '"impl":"[a-z]*"\|"seq_len":[0-9]*\|"step_ms":[0-9.]*\|"tokens_per_s_per_gpu":[0-9.]*\|"peak_mem_gib":[0-9.]*\|"plan_peak_gib":[0-9.]*\|"loss":[0-9.]*\|"error":"[^"]*"' "$1" | tr '\n' ' '
+}
+# run_bounded NAME LIMIT COMMAND...: COMMAND --out OUT/NAME.jsonl under `timeout LIMIT` (its log in
+# OUT/NAME.log), skipped when it could end past END seconds into the call (default 590); prints the
+# exit status, the seconds and the figures. OUT: the call's output folder.
+run_bounded() {
+  local name=$1 lim=$2 t=$SECONDS
+  shift 2
+  [ $((SECONDS + lim)) -gt "${END:-590}" ] && { echo "$name: skipped (time)"; return; }
+  timeout "$lim" "$@" --out "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1
+  echo "$name rc=$? $((SECONDS - t)) s: $(train_fields "$OUT/$name.jsonl")"
+}
