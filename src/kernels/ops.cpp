@@ -374,6 +374,81 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
   cpu::matmul(f32(out), f32(a), f32(b), M, N, K, trans_a, trans_b, alpha, beta);
 }
 
+// ---- linear layers, with what follows the product fused --------------------------------------
+
+namespace {
+
+// The checks of the linear entries: x [T, K], w [N, K], y [T, N]; bias [N] in y's dtype.
+void check_linear(const char* op, Device dev, const Tensor& y, const Tensor& x, const Tensor& w, const Tensor* bias) {
+  expect_ndim(op, {"x", x}, 2, "[T, K]");
+  expect_ndim(op, {"w", w}, 2, "[N, K]");
+  SEQPAR_CHECK(w.dim(1) == x.dim(1), "{}: x is [T, K] = {} but w is [N, K] = {}: their K differ", op,
+               shape_str(x.shape()), shape_str(w.shape()));
+  expect_shape(op, {"y", y}, {x.dim(0), w.dim(0)}, "[T, N]");
+  expect_float(op, dev, {{"y", y}, {"x", x}, {"w", w}});
+  expect_disjoint(op, {"y", y}, {{"x", x}, {"w", w}});
+  if (bias != nullptr) {
+    const Arg a_bias{"bias", *bias};
+    (void)op_device(op, {{"y", y}, a_bias});
+    expect_shape(op, a_bias, {w.dim(0)}, "[N]");
+    expect_dtype(op, a_bias, y.dtype());
+    expect_disjoint(op, {"y", y}, {a_bias});
+  }
+}
+
+}  // namespace
+
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor* residual) {
+  const char* op = "linear_forward";
+  const Device dev = op_device(op, {{"y", y}, {"x", x}, {"w", w}});
+  check_linear(op, dev, y, x, w, bias);
+  if (residual != nullptr) {
+    const Arg a_res{"residual", *residual};
+    (void)op_device(op, {{"y", y}, a_res});
+    expect_shape(op, a_res, y.shape(), "[T, N]");
+    expect_dtype(op, a_res, y.dtype());
+    expect_same_or_disjoint(op, {"y", y}, a_res);
+  }
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, linear_forward(y, x, w, bias, residual));
+  matmul(y, x, w, false, true, 1.f, residual != nullptr ? 1.f : 0.f, residual);
+  if (bias != nullptr) bias_forward(y, *bias);
+}
+
+void linear_gelu_forward(Tensor& h, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor* bias,
+                         GeluKind kind) {
+  const char* op = "linear_gelu_forward";
+  const Device dev = op_device(op, {{"h", h}, {"pre", pre}, {"x", x}, {"w", w}});
+  check_linear(op, dev, pre, x, w, bias);
+  expect_shape(op, {"h", h}, pre.shape(), "pre's shape [T, N]");
+  expect_dtype(op, {"h", h}, pre.dtype());
+  expect_disjoint(op, {"h", h}, {{"pre", pre}, {"x", x}, {"w", w}});
+  if (bias != nullptr) expect_disjoint(op, {"h", h}, {{"bias", *bias}});
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, linear_gelu_forward(h, pre, x, w, bias, kind));
+  linear_forward(pre, x, w, bias);
+  gelu_forward(h, pre, kind);
+}
+
+void linear_backward_gelu(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre, GeluKind kind) {
+  const char* op = "linear_backward_gelu";
+  const Arg a_dpre{"dpre", dpre}, a_dy{"dy", dy}, a_w{"w", w}, a_pre{"pre", pre};
+  const Device dev = op_device(op, {a_dpre, a_dy, a_w, a_pre});
+  expect_ndim(op, a_dy, 2, "[T, N]");
+  expect_ndim(op, a_w, 2, "[N, K]");
+  SEQPAR_CHECK(w.dim(0) == dy.dim(1), "{}: dy is [T, N] = {} but w is [N, K] = {}: their N differ", op,
+               shape_str(dy.shape()), shape_str(w.shape()));
+  expect_shape(op, a_pre, {dy.dim(0), w.dim(1)}, "[T, K]");
+  expect_shape(op, a_dpre, pre.shape(), "[T, K]");
+  expect_dtype(op, a_pre, dpre.dtype());
+  expect_float(op, dev, {a_dpre, a_dy, a_w, a_pre});
+  expect_disjoint(op, a_dpre, {a_dy, a_w, a_pre});
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, linear_backward_gelu(dpre, dy, w, pre, kind));
+  matmul(dpre, dy, w, false, false);
+  gelu_backward(dpre, dpre, pre, kind);
+}
+
 // ---- cross-entropy ----------------------------------------------------------------------
 
 void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, Tensor* lse) {

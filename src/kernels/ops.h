@@ -79,6 +79,24 @@ void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha = 1.f,
             float beta = 0.f, const Tensor* c = nullptr);
 
+// ---- linear layers, with what follows the product fused ----------------------------------
+// A linear layer's GEMM and the elementwise step after it in one pass where the backend can (CUDA:
+// cuBLASLt's epilogues, the bias, GELU and GELU' applied to the f32 product before it is rounded;
+// where an epilogue does not apply, and on the CPU, matmul then the separate op, the same math).
+// x [T, K], w [N, K] (y = x w^T), bias [N] in the activations' dtype.
+//
+// y [T, N] = x w^T + bias + residual (=); bias and residual may be null; residual [T, N] may be y
+// itself (then y +=). Other operands may not overlap y.
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor* residual = nullptr);
+// pre [T, N] = x w^T + bias (bias may be null), h = gelu(pre) (=): the GPT MLP's up projection
+// and its activation; pre is kept for the backward. CUDA fuses the GELU for kTanh only
+// (cuBLASLt's GELU is the tanh form); kErf runs gelu_forward on pre.
+void linear_gelu_forward(Tensor& h, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor* bias, GeluKind kind);
+// dpre [T, K] = (dy [T, N] @ w) * gelu'(pre [T, K]) (=): the input gradient of a linear layer whose
+// input was gelu(pre), taken back through the GELU (the down projection's, into the up
+// projection's output). dpre may not overlap the other operands.
+void linear_backward_gelu(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre, GeluKind kind);
+
 // ---- cross-entropy ----------------------------------------------------------------------
 // Per-token loss on pre-shifted targets: losses[t] = logsumexp(logits[t]) - logits[t, targets[t]],
 // and 0 where targets[t] == kIgnoreIndex. logits [T, V], targets i32 [T], losses f32 [T].

@@ -14,8 +14,8 @@ namespace {
 
 GeluKind gelu_kind(GeluForm form) { return form == GeluForm::kErf ? GeluKind::kErf : GeluKind::kTanh; }
 
-// y [T, N] = x [T, K] @ W^T, W [N, K] (a bias-free linear layer).
-void linear_forward(Tensor& y, const Tensor& x, const Tensor& w) { matmul(y, x, w, false, true); }
+// The bias of a layer whose bias the config may leave out: null where it does.
+const Tensor* maybe(bool has, const Tensor& bias) { return has ? &bias : nullptr; }
 
 // dx [T, K] (= or += by beta) = dy [T, N] @ W [N, K];  dW [N, K] += dy^T @ x.
 void linear_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, float dx_beta) {
@@ -367,14 +367,9 @@ void LlamaModel::project_qkv(int64_t l, LayerActs& s, Tensor& q, Tensor& k, Tens
   q = Tensor::empty({T, H * D}, act, device_);
   k = Tensor::empty({T, Hkv * D}, act, device_);
   v = Tensor::empty({T, Hkv * D}, act, device_);
-  linear_forward(q, s.xn1, P.q_proj);
-  linear_forward(k, s.xn1, P.k_proj);
-  linear_forward(v, s.xn1, P.v_proj);
-  if (c.qkv_bias) {
-    bias_forward(q, P.q_bias);
-    bias_forward(k, P.k_bias);
-    bias_forward(v, P.v_bias);
-  }
+  linear_forward(q, s.xn1, P.q_proj, maybe(c.qkv_bias, P.q_bias));
+  linear_forward(k, s.xn1, P.k_proj, maybe(c.qkv_bias, P.k_bias));
+  linear_forward(v, s.xn1, P.v_proj, maybe(c.qkv_bias, P.v_bias));
   q = q.view({T, H, D});
   k = k.view({T, Hkv, D});
   v = v.view({T, Hkv, D});
@@ -401,8 +396,8 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
   const DType act = dtype_;
   const LlamaLayerParams& P = layer_params(l);
   s.x_mid = Tensor::empty({T, C}, act, device_);
-  matmul(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, false, true, 1.f, 1.f, &s.x_in);  // x_in + attn Wo^T
-  if (c.o_bias) bias_forward(s.x_mid, P.o_bias);
+  // x_in + attn Wo^T (+ bias)
+  linear_forward(s.x_mid, s.attn_out.view({T, H * D}), P.o_proj, maybe(c.o_bias, P.o_bias), &s.x_in);
   s.xn2 = Tensor::empty({T, C}, act, device_);
   norm_forward(s.xn2, s.rstd2, s.mean2, s.x_mid, P.post_norm, P.post_norm_bias);
   const bool tiled = mlp_tile_ > 0 && mlp_tile_ < T;
@@ -410,8 +405,9 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
     if (!tiled) mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
     return Tensor();
   }
-  // The layer's output, x_mid + h Wdown^T: the GEMM reads the residual (x_mid stays for backward).
+  // The layer's output, x_mid + h Wdown^T (+ bias): the GEMM reads the residual (x_mid stays for backward).
   Tensor out = Tensor::empty({T, C}, act, device_);
+  const Tensor* down_bias = maybe(c.mlp_bias, P.down_bias);
   if (tiled) {
     // Tiled MLP: the [tokens, F] tensors exist one tile at a time; backward recomputes them.
     for (int64_t t0 = 0; t0 < T; t0 += mlp_tile_) {
@@ -420,13 +416,12 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
       mlp_tile_forward(l, s.xn2.rows(t0, t1), gate, up, h);
       Tensor o = out.rows(t0, t1);
       const Tensor residual = s.x_mid.rows(t0, t1);
-      matmul(o, h, P.down_proj, false, true, 1.f, 1.f, &residual);
+      linear_forward(o, h, P.down_proj, down_bias, &residual);
     }
   } else {
     mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
-    matmul(out, s.h, P.down_proj, false, true, 1.f, 1.f, &s.x_mid);
+    linear_forward(out, s.h, P.down_proj, down_bias, &s.x_mid);
   }
-  if (c.mlp_bias) bias_forward(out, P.down_bias);
   return out;
 }
 
@@ -480,16 +475,14 @@ void LlamaModel::mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Ten
   if (config_.mlp == MlpKind::kGelu) {
     up = Tensor::empty({n, F}, dtype_, device_);
     h = Tensor::empty({n, F}, dtype_, device_);
-    linear_forward(up, xn, P.up_proj);
-    if (config_.mlp_bias) bias_forward(up, P.up_bias);
-    gelu_forward(h, up, gelu_kind(config_.gelu));
+    linear_gelu_forward(h, up, xn, P.up_proj, maybe(config_.mlp_bias, P.up_bias), gelu_kind(config_.gelu));
     return;
   }
   gate = Tensor::empty({n, F}, dtype_, device_);
   up = Tensor::empty({n, F}, dtype_, device_);
   h = Tensor::empty({n, F}, dtype_, device_);
-  linear_forward(gate, xn, P.gate_proj);
-  linear_forward(up, xn, P.up_proj);
+  linear_forward(gate, xn, P.gate_proj, nullptr);
+  linear_forward(up, xn, P.up_proj, nullptr);
   swiglu_forward(h, gate, up);
 }
 
@@ -501,13 +494,14 @@ void LlamaModel::mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor
   LlamaLayerParams& G = grads_.layers[l];
   const int64_t n = xn.dim(0), F = config_.intermediate_size;
   Tensor dh = Tensor::empty({n, F}, dtype_, device_);
-  linear_backward(dh, G.down_proj, dx_out, h, P.down_proj, 0.f);
   if (config_.mlp == MlpKind::kGelu) {  // (the down bias's gradient is the caller's: once, over all tiles)
-    gelu_backward(dh, dh, up, gelu_kind(config_.gelu));  // dh is now d(up)
+    linear_backward_gelu(dh, dx_out, P.down_proj, up, gelu_kind(config_.gelu));  // d(up), through the GELU
+    matmul(G.down_proj, dx_out, h, true, false, 1.f, 1.f);
     if (config_.mlp_bias) bias_backward(G.up_bias, dh);
     linear_backward(dxn, G.up_proj, dh, xn, P.up_proj, 0.f);
     return;
   }
+  linear_backward(dh, G.down_proj, dx_out, h, P.down_proj, 0.f);
   Tensor dgate = Tensor::empty({n, F}, dtype_, device_);
   Tensor dup = Tensor::empty({n, F}, dtype_, device_);
   swiglu_backward(dgate, dup, dh, gate, up);
@@ -659,13 +653,13 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
     for (int64_t t0 = 0; t0 < T; t0 += loss_tile_) {
       const int64_t t1 = std::min(T, t0 + loss_tile_);
       Tensor logits = Tensor::empty({t1 - t0, V}, act, device_);
-      linear_forward(logits, a.xn_f.rows(t0, t1), head);
+      linear_forward(logits, a.xn_f.rows(t0, t1), head, nullptr);
       Tensor l = losses.rows(t0, t1), lse = a.lse.rows(t0, t1);
       cross_entropy_forward(l, logits, batch.targets.rows(t0, t1), &lse);
     }
   } else {
     a.logits = Tensor::empty({T, V}, act, device_);
-    linear_forward(a.logits, a.xn_f, head);
+    linear_forward(a.logits, a.xn_f, head, nullptr);
     cross_entropy_forward(losses, a.logits, batch.targets, &a.lse);
   }
   if (logits_out) *logits_out = a.logits;
@@ -701,7 +695,7 @@ void LlamaModel::backward(float dloss) {
       const int64_t t1 = std::min(T, t0 + loss_tile_);
       const Tensor xn = a.xn_f.rows(t0, t1), lse = a.lse.rows(t0, t1);
       Tensor logits = Tensor::empty({t1 - t0, V}, act, device_);
-      linear_forward(logits, xn, head);
+      linear_forward(logits, xn, head, nullptr);
       cross_entropy_backward(logits, logits, a.batch.targets.rows(t0, t1), dloss, &lse);
       Tensor dxn_t = dxn.rows(t0, t1);
       linear_backward(dxn_t, dhead, logits, xn, head, 0.f);

@@ -35,7 +35,7 @@ TEST(CudaOpHarness, EveryOpOnEveryCudaPath) {
   const MatmulPolicy before = scope.saved;
   int run = 0;
   for (const OpCase& c : op_cases()) {
-    const bool is_matmul = c.name.rfind("matmul", 0) == 0;
+    const bool is_matmul = c.name.rfind("matmul", 0) == 0 || c.name.rfind("linear", 0) == 0;
     for (const Backend& b : testing::cuda_op_backends()) {
       // matmul: cuBLASLt's heuristic first pick, then the autotuned choice (a short budget).
       for (bool tune : is_matmul ? std::vector<bool>{false, true} : std::vector<bool>{before.autotune}) {

@@ -267,6 +267,44 @@ TEST_F(CudaOps, Matmul) {
   }
 }
 
+// The linear entries run cuBLASLt's epilogues where they apply (the harness's linear cases check
+// the values on both paths): the bias, GELU and GELU' (tanh form) on rows of a multiple of 8
+// elements, in the operands' dtype, bf16 and f32; the erf form and no bias unfused.
+TEST_F(CudaOps, LinearEpiloguesRunFusedWhereTheyApply) {
+  MatmulSettings settings;
+  for (DType dt : kFloatTypes) {
+    for (bool tune : {false, true}) {
+      set_matmul_policy({tune, 10});
+      for (int64_t N : {256, 20}) {
+        const int64_t T = 192, K = 128;
+        const bool aligned = N % 8 == 0;
+        const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + (tune ? " autotuned" : "");
+        Tensor x = device_tensor({T, K}, random_vector(T * K, 1), dt);
+        Tensor w = device_tensor({N, K}, random_vector(N * K, 2), dt);
+        Tensor b = device_tensor({N}, random_vector(N, 3), dt);
+        Tensor y = poisoned({T, N}, dt), pre = poisoned({T, N}, dt);
+        linear_forward(y, x, w, &b);
+        if (aligned) EXPECT_TRUE(cuda_ops::last_linear_fused()) << "bias " << what;
+        linear_forward(y, x, w, nullptr);
+        EXPECT_FALSE(cuda_ops::last_linear_fused()) << "no bias " << what;
+        linear_gelu_forward(y, pre, x, w, &b, GeluKind::kTanh);
+        EXPECT_EQ(cuda_ops::last_linear_fused(), aligned) << "gelu tanh " << what;
+        linear_gelu_forward(y, pre, x, w, nullptr, GeluKind::kTanh);
+        EXPECT_EQ(cuda_ops::last_linear_fused(), aligned) << "gelu tanh, no bias " << what;
+        linear_gelu_forward(y, pre, x, w, &b, GeluKind::kErf);
+        EXPECT_FALSE(cuda_ops::last_linear_fused()) << "gelu erf " << what;
+        Tensor dy = device_tensor({T, K}, random_vector(T * K, 4), dt), dpre = poisoned({T, N}, dt);
+        Tensor w2 = device_tensor({K, N}, random_vector(K * N, 5), dt);  // a down projection [C, F]
+        linear_backward_gelu(dpre, dy, w2, pre, GeluKind::kTanh);
+        EXPECT_EQ(cuda_ops::last_linear_fused(), aligned) << "dgelu tanh " << what;
+        linear_backward_gelu(dpre, dy, w2, pre, GeluKind::kErf);
+        EXPECT_FALSE(cuda_ops::last_linear_fused()) << "dgelu erf " << what;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      }
+    }
+  }
+}
+
 // Every candidate of the pool, forced one by one, computes the same product: both families, the
 // heuristic's split-K configurations and matmul's own split-K variants of long-K shapes (the
 // weight gradients, K = tokens). The pool's [0] is what autotune-off runs.

@@ -423,6 +423,136 @@ void matmul_cases(std::vector<OpCase>& cases) {
   cases.push_back(c);
 }
 
+// ---- linear layers with their epilogues ---------------------------------------------------------
+
+// linear_forward, linear_gelu_forward and linear_backward_gelu. On CUDA the 8-aligned widths (80)
+// run cuBLASLt's epilogues (bias, GELU_AUX(_BIAS), DGELU; GELU's tanh form only), the odd ones (17)
+// and the erf form run unfused (matmul, then the separate kernel: one rounding more, so those
+// cases keep only the relative-L2 form of the 2x rule). Pre-activations and GELU inputs span both
+// tails and the curved middle; around -3 the erf and tanh forms differ by 10%, so the f32 path
+// tells them apart.
+void linear_cases(std::vector<OpCase>& cases) {
+  struct Tnk {
+    int64_t T, N, K;
+  };
+  for (const Tnk& s : {Tnk{96, 80, 72}, Tnk{33, 17, 29}}) {
+    const auto [T, N, K] = s;
+    const bool fused_on_cuda = N % 8 == 0;
+    // y = x w^T + bias + residual: bias, residual apart, y in place (residual = y), no bias.
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool bias = variant != 3, residual = variant != 0, in_place = variant == 2;
+      OpCase c;
+      c.name = dims("linear_forward", {{"T", T}, {"N", N}, {"K", K}}) + (bias ? " bias" : "") +
+               (residual ? (in_place ? " y+=" : " +residual") : "");
+      c.operands = {in("x", {T, K}, 60 + T), in("w", {N, K}, 61 + N), in("b", {N}, 62, -1.f, 1.f),
+                    in_place ? inout("y", {T, N}, 63) : out("y", {T, N}), inout("r", {T, N}, 64)};
+      c.run = [bias, residual, in_place](Tensors& t, auto&, const Backend&) {
+        const Tensor* r = !residual ? nullptr : in_place ? &t.at("y") : &t.at("r");
+        linear_forward(t.at("y"), t.at("x"), t.at("w"), bias ? &t.at("b") : nullptr, r);
+      };
+      c.reference = [T, N, K, bias, residual, in_place](Values& v) {
+        if (residual && !in_place) v["y"] = v["r"];
+        cpu::matmul_reference<double>(v["y"].data(), v["x"].data(), v["w"].data(), T, N, K, false, true, 1.0,
+                                      residual ? 1.0 : 0.0);
+        if (bias) cpu::bias_forward<double>(v["y"].data(), v["b"].data(), T, N);
+      };
+      c.checked = {"y", "r"};
+      c.rule.max_abs = fused_on_cuda || !bias || !residual;  // unfused: the bias added to a rounded sum
+      cases.push_back(c);
+    }
+    for (GeluKind kind : {GeluKind::kTanh, GeluKind::kErf}) {
+      const bool tanh_approx = kind == GeluKind::kTanh;
+      const bool one_rounding = fused_on_cuda && tanh_approx;
+      for (bool bias : {true, false}) {
+        OpCase c;
+        c.name = dims(tanh_approx ? "linear_gelu_forward tanh" : "linear_gelu_forward erf",
+                      {{"T", T}, {"N", N}, {"K", K}}) +
+                 (bias ? " bias" : "");
+        // x w^T has a spread of about 0.6 sqrt(K / 9): pre-activations reach -3 and beyond.
+        c.operands = {in("x", {T, K}, 65 + T, -1.5f, 1.5f), in("w", {N, K}, 66 + N, -1.5f, 1.5f),
+                      in("b", {N}, 67, -2.f, 1.f), out("h", {T, N}), out("pre", {T, N})};
+        c.run = [bias, kind](Tensors& t, auto&, const Backend&) {
+          linear_gelu_forward(t.at("h"), t.at("pre"), t.at("x"), t.at("w"), bias ? &t.at("b") : nullptr, kind);
+        };
+        c.reference = [T, N, K, bias, tanh_approx](Values& v) {
+          v["pre"].assign(static_cast<size_t>(T * N), 0.0);
+          cpu::matmul_reference<double>(v["pre"].data(), v["x"].data(), v["w"].data(), T, N, K, false, true, 1.0, 0.0);
+          if (bias) cpu::bias_forward<double>(v["pre"].data(), v["b"].data(), T, N);
+          v["h"].assign(static_cast<size_t>(T * N), 0.0);
+          cpu::gelu_forward<double>(v["h"].data(), v["pre"].data(), T * N, tanh_approx);
+        };
+        c.checked = {"h", "pre"};
+        c.rule.max_abs = one_rounding;
+        cases.push_back(c);
+      }
+      // dpre = (dy @ w) * gelu'(pre), and beside it y = gelu(pre) w^T (separate ops) for the
+      // finite differences of the small case.
+      for (const Tnk& b : {Tnk{T, N, K}, Tnk{5, 3, 8}}) {
+        const auto [Tb, Nout, Kin] = b;  // pre [T, K], w [N, K], dy [T, N]
+        const bool small = Tb == 5;
+        OpCase c;
+        c.name = dims(tanh_approx ? "linear_backward_gelu tanh" : "linear_backward_gelu erf",
+                      {{"T", Tb}, {"N", Nout}, {"K", Kin}});
+        c.operands = {in("pre", {Tb, Kin}, 68, -6.f, 6.f), in("w", {Nout, Kin}, 69), in("dy", {Tb, Nout}, 70),
+                      out("dpre", {Tb, Kin}),           out("h", {Tb, Kin}),        out("y", {Tb, Nout})};
+        c.run = [kind](Tensors& t, auto&, const Backend&) {
+          linear_backward_gelu(t.at("dpre"), t.at("dy"), t.at("w"), t.at("pre"), kind);
+          gelu_forward(t.at("h"), t.at("pre"), kind);
+          matmul(t.at("y"), t.at("h"), t.at("w"), false, true);
+        };
+        c.reference = [Tb, Nout, Kin, tanh_approx](Values& v) {
+          const int64_t n = Tb * Kin;
+          v["h"].assign(static_cast<size_t>(n), 0.0);
+          cpu::gelu_forward<double>(v["h"].data(), v["pre"].data(), n, tanh_approx);
+          v["y"].assign(static_cast<size_t>(Tb * Nout), 0.0);
+          cpu::matmul_reference<double>(v["y"].data(), v["h"].data(), v["w"].data(), Tb, Nout, Kin, false, true, 1.0,
+                                        0.0);
+          v["dpre"].assign(static_cast<size_t>(n), 0.0);
+          cpu::matmul_reference<double>(v["dpre"].data(), v["dy"].data(), v["w"].data(), Tb, Kin, Nout, false, false,
+                                        1.0, 0.0);
+          cpu::gelu_backward<double>(v["dpre"].data(), v["dpre"].data(), v["pre"].data(), n, tanh_approx);
+        };
+        c.checked = {"dpre"};
+        c.rule.max_abs = !small && one_rounding;
+        if (small) c.fd = {{"pre", "y", "dy", "dpre", false}};
+        cases.push_back(c);
+      }
+    }
+  }
+  // A biased linear layer's forward and backward as the model runs them (y = x w^T + b + r;
+  // dx = dy w; dw += dy^T x; db += sum_t dy), small enough for finite differences.
+  const int64_t T = 5, In = 4, Out = 3;
+  OpCase c;
+  c.name = dims("linear forward+backward with bias", {{"T", T}, {"in", In}, {"out", Out}});
+  c.operands = {in("x", {T, In}, 71),
+                in("w", {Out, In}, 72),
+                in("b", {Out}, 73),
+                in("r", {T, Out}, 74),
+                in("dy", {T, Out}, 75),
+                out("y", {T, Out}),
+                out("dx", {T, In}),
+                inout("dw", {Out, In}, 76, -1.f, 1.f, Store::kF32),
+                inout("db", {Out}, 77, -1.f, 1.f, Store::kF32)};
+  c.run = [](Tensors& t, auto&, const Backend&) {
+    linear_forward(t.at("y"), t.at("x"), t.at("w"), &t.at("b"), &t.at("r"));
+    matmul(t.at("dx"), t.at("dy"), t.at("w"), false, false);
+    matmul(t.at("dw"), t.at("dy"), t.at("x"), true, false, 1.f, 1.f);
+    bias_backward(t.at("db"), t.at("dy"));
+  };
+  c.reference = [T, In, Out](Values& v) {
+    v["y"] = v["r"];
+    cpu::matmul_reference<double>(v["y"].data(), v["x"].data(), v["w"].data(), T, Out, In, false, true, 1.0, 1.0);
+    cpu::bias_forward<double>(v["y"].data(), v["b"].data(), T, Out);
+    cpu::matmul_reference<double>(v["dx"].data(), v["dy"].data(), v["w"].data(), T, In, Out, false, false, 1.0, 0.0);
+    cpu::matmul_reference<double>(v["dw"].data(), v["dy"].data(), v["x"].data(), Out, In, T, true, false, 1.0, 1.0);
+    cpu::bias_backward<double>(v["db"].data(), v["dy"].data(), T, Out);
+  };
+  c.checked = {"y", "dx", "dw", "db"};
+  c.rule.max_abs = false;  // unfused on CUDA (3 columns): the bias added to a rounded sum
+  c.fd = {{"x", "y", "dy", "dx", false}, {"w", "y", "dy", "dw", true}, {"b", "y", "dy", "db", true}};
+  cases.push_back(c);
+}
+
 // ---- cross-entropy ------------------------------------------------------------------------------
 
 void cross_entropy_cases(std::vector<OpCase>& cases) {
@@ -613,6 +743,7 @@ std::vector<OpCase> op_cases() {
   swiglu_cases(cases);
   gelu_cases(cases);
   matmul_cases(cases);
+  linear_cases(cases);
   cross_entropy_cases(cases);
   elementwise_cases(cases);
   optimizer_cases(cases);

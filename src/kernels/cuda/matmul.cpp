@@ -22,6 +22,14 @@
 // for a bf16 or f16 out only CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE is allowed (INPLACE and OUTPUT_TYPE
 // sum partials in 16 bits), for an f32 out COMPUTE_TYPE or OUTPUT_TYPE; INPLACE never, its order
 // varies from run to run. The preference's reduction mask applies the same rule to the heuristic.
+//
+// Epilogues (the linear entries at the end of this file): the bias, GELU (with its input kept in
+// an aux matrix) and GELU' (reading it) applied by the GEMM to its f32 result before rounding. An
+// epilogue is part of the plan's key and runs in the direct family only: there cuBLASLt's m is N,
+// so its bias (one value per row of D) is one value per output feature, and its aux matrix has
+// D's layout, the bytes of a row-major [M, N] tensor. A fused key is tuned like any other, over
+// the direct family's heuristic results, unsplit. A shape whose epilogue cuBLASLt has no
+// algorithm for runs unfused (matmul, then the elementwise kernel).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -85,9 +93,24 @@ struct PlanKey {
   DType in, out;
   int64_t lda, ldb, ldc;          // row lengths of a, b, out
   int align_a, align_b, align_c;  // bytes
-  auto tie() const { return std::tie(M, N, K, trans_a, trans_b, in, out, lda, ldb, ldc, align_a, align_b, align_c); }
+  int epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // a cublasLtEpilogue_t
+  int align_e = 0;                           // bytes: the bias's and the aux matrix's addresses
+  int64_t ld_aux = 0;                        // the aux matrix's row length (GELU_AUX*, DGELU)
+  auto tie() const {
+    return std::tie(M, N, K, trans_a, trans_b, in, out, lda, ldb, ldc, align_a, align_b, align_c, epilogue, align_e,
+                    ld_aux);
+  }
+  bool fused() const { return epilogue != CUBLASLT_EPILOGUE_DEFAULT; }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
   bool long_k() const { return K >= 4 * std::max(M, N) && K >= 2 * kMinSplitSlice; }
+};
+
+// What the GEMM does to its f32 result before writing out (see the top of this file).
+struct Epilogue {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;  // [N] in out's dtype: BIAS, GELU_AUX_BIAS
+  const void* aux = nullptr;   // [M, N], rows of aux_ld, out's dtype: GELU_AUX* write the GELU's input, DGELU reads it
+  int64_t aux_ld = 0;
 };
 
 // One family's descriptors.
@@ -126,6 +149,7 @@ struct Plan {
 
 thread_local int g_forced = -1;
 thread_local MatmulTuning g_last;
+thread_local bool g_last_fused = false;
 
 // Per thread and device: the handle, a 32 MiB workspace (per thread, because two threads on two
 // streams must not share one), and the plan cache.
@@ -241,7 +265,26 @@ cublasStatus_t make_formulation(const PlanKey& key, MatmulFamily family, Formula
     if (st == CUBLAS_STATUS_SUCCESS && row_major)
       st = cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof(row));
   }
+  if (st == CUBLAS_STATUS_SUCCESS && key.fused()) {
+    if (!direct) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const auto epilogue = static_cast<cublasLtEpilogue_t>(key.epilogue);
+    st = cublasLtMatmulDescSetAttribute(f.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+    if (st == CUBLAS_STATUS_SUCCESS && key.ld_aux > 0)
+      st = cublasLtMatmulDescSetAttribute(f.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &key.ld_aux,
+                                          sizeof(key.ld_aux));
+  }
   return st;
+}
+
+// The call's epilogue operands into the direct family's descriptor: before the heuristic (which
+// reads their alignment from the addresses) and before every run (a plan serves every call of its key).
+void set_epilogue_pointers(Formulation& f, const Epilogue& ep) {
+  if (ep.bias != nullptr)
+    SEQPAR_CUBLASLT_CHECK(
+        cublasLtMatmulDescSetAttribute(f.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.bias, sizeof(ep.bias)));
+  if (ep.aux != nullptr)
+    SEQPAR_CUBLASLT_CHECK(
+        cublasLtMatmulDescSetAttribute(f.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux, sizeof(ep.aux)));
 }
 
 // The heuristic's results for one family, best first (none where the family is unsupported).
@@ -316,12 +359,29 @@ void add_split_variants(LtContext& ctx, const PlanKey& key, const Formulation& f
   }
 }
 
-// The shape's plan: descriptors of the direct family and its heuristic first pick.
-Plan& get_plan(LtContext& ctx, const PlanKey& key) {
+constexpr auto kDirect = static_cast<int>(MatmulFamily::kDirect);
+
+// The shape's plan: descriptors of the direct family and its heuristic first pick. A fused key
+// that cuBLASLt has no algorithm for gets a plan with an empty pool: its calls run unfused.
+Plan& get_plan(LtContext& ctx, const PlanKey& key, const Epilogue& ep = {}) {
   auto it = ctx.plans.find(key);
   if (it != ctx.plans.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
-  constexpr auto kDirect = static_cast<int>(MatmulFamily::kDirect);
+  if (key.fused()) {
+    cublasStatus_t st = make_formulation(key, MatmulFamily::kDirect, plan->form[kDirect]);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      set_epilogue_pointers(plan->form[kDirect], ep);
+      st = heuristic(ctx, key, MatmulFamily::kDirect, plan->form[kDirect], plan->ranked[kDirect]);
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) plan->ranked[kDirect].clear();
+    if (plan->ranked[kDirect].empty()) {
+      log_debug("matmul M={} N={} K={} epilogue {}: no cuBLASLt algorithm ({}); runs unfused", key.M, key.N, key.K,
+                key.epilogue, cublasLtGetStatusName(st));
+    } else {
+      plan->pool.push_back(plan->ranked[kDirect].front());
+    }
+    return *(ctx.plans[key] = std::move(plan));
+  }
   SEQPAR_CUBLASLT_CHECK(make_formulation(key, MatmulFamily::kDirect, plan->form[kDirect]));
   SEQPAR_CUBLASLT_CHECK(heuristic(ctx, key, MatmulFamily::kDirect, plan->form[kDirect], plan->ranked[kDirect]));
   SEQPAR_CHECK(!plan->ranked[kDirect].empty(),
@@ -337,6 +397,11 @@ Plan& get_plan(LtContext& ctx, const PlanKey& key) {
 // kSplitBases ranks their split-K variants (long-K shapes only).
 void complete_pool(LtContext& ctx, const PlanKey& key, Plan& plan) {
   if (plan.pool_complete) return;
+  if (key.fused()) {  // the direct family's results only, unsplit (see the top of this file)
+    plan.pool = plan.ranked[kDirect];
+    plan.pool_complete = true;
+    return;
+  }
   constexpr auto kSwapped = static_cast<int>(MatmulFamily::kSwapped);
   cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
   for (bool row_operands : {false, true}) {
@@ -538,9 +603,9 @@ void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const v
     for (int i : live)
       finals += fmt::format("{}[{}] {:.4f} ms{}", finals.empty() ? "" : "; ", i, median(samples[i]),
                             split(i) ? " (split-K)" : "");
-    log_debug("matmul M={} N={} K={} trans_a={} trans_b={} {}->{}: {} ({:.4f} ms, heuristic first pick {:.4f} ms); "
-              "{} of {} candidates timed, bursts of {}, {} rounds, final of {} rounds: {}; {:.1f} ms",
-              key.M, key.N, key.K, key.trans_a, key.trans_b, dtype_name(key.in), dtype_name(key.out),
+    log_debug("matmul M={} N={} K={} trans_a={} trans_b={} {}->{} epilogue {}: {} ({:.4f} ms, heuristic first pick "
+              "{:.4f} ms); {} of {} candidates timed, bursts of {}, {} rounds, final of {} rounds: {}; {:.1f} ms",
+              key.M, key.N, key.K, key.trans_a, key.trans_b, dtype_name(key.in), dtype_name(key.out), key.epilogue,
               matmul_config_str(t.chosen), t.best_ms, t.heuristic_ms, timed, n, burst, rounds, final_rounds, finals,
               t.tune_ms);
   }
@@ -604,10 +669,17 @@ std::string matmul_config_str(const MatmulConfig& c) {
   return s;
 }
 
-void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
-            const Tensor* c) {
+namespace {
+
+// out = alpha op(a) op(b) + beta c (c = out unless given), then the epilogue. Returns false, having
+// done nothing, when the epilogue cannot run fused (no algorithm for the shape, or K = 0): the
+// caller then runs it unfused.
+bool run_matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
+                const Tensor* c, const Epilogue& ep) {
   const Dims d = check_args(out, a, b, trans_a, trans_b);
-  if (d.M == 0 || d.N == 0) return;
+  const bool fused = ep.kind != CUBLASLT_EPILOGUE_DEFAULT;
+  if (d.M == 0 || d.N == 0) return true;
+  if (fused && d.K == 0) return false;
   const int dev = out.device().index;
   DeviceScope device_scope(dev);
   cudaStream_t stream = current_stream();
@@ -625,14 +697,25 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
     } else {
       cuda_kernels::scale_inplace(out.raw(), out.dtype(), beta, out.numel(), stream);
     }
-    return;
+    return true;
   }
   LtContext& ctx = lt_context(dev);
-  const PlanKey key = plan_key(d, out, a, b, trans_a, trans_b);
-  Plan& plan = get_plan(ctx, key);
+  PlanKey key = plan_key(d, out, a, b, trans_a, trans_b);
+  if (fused) {
+    key.epilogue = ep.kind;
+    key.align_e = 256;
+    for (const void* p : {ep.bias, ep.aux})
+      if (p != nullptr) key.align_e = std::min(key.align_e, alignment_of(p));
+    key.ld_aux = ep.aux_ld;
+  }
+  Plan& plan = get_plan(ctx, key, ep);
+  if (fused) {
+    if (plan.pool.empty()) return false;
+    set_epilogue_pointers(plan.form[kDirect], ep);
+  }
   int index = 0;
   MatmulTuning used;
-  if (g_forced >= 0) {
+  if (g_forced >= 0 && !fused) {
     complete_pool(ctx, key, plan);
     SEQPAR_CHECK(g_forced < static_cast<int>(plan.pool.size()),
                  "matmul: forced candidate {} but the pool of M={} N={} K={} has {}", g_forced, d.M, d.N, d.K,
@@ -640,7 +723,8 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
     index = g_forced;
   } else if (const MatmulPolicy policy = matmul_policy(); policy.autotune) {
     // Tuning synchronises the stream, which a stream being captured into a CUDA graph forbids:
-    // such a call runs the heuristic pick and the shape is tuned on a later, uncaptured call.
+    // such a call runs the heuristic pick and the shape is tuned on a later, uncaptured call. (A
+    // fused candidate being timed writes its aux output; the run after tuning writes it again.)
     if (!plan.tuned && !capturing(stream)) {
       complete_pool(ctx, key, plan);
       tune(ctx, key, plan, a.raw(), b.raw(), stream, policy.autotune_budget_ms);
@@ -655,6 +739,52 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
   SEQPAR_CUBLASLT_CHECK(
       run_candidate(ctx, plan, plan.pool[index], a.raw(), b.raw(), out.raw(), alpha, beta, stream, c_in));
   g_last = used;
+  return true;
+}
+
+// The linear entries fuse where the output is in the operands' dtype (the epilogue's bias and aux
+// matrix are in out's dtype, the activations'), and, with an aux matrix, its rows are a multiple
+// of 8 elements (cuBLASLt's rule for EPILOGUE_AUX_LD).
+bool fusable(const Tensor& out, const Tensor& x, const Tensor* aux = nullptr) {
+  return out.dtype() == x.dtype() && (aux == nullptr || aux->dim(1) % 8 == 0);
+}
+
+}  // namespace
+
+void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
+            const Tensor* c) {
+  run_matmul(out, a, b, trans_a, trans_b, alpha, beta, c, Epilogue{});
+}
+
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor* residual) {
+  const float beta = residual != nullptr ? 1.f : 0.f;
+  g_last_fused = bias != nullptr && fusable(y, x) &&
+                 run_matmul(y, x, w, false, true, 1.f, beta, residual, Epilogue{CUBLASLT_EPILOGUE_BIAS, bias->raw()});
+  if (g_last_fused) return;
+  cuda_ops::matmul(y, x, w, false, true, 1.f, beta, residual);
+  if (bias != nullptr) cuda_ops::bias_forward(y, *bias);
+}
+
+void linear_gelu_forward(Tensor& h, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor* bias,
+                         GeluKind kind) {
+  if (kind == GeluKind::kTanh && fusable(h, x, &pre)) {  // cuBLASLt's GELU is the tanh form
+    const Epilogue ep{bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
+                      bias != nullptr ? bias->raw() : nullptr, pre.raw(), pre.dim(1)};
+    if ((g_last_fused = run_matmul(h, x, w, false, true, 1.f, 0.f, nullptr, ep))) return;
+  }
+  cuda_ops::linear_forward(pre, x, w, bias, nullptr);
+  cuda_ops::gelu_forward(h, pre, kind);
+  g_last_fused = false;
+}
+
+void linear_backward_gelu(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre, GeluKind kind) {
+  if (kind == GeluKind::kTanh && fusable(dpre, dy, &pre)) {
+    const Epilogue ep{CUBLASLT_EPILOGUE_DGELU, nullptr, pre.raw(), pre.dim(1)};
+    if ((g_last_fused = run_matmul(dpre, dy, w, false, false, 1.f, 0.f, nullptr, ep))) return;
+  }
+  cuda_ops::matmul(dpre, dy, w, false, false, 1.f, 0.f, nullptr);
+  cuda_ops::gelu_backward(dpre, dpre, pre, kind);
+  g_last_fused = false;
 }
 
 std::vector<MatmulConfig> matmul_candidates(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
@@ -673,6 +803,8 @@ std::vector<MatmulConfig> matmul_candidates(const Tensor& out, const Tensor& a, 
 }
 
 MatmulTuning last_matmul_tuning() { return g_last; }
+
+bool last_linear_fused() { return g_last_fused; }
 
 void set_matmul_forced_candidate(int index) {
   SEQPAR_CHECK(index >= -1, "matmul forced candidate {} must be -1 (none) or a pool index", index);

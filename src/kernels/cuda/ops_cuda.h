@@ -27,6 +27,14 @@ void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
 void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up);
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
             const Tensor* c);
+// The linear entries (kernels/cuda/matmul.cpp): cuBLASLt's BIAS, GELU_AUX(_BIAS) and DGELU epilogues
+// where they apply (the output in the operands' dtype, aux rows a multiple of 8 elements, GELU's
+// tanh form, an algorithm for the shape), else matmul and the separate kernels.
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor* residual);
+void linear_gelu_forward(Tensor& h, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor* bias, GeluKind kind);
+void linear_backward_gelu(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre, GeluKind kind);
+// Whether the calling thread's last linear entry ran fused (its epilogue in the GEMM).
+bool last_linear_fused();
 void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, Tensor* lse);
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
                             const Tensor* lse);
