@@ -4,7 +4,8 @@
 # linear cases on every CUDA path) with the eighteenth session's never-run op harness / model / training
 # tests; then GPT-1.3B at 64K keeping attention beside transformers (issue 16: 1.47x in the twentieth
 # session, on an H100, with the tiled loss), and, if time is left, the same run on the tree before the
-# epilogues (the five files as of e2802b6~1, carried in .devtmp/base_s21) for the before / after.
+# epilogues (the five files as of e2802b6~1, carried in .devtmp/base_s21) for the before / after. On an
+# H200, first Qwen2.5-1.5B at 32K without checkpointing beside the ALST recipe (issue 17).
 #   bash bench/gpu_calls/2026-12-06_s21_call1.sh OUT_DIR
 set -u
 OUT=$1
@@ -12,7 +13,7 @@ OUT=$1
 build_gpu $OUT seqpar test_cuda
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 t=$SECONDS
-timeout 200 $B/test_cuda --gtest_filter='CudaOps.Linear*:CudaOpHarness.EveryOpOnEveryCudaPath:CudaModel.*:CudaTrain.*' \
+timeout 170 $B/test_cuda --gtest_filter='CudaOps.Linear*:CudaOpHarness.EveryOpOnEveryCudaPath:CudaModel.*:CudaTrain.*' \
   > $OUT/test_cuda.log 2>&1
 echo "test_cuda rc=$? $((SECONDS - t)) s"
 grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran|Failure" $OUT/test_cuda.log | head -20
@@ -22,6 +23,12 @@ GPT="bench train --preset gpt-1.3b-128k --seq-lens 65536 --steps 3 $KEEP"
 run_bounded gpt64_keep 70 $B/seqpar $GPT
 run_bounded gpt64_hf 90 python3 bench/peers/hf_train_step.py --preset gpt-1.3b-128k --seq-lens 65536 \
   --gradient-checkpointing --steps 3
+MEM=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+if [ "$MEM" -gt 100000 ]; then  # an H200: Qwen2.5-1.5B at 32K without checkpointing (plan 91 GiB) beside ALST
+  peer_env $OUT
+  run_bounded qwen_nockpt 50 $B/seqpar bench train --preset qwen2.5-1.5b --seq-lens 32768 --steps 4 --tiled-loss-tokens 8192
+  run_bounded qwen_alst 120 python3 bench/peers/alst_train_step.py --preset qwen2.5-1.5b --seq-lens 32768 --steps 3 --torch-adam
+fi
 if [ $((SECONDS + 170)) -le "${END:-590}" ]; then  # before: the same tree without the epilogues
   cp $B/seqpar /tmp/seqpar.new
   FILES="src/kernels/ops.h src/kernels/ops.cpp src/kernels/cuda/ops_cuda.h src/kernels/cuda/matmul.cpp src/model/llama.cpp"
