@@ -617,7 +617,7 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
     acquire_layer(l, l + 1 < c.num_layers ? l + 1 : -1);
     x = layer_forward(l, x, s);
     release_layer(l);
-    if (policy_ != ActivationPolicy::kKeep) {
+    if (policy_ != ActivationPolicy::kKeep && place(l) != InputPlace::kFull) {
       // Keep the block input (and, with kCheckpointKeepAttention, the attention's output and
       // context); backward recomputes the rest.
       LayerActs kept;

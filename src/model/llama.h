@@ -132,12 +132,16 @@ class LayerWeights {
   virtual void release(int64_t l) = 0;
 };
 
-// Where a checkpointed layer's input waits between the layer's forward and its backward.
+// Where a checkpointed layer's input waits between the layer's forward and its backward, or that
+// the layer is not checkpointed.
 enum class InputPlace : uint8_t {
   kDevice,     // on the model's device (what checkpointing keeps by default)
   kHost,       // in host memory (pinned on CUDA): checkpoint offload
   kRecompute,  // nowhere: backward runs the layers below it forward again from the nearest input
                // that was kept (or from the embedding), keeping their outputs for their own backward
+  kFull,       // not checkpointed: the layer keeps all its activations (as without checkpointing) and
+               // its backward recomputes nothing (Megatron's --recompute-num-layers: only some layers
+               // recompute)
 };
 
 class LlamaModel {
@@ -179,8 +183,9 @@ class LlamaModel {
   // kRecompute (not kept: at the backward of the top layer of a run of kRecompute layers, the layers
   // from the nearest kept input below it, or from the embedding, run forward again and their inputs
   // stay until their own backward; each run of n such layers costs n more layer forwards and holds
-  // n inputs while its backward runs). The same results every way. kRecompute needs kCheckpoint
-  // (a layer keeping its attention has no recompute of the layer below to share).
+  // n inputs while its backward runs), kFull (the layer not checkpointed: everything it computes stays
+  // until its backward, which recomputes nothing). The same results every way. kRecompute needs
+  // kCheckpoint (a layer keeping its attention has no recompute of the layer below to share).
   // set_checkpoint_offload(true) is every layer kHost.
   void set_input_placement(std::vector<InputPlace> placement);
   const std::vector<InputPlace>& input_placement() const { return placement_; }

@@ -78,8 +78,8 @@ std::string expand_checkpoint_placement(const std::string& spec, int64_t layers)
   int64_t count = -1;  // a pending count, -1: none
   for (const char ch : spec) {
     if (ch == ' ' || ch == ',') {
-      SEQPAR_INPUT_CHECK(count < 0, "checkpoint_placement={}: a count must be followed by its letter (g, h or r)",
-                         spec);
+      SEQPAR_INPUT_CHECK(count < 0,
+                         "checkpoint_placement={}: a count must be followed by its letter (g, h, r or f)", spec);
       continue;
     }
     if (ch >= '0' && ch <= '9') {
@@ -87,17 +87,20 @@ std::string expand_checkpoint_placement(const std::string& spec, int64_t layers)
       SEQPAR_INPUT_CHECK(count <= 1000000, "checkpoint_placement={}: a count is more than 1000000 layers", spec);
       continue;
     }
-    SEQPAR_INPUT_CHECK(ch == 'g' || ch == 'h' || ch == 'r',
+    SEQPAR_INPUT_CHECK(ch == 'g' || ch == 'h' || ch == 'r' || ch == 'f',
                        "checkpoint_placement={}: '{}' is not a placement: one letter per layer, g (GPU), h (host "
-                       "memory) or r (recomputed), each optionally after a count (\"16g8h8r\"), or \"auto\"",
+                       "memory), r (recomputed) or f (not checkpointed), each optionally after a count "
+                       "(\"16g8h8r\", \"20g8f\"), or \"auto\"",
                        spec, std::string(1, ch));
     SEQPAR_INPUT_CHECK(count != 0, "checkpoint_placement={}: a count of 0 layers", spec);
     out.append(static_cast<size_t>(count < 0 ? 1 : count), ch);
     SEQPAR_INPUT_CHECK(out.size() <= 1000000, "checkpoint_placement={}: more than 1000000 layers", spec);
     count = -1;
   }
-  SEQPAR_INPUT_CHECK(count < 0, "checkpoint_placement={}: it ends in a count without its letter (g, h or r)", spec);
-  SEQPAR_INPUT_CHECK(!out.empty(), "checkpoint_placement={}: no layer given (one letter per layer: g, h or r)", spec);
+  SEQPAR_INPUT_CHECK(count < 0, "checkpoint_placement={}: it ends in a count without its letter (g, h, r or f)",
+                     spec);
+  SEQPAR_INPUT_CHECK(!out.empty(), "checkpoint_placement={}: no layer given (one letter per layer: g, h, r or f)",
+                     spec);
   SEQPAR_INPUT_CHECK(layers < 0 || static_cast<int64_t>(out.size()) == layers,
                      "checkpoint_placement={} places {} layer(s) but the model has {} (num_hidden_layers)", spec,
                      out.size(), layers);
@@ -642,9 +645,12 @@ void declare_memory(std::vector<SettingDecl>& s) {
                        "with --activation-checkpointing: where each layer's kept input waits, one letter per layer "
                        "from the bottom, each optionally after a count: g (GPU), h (host memory, pinned), r (not "
                        "kept: recomputed in backward from the nearest kept input below, one more layer forward "
-                       "each), e.g. 16g8h8r; auto: the memory plan chooses for the run's length, GPU and host "
-                       "memory (fewest recomputed layers, then fewest offloaded); empty: all on the GPU "
-                       "(seqpar plan --longest prints the placement it assumed)"),
+                       "each), f (not checkpointed: the layer keeps all its activations and its backward "
+                       "recomputes nothing, as Megatron's --recompute-num-layers leaves the layers above N), e.g. "
+                       "16g8h8r, 20g8f; auto: the memory plan chooses for the run's length, GPU and host memory "
+                       "(fewest recomputed layers, then fewest offloaded; when every input fits on the GPU, the "
+                       "most top layers f whose plan stays within 95% of it); empty: all on the GPU (seqpar plan "
+                       "--longest prints the placement it assumed)"),
                    kAll));
   s.push_back(with(decl(
                        "tiled_mlp_tokens", G::kMemory, {"--tiled-mlp-tokens"},

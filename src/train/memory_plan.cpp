@@ -364,8 +364,8 @@ void add_host_totals(MemoryPlan& p, const MemoryPlanInput& in) {
   p.host_process_bytes = in.cuda ? kCudaProcessHostBytes : 0;
 }
 
-// Where each layer's kept input waits, one of 'g', 'h', 'r' per layer (memory_settings.h): all 'g'
-// without checkpointing (the inputs are among everything kept) or with neither a placement nor
+// Where each layer's kept input waits, one of 'g', 'h', 'r' per layer, or 'f' for a layer not
+// checkpointed (memory_settings.h): all 'g' without checkpointing (the inputs are among everything kept) or with neither a placement nor
 // checkpoint offload, all 'h' with checkpoint offload.
 std::string input_places(const MemoryPlanInput& in) {
   const MemorySettings& m = in.memory;
@@ -380,7 +380,8 @@ std::string input_places(const MemoryPlanInput& in) {
 // How many layers' inputs ([T, C] each) are on the device in each phase, walking what LlamaModel
 // does with each placement (model/llama.cpp) and core/offload.h's queue: `in_flight` copies to the
 // host may still hold their device buffers (kMaxInFlight on CUDA, where the host runs ahead of the
-// device; none on the CPU, where a copy is done when put returns).
+// device; none on the CPU, where a copy is done when put returns). An 'f' layer's input stays on
+// the device like a 'g' one's (counted as 'g' below).
 //   forward, layer l:  the 'g' inputs below l, the last in_flight 'h' ones, l's own;
 //   loss:              every 'g' input, the last in_flight 'h' ones;
 //   backward, layer l: the 'g' inputs below l, l's own (kept, taken back or recomputed), the one below
@@ -399,7 +400,7 @@ InputCounts count_inputs(const std::string& places, int64_t in_flight) {
   int64_t h_below = 0;
   for (int64_t l = 0; l < L; ++l) {
     n.forward = std::max(n.forward, g_below[l] + std::min(in_flight, h_below) + 1);
-    g_below[l + 1] = g_below[l] + (places[l] == 'g');
+    g_below[l + 1] = g_below[l] + (places[l] == 'g' || places[l] == 'f');
     h_below += places[l] == 'h';
   }
   n.host = h_below;
@@ -485,7 +486,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // the device.
   const std::string places = input_places(in);
   const InputCounts inputs = count_inputs(places, in.cuda ? HostOffload::kMaxInFlight : 0);
-  const int64_t input_bytes = a * C * T, kept_rest = L * (kept - a * C) * T;
+  // Besides its input, a checkpointed layer keeps `kept - aC` per token, an 'f' layer everything.
+  const int64_t full_layers = static_cast<int64_t>(std::count(places.begin(), places.end(), 'f'));
+  const bool top_full = places.back() == 'f';
+  const int64_t input_bytes = a * C * T,
+                kept_rest = ((L - full_layers) * (kept - a * C) + full_layers * (full - a * C)) * T;
   p.host_offload_bytes = inputs.host * input_bytes;
   p.input_places = compact_checkpoint_placement(places);
   const int64_t layers_kept = kept_rest + inputs.backward * input_bytes;  // the backward's
@@ -496,16 +501,20 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const bool tiled_loss = in.memory.loss_tile_tokens > 0 && in.memory.loss_tile_tokens < T;
   const int64_t loss_rows = tiled_loss ? in.memory.loss_tile_tokens : T;
   // Forward: the LM head's logits and the per-token losses and logsumexps (f32); with
-  // checkpointing, also one layer's full activations and its output while it runs.
-  const int64_t fwd_layer = in.memory.activation_checkpointing ? (full - kept + a * C) * T : 0;
-  int64_t forward = kept_rest + final_acts +
-                    std::max(inputs.forward * input_bytes + fwd_layer + layer_gather,
-                             inputs.loss * input_bytes + a * V * loss_rows + 8 * T);
+  // checkpointing, also one layer's full activations and its output while it runs, the largest
+  // while the topmost checkpointed layer runs, before the 'f' layers above it have kept anything.
+  const int64_t fwd_layer =
+      in.memory.activation_checkpointing && full_layers < L ? (full - kept + a * C) * T : 0;
+  const int64_t full_on_top = static_cast<int64_t>(places.size() - 1 - places.find_last_not_of('f'));
+  const int64_t rest_in_forward = kept_rest - std::min(full_on_top, L) * (full - a * C) * T;
+  int64_t forward = final_acts + std::max(rest_in_forward + inputs.forward * input_bytes + fwd_layer + layer_gather,
+                                          kept_rest + inputs.loss * input_bytes + a * V * loss_rows + 8 * T);
   // The layer's q, k, v, attn_out and the layers below while its attention runs: with sequence
   // parallelism, its buffers on top (the context among them).
   const int64_t attn_inputs =
       (norm_stats + a * C + a * H * D + 2 * a * Hkv * D + a * H * D) * T;  // rstd1 (mean1), xn1, q, k, v, out
-  const int64_t below_rest = (L - 1) * (kept - a * C) * T;  // what the layers below keep beside their inputs
+  // What the layers below the top keep beside their inputs.
+  const int64_t below_rest = kept_rest - (top_full ? full - a * C : kept - a * C) * T;
   if (in.sp > 1)
     forward = std::max(forward, below_rest + inputs.forward * input_bytes + attn_inputs + sp_fwd.peak * T);
   // Loss backward: the logits (whole or one tile; their gradient is written over them), the
@@ -520,7 +529,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   //               [T, F] tensors) freed, then dattn, dq, dk, dv, the sequence-parallel gathered dout /
   //               dq / dk / dv and the CUDA backward's f32 dq accumulator and row statistics;
   //   projections: the attention context freed, dq, dk, dv and dxn (input norm: dxn).
-  const int64_t recompute = (full - kept) * T;
+  const int64_t recompute = top_full ? 0 : (full - kept) * T;  // an 'f' top layer recomputes nothing
   // SwiGLU: dh, dgate, dup (per tile also gate, up, h); GELU: dh, made d(up) in place (per tile also
   // up, h).
   const int64_t mlp_grads = m.mlp == MlpKind::kSwiGlu ? 3 : 1;
@@ -599,6 +608,28 @@ std::string choose_checkpoint_placement(const MemoryPlanInput& in, int64_t capac
     t.memory.checkpoint_placement = placement_layout(L, n_h, n_r);
     return plan_memory(t);
   };
+  // Every input on the GPU fits: the memory left lets the top layers go without checkpointing,
+  // as many as fit within kFullLayerShare of the capacity (their backward then recomputes nothing).
+  if (const MemoryPlan all_g = plan_with(0, 0);
+      all_g.peak_bytes <= capacity_bytes && host_fits(all_g, host_capacity_bytes)) {
+    const auto full_cap = static_cast<int64_t>(kFullLayerShare * static_cast<double>(capacity_bytes));
+    auto with_full = [&](int64_t n_f) {
+      return std::string(static_cast<size_t>(L - n_f), 'g') + std::string(static_cast<size_t>(n_f), 'f');
+    };
+    auto fits_full = [&](int64_t n_f) {
+      t.memory.checkpoint_placement = with_full(n_f);
+      const MemoryPlan p = plan_memory(t);
+      return p.peak_bytes <= full_cap && host_fits(p, host_capacity_bytes);
+    };
+    // The peak grows with the count (an 'f' layer keeps more than its input): bisect. lo = 0 is the
+    // all-'g' plan, which fits.
+    int64_t lo = 0, hi = L + 1;
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (fits_full(mid) ? lo : hi) = mid;
+    }
+    return with_full(lo);
+  }
   // Fewest recomputed layers first (each costs a layer forward), then the fewest offloaded (each
   // costs host memory and PCIe time, mostly hidden): the GPU peak falls as inputs leave it, the
   // host's rises, so for each count of recomputed layers the fewest offloaded that fit the GPU are

@@ -106,9 +106,15 @@ int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int6
 
 // checkpoint_placement=auto: where each layer's input waits for `in` (its seq_len) so that the plan fits
 // in capacity_bytes of GPU memory and host_capacity_bytes of host memory (as longest_fitting_seq_len
-// counts them): the fewest recomputed layers, then the fewest in host memory; the expanded form
-// (one of g, h, r per layer). "" when nothing fits, and without checkpointing (it does not apply).
-// longest_fitting_seq_len with "auto" asks it at every length.
+// counts them): the fewest recomputed layers, then the fewest in host memory; when every input fits
+// on the GPU, the most top layers not checkpointed ('f') whose plan stays within kFullLayerShare of
+// capacity_bytes (the rest 'g'). The expanded form (one of g, h, r, f per layer). "" when nothing
+// fits, and without checkpointing (it does not apply). longest_fitting_seq_len with "auto" asks it
+// at every length.
+// Layers not checkpointed buy time with memory; the plan has matched the measured peaks, but auto
+// leaves this share of the capacity unused beside them, so that a misjudged byte costs a recompute
+// rather than an out-of-memory.
+inline constexpr double kFullLayerShare = 0.95;
 std::string choose_checkpoint_placement(const MemoryPlanInput& in, int64_t capacity_bytes,
                                         int64_t host_capacity_bytes);
 // The GPU memory a run's checkpoint_placement=auto plans for: the device's total less 2% (the CUDA

@@ -37,9 +37,12 @@ struct MemorySettings {
   // (LlamaModel::set_input_placement): "" = all on the GPU (or all in host memory with
   // checkpoint_offload); "auto" = the memory plan chooses for the run's length and its GPU and host
   // memory before the run starts (GPU first, then host, then recompute, the fewest recomputed
-  // layers); or one letter per decoder layer from the bottom, each optionally after a count: g (GPU),
+  // layers; where every input fits on the GPU, the most top layers not checkpointed that fit in 95%
+  // of it); or one letter per decoder layer from the bottom, each optionally after a count: g (GPU),
   // h (host memory), r (not kept: recomputed from the nearest kept input below, or the embedding),
-  // e.g. "grgrgr...", "16g8h8r". r needs plain checkpointing (not checkpoint_keep_attention).
+  // f (not checkpointed: the layer keeps everything and its backward recomputes nothing; Megatron's
+  // --recompute-num-layers), e.g. "grgrgr...", "16g8h8r", "20g8f". r needs plain checkpointing (not
+  // checkpoint_keep_attention).
   std::string checkpoint_placement;
   // Tiled MLP (ALST's TiledMLP): each layer's MLP over tiles of this many tokens of a rank's shard,
   // its [tokens, intermediate] tensors one tile at a time, recomputed in backward. 0: untiled.

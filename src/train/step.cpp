@@ -30,7 +30,10 @@ void prepare_model(LlamaModel& model, const TrainConfig& cfg, const LlamaParams&
     SEQPAR_CHECK(placement != "auto", "checkpoint_placement=auto reached the model unresolved (Trainer::setup resolves it)");
     std::vector<InputPlace> places;
     for (const char ch : expand_checkpoint_placement(placement, model.config().num_layers))
-      places.push_back(ch == 'g' ? InputPlace::kDevice : ch == 'h' ? InputPlace::kHost : InputPlace::kRecompute);
+      places.push_back(ch == 'g'   ? InputPlace::kDevice
+                       : ch == 'h' ? InputPlace::kHost
+                       : ch == 'f' ? InputPlace::kFull
+                                   : InputPlace::kRecompute);
     model.set_input_placement(std::move(places));
   }
   model.set_mlp_tile_tokens(cfg.memory.mlp_tile_tokens);

@@ -227,7 +227,8 @@ TEST(MemoryPlan, MatchesTheH200LongContextMeasurements) {
     double gpu_gib, host_gib;  // host 0: not compared
   };
   for (const Case& c : {Case{"llama-3.2-1b", 131072, true, false, "", 27.28, 8.65},
-                        Case{"llama-3.2-1b", 655360, false, false, "auto", 88.42, 0},
+                        // (auto then chose every input on the GPU; it now also makes top layers 'f')
+                        Case{"llama-3.2-1b", 655360, false, false, "16g", 88.42, 0},
                         Case{"llama-3.1-8b", 65536, false, true, "", 66.42, 0},
                         Case{"llama-3.1-8b", 327680, false, true, "rhr5h24g", 132.49, 105.67}}) {
     MemoryPlanInput in;
@@ -363,7 +364,8 @@ TEST(MemoryPlan, AutoPlacementIsTheCheapestThatFits) {
       EXPECT_FALSE(m.peak_bytes <= gpu && m.host_bytes + m.host_setup_bytes <= host && r < count(chosen, 'r'))
           << p << " fits with fewer recomputed layers than " << chosen;
     }
-  EXPECT_EQ(choose_checkpoint_placement(in, 1ll << 50, 1ll << 50), std::string(static_cast<size_t>(L), 'g'));
+  // Plenty of memory: no layer needs checkpointing (MemoryPlan.LayersNotCheckpointed).
+  EXPECT_EQ(choose_checkpoint_placement(in, 1ll << 50, 1ll << 50), std::string(static_cast<size_t>(L), 'f'));
   EXPECT_EQ(choose_checkpoint_placement(in, 4ll << 30, host), "");
   in.memory.activation_checkpointing = false;
   EXPECT_EQ(choose_checkpoint_placement(in, gpu, host), "");  // it does not apply
@@ -381,6 +383,61 @@ TEST(MemoryPlan, AutoPlacementIsTheCheapestThatFits) {
   in.seq_len = 256 << 10;
   const std::string kept = choose_checkpoint_placement(in, gpu, host);
   EXPECT_EQ(count(kept, 'r'), 0) << kept;
+}
+
+// 'f' layers (not checkpointed, Megatron's --recompute-num-layers): every layer 'f' plans what no
+// checkpointing plans, for plain checkpointing and keeping attention, tiled MLP or not; each 'f'
+// layer more costs memory; auto, when every input fits on the GPU, makes the most top layers 'f'
+// whose plan stays within kFullLayerShare of the capacity (one more does not), and keeps all 'g'
+// when not even one fits there.
+TEST(MemoryPlan, LayersNotCheckpointed) {
+  for (const char* preset : {"llama-3.2-1b", "qwen2.5-1.5b", "gpt-1.3b-32k"}) {
+    for (bool keep_attention : {false, true}) {
+      for (int64_t mlp_tile : {int64_t{0}, int64_t{8192}}) {
+        MemoryPlanInput in;
+        in.model = llama_preset(preset);
+        in.seq_len = 32768;
+        in.memory.loss_tile_tokens = 8192;
+        in.memory.mlp_tile_tokens = mlp_tile;
+        const std::string what = std::string(preset) + (keep_attention ? " keeping attention" : "") +
+                                 (mlp_tile ? " tiled MLP" : "");
+        const MemoryPlan none = plan_memory(in);
+        in.memory.activation_checkpointing = true;
+        in.memory.checkpoint_keep_attention = keep_attention;
+        const int64_t L = in.model.num_layers;
+        int64_t last = 0;
+        for (int64_t n_f = 0; n_f <= L; ++n_f) {
+          in.memory.checkpoint_placement =
+              std::string(static_cast<size_t>(L - n_f), 'g') + std::string(static_cast<size_t>(n_f), 'f');
+          const int64_t peak = plan_memory(in).peak_bytes;
+          EXPECT_GE(peak, last) << what << " " << in.memory.checkpoint_placement;
+          if (n_f > 1) EXPECT_GT(peak, last) << what << " " << in.memory.checkpoint_placement;
+          last = peak;
+        }
+        EXPECT_EQ(last, none.peak_bytes) << what << ": all 'f' is no checkpointing";
+        // auto between the all-'g' and the all-'f' plans.
+        in.memory.checkpoint_placement = std::string(static_cast<size_t>(L), 'g');
+        const int64_t all_g = plan_memory(in).peak_bytes;
+        const int64_t gpu = all_g + (none.peak_bytes - all_g) / 2, host = 1ll << 50;
+        in.memory.checkpoint_placement = "";
+        const std::string chosen = choose_checkpoint_placement(in, gpu, host);
+        const int64_t n_f = std::count(chosen.begin(), chosen.end(), 'f');
+        ASSERT_EQ(static_cast<int64_t>(chosen.size()), L) << what;
+        EXPECT_EQ(chosen, std::string(static_cast<size_t>(L - n_f), 'g') + std::string(static_cast<size_t>(n_f), 'f'))
+            << what;
+        EXPECT_GT(n_f, 0) << what;
+        EXPECT_LT(n_f, L) << what;
+        const auto share = static_cast<int64_t>(kFullLayerShare * static_cast<double>(gpu));
+        in.memory.checkpoint_placement = chosen;
+        EXPECT_LE(plan_memory(in).peak_bytes, share) << what << " " << chosen;
+        in.memory.checkpoint_placement = std::string(static_cast<size_t>(L - n_f - 1), 'g') +
+                                         std::string(static_cast<size_t>(n_f + 1), 'f');
+        EXPECT_GT(plan_memory(in).peak_bytes, share) << what << " one more than " << chosen;
+        in.memory.checkpoint_placement = "";
+        EXPECT_EQ(choose_checkpoint_placement(in, all_g, host), std::string(static_cast<size_t>(L), 'g')) << what;
+      }
+    }
+  }
 }
 
 // `seqpar plan --preset gpt-30b-32k --seq-len 32768 --gpus 4|8|16 --zero-stage 3` (Ulysses over all

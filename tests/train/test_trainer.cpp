@@ -116,7 +116,8 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
   c.memory.checkpoint_keep_attention = false;
   const int64_t L = c.model.arch.num_layers;
   for (const std::string& placement : {"r" + std::string(L - 1, 'g'), std::string(L - 1, 'r') + "h",
-                                       "h" + std::string(L - 1, 'r'), std::string("auto")}) {
+                                       "h" + std::string(L - 1, 'r'), "f" + std::string(L - 1, 'r'),
+                                       std::string(L - 1, 'g') + "f", std::string("auto")}) {
     for (int zero : {0, 3}) {
       TrainConfig p = c;
       p.memory.checkpoint_placement = placement;
@@ -127,6 +128,16 @@ TEST(Trainer, ActivationCheckpointingTrainsIdentically) {
       for (size_t s = 0; s < keep.losses.size(); ++s)
         EXPECT_EQ(placed.losses[s], keep.losses[s]) << "step " << s + 1 << " placement " << placement << " zero " << zero;
     }
+  }
+  // Layers not checkpointed ('f') beside ones keeping their attention.
+  for (const std::string& placement : {std::string(L - 1, 'g') + "f", "f" + std::string(L - 1, 'h')}) {
+    TrainConfig p = c;
+    p.memory.checkpoint_keep_attention = true;
+    p.memory.checkpoint_placement = placement;
+    const TrainResult placed = run_training(p);
+    ASSERT_EQ(placed.losses.size(), keep.losses.size());
+    for (size_t s = 0; s < keep.losses.size(); ++s)
+      EXPECT_EQ(placed.losses[s], keep.losses[s]) << "step " << s + 1 << " keeping attention, placement " << placement;
   }
   c.memory.checkpoint_placement = "auto";
   c.memory.checkpoint_offload = true;
