@@ -19,7 +19,7 @@ peer_env() {
 }
 # train_fields FILE: the figures of bench train's and the peers' JSON lines, on one line.
 train_fields() {
-  grep -o '"impl":"[a-z]*"\|"seq_len":[0-9]*\|"step_ms":[0-9.]*\|"tokens_per_s_per_gpu":[0-9.]*\|"peak_mem_gib":[0-9.]*\|"plan_peak_gib":[0-9.]*\|"loss":[0-9.]*\|"error":"[^"]*"' "$1" | tr '\n' ' '
+  grep -o '"impl":"[a-z]*"\|"seq_len":[0-9]*\|"step_ms":[0-9.]*\|"tokens_per_s_per_gpu":[0-9.]*\|"peak_mem_gib":[0-9.]*\|"plan_peak_gib":[0-9.]*\|"loss":[0-9.]*\|"checkpoint_placement":"[^"]*"\|"error":"[^"]*"' "$1" | tr '\n' ' '
 }
 # run_bounded NAME LIMIT COMMAND...: COMMAND --out OUT/NAME.jsonl under `timeout LIMIT` (its log in
 # OUT/NAME.log), skipped when it could end past END seconds into the call (default 590); prints the
