@@ -125,6 +125,8 @@ void run(PlanArgs& a) {
   nlohmann::ordered_json j = {{"seq_len", in.seq_len},
                               {"tokens_per_rank", p.tokens_per_rank},
                               {"kept_bytes_per_token_layer", p.kept_per_token_layer},
+                              {"layers_not_checkpointed", p.full_layers},
+                              {"full_bytes_per_token_layer", p.full_per_token_layer},
                               {"resident_bytes", p.resident_bytes},
                               {"peak_bytes", p.peak_bytes},
                               {"peak_gib", static_cast<double>(p.peak_bytes) / (1ll << 30)},

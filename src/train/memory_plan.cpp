@@ -488,6 +488,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const InputCounts inputs = count_inputs(places, in.cuda ? HostOffload::kMaxInFlight : 0);
   // Besides its input, a checkpointed layer keeps `kept - aC` per token, an 'f' layer everything.
   const int64_t full_layers = static_cast<int64_t>(std::count(places.begin(), places.end(), 'f'));
+  p.full_layers = full_layers;
+  p.full_per_token_layer = full_layers > 0 ? full : 0;
   const bool top_full = places.back() == 'f';
   const int64_t input_bytes = a * C * T,
                 kept_rest = ((L - full_layers) * (kept - a * C) + full_layers * (full - a * C)) * T;
@@ -804,9 +806,13 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
   for (const auto& [name, bytes] : p.resident) s += fmt::format("  {:<52} {:>12}\n", name, gib(bytes));
   s += fmt::format("  {:<52} {:>12}\n", "total", gib(p.resident_bytes));
   s += fmt::format("activations kept per token and layer: {} bytes\n", p.kept_per_token_layer);
+  if (p.full_layers > 0)
+    s += fmt::format("  and per token in each of the {} layer(s) not checkpointed (f): {} bytes\n", p.full_layers,
+                     p.full_per_token_layer);
   if (in.memory.activation_checkpointing)
-    s += fmt::format("where the layers' inputs wait, from the bottom (g GPU, h host, r recomputed): {}\n",
-                     p.input_places);
+    s += fmt::format(
+        "where the layers' inputs wait, from the bottom (g GPU, h host, r recomputed, f not checkpointed): {}\n",
+        p.input_places);
   if (p.host_offload_bytes > 0)
     s += fmt::format("offloaded to host memory ({}): the layers' inputs, {}\n", in.cuda ? "pinned" : "the CPU's",
                      gib(p.host_offload_bytes));

@@ -64,6 +64,8 @@ struct MemoryPlan {
   int64_t peak_bytes = 0;
   // Bytes per token and layer that forward keeps for backward.
   int64_t kept_per_token_layer = 0;
+  int64_t full_layers = 0;                // layers not checkpointed ('f' in the placement)
+  int64_t full_per_token_layer = 0;       // what each of them keeps per token (everything)
   // Sequence parallelism: the largest of one attention call's communication buffers (in the phases).
   int64_t sp_buffers = 0;
   // Checkpoint offload: host memory (pinned on CUDA) holding the layers' inputs, not in peak_bytes.
