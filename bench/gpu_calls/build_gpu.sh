@@ -17,9 +17,10 @@ peer_env() {
   pip install --no-index --no-deps --target /tmp/site .devtmp/whl/*.whl > $1/pip.log 2>&1 || tail -3 $1/pip.log
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0
 }
-# train_fields FILE: the figures of bench train's and the peers' JSON lines, on one line.
+# train_fields FILE: the figures of bench train's and the peers' JSON lines (the peers' JSON puts a space
+# after each colon), on one line.
 train_fields() {
-  grep -o '"impl":"[a-z]*"\|"seq_len":[0-9]*\|"step_ms":[0-9.]*\|"tokens_per_s_per_gpu":[0-9.]*\|"peak_mem_gib":[0-9.]*\|"plan_peak_gib":[0-9.]*\|"loss":[0-9.]*\|"checkpoint_placement":"[^"]*"\|"error":"[^"]*"' "$1" | tr '\n' ' '
+  grep -o '"impl": *"[a-z]*"\|"seq_len": *[0-9]*\|"step_ms": *[0-9.]*\|"tokens_per_s_per_gpu": *[0-9.]*\|"peak_mem_gib": *[0-9.]*\|"plan_peak_gib": *[0-9.]*\|"host_peak_gib": *[0-9.]*\|"loss": *[0-9.]*\|"checkpoint_placement": *"[^"]*"\|"error": *"[^"]*"' "$1" | tr '\n' ' '
 }
 # run_bounded NAME LIMIT COMMAND...: COMMAND --out OUT/NAME.jsonl under `timeout LIMIT` (its log in
 # OUT/NAME.log), skipped when it could end past END seconds into the call (default 590); prints the
