@@ -507,8 +507,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // while the topmost checkpointed layer runs, before the 'f' layers above it have kept anything.
   const int64_t fwd_layer =
       in.memory.activation_checkpointing && full_layers < L ? (full - kept + a * C) * T : 0;
-  const int64_t full_on_top = static_cast<int64_t>(places.size() - 1 - places.find_last_not_of('f'));
-  const int64_t rest_in_forward = kept_rest - std::min(full_on_top, L) * (full - a * C) * T;
+  const size_t top_checkpointed = places.find_last_not_of('f');
+  const int64_t full_on_top =
+      top_checkpointed == std::string::npos ? L : L - 1 - static_cast<int64_t>(top_checkpointed);
+  const int64_t rest_in_forward = kept_rest - full_on_top * (full - a * C) * T;
   int64_t forward = final_acts + std::max(rest_in_forward + inputs.forward * input_bytes + fwd_layer + layer_gather,
                                           kept_rest + inputs.loss * input_bytes + a * V * loss_rows + 8 * T);
   // The layer's q, k, v, attn_out and the layers below while its attention runs: with sequence

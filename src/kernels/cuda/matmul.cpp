@@ -373,7 +373,6 @@ Plan& get_plan(LtContext& ctx, const PlanKey& key, const Epilogue& ep = {}) {
       set_epilogue_pointers(plan->form[kDirect], ep);
       st = heuristic(ctx, key, MatmulFamily::kDirect, plan->form[kDirect], plan->ranked[kDirect]);
     }
-    if (st != CUBLAS_STATUS_SUCCESS) plan->ranked[kDirect].clear();
     if (plan->ranked[kDirect].empty()) {
       log_debug("matmul M={} N={} K={} epilogue {}: no cuBLASLt algorithm ({}); runs unfused", key.M, key.N, key.K,
                 key.epilogue, cublasLtGetStatusName(st));
