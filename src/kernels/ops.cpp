@@ -396,6 +396,13 @@ void check_linear(const char* op, Device dev, const Tensor& y, const Tensor& x, 
   }
 }
 
+// The profile's name for a linear entry's product: M x N x K (T x out x in) as matmul names its
+// shapes, and what is fused into it.
+std::string linear_detail(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor* bias, bool residual) {
+  return fmt::format("{}x{}x{} ->{}{}{}", x.dim(0), w.dim(0), w.dim(1), dtype_name(y.dtype()), bias ? " +bias" : "",
+                     residual ? " +residual" : "");
+}
+
 }  // namespace
 
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor* residual) {
@@ -410,6 +417,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b
     expect_same_or_disjoint(op, {"y", y}, a_res);
   }
   ProfileScope prof(dev, __func__);
+  if (prof.active()) prof.detail(linear_detail(y, x, w, bias, residual != nullptr));
   SEQPAR_DISPATCH_CUDA(dev, linear_forward(y, x, w, bias, residual));
   matmul(y, x, w, false, true, 1.f, residual != nullptr ? 1.f : 0.f, residual);
   if (bias != nullptr) bias_forward(y, *bias);
@@ -425,6 +433,7 @@ void linear_gelu_forward(Tensor& h, Tensor& pre, const Tensor& x, const Tensor& 
   expect_disjoint(op, {"h", h}, {{"pre", pre}, {"x", x}, {"w", w}});
   if (bias != nullptr) expect_disjoint(op, {"h", h}, {{"bias", *bias}});
   ProfileScope prof(dev, __func__);
+  if (prof.active()) prof.detail(linear_detail(h, x, w, bias, false));
   SEQPAR_DISPATCH_CUDA(dev, linear_gelu_forward(h, pre, x, w, bias, kind));
   linear_forward(pre, x, w, bias);
   gelu_forward(h, pre, kind);
@@ -444,6 +453,7 @@ void linear_backward_gelu(Tensor& dpre, const Tensor& dy, const Tensor& w, const
   expect_float(op, dev, {a_dpre, a_dy, a_w, a_pre});
   expect_disjoint(op, a_dpre, {a_dy, a_w, a_pre});
   ProfileScope prof(dev, __func__);
+  if (prof.active()) prof.detail(fmt::format("{}x{}x{}", dy.dim(0), w.dim(1), w.dim(0)));
   SEQPAR_DISPATCH_CUDA(dev, linear_backward_gelu(dpre, dy, w, pre, kind));
   matmul(dpre, dy, w, false, false);
   gelu_backward(dpre, dpre, pre, kind);

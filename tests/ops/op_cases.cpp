@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
@@ -155,6 +156,15 @@ void rmsnorm_cases(std::vector<OpCase>& cases) {
     cases.push_back(small);
   }
   cases.push_back(rmsnorm_case(3, 7, Store::kCompute, 14));  // small: finite differences
+  // Short vectorised rows (at most 32 packs of 8) take the CUDA kernels that put a group of lanes on
+  // a row: every group width, rows that end inside a warp, and (T = 40000 at C = 128, Qwen3's per-head
+  // norm) more rows than the backward's grid has slots, so each slot takes several.
+  for (auto [T, C] : {std::pair<int64_t, int64_t>{40000, 128}, {77, 8}, {50, 16}, {333, 24}, {999, 64}, {61, 200},
+                      {45, 256}}) {
+    OpCase row = rmsnorm_case(T, C, Store::kCompute, 20 + C);
+    row.fd.clear();
+    cases.push_back(row);
+  }
 }
 
 // ---- LayerNorm ----------------------------------------------------------------------------------

@@ -107,6 +107,16 @@ __device__ __forceinline__ F warp_sum(F x) {
   return x;
 }
 
+// Sum over each aligned group of L lanes (L a power of two, at most 32), returned to every lane of the
+// group; every lane of the warp must take part.
+template <int L, typename F>
+__device__ __forceinline__ F group_sum(F x) {
+  static_assert(L >= 1 && L <= kWarp && (L & (L - 1)) == 0, "group_sum: L must be a power of two up to 32");
+#pragma unroll
+  for (int o = L / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
