@@ -205,6 +205,9 @@ struct LlamaModel::Acts {
   Tensor logits;   // [T, V] (untiled loss)
   bool logits_lent = false;  // logits handed to forward's caller: the loss backward may not overwrite them
   Tensor lse;      // [T] f32: each loss row's logsumexp (cross_entropy_forward), the loss backward's softmax
+  Tensor dxn_f;    // [T, C]: the final norm's output gradient, when forward ran the loss backward
+  float fused_dloss = 0.f;  // the dloss it ran it with
+  bool edge_grads_zeroed = false;  // partitioned gradients: this pass's edge gradients zeroed already
 };
 
 LlamaModel::LlamaModel(const LlamaConfig& config, Device device, DType dtype)
@@ -587,11 +590,24 @@ LossStats PendingLoss::get() {
   return stats;
 }
 
-LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Tensor* logits_out) {
-  return forward_pending(batch, attention, logits_out).get();
+LossStats LlamaModel::forward(const LlamaBatch& batch, Attention& attention, Tensor* logits_out,
+                              const LossBackward* loss_backward) {
+  return forward_pending(batch, attention, logits_out, loss_backward).get();
 }
 
-PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& attention, Tensor* logits_out) {
+// Partitioned gradients: the embedding's, final norm's and LM head's are this pass's only (the sink
+// accumulates them), zeroed before the pass first writes one (the fused loss backward in forward,
+// or backward).
+void LlamaModel::zero_edge_grads() {
+  Acts& a = *acts_;
+  if (!grad_sink_ || a.edge_grads_zeroed) return;
+  for (auto& [name, g] : grads_.named())
+    if (name.rfind("model.layers.", 0) != 0) g->zero();
+  a.edge_grads_zeroed = true;
+}
+
+PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& attention, Tensor* logits_out,
+                                        const LossBackward* loss_backward) {
   const LlamaConfig& c = config_;
   const int64_t T = batch.input_ids.numel(), C = c.hidden_size, V = c.vocab_size;
   check_shape(batch.position_ids, {T}, "position_ids");
@@ -649,14 +665,30 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
   Tensor losses = Tensor::empty({T}, DType::kF32, device_);
   a.lse = Tensor::empty({T}, DType::kF32, device_);
   if (tiled_loss(T) && logits_out == nullptr) {
-    // Tiled LM head + loss: no [T, V] logits; backward recomputes each tile's.
+    // Tiled LM head + loss: no [T, V] logits. Either backward recomputes each tile's, or (a training
+    // forward given loss_backward) each tile's logits turn into their gradient here and give dxn and
+    // the head's gradient, and backward starts at the final norm.
+    const bool fused = loss_backward != nullptr;
+    Tensor& dhead = c.tie_word_embeddings ? grads_.embed_tokens : grads_.lm_head;
+    if (fused) {
+      if (loss_backward->before_write) loss_backward->before_write();
+      zero_edge_grads();
+      a.dxn_f = Tensor::empty({T, C}, act, device_);
+      a.fused_dloss = loss_backward->dloss;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += loss_tile_) {
       const int64_t t1 = std::min(T, t0 + loss_tile_);
+      const Tensor xn = a.xn_f.rows(t0, t1), targets = batch.targets.rows(t0, t1);
       Tensor logits = Tensor::empty({t1 - t0, V}, act, device_);
-      linear_forward(logits, a.xn_f.rows(t0, t1), head, nullptr);
+      linear_forward(logits, xn, head, nullptr);
       Tensor l = losses.rows(t0, t1), lse = a.lse.rows(t0, t1);
-      cross_entropy_forward(l, logits, batch.targets.rows(t0, t1), &lse);
+      cross_entropy_forward(l, logits, targets, &lse);
+      if (!fused) continue;
+      cross_entropy_backward(logits, logits, targets, a.fused_dloss, &lse);
+      Tensor dxn = a.dxn_f.rows(t0, t1);
+      linear_backward(dxn, dhead, logits, xn, head, 0.f);
     }
+    if (fused) a.xn_f = a.lse = Tensor();  // only the loss backward read them
   } else {
     a.logits = Tensor::empty({T, V}, act, device_);
     linear_forward(a.logits, a.xn_f, head, nullptr);
@@ -675,22 +707,26 @@ void LlamaModel::backward(float dloss) {
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const DType act = dtype_;
 
-  if (grad_sink_) {  // partitioned: this backward's edge gradients only (the sink accumulates)
-    for (auto& [name, g] : grads_.named())
-      if (name.rfind("model.layers.", 0) != 0) g->zero();
-  }
-  // LM head and final norm (per tile when forward tiled the loss).
+  zero_edge_grads();
+  // LM head and final norm (per tile when forward tiled the loss), unless forward ran the loss
+  // backward.
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
   Tensor& dhead = c.tie_word_embeddings ? grads_.embed_tokens : grads_.lm_head;
-  Tensor dxn = Tensor::empty({T, C}, act, device_);
+  Tensor dxn;
   // The logits' gradient is written over them (one pass with the forward's logsumexp), unless the
   // caller holds them.
-  if (a.logits.defined()) {
+  if (a.dxn_f.defined()) {
+    SEQPAR_CHECK(dloss == a.fused_dloss, "LlamaModel::backward: dloss {} but forward ran the loss backward with {}",
+                 dloss, a.fused_dloss);
+    dxn = std::move(a.dxn_f);
+  } else if (a.logits.defined()) {
+    dxn = Tensor::empty({T, C}, act, device_);
     Tensor dlogits = a.logits_lent ? Tensor::empty({T, V}, act, device_) : a.logits;
     cross_entropy_backward(dlogits, a.logits, a.batch.targets, dloss, &a.lse);
     a.logits = Tensor();
     linear_backward(dxn, dhead, dlogits, a.xn_f, head, 0.f);
   } else {
+    dxn = Tensor::empty({T, C}, act, device_);
     for (int64_t t0 = 0; t0 < T; t0 += loss_tile_) {
       const int64_t t1 = std::min(T, t0 + loss_tile_);
       const Tensor xn = a.xn_f.rows(t0, t1), lse = a.lse.rows(t0, t1);

@@ -195,7 +195,8 @@ class LlamaModel {
   void set_mlp_tile_tokens(int64_t tokens) { mlp_tile_ = tokens; }
   // Tiled loss: with tokens > 0 and fewer than the sequence, the LM head and the cross-entropy run
   // over tiles of this many tokens and no [tokens, vocab] logits tensor is kept (backward
-  // recomputes each tile's logits). A forward asked for its logits computes them whole.
+  // recomputes each tile's logits, unless the forward ran the loss backward: LossBackward). A
+  // forward asked for its logits computes them whole.
   void set_loss_tile_tokens(int64_t tokens) { loss_tile_ = tokens; }
 
   // Partitioned gradients (ZeRO stage 2): the decoder layers' gradients no longer live in one
@@ -223,11 +224,28 @@ class LlamaModel {
   using WeightsGate = std::function<void(int64_t part)>;
   void set_weights_gate(WeightsGate gate) { weights_gate_ = std::move(gate); }
 
+  // A training forward's loss backward, run by the forward itself where the loss is tiled (and no
+  // logits are asked for): each tile's logits, made for its loss, become their gradient at once and
+  // give the LM head's weight gradient and the final norm's output gradient, so backward does not
+  // compute the logits again (Liger's fused linear cross-entropy does the same). dloss: backward's.
+  // before_write (may be empty) is called once, before the forward writes its first gradient: a
+  // trainer zeroes the gradients there (or finishes an update still reading them).
+  struct LossBackward {
+    float dloss = 0.f;
+    std::function<void()> before_write;
+  };
   // Forward over this rank's tokens; keeps what backward needs (per the activation policy). If
   // logits is given it receives [T, V] in the model's dtype.
-  LossStats forward(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr);
-  // The same, with the loss left on its way to the host (read it with get()).
-  PendingLoss forward_pending(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr);
+  LossStats forward(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr,
+                    const LossBackward* loss_backward = nullptr);
+  // The same, with the loss left on its way to the host (read it with get()). With loss_backward,
+  // the LM head's gradients of a tiled loss are written during the forward (see LossBackward), and
+  // the backward that follows must be given the same dloss.
+  PendingLoss forward_pending(const LlamaBatch& batch, Attention& attention, Tensor* logits = nullptr,
+                              const LossBackward* loss_backward = nullptr);
+  // Whether a forward over T tokens with loss_backward (and no logits asked for) runs the loss
+  // backward itself: the loss is tiled at T.
+  bool fuses_loss_backward(int64_t T) const { return tiled_loss(T); }
   // Backward of loss = dloss * Σ_t losses[t] (dloss = 1 / global good tokens): parameter
   // gradients accumulate (+=) into grads(). Must follow forward(); attention is the same object.
   void backward(float dloss);
@@ -244,6 +262,7 @@ class LlamaModel {
   Tensor embed(const LlamaBatch& batch);
   InputPlace place(int64_t l) const { return placement_.empty() ? InputPlace::kDevice : placement_[l]; }
   void recompute_inputs(int64_t l);
+  void zero_edge_grads();
   Tensor head_norm_forward(const Tensor& x, const Tensor& weight, Tensor& rstd);
   Tensor head_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dweight,
                             const Tensor& rstd);

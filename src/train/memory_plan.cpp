@@ -502,7 +502,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // ---- phases --------------------------------------------------------------------------------
   const bool tiled_loss = in.memory.loss_tile_tokens > 0 && in.memory.loss_tile_tokens < T;
   const int64_t loss_rows = tiled_loss ? in.memory.loss_tile_tokens : T;
-  // Forward: the LM head's logits and the per-token losses and logsumexps (f32); with
+  // Forward: the LM head's logits and the per-token losses and logsumexps (f32); a tiled loss's
+  // backward runs in the forward (LlamaModel::LossBackward), so there also dxn. With
   // checkpointing, also one layer's full activations and its output while it runs, the largest
   // while the topmost checkpointed layer runs, before the 'f' layers above it have kept anything.
   const int64_t fwd_layer =
@@ -511,8 +512,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t full_on_top =
       top_checkpointed == std::string::npos ? L : L - 1 - static_cast<int64_t>(top_checkpointed);
   const int64_t rest_in_forward = kept_rest - full_on_top * (full - a * C) * T;
-  int64_t forward = final_acts + std::max(rest_in_forward + inputs.forward * input_bytes + fwd_layer + layer_gather,
-                                          kept_rest + inputs.loss * input_bytes + a * V * loss_rows + 8 * T);
+  const int64_t loss_in_forward =
+      kept_rest + inputs.loss * input_bytes + a * V * loss_rows + 8 * T + (tiled_loss ? a * C * T : 0);
+  int64_t forward =
+      final_acts + std::max(rest_in_forward + inputs.forward * input_bytes + fwd_layer + layer_gather, loss_in_forward);
   // The layer's q, k, v, attn_out and the layers below while its attention runs: with sequence
   // parallelism, its buffers on top (the context among them).
   const int64_t attn_inputs =
@@ -521,9 +524,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t below_rest = kept_rest - (top_full ? full - a * C : kept - a * C) * T;
   if (in.sp > 1)
     forward = std::max(forward, below_rest + inputs.forward * input_bytes + attn_inputs + sp_fwd.peak * T);
-  // Loss backward: the logits (whole or one tile; their gradient is written over them), the
-  // logsumexps and dxn.
-  const int64_t loss_bwd = kept_rest + inputs.loss * input_bytes + final_acts + a * V * loss_rows + 4 * T + a * C * T;
+  // Loss backward: the logits (whole; their gradient is written over them), the logsumexps and dxn.
+  // After a tiled loss's backward in the forward: the final norm's, x_final, its statistics, dxn
+  // and dx.
+  const int64_t loss_bwd =
+      tiled_loss ? kept_rest + inputs.loss * input_bytes + (a * C + norm_stats) * T + 2 * a * C * T
+                 : kept_rest + inputs.loss * input_bytes + final_acts + a * V * loss_rows + 4 * T + a * C * T;
   // Top layer's backward (LlamaModel::backward), on top of the layers' kept activations: dx
   // throughout (the norms add their input gradients into it); the recompute of what forward dropped
   // (not the layer's output), which makes the top layer's activations whole; then, phase by phase,
@@ -558,7 +564,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t optimizer = optimizer_phase_bytes(pl, a, in.world);
 
   p.phases = {{"forward (activations kept + LM head)", forward},
-              {"loss backward (activations kept + logits, gradient in place)", loss_bwd},
+              {tiled_loss ? "final norm backward (activations kept + dxn, dx)"
+                          : "loss backward (activations kept + logits, gradient in place)",
+               loss_bwd},
               {"top layer backward (activations kept + recompute + gradients)", layer_bwd}};
   // Recomputed inputs ('r'): the layers of a run forward again with dx alive (their activations one
   // layer at a time, like forward's; with sequence parallelism its attention's buffers).

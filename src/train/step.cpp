@@ -229,16 +229,22 @@ StepLoss TrainStep::forward_backward(const std::vector<SpBatch>& micro, Tensor* 
   std::vector<Prepared> ready;
   for (const SpBatch& b : micro) ready.push_back(prepare(b));
   std::vector<PendingLoss> losses;
+  // The gradients are zeroed once the first forward is at its end, which an overlapped update of the
+  // step before runs beside (it reads the gradients until it is done): after that forward, or where
+  // the forward runs the loss backward itself (a tiled loss), just before it writes the LM head's.
+  bool zeroed = false;
+  auto zero_grads = [&] {
+    if (zeroed) return;
+    zeroed = true;
+    adamw_->finish();
+    model_.zero_grads();
+    if (partition_grads_ && !host_grads_) grad_shard_.zero();  // (host pieces: overwritten by the first micro-batch)
+  };
   for (size_t m = 0; m < micro.size(); ++m) {
+    LlamaModel::LossBackward loss_backward{scaled_dloss, zero_grads};
     losses.push_back(model_.forward_pending(ready[m].batch, *ready[m].attention,
-                                            m + 1 == micro.size() ? logits : nullptr));
-    if (m == 0) {
-      // The gradients are zeroed after the first forward, which an overlapped update of the step
-      // before runs beside (it reads the gradients until it is done).
-      adamw_->finish();
-      model_.zero_grads();
-      if (partition_grads_ && !host_grads_) grad_shard_.zero();  // (host pieces: overwritten by the first micro-batch)
-    }
+                                            m + 1 == micro.size() ? logits : nullptr, &loss_backward));
+    zero_grads();
     first_micro_ = m == 0;
     model_.backward(scaled_dloss);
   }

@@ -602,6 +602,81 @@ TEST(SpModel, TiledLossMatchesWholeLogits) {
   EXPECT_EQ(asked.stats.loss_sum, whole.stats.loss_sum);
 }
 
+// A training forward given LossBackward runs a tiled loss's backward itself (no second LM head pass
+// in backward): over two micro-batches (gradients accumulating), tied and untied heads, every
+// gradient bitwise what the backward's own tiles give, the hook called once per forward before the
+// first gradient is written, no [T, V] in the peak; a backward given another dloss is refused.
+TEST(SpModel, LossBackwardInTheForwardIsBitwiseTheSame) {
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    LlamaConfig config = tiny_config(4, 2, 8, tied);
+    config.vocab_size = 512;
+    const int64_t T = 600;
+    auto batch = [&](int seed) {
+      std::vector<int32_t> ids(T), pos(T), targets(T);
+      for (int64_t t = 0; t < T; ++t) {
+        ids[t] = static_cast<int32_t>((t * 13 + seed) % config.vocab_size);
+        pos[t] = static_cast<int32_t>(t);
+        targets[t] = (t + seed) % 7 == 0 ? kIgnoreIndex : static_cast<int32_t>((t * 7 + seed) % config.vocab_size);
+      }
+      return LlamaBatch{Tensor::from_vector<int32_t>({T}, ids), Tensor::from_vector<int32_t>({T}, pos),
+                        Tensor::from_vector<int32_t>({T}, targets)};
+    };
+    const float dloss = 1.f / 1000.f;
+    struct Run {
+      std::vector<double> losses;
+      std::vector<std::pair<std::string, Tensor>> grads;
+      int hook_calls = 0;
+    };
+    auto run = [&](bool fused) {
+      LlamaModel model(config);
+      init_llama_params(model.params(), config, 9, 0.02f);
+      model.set_loss_tile_tokens(128);
+      EXPECT_TRUE(model.fuses_loss_backward(T));
+      EXPECT_FALSE(model.fuses_loss_backward(128));
+      // Gradients left from an earlier step: the hook zeroes them, as the trainer does.
+      for (auto& [name, g] : model.grads().named()) {
+        std::vector<float> halves(static_cast<size_t>(g->numel()), 0.5f);
+        g->copy_from(Tensor::from_vector<float>(g->shape(), halves));
+      }
+      Run r;
+      for (int m = 0; m < 2; ++m) {
+        LocalAttention attn(token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)}));
+        LlamaModel::LossBackward lb{dloss, [&] {
+                                      ++r.hook_calls;
+                                      if (m == 0) model.zero_grads();
+                                    }};
+        if (!fused && m == 0) model.zero_grads();
+        r.losses.push_back(model.forward(batch(m), attn, nullptr, fused ? &lb : nullptr).loss_sum);
+        model.backward(dloss);
+      }
+      for (auto& [name, g] : model.grads().named()) r.grads.emplace_back(name, g->clone());
+      return r;
+    };
+    const Run plain = run(false), fused = run(true);
+    EXPECT_EQ(plain.hook_calls, 0);
+    EXPECT_EQ(fused.hook_calls, 2);
+    EXPECT_EQ(fused.losses, plain.losses);
+    ASSERT_EQ(fused.grads.size(), plain.grads.size());
+    for (size_t i = 0; i < plain.grads.size(); ++i)
+      EXPECT_EQ(rel_error(fused.grads[i].second, plain.grads[i].second), 0.0) << plain.grads[i].first;
+  }
+  // backward must be given the dloss the forward used.
+  LlamaConfig config = tiny_config(4, 2, 8, true);
+  LlamaModel model(config);
+  init_llama_params(model.params(), config, 9, 0.02f);
+  model.set_loss_tile_tokens(16);
+  const int64_t T = 64;
+  std::vector<int32_t> ids(T, 3), pos(T), targets(T, 5);
+  for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(t);
+  LocalAttention attn(token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)}));
+  const LlamaModel::LossBackward lb{0.25f, {}};
+  model.forward({Tensor::from_vector<int32_t>({T}, ids), Tensor::from_vector<int32_t>({T}, pos),
+                 Tensor::from_vector<int32_t>({T}, targets)},
+                attn, nullptr, &lb);
+  EXPECT_THROW(model.backward(0.5f), std::exception);
+}
+
 }  // namespace
 }  // namespace seqpar
 
