@@ -11,6 +11,10 @@ build_gpu $OUT seqpar
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 SECT="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy --section SchedulerStats"
 KEYS="Duration|SM Throughput|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issued Ipc|Issue Slots Busy|Eligible Warps|No Eligible|Warp Cycles Per Issued|Stall|Tensor|Pipe|Block Size|Grid Size|Shared Memory Config"
+# The names of the kernels cuDNN's fwd_bwd launches (so the pattern below can be corrected if it misses).
+timeout 60 ncu --clock-control none --section LaunchStats -c 12 $B/seqpar bench attention --backend cudnn \
+  --seq-lens 16384 --head-dims 64 --heads 32 --kv-heads 8 --passes fwd_bwd --warmup 0 --iters 1 2>&1 |
+  grep -E "Context [0-9]+, Stream" | cut -c1-160 | sort | uniq -c | head -12
 for pass in bwd fwd; do
   for D in 64 128; do
     # seqpar's kernel (the fwd_bwd pass launches both; -k picks the one), then cuDNN's generated ones.
