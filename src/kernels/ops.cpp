@@ -664,7 +664,7 @@ void adamw_step_rounded(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad,
   expect_shape(op, a_r, param.shape(), "param's shape");
   expect_dtype(op, a_g, DType::kF32);
   SEQPAR_CHECK(is_float_dtype(rounded.dtype()), "{}: rounded is {}, expected f32, bf16 or f16", op, rounded.str());
-  if (dev.is_cuda() || rounded.dtype() == DType::kF32) {  // the composition (a fused GPU kernel saves little)
+  if (rounded.dtype() == DType::kF32) {  // nothing to round: the composition
     adamw_step(param, m, v, grad, cfg, step, grad_scale);
     cast(rounded, param);
     return;
@@ -672,9 +672,10 @@ void adamw_step_rounded(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad,
   const Arg a_m{"m", m}, a_v{"v", v};
   for (const Arg& a : {a_m, a_v, a_g}) expect_shape(op, a, param.shape(), "param's shape");
   for (const Arg& a : {a_p, a_m, a_v}) expect_dtype(op, a, DType::kF32);
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, adamw_step_rounded(param, m, v, grad, rounded, cfg, step, grad_scale));
   const cpu::AdamWScalars s =
       cpu::adamw_scalars(cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step, grad_scale);
-  ProfileScope prof(dev, __func__);
   if (rounded.dtype() == DType::kBF16) {
     cpu::adamw_step_rounded(f32(param), f32(m), f32(v), f32(grad), rounded.data<bf16>(), param.numel(), s);
   } else {

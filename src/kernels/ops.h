@@ -155,8 +155,8 @@ struct AdamWConfig {
 void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
                 float grad_scale);
 // adamw_step on f32 gradients, then the updated params rounded into `rounded` (same shape, any
-// float dtype, the same device): on the CPU in the same pass (the parameters read once); the same
-// bits as adamw_step followed by cast.
+// float dtype, the same device): in the same pass (the parameters read once, on the CPU and on
+// CUDA); the same bits as adamw_step followed by cast.
 void adamw_step_rounded(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, Tensor& rounded,
                         const AdamWConfig& cfg, int64_t step, float grad_scale);
 

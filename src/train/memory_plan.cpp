@@ -262,8 +262,6 @@ void add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
   const LlamaConfig& m = in.model;
   const int64_t a = in.cuda ? 2 : 4;
   const int64_t C = m.hidden_size, V = m.vocab_size;
-  int64_t n = 0;
-  for (const auto& [name, shape] : LlamaParams::shapes(m)) n += shape_numel(shape);
   const LlamaParams::FlatLayout layout = LlamaParams::flat_layout(m);
   const int64_t n_flat = layout.total;
   const Placement pl = placement_of(in);
@@ -301,7 +299,9 @@ void add_resident(MemoryPlan& p, const MemoryPlanInput& in, int64_t T) {
     p.resident.emplace_back("gradients (f32)", 4 * n_flat);
   }
   const bool master = in.cuda || pl.stage3 || pl.offload_opt;  // AdamW's has_master
-  const int64_t opt_elems = pl.flat ? shard : n;               // per moment (and master), per rank
+  // Per moment (and master), per rank: a flat optimizer's pieces, else one buffer in the weights'
+  // flat layout (AdamW's per-tensor form).
+  const int64_t opt_elems = pl.flat ? shard : n_flat;
   const std::string share = pl.sharded || (pl.stage3 && in.world > 1) ? fmt::format(", 1/{} ZeRO share", in.world) : "";
   if (pl.offload_opt) {
     p.host.emplace_back(fmt::format("AdamW moments (f32{}, host)", share), 2 * 4 * opt_elems);

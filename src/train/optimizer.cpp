@@ -181,10 +181,11 @@ AdamW::AdamW(const LlamaConfig& model_config, const OptimizerConfig& config, con
     : config_(config), model_config_(model_config), device_(device) {
   const auto named = params.named();
   has_master_ = !named.empty() && named.front().second->dtype() != DType::kF32;
-  m_ = LlamaParams::zeros(model_config, DType::kF32, device);
-  v_ = LlamaParams::zeros(model_config, DType::kF32, device);
+  // One buffer each, in the weights' flat layout: a step over whole buffers is one pass (step()).
+  m_ = LlamaParams::zeros(model_config, DType::kF32, device, /*one_buffer=*/true);
+  v_ = LlamaParams::zeros(model_config, DType::kF32, device, /*one_buffer=*/true);
   if (!has_master_) return;
-  master_ = LlamaParams::zeros(model_config, DType::kF32, device);
+  master_ = LlamaParams::zeros(model_config, DType::kF32, device, /*one_buffer=*/true);
   auto dst = master_.named();
   for (size_t i = 0; i < dst.size(); ++i) cast(*dst[i].second, *named[i].second);
 }
@@ -282,14 +283,28 @@ float AdamW::step(LlamaParams& params, LlamaParams& grads, double total_norm, fl
   ++step_;
   const float clip = clip_coefficient(total_norm, config_.clip);
   const float coef = clip * grad_unscale;
+  LlamaParams& w = weights(params);
+  // Every tensor in one buffer of the same layout (the model's weights and gradients, the state
+  // here): one pass over the buffers; their alignment padding is zero everywhere and stays zero.
+  const bool whole = params.all_in_flat() && grads.all_in_flat() && m_.all_in_flat() && v_.all_in_flat() &&
+                     w.all_in_flat() && grads.flat.dtype() == DType::kF32 &&
+                     params.flat.numel() == m_.flat.numel() && grads.flat.numel() == m_.flat.numel();
+  if (whole) {
+    if (has_master_) {
+      adamw_step_rounded(w.flat, m_.flat, v_.flat, grads.flat, params.flat, config_.adamw, step_, coef);
+    } else {
+      adamw_step(w.flat, m_.flat, v_.flat, grads.flat, config_.adamw, step_, coef);
+    }
+    return clip;
+  }
   auto p = params.named();
   auto g = grads.named();
   auto m = m_.named();
   auto v = v_.named();
-  auto w = weights(params).named();
+  auto wn = w.named();
   for (size_t i = 0; i < p.size(); ++i) {
-    adamw_step(*w[i].second, *m[i].second, *v[i].second, *g[i].second, config_.adamw, step_, coef);
-    if (has_master_) cast(*p[i].second, *w[i].second);
+    adamw_step(*wn[i].second, *m[i].second, *v[i].second, *g[i].second, config_.adamw, step_, coef);
+    if (has_master_) cast(*p[i].second, *wn[i].second);
   }
   return clip;
 }

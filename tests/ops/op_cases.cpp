@@ -723,6 +723,36 @@ void optimizer_cases(std::vector<OpCase>& cases) {
   c.checked = {"p", "m", "v"};
   cases.push_back(c);
 
+  // The step with the updated weights also rounded into the compute dtype (the trainer's master
+  // weights and their compute copy); f32 gradients; odd n: packs and a scalar tail.
+  OpCase r;
+  r.name = "adamw_step_rounded x2 n=4099 into compute";
+  r.operands = {inout("p", {n}, 70, -1.f, 1.f, Store::kF32), inout("m", {n}, 71, -0.1f, 0.1f, Store::kF32),
+                inout("v", {n}, 72, 0.f, 0.01f, Store::kF32), out("w", {n})};
+  for (int step = 1; step <= 2; ++step)
+    r.operands.push_back(in("g" + std::to_string(step), {n}, 73 + step, -1.f, 1.f, Store::kF32));
+  r.run = [cfg, grad_scale](Tensors& t, auto&, const Backend&) {
+    for (int step = 1; step <= 2; ++step)
+      adamw_step_rounded(t.at("p"), t.at("m"), t.at("v"), t.at("g" + std::to_string(step)), t.at("w"), cfg, step,
+                         grad_scale);
+  };
+  r.reference = [n, grad_scale](Values& v) {
+    for (int step = 1; step <= 2; ++step) {
+      const double bc1 = 1 - std::pow(0.9, step), bc2 = 1 - std::pow(0.95, step);
+      const std::vector<double>& g = v["g" + std::to_string(step)];
+      for (int64_t i = 0; i < n; ++i) {
+        const double gi = g[i] * grad_scale;
+        v["p"][i] *= 1 - 3e-3 * 0.1;
+        v["m"][i] = 0.9 * v["m"][i] + 0.1 * gi;
+        v["v"][i] = 0.95 * v["v"][i] + 0.05 * gi * gi;
+        v["p"][i] -= 3e-3 / bc1 * v["m"][i] / (std::sqrt(v["v"][i]) / std::sqrt(bc2) + 1e-8);
+      }
+    }
+    v["w"] = v["p"];
+  };
+  r.checked = {"p", "m", "v", "w"};
+  cases.push_back(r);
+
   OpCase clip;
   clip.name = "clip_coefficient";
   clip.run = [](Tensors&, std::map<std::string, double>& s, const Backend&) {

@@ -99,7 +99,8 @@ struct AdamWArgs {
   float eps;
   float grad_scale;
 };
+// rounded (optional, r_dt): the updated params rounded into it in the same pass.
 void adamw(float* param, float* m, float* v, const void* grad, DType g_dt, int64_t n, const AdamWArgs& args,
-           cudaStream_t stream);
+           cudaStream_t stream, void* rounded = nullptr, DType r_dt = DType::kF32);
 
 }  // namespace seqpar::cuda_kernels

@@ -455,8 +455,10 @@ double sum_squares(const Tensor& x) {
 // ---- AdamW --------------------------------------------------------------------------------
 
 void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
-                float grad_scale) {
+                float grad_scale, Tensor* rounded) {
   DeviceScope scope("adamw_step", {{"param", &param}, {"m", &m}, {"v", &v}, {"grad", &grad}});
+  SEQPAR_CHECK(rounded == nullptr || rounded->device() == param.device(), "adamw_step: rounded {} must be on {}",
+               rounded != nullptr ? rounded->str() : std::string(), param.device().str());
   check_dtype(param, DType::kF32, "adamw_step param");
   check_dtype(m, DType::kF32, "adamw_step m");
   check_dtype(v, DType::kF32, "adamw_step v");
@@ -469,7 +471,15 @@ void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const A
   const cuda_kernels::AdamWArgs args{s.decay,         s.one_minus_beta1, s.beta2, s.one_minus_beta2,
                                      s.neg_step_size, s.bias_correction2_sqrt, s.eps, s.grad_scale};
   cuda_kernels::adamw(param.data<float>(), m.data<float>(), v.data<float>(), grad.raw(), grad.dtype(), param.numel(),
-                      args, current_stream());
+                      args, current_stream(), rounded != nullptr ? rounded->raw() : nullptr,
+                      rounded != nullptr ? rounded->dtype() : DType::kF32);
+}
+
+void adamw_step_rounded(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, Tensor& rounded,
+                        const AdamWConfig& cfg, int64_t step, float grad_scale) {
+  check_float(rounded, "adamw_step_rounded", "rounded");
+  check_shape(rounded, param.shape(), "adamw_step_rounded rounded");
+  adamw_step(param, m, v, grad, cfg, step, grad_scale, &rounded);
 }
 
 }  // namespace seqpar::cuda_ops

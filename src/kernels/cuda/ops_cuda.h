@@ -45,8 +45,11 @@ void scale_inplace(Tensor& y, float s);
 void normal_fill(Tensor& y, uint64_t key, float std, int64_t offset);
 double sum_squares(const Tensor& x);
 void check_device_errors(Device device);
+// rounded (optional): the updated params also rounded into it, in the same pass.
 void adamw_step(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, const AdamWConfig& cfg, int64_t step,
-                float grad_scale);
+                float grad_scale, Tensor* rounded = nullptr);
+void adamw_step_rounded(Tensor& param, Tensor& m, Tensor& v, const Tensor& grad, Tensor& rounded,
+                        const AdamWConfig& cfg, int64_t step, float grad_scale);
 
 // The CUDA side of ops.h's cast (whose CPU path is in ops.cpp): out = in converted between f32,
 // bf16 and f16 (through f32, rounded once to nearest even), or copied when the dtypes match. Same shape, same device.
