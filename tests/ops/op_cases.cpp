@@ -706,9 +706,9 @@ void optimizer_cases(std::vector<OpCase>& cases) {
     for (int step = 1; step <= 3; ++step)
       adamw_step(t.at("p"), t.at("m"), t.at("v"), t.at("g" + std::to_string(step)), cfg, step, grad_scale);
   };
-  // torch's formulas in double on the unrounded gradients.
-  c.reference = [n, grad_scale](Values& v) {
-    for (int step = 1; step <= 3; ++step) {
+  // torch's formulas in double on the unrounded gradients (cfg's values), steps 1..steps.
+  auto reference = [n, grad_scale](Values& v, int steps) {
+    for (int step = 1; step <= steps; ++step) {
       const double bc1 = 1 - std::pow(0.9, step), bc2 = 1 - std::pow(0.95, step);
       const std::vector<double>& g = v["g" + std::to_string(step)];
       for (int64_t i = 0; i < n; ++i) {
@@ -720,6 +720,7 @@ void optimizer_cases(std::vector<OpCase>& cases) {
       }
     }
   };
+  c.reference = [reference](Values& v) { reference(v, 3); };
   c.checked = {"p", "m", "v"};
   cases.push_back(c);
 
@@ -736,18 +737,8 @@ void optimizer_cases(std::vector<OpCase>& cases) {
       adamw_step_rounded(t.at("p"), t.at("m"), t.at("v"), t.at("g" + std::to_string(step)), t.at("w"), cfg, step,
                          grad_scale);
   };
-  r.reference = [n, grad_scale](Values& v) {
-    for (int step = 1; step <= 2; ++step) {
-      const double bc1 = 1 - std::pow(0.9, step), bc2 = 1 - std::pow(0.95, step);
-      const std::vector<double>& g = v["g" + std::to_string(step)];
-      for (int64_t i = 0; i < n; ++i) {
-        const double gi = g[i] * grad_scale;
-        v["p"][i] *= 1 - 3e-3 * 0.1;
-        v["m"][i] = 0.9 * v["m"][i] + 0.1 * gi;
-        v["v"][i] = 0.95 * v["v"][i] + 0.05 * gi * gi;
-        v["p"][i] -= 3e-3 / bc1 * v["m"][i] / (std::sqrt(v["v"][i]) / std::sqrt(bc2) + 1e-8);
-      }
-    }
+  r.reference = [reference](Values& v) {
+    reference(v, 2);
     v["w"] = v["p"];
   };
   r.checked = {"p", "m", "v", "w"};
