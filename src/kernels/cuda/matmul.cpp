@@ -455,8 +455,12 @@ double median(std::vector<float> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Times the pool on the call's own operands (a, b) into a scratch output (beta = 0), so out is
-// untouched, and sets plan.choice. Schedule, within `budget_ms` of host time from the start:
+// Times the pool on the call's own operands (a, b) into the call's own output `out` (out_bytes, beta
+// = 0; the call then writes it again), and sets plan.choice. Where out's contents are an input of the
+// call (an accumulation in place) they wait in host memory meanwhile. (A scratch output on the
+// device would add a GEMM output to the first step's peak, above what `seqpar plan` counts: the
+// LM head's logits tile, 2.3 GiB at 8192 tokens of Qwen's vocabulary; bench/NOTES.md, 2026-12-06.)
+// Schedule, within `budget_ms` of host time from the start:
 //  1. First pass, in pool order while less than kFirstPassShare of the budget is spent: each
 //     candidate once untimed (loads its module, warms caches), once timed. pool[0] always runs;
 //     a candidate that fails to launch is dropped.
@@ -478,16 +482,19 @@ double median(std::vector<float> v) {
 // instead of two and needs no workspace traffic, and its lead measured in isolation did not hold
 // in the benchmark (bench/NOTES.md, 2026-11-29/12-01). The overrun is at most one first-pass
 // candidate (two runs) when pool[0] alone exceeds the budget, plus one final round.
-void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const void* b, cudaStream_t stream,
-          double budget_ms) {
+void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const void* b, void* out, size_t out_bytes,
+          bool out_is_input, cudaStream_t stream, double budget_ms) {
   using Clock = std::chrono::steady_clock;
-  const size_t out_bytes = static_cast<size_t>(key.ldc) * static_cast<size_t>(key.M) * dtype_size(key.out);
-  ScratchBytes scratch(Device::cuda(ctx.device), out_bytes);  // the stream is synchronised before it returns
   // The operands may still be in flight: waiting for them is not tuning time.
   SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<char> saved;
+  if (out_is_input) {
+    saved.resize(out_bytes);
+    SEQPAR_CUDA_CHECK(cudaMemcpy(saved.data(), out, out_bytes, cudaMemcpyDeviceToHost));
+  }
   const auto t0 = Clock::now();
   auto elapsed_ms = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
-  auto run = [&](int i) { return run_candidate(ctx, plan, plan.pool[i], a, b, scratch.get(), 1.f, 0.f, stream); };
+  auto run = [&](int i) { return run_candidate(ctx, plan, plan.pool[i], a, b, out, 1.f, 0.f, stream); };
 
   const int n = static_cast<int>(plan.pool.size());
   std::vector<std::vector<float>> samples(n);
@@ -585,7 +592,8 @@ void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const v
   if (best_unsplit >= 0 && best_split >= 0 &&
       median(samples[best_split]) < (1.0 - kSplitMargin) * median(samples[best_unsplit]))
     best = best_split;
-  SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the scratch goes back to the pool
+  SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));  // the candidates are done with out
+  if (out_is_input) SEQPAR_CUDA_CHECK(cudaMemcpy(out, saved.data(), out_bytes, cudaMemcpyHostToDevice));
 
   plan.choice = best;
   plan.tuned = true;
@@ -726,7 +734,9 @@ bool run_matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, boo
     // fused candidate being timed writes its aux output; the run after tuning writes it again.)
     if (!plan.tuned && !capturing(stream)) {
       complete_pool(ctx, key, plan);
-      tune(ctx, key, plan, a.raw(), b.raw(), stream, policy.autotune_budget_ms);
+      // out's contents are an input where it accumulates in place (beta != 0, no separate c).
+      tune(ctx, key, plan, a.raw(), b.raw(), out.raw(), out.nbytes(), beta != 0.f && c_in == nullptr, stream,
+           policy.autotune_budget_ms);
     }
     if (plan.tuned) {
       index = plan.choice;
