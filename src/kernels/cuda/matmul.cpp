@@ -490,7 +490,8 @@ void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const v
   std::vector<char> saved;
   if (out_is_input) {
     saved.resize(out_bytes);
-    SEQPAR_CUDA_CHECK(cudaMemcpy(saved.data(), out, out_bytes, cudaMemcpyDeviceToHost));
+    SEQPAR_CUDA_CHECK(cudaMemcpyAsync(saved.data(), out, out_bytes, cudaMemcpyDeviceToHost, stream));
+    SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   const auto t0 = Clock::now();
   auto elapsed_ms = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
@@ -593,7 +594,10 @@ void tune(LtContext& ctx, const PlanKey& key, Plan& plan, const void* a, const v
       median(samples[best_split]) < (1.0 - kSplitMargin) * median(samples[best_unsplit]))
     best = best_split;
   SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));  // the candidates are done with out
-  if (out_is_input) SEQPAR_CUDA_CHECK(cudaMemcpy(out, saved.data(), out_bytes, cudaMemcpyHostToDevice));
+  if (out_is_input) {  // on the call's stream, which the call's own run then follows
+    SEQPAR_CUDA_CHECK(cudaMemcpyAsync(out, saved.data(), out_bytes, cudaMemcpyHostToDevice, stream));
+    SEQPAR_CUDA_CHECK(cudaStreamSynchronize(stream));  // before `saved` goes
+  }
 
   plan.choice = best;
   plan.tuned = true;
