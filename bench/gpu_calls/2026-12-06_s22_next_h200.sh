@@ -16,9 +16,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 KEEP="--activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192"
 case "${PART:-gpt}" in
 gpt)
-  for s in 32768 65536 131072; do
-    run_bounded gpt_${s} 60 $B/seqpar bench train --preset gpt-1.3b-128k --seq-lens $s --steps 3 $KEEP --checkpoint-placement auto
-    run_bounded gpt_${s}_hf 150 python3 bench/peers/hf_train_step.py --preset gpt-1.3b-128k --seq-lens $s --gradient-checkpointing --steps 3
+  # Bounds per length (seqpar, transformers): a 128K step takes ~17 s for seqpar on an H100 (twentieth session).
+  for sl in 32768:45:90 65536:60:120 131072:120:200; do
+    IFS=: read s ls lh <<< "$sl"
+    run_bounded gpt_${s} $ls $B/seqpar bench train --preset gpt-1.3b-128k --seq-lens $s --steps 3 $KEEP --checkpoint-placement auto
+    run_bounded gpt_${s}_hf $lh python3 bench/peers/hf_train_step.py --preset gpt-1.3b-128k --seq-lens $s --gradient-checkpointing --steps 3
   done ;;
 qwen)
   peer_env $OUT
