@@ -226,13 +226,10 @@ int run_bench_train(const BenchTrainOptions& o) {
                      static_cast<long long>(S), static_cast<long long>(r.profile_steps), wall_ms,
                      format_profile(step, wall_ms, 40).c_str());
         json top = json::array();
-        double sum = 0;
-        for (const ProfileEntry& e : step) {
-          sum += e.ms;
+        for (const ProfileEntry& e : step)
           if (top.size() < 40) top.push_back({{"op", e.name}, {"calls", e.calls}, {"ms", e.ms}});
-        }
         line["profile"] = top;
-        line["profile_outside_ms"] = wall_ms - sum;
+        line["profile_outside_ms"] = wall_ms - ops_ms(step);
       }
     } catch (const std::exception& e) {
       std::string what = e.what();

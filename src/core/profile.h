@@ -68,5 +68,10 @@ std::vector<ProfileEntry> take_profile();
 // A table of the `top` entries with each one's share of `wall_ms` (the steps' wall time, which
 // the profile covers; 0: shares of the profiled sum), and the remainder as its own line.
 std::string format_profile(const std::vector<ProfileEntry>& entries, double wall_ms, int top = 25);
+// Whether an entry is a host wait (note_host_wait's "host wait: <why>"): host time, which may pass
+// while the device runs ops, so it is not part of the ops' sum.
+bool is_host_wait(const ProfileEntry& e);
+// The summed time of the entries that are ops (device time on CUDA), host waits excluded.
+double ops_ms(const std::vector<ProfileEntry>& entries);
 
 }  // namespace seqpar

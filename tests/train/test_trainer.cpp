@@ -252,6 +252,13 @@ TEST(Trainer, ProfileTimesTheOpsOfTheStepsAfterTheFirst) {
   const std::string table = format_profile(r.profile, r.profile_seconds * 1e3);
   EXPECT_NE(table.find("attn_forward Tq="), std::string::npos) << table;
   EXPECT_NE(table.find("outside the ops"), std::string::npos) << table;
+  // A host wait is host time (the device may be running ops meanwhile): listed, not in the ops' sum.
+  const std::vector<ProfileEntry> mixed = {{"host wait: device error flags", 1, 5.0}, {"matmul 8x8x8 nn", 2, 3.0}};
+  EXPECT_EQ(ops_ms(mixed), 3.0);
+  const std::string t2 = format_profile(mixed, 10.0);
+  EXPECT_NE(t2.find("host wait: device error flags"), std::string::npos) << t2;
+  EXPECT_NE(t2.find("       3.00   30.0%"), std::string::npos) << "ops 3 of 10 ms: " << t2;
+  EXPECT_NE(t2.find("       7.00   70.0%"), std::string::npos) << "outside the ops 7 of 10 ms: " << t2;
 }
 
 TEST(Trainer, MetricsJsonl) {
