@@ -448,6 +448,19 @@ void LlamaModel::recompute_layer(int64_t l, LayerActs& s) {
   mlp_half(l, s, /*want_output=*/false);
 }
 
+// The loss backward of tokens [t0, t1) whose logits (computed from xn_f) are given: their gradient
+// written over them (from the forward's logsumexp), then dxn's rows (=) and the LM head's gradient (+=).
+void LlamaModel::loss_tile_backward(int64_t t0, int64_t t1, Tensor& logits, float dloss, Tensor& dxn) {
+  const LlamaConfig& c = config_;
+  Acts& a = *acts_;
+  const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
+  Tensor& dhead = c.tie_word_embeddings ? grads_.embed_tokens : grads_.lm_head;
+  const Tensor lse = a.lse.rows(t0, t1);
+  cross_entropy_backward(logits, logits, a.batch.targets.rows(t0, t1), dloss, &lse);
+  Tensor dxn_t = dxn.rows(t0, t1);
+  linear_backward(dxn_t, dhead, logits, a.xn_f.rows(t0, t1), head, 0.f);
+}
+
 // RMSNorm of every head of x [T, Hx, D] over its D (weight [D]); returns the normed heads and sets
 // rstd f32 [T*Hx] for the backward.
 Tensor LlamaModel::head_norm_forward(const Tensor& x, const Tensor& weight, Tensor& rstd) {
@@ -669,7 +682,6 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
     // forward given loss_backward) each tile's logits turn into their gradient here and give dxn and
     // the head's gradient, and backward starts at the final norm.
     const bool fused = loss_backward != nullptr;
-    Tensor& dhead = c.tie_word_embeddings ? grads_.embed_tokens : grads_.lm_head;
     if (fused) {
       if (loss_backward->before_write) loss_backward->before_write();
       zero_edge_grads();
@@ -683,10 +695,7 @@ PendingLoss LlamaModel::forward_pending(const LlamaBatch& batch, Attention& atte
       linear_forward(logits, xn, head, nullptr);
       Tensor l = losses.rows(t0, t1), lse = a.lse.rows(t0, t1);
       cross_entropy_forward(l, logits, targets, &lse);
-      if (!fused) continue;
-      cross_entropy_backward(logits, logits, targets, a.fused_dloss, &lse);
-      Tensor dxn = a.dxn_f.rows(t0, t1);
-      linear_backward(dxn, dhead, logits, xn, head, 0.f);
+      if (fused) loss_tile_backward(t0, t1, logits, a.fused_dloss, a.dxn_f);
     }
     if (fused) a.xn_f = a.lse = Tensor();  // only the loss backward read them
   } else {
@@ -712,29 +721,23 @@ void LlamaModel::backward(float dloss) {
   // backward.
   const Tensor& head = c.tie_word_embeddings ? params_.embed_tokens : params_.lm_head;
   Tensor& dhead = c.tie_word_embeddings ? grads_.embed_tokens : grads_.lm_head;
-  Tensor dxn;
-  // The logits' gradient is written over them (one pass with the forward's logsumexp), unless the
-  // caller holds them.
-  if (a.dxn_f.defined()) {
-    SEQPAR_CHECK(dloss == a.fused_dloss, "LlamaModel::backward: dloss {} but forward ran the loss backward with {}",
-                 dloss, a.fused_dloss);
-    dxn = std::move(a.dxn_f);
-  } else if (a.logits.defined()) {
-    dxn = Tensor::empty({T, C}, act, device_);
+  const bool fused = a.dxn_f.defined();
+  SEQPAR_CHECK(!fused || dloss == a.fused_dloss,
+               "LlamaModel::backward: dloss {} but forward ran the loss backward with {}", dloss, a.fused_dloss);
+  Tensor dxn = fused ? std::move(a.dxn_f) : Tensor::empty({T, C}, act, device_);
+  if (a.logits.defined()) {
+    // The logits' gradient is written over them (one pass with the forward's logsumexp), unless the
+    // caller holds them.
     Tensor dlogits = a.logits_lent ? Tensor::empty({T, V}, act, device_) : a.logits;
     cross_entropy_backward(dlogits, a.logits, a.batch.targets, dloss, &a.lse);
     a.logits = Tensor();
     linear_backward(dxn, dhead, dlogits, a.xn_f, head, 0.f);
-  } else {
-    dxn = Tensor::empty({T, C}, act, device_);
+  } else if (!fused) {
     for (int64_t t0 = 0; t0 < T; t0 += loss_tile_) {
       const int64_t t1 = std::min(T, t0 + loss_tile_);
-      const Tensor xn = a.xn_f.rows(t0, t1), lse = a.lse.rows(t0, t1);
       Tensor logits = Tensor::empty({t1 - t0, V}, act, device_);
-      linear_forward(logits, xn, head, nullptr);
-      cross_entropy_backward(logits, logits, a.batch.targets.rows(t0, t1), dloss, &lse);
-      Tensor dxn_t = dxn.rows(t0, t1);
-      linear_backward(dxn_t, dhead, logits, xn, head, 0.f);
+      linear_forward(logits, a.xn_f.rows(t0, t1), head, nullptr);
+      loss_tile_backward(t0, t1, logits, dloss, dxn);
     }
   }
   a.lse = Tensor();

@@ -263,6 +263,7 @@ class LlamaModel {
   InputPlace place(int64_t l) const { return placement_.empty() ? InputPlace::kDevice : placement_[l]; }
   void recompute_inputs(int64_t l);
   void zero_edge_grads();
+  void loss_tile_backward(int64_t t0, int64_t t1, Tensor& logits, float dloss, Tensor& dxn);
   Tensor head_norm_forward(const Tensor& x, const Tensor& weight, Tensor& rstd);
   Tensor head_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dweight,
                             const Tensor& rstd);

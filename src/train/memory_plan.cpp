@@ -524,12 +524,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t below_rest = kept_rest - (top_full ? full - a * C : kept - a * C) * T;
   if (in.sp > 1)
     forward = std::max(forward, below_rest + inputs.forward * input_bytes + attn_inputs + sp_fwd.peak * T);
-  // Loss backward: the logits (whole; their gradient is written over them), the logsumexps and dxn.
-  // After a tiled loss's backward in the forward: the final norm's, x_final, its statistics, dxn
-  // and dx.
-  const int64_t loss_bwd =
-      tiled_loss ? kept_rest + inputs.loss * input_bytes + (a * C + norm_stats) * T + 2 * a * C * T
-                 : kept_rest + inputs.loss * input_bytes + final_acts + a * V * loss_rows + 4 * T + a * C * T;
+  // Loss backward: the final norm's activations and dxn, and the logits (whole; their gradient is
+  // written over them) and logsumexps. After a tiled loss's backward in the forward, the final norm's
+  // backward instead: xn_f is gone and dx is there, the same bytes.
+  const int64_t loss_bwd = kept_rest + inputs.loss * input_bytes + final_acts + a * C * T +
+                           (tiled_loss ? 0 : a * V * loss_rows + 4 * T);
   // Top layer's backward (LlamaModel::backward), on top of the layers' kept activations: dx
   // throughout (the norms add their input gradients into it); the recompute of what forward dropped
   // (not the layer's output), which makes the top layer's activations whole; then, phase by phase,
