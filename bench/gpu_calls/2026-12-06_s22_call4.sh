@@ -10,10 +10,7 @@ OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
 build_gpu $OUT seqpar test_cuda
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-t=$SECONDS
-timeout 150 $B/test_cuda --gtest_filter='CudaOpHarness.EveryOpOnEveryCudaPath:CudaModel.*' > $OUT/tests.log 2>&1
-echo "tests rc=$? $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests.log | tr '\n' ' ')"
-grep -E "FAILED|Failure" $OUT/tests.log | head -10
+run_tests 150 'CudaOpHarness.EveryOpOnEveryCudaPath:CudaModel.*'
 KEEP="--activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192"
 run_bounded q3_32k 45 $B/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP --checkpoint-placement auto --profile
 grep -E "rmsnorm|^profile" $OUT/q3_32k.log

@@ -32,3 +32,11 @@ run_bounded() {
   timeout "$lim" "$@" --out "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1
   echo "$name rc=$? $((SECONDS - t)) s: $(train_fields "$OUT/$name.jsonl")"
 }
+# run_tests LIMIT FILTER: $B/test_cuda's tests matching FILTER under `timeout LIMIT` (log in OUT/tests.log);
+# prints the exit status, the seconds, gtest's summary and the first failures.
+run_tests() {
+  local t=$SECONDS
+  timeout "$1" $B/test_cuda --gtest_filter="$2" > "$OUT/tests.log" 2>&1
+  echo "tests rc=$? $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tr '\n' ' ')"
+  grep -E "FAILED|Failure" "$OUT/tests.log" | head -10
+}
