@@ -848,10 +848,15 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
                        : std::string(),
                    in.cuda ? (in.fp16 ? "fp16" : "bf16") : "f32",
                    gib(p.host_bytes + p.host_setup_bytes + p.host_process_bytes));
+  // The verdict is on the figure printed, the initial weights' copy included (host_fits' rule); `seqpar train`
+  // checks it only for a run that keeps something in host memory (check_host_memory).
   if (host_capacity_bytes > 0)
-    s += fmt::format(
-        " of {} ({})", gib(host_capacity_bytes),
-        p.host_bytes <= host_capacity_bytes ? "fits" : "does NOT fit: fewer offloaded levers or more host memory");
+    s += fmt::format(" of {} ({})", gib(host_capacity_bytes),
+                     p.host_bytes + p.host_setup_bytes + p.host_process_bytes <= host_capacity_bytes ? "fits"
+                     : p.host_bytes > 0 ? "does NOT fit: fewer offloaded levers or more host memory"
+                                        : "does NOT fit while the ranks start, the initial weights' copy: more host "
+                                          "memory or fewer GPUs of the host; `seqpar train` checks host memory only "
+                                          "for runs that offload");
   s += "\n";
   return s;
 }

@@ -72,6 +72,23 @@ TEST(Commands, PlanOfACpuRunSaysWhetherItFitsTheHost) {
   EXPECT_NE(out.find("\"fits\":true"), std::string::npos) << out;
 }
 
+// A GPU run that keeps nothing in host memory still needs the initial weights' host copy while the
+// ranks start (per process: the 30B preset's bf16 weights, 55.7 GiB): the plan's verdict is on that
+// figure, not on the steady host memory alone (it said "55.66 GiB of 2.88 GiB (fits)").
+TEST(Commands, PlanOfAGpuRunJudgesTheHostWithTheInitialWeightsCopy) {
+  int rc = 0;
+  const std::string base = "plan --preset gpt-30b-32k --seq-len 32768 --sp 8 --zero-stage 3 --host-memory-gib ";
+  std::string out = run(base + "64", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("of 8.00 GiB (does NOT fit while the ranks start, the initial weights' copy"), std::string::npos)
+      << out;
+  out = run(base + "1024", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("of 128.00 GiB (fits)"), std::string::npos) << out;
+  out = run(base + "64 --json", &rc);
+  EXPECT_NE(out.find("\"host_fits\":false"), std::string::npos) << out;
+}
+
 TEST(Commands, NoCommandListsThem) {
   int rc = 0;
   std::string out = run("", &rc);
