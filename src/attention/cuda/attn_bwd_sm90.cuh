@@ -18,9 +18,11 @@
 //   dS^T -> shared memory (E, 128-byte swizzle), a named barrier (both warpgroups' dS^T), then
 //   dQ_i += dS K           wgmma m64n64k16 over the 128 keys with A = dS (MN-major from dS^T) and B = K
 //                          (MN-major), added to dq_acc with f32 vector atomics (red.global.add.v4.f32),
-//                          or with BwdShape::kDqWriter (D = 128) staged as f32 in shared
-//                          memory and added by a writer warp of the producer warpgroup, one bulk
-//                          reduction (cp.reduce.async.bulk .add.f32) per row:
+//                          or with BwdShape::kDqWriter (D = 128) staged as f32 in one of two
+//                          shared tiles (128-byte swizzled boxes of 32 columns) and added by a
+//                          writer warp of the producer warpgroup, D / 32 bulk tensor reductions
+//                          (cp.reduce.async.bulk.tensor .add) per step; with two tiles the
+//                          consumers wait for the writer only when it is a whole step behind:
 //                          D = 128: warpgroup w computes dQ columns 64w..64w+63 of the 64 queries;
 //                          D = 64: warpgroup w computes queries 64w..64w+63 (all 64 columns).
 // At the end: dk (+)= scale * dK, dv (+)= dV (write_grads: stored; 0 where no query sees the keys).
@@ -54,7 +56,9 @@ struct BwdShape {
   static constexpr int BM = bwd_sm90_bm_of(D);  // queries per step
   // dQ through the writer warp's bulk reductions at D = 128, the consumers' vector atomics at D = 64:
   // on an H100, forward+backward 1.15x / 1.08x at 16K / 64K with the writer at D = 128, 0.83x / 0.84x
-  // at D = 64 (bench/NOTES.md, 2026-12-06).
+  // at D = 64 (bench/NOTES.md, 2026-12-06: one tile, row-wise reductions); two tiles and tensor
+  // reductions took a further 3-8% off forward+backward at D = 128 (2026-12-07). D = 64 would need
+  // 40 bytes more shared memory than a block has for two tiles of 128 query rows.
   static constexpr bool kDqWriter = D == 128;
   static constexpr int BN = 128;                // keys per CTA, 64 per consumer warpgroup
   static constexpr int kConsumerWarps = 8;
@@ -68,6 +72,7 @@ struct BwdShape {
                 "setmaxnreg needs no more registers than the block has at launch");
   static constexpr bool kSplitN = BM == 64;  // dQ: the warpgroups split its columns (else its queries)
   static constexpr uint32_t kKVBytes = BN * D * 2;    // K or V
+  static constexpr uint32_t kDQBytes = BM * D * 4;    // one f32 dQ tile (kDqWriter)
   static constexpr uint32_t kQBytes = BM * D * 2;     // one Q or dO tile
   static constexpr uint32_t kRowBytes = BM * 4;       // lse2 or delta of one tile
   static constexpr uint32_t kDSBytes = BN * BM * 2;   // dS^T [BN][BM] 16-bit
@@ -75,15 +80,19 @@ struct BwdShape {
   static constexpr uint32_t kV = kKVBytes;
   static constexpr uint32_t kStage0 = 2 * kKVBytes;            // [STAGES] x {Q, dO}
   static constexpr uint32_t kDS = kStage0 + STAGES * 2 * kQBytes;  // [2] dS^T buffers
-  static constexpr uint32_t kStats = kDS + 2 * kDSBytes;       // [STAGES] x {lse2, delta}
-  // kDqWriter: dQ of a step as f32 [BM][D + 8] (8 floats of padding: the rows' float2 stores hit distinct
-  // banks), read by the dQ writer warp's bulk reductions.
-  static constexpr uint32_t kDQRow = (D + 8) * 4;
-  static constexpr uint32_t kDQ = kStats + STAGES * 2 * kRowBytes;
-  static constexpr uint32_t kBar = (kDQ + (kDqWriter ? BM * kDQRow : 0) + 15) / 16 * 16;
+  // kDqWriter: [2] dQ tiles of a step, f32, each D / 32 boxes of BM rows x 128 bytes (32 columns), 16-byte
+  // chunk k of row r at chunk k ^ (r & 7) (the tensor map's 128-byte swizzle: the consumers' float2
+  // stores hit distinct banks), read by the writer warp's bulk tensor reductions.
+  static constexpr uint32_t kDQ = kDS + 2 * kDSBytes;
+  static constexpr uint32_t kStats = kDQ + (kDqWriter ? 2 * kDQBytes : 0);  // [STAGES] x {lse2, delta}
+  static constexpr uint32_t kBar = (kStats + STAGES * 2 * kRowBytes + 15) / 16 * 16;
   // + 1024: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel.
   static constexpr uint32_t kSmem = 1024 + kBar + 8 * (2 * STAGES + 1);
+  static_assert(kSmem <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
+// Named barriers of the kernel (0 is __syncthreads): both warpgroups' dS^T in; dQ tile b written by
+// the consumers (kBarDqFull + b) and read by the writer's reductions (kBarDqEmpty + b).
+constexpr int kBarDS = 1, kBarDqFull = 2, kBarDqEmpty = 4;
 
 // ---- helpers the forward does not have ----------------------------------------------------
 // 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared,
@@ -101,7 +110,20 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, ui
                "r"(src), "r"(bytes)
                : "memory");
 }
+// global box (c0, c1, c2) of a 3-D f32 tensor map += shared[src ..) (the box, laid out as the map's
+// swizzle says), asynchronously: a bulk async-group of this thread.
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until all but this thread's newest bulk group have read their shared memory.
+__device__ __forceinline__ void bulk_wait_read_all_but_newest() {
+  asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+}
 // Until this thread's bulk groups have read their shared memory (.read) / are complete.
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
@@ -165,7 +187,7 @@ template <Elem E, int D, int STAGES>
 __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                     const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                    const BwdParams p, const int4* __restrict__ q_stats, const int4* __restrict__ k_stats) {
+                    const __grid_constant__ CUtensorMap tm_dq, const BwdParams p, const int4* __restrict__ q_stats, const int4* __restrict__ k_stats) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = BwdShape<D, STAGES>;
   constexpr bool DQW = S::kDqWriter;
@@ -217,23 +239,25 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     if constexpr (DQW) {
       if (warp == NCW + 1) {  // ---- the dQ writer: per step, dq_acc rows += the shared dQ tile
         int gi = 0;
-        while (i < nqt) {
-          const int h = hk * G + gi;
-          named_bar_sync(2, NCW * 32 + 32);  // the consumers' dQ is in shared memory
-          const int rows = min(BM, p.Tq - i * BM);
-          for (int r = lane; r < rows; r += 32)
-            bulk_reduce_add_f32(p.dq_acc + (static_cast<int64_t>(i * BM + r) * p.H + h) * D,
-                                base + S::kDQ + r * S::kDQRow, D * 4);
-          bulk_commit();
-          bulk_wait_read();
+        for (int it = 0; i < nqt; ++it) {
+          const int h = hk * G + gi, b = it & 1;
+          named_bar_sync(kBarDqFull + b, NCW * 32 + 32);  // the consumers' dQ is in tile b
+          if (lane == 0) {
+#pragma unroll
+            for (int c = 0; c < D / 32; ++c)
+              tma_reduce_add_3d(&tm_dq, base + S::kDQ + b * S::kDQBytes + c * BM * 128, c * 32, h, i * BM);
+            bulk_commit();
+            bulk_wait_read_all_but_newest();  // the last step's tile has been read
+          }
           __syncwarp();
           if (++gi == G) {
             gi = 0;
             i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, p.window, lane);
           }
-          if (i < nqt) named_bar_arrive(3, NCW * 32 + 32);  // the tile may be written again
+          // The consumers write the last step's tile again in the next step (when there is one).
+          if (it >= 1 && i < nqt) named_bar_arrive(kBarDqEmpty + ((it - 1) & 1), NCW * 32 + 32);
         }
-        bulk_wait_all();
+        if (lane == 0) bulk_wait_all();
         return;
       }
     }
@@ -410,7 +434,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     // from the dS^T tile (MN-major: 64 queries = one 128-byte row per key, the query halves BN*128
     // bytes apart), B = K (MN-major: columns in 64-wide halves BN*128 bytes apart).
     fence_proxy_async();  // this thread's dS^T stores are visible to the wgmma
-    named_bar_sync(1, NCW * 32);  // both warpgroups' dS^T are in
+    named_bar_sync(kBarDS, NCW * 32);  // both warpgroups' dS^T are in
     float dq[32];
     wgmma_fence();
 #pragma unroll
@@ -430,20 +454,24 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s (Q_i, dO_i, lse2, delta)
 
     if constexpr (DQW) {
-      // dQ -> the shared tile (once the writer has read the last one), for the writer warp.
-      if (it > 0) named_bar_sync(3, NCW * 32 + 32);
+      // dQ -> shared tile buf (once the writer has read it, two steps ago), for the writer warp: row 16w + g + 8hr
+      // (of the warpgroup's 64 queries when they split the queries), column col0 + 8n + 2t, swizzled.
+      if (it >= 2) named_bar_sync(kBarDqEmpty + buf, NCW * 32 + 32);
       const int col0 = S::kSplitN ? wg * 64 : 0;
-      const uint32_t row0 = base + S::kDQ + ((S::kSplitN ? 0 : wg * 64) + 16 * w + g) * S::kDQRow;
+      const uint32_t tile = base + S::kDQ + buf * S::kDQBytes;
 #pragma unroll
       for (int n = 0; n < 8; ++n)
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(row0 + hr * 8 * S::kDQRow +
-                                                                   (col0 + 8 * n + 2 * t) * 4),
-                       "f"(dq[4 * n + 2 * hr]), "f"(dq[4 * n + 2 * hr + 1])
+        for (int hr = 0; hr < 2; ++hr) {
+          const int row = (S::kSplitN ? 0 : wg * 64) + 16 * w + g + 8 * hr, col = col0 + 8 * n + 2 * t;
+          const uint32_t addr = tile + (col >> 5) * (BM * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) +
+                                (col & 3) * 4;
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * n + 2 * hr]),
+                       "f"(dq[4 * n + 2 * hr + 1])
                        : "memory");
+        }
       fence_proxy_async();  // visible to the bulk reductions
-      named_bar_arrive(2, NCW * 32 + 32);
+      named_bar_arrive(kBarDqFull + buf, NCW * 32 + 32);
     } else {
       // dq_acc += dQ: lanes t and t^1 swap halves so that each adds 4 consecutive columns of one row
       // (even t: row 16w + g, odd t: row 16w + g + 8; columns 8n + 2(t & ~1) ..+3).

@@ -45,4 +45,19 @@ CUtensorMap token_tensor_map(const uint16_t* ptr, Elem elem, int64_t T, int head
   return m;
 }
 
+CUtensorMap f32_token_tensor_map(float* ptr, int64_t T, int heads, int D, int rows, const char* name) {
+  CUtensorMap m{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(T)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(D) * 4, static_cast<cuuint64_t>(heads) * D * 4};
+  const cuuint32_t box[3] = {32, 1, static_cast<cuuint32_t>(rows)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box, elem_strides,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SEQPAR_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for {} [{}, {}, {}] f32 (CUresult {})", name, T, heads,
+               D, static_cast<int>(r));
+  return m;
+}
+
 }  // namespace seqpar::cuda_attn

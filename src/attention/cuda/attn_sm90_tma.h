@@ -15,5 +15,8 @@ namespace seqpar::cuda_attn {
 // D, heads, T), read in boxes of 64 columns x 1 head x `rows` tokens into 128-byte-swizzled shared memory; rows past T
 // arrive as zeros. `name` is for the error message.
 CUtensorMap token_tensor_map(const uint16_t* ptr, Elem elem, int64_t T, int heads, int D, int rows, const char* name);
+// An f32 tensor [T, heads, D] likewise, in boxes of 32 columns (128 bytes) x 1 head x `rows` tokens of 128-byte-swizzled
+// shared memory, for bulk tensor reductions into it (rows past T are not written).
+CUtensorMap f32_token_tensor_map(float* ptr, int64_t T, int heads, int D, int rows, const char* name);
 
 }  // namespace seqpar::cuda_attn
