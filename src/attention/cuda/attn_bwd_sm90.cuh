@@ -363,8 +363,8 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       const float2 lq = *reinterpret_cast<const float2*>(L + 8 * n + 2 * t);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        st[4 * n + 2 * hr] = fast_exp2(fmaf(st[4 * n + 2 * hr], sl2, -lq.x));
-        st[4 * n + 2 * hr + 1] = fast_exp2(fmaf(st[4 * n + 2 * hr + 1], sl2, -lq.y));
+        st[4 * n + 2 * hr] = softmax_exp2<SEQPAR_SM90_BWD_POLY_EXP2_OF_4>(n, fmaf(st[4 * n + 2 * hr], sl2, -lq.x));
+        st[4 * n + 2 * hr + 1] = softmax_exp2<SEQPAR_SM90_BWD_POLY_EXP2_OF_4>(n, fmaf(st[4 * n + 2 * hr + 1], sl2, -lq.y));
       }
     }
     if (cls == kPartial) {
