@@ -1,28 +1,37 @@
 #!/bin/bash
 # For the next GPU call (written in the twenty-third session, not run): a share of the sm_90 kernels' softmax
 # exponentials on the FMA pipe (attention/cuda/exp2_poly.h, FlashAttention-4's software exp2) instead of
-# MUFU.EX2, which ncu found under 20% of the D = 64 forward's warp samples (call 8). Three builds: the default
-# (MUFU only) and SEQPAR_SM90_{FWD,BWD}_POLY_EXP2_OF_4 = 1 and 2 (of every 4 8-column blocks). The attention
-# tests under share 2, then fwd and fwd_bwd of each build beside cuDNN, D = 64 and 128. About 330 s.
+# MUFU.EX2, which ncu found under 20% of the D = 64 forward's warp samples (call 8); and the backward's dQ writer
+# (two tiles, bulk tensor reductions: 3-8% at D = 128 in call 9) at D = 64 too. Four builds: the default (MUFU
+# only, vector atomics at D = 64), SEQPAR_SM90_{FWD,BWD}_POLY_EXP2_OF_4 = 1 and 2 (of every 4 8-column blocks),
+# and SEQPAR_SM90_BWD_DQ_WRITER_D64=1. The attention tests under the last two, then fwd and fwd_bwd of each
+# build beside cuDNN, D = 64 and 128. About 450 s.
 #   bash bench/gpu_calls/2026-12-07_s23_poly_exp2.sh OUT_DIR
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
 build_gpu $OUT seqpar
 u=$PWD/.devtmp/utf8proc
-for k in 1 2; do
-  (cmake -S . -B build-poly$k -G Ninja -DSEQPAR_CUDA=ON -DSEQPAR_DIAG=OFF -DCMAKE_BUILD_TYPE=Release \
-    "-DCMAKE_CUDA_FLAGS=-DSEQPAR_SM90_FWD_POLY_EXP2_OF_4=$k -DSEQPAR_SM90_BWD_POLY_EXP2_OF_4=$k" \
-    -DUTF8PROC_INCLUDE_DIR=$u -DUTF8PROC_LIBRARY=$u/libutf8proc.a &&
-    cmake --build build-poly$k -j 16 --target seqpar $([ $k = 2 ] && echo test_cuda)) > $OUT/build_poly$k.log 2>&1 &&
-    echo "poly$k build ok $SECONDS s" || { echo "POLY$k BUILD FAILED"; grep error $OUT/build_poly$k.log | head; }
+flags() {
+  case $1 in poly1) echo "-DSEQPAR_SM90_FWD_POLY_EXP2_OF_4=1 -DSEQPAR_SM90_BWD_POLY_EXP2_OF_4=1" ;;
+    poly2) echo "-DSEQPAR_SM90_FWD_POLY_EXP2_OF_4=2 -DSEQPAR_SM90_BWD_POLY_EXP2_OF_4=2" ;;
+    dqw64) echo "-DSEQPAR_SM90_BWD_DQ_WRITER_D64=1" ;; esac
+}
+for v in poly1 poly2 dqw64; do
+  (cmake -S . -B build-$v -G Ninja -DSEQPAR_CUDA=ON -DSEQPAR_DIAG=OFF -DCMAKE_BUILD_TYPE=Release \
+    "-DCMAKE_CUDA_FLAGS=$(flags $v)" -DUTF8PROC_INCLUDE_DIR=$u -DUTF8PROC_LIBRARY=$u/libutf8proc.a &&
+    cmake --build build-$v -j 16 --target seqpar $([ $v != poly1 ] && echo test_cuda)) > $OUT/build_$v.log 2>&1 &&
+    echo "$v build ok $SECONDS s" || { echo "$v BUILD FAILED"; grep error $OUT/build_$v.log | head; }
 done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-timeout 120 build-poly2/test_cuda --gtest_filter='CudaAttention*:CudnnAttention*:CudaSpAttention*' > $OUT/tests.log 2>&1
-echo "tests (share 2) rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $OUT/tests.log | head -5
+for v in poly2 dqw64; do
+  timeout 100 build-$v/test_cuda --gtest_filter='CudaAttention*:CudnnAttention*:CudaSpAttention*' > $OUT/tests_$v.log 2>&1
+  echo "tests $v rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests_$v.log | tr '\n' ' ')"
+  grep -E "FAILED|Failure" $OUT/tests_$v.log | head -5
+done
 for d in 64 128; do
   for pass in fwd fwd_bwd; do
-    for bin in cudnn $B build-poly1 build-poly2; do
+    for bin in cudnn $B build-poly1 build-poly2 build-dqw64; do
       case $bin in cudnn) cmd="$B/seqpar bench attention --backend cudnn" ;; *) cmd="$bin/seqpar bench attention --backend flash" ;; esac
       $cmd --seq-lens 16384,65536 --passes $pass --heads 32 --kv-heads 8 --head-dims $d --warmup 2 --iters 5 2>&1 |
         grep -o '"S": *[0-9]*\|"ms": *[0-9.]*\|"tflops": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$d $pass $bin: |"; echo

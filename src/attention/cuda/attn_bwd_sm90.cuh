@@ -47,6 +47,12 @@ namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
 
+// The dQ writer at D = 64 too (two dQ tiles of 128 query rows): 0 unless a measurement build defines it
+// (bench/gpu_calls/2026-12-07_s23_poly_exp2.sh).
+#ifndef SEQPAR_SM90_BWD_DQ_WRITER_D64
+#define SEQPAR_SM90_BWD_DQ_WRITER_D64 0
+#endif
+
 // Queries per step: 64 at D = 128, 128 at D = 64 (the registers allow it there, and a step of 64
 // queries does too little matrix work per synchronisation).
 constexpr int bwd_sm90_bm_of(int D) { return D == 64 ? 128 : 64; }
@@ -59,7 +65,7 @@ struct BwdShape {
   // at D = 64 (bench/NOTES.md, 2026-12-06: one tile, row-wise reductions); two tiles and tensor
   // reductions took a further 3-8% off forward+backward at D = 128 (2026-12-07). D = 64 would need
   // 40 bytes more shared memory than a block has for two tiles of 128 query rows.
-  static constexpr bool kDqWriter = D == 128;
+  static constexpr bool kDqWriter = D == 128 || SEQPAR_SM90_BWD_DQ_WRITER_D64;
   static constexpr int BN = 128;                // keys per CTA, 64 per consumer warpgroup
   static constexpr int kConsumerWarps = 8;
   // A whole producer warpgroup (ptxas budgets registers per warpgroup anyway) that hands its
@@ -86,8 +92,11 @@ struct BwdShape {
   static constexpr uint32_t kDQ = kDS + 2 * kDSBytes;
   static constexpr uint32_t kStats = kDQ + (kDqWriter ? 2 * kDQBytes : 0);  // [STAGES] x {lse2, delta}
   static constexpr uint32_t kBar = (kStats + STAGES * 2 * kRowBytes + 15) / 16 * 16;
-  // + 1024: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel.
-  static constexpr uint32_t kSmem = 1024 + kBar + 8 * (2 * STAGES + 1);
+  static constexpr uint32_t kEnd = kBar + 8 * (2 * STAGES + 1);
+  // + 1024 where it fits: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel. Where it
+  // does not (two dQ tiles at D = 64: 40 bytes short) the base must be 1024-aligned already; the kernel traps if not.
+  static constexpr uint32_t kSlack = kEnd + 1024 <= 232448 ? 1024 : 0;
+  static constexpr uint32_t kSmem = kSlack + kEnd;
   static_assert(kSmem <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
 // Named barriers of the kernel (0 is __syncthreads): both warpgroups' dS^T in; dQ tile b written by
@@ -200,6 +209,9 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
+  if constexpr (S::kSlack == 0) {
+    if (base != raw) __trap();  // no room to align (BwdShape::kSlack)
+  }
   const uint8_t* base_ptr = smem_raw + (base - raw);
   const uint32_t sK = base + S::kK, sV = base + S::kV;
   auto sQ = [&](int s) { return base + S::kStage0 + 2u * s * S::kQBytes; };
