@@ -29,12 +29,16 @@ for v in poly2 dqw64; do
   echo "tests $v rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests_$v.log | tr '\n' ' ')"
   grep -E "FAILED|Failure" $OUT/tests_$v.log | head -5
 done
-for d in 64 128; do
-  for pass in fwd fwd_bwd; do
+# H / Hkv / D / passes: Llama-3.2-1B's and -3B's heads, then Qwen2.5-1.5B's (GQA 6: cuDNN's backward computes
+# dK and dV per query head and sums them afterwards, seqpar's per KV head) and Qwen3-1.7B's, forward+backward only.
+for shape in 32:8:64:fwd,fwd_bwd 32:8:128:fwd,fwd_bwd 12:2:128:fwd_bwd 16:8:128:fwd_bwd; do
+  IFS=: read h kv d passes <<< "$shape"
+  for pass in ${passes//,/ }; do
     for bin in cudnn $B build-poly1 build-poly2 build-dqw64; do
+      [ $bin = build-dqw64 ] && { [ $d = 64 ] && [ $pass = fwd_bwd ] || continue; }
       case $bin in cudnn) cmd="$B/seqpar bench attention --backend cudnn" ;; *) cmd="$bin/seqpar bench attention --backend flash" ;; esac
-      $cmd --seq-lens 16384,65536 --passes $pass --heads 32 --kv-heads 8 --head-dims $d --warmup 2 --iters 5 2>&1 |
-        grep -o '"S": *[0-9]*\|"ms": *[0-9.]*\|"tflops": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$d $pass $bin: |"; echo
+      $cmd --seq-lens 16384,65536 --passes $pass --heads $h --kv-heads $kv --head-dims $d --warmup 2 --iters 5 2>&1 |
+        grep -o '"S": *[0-9]*\|"ms": *[0-9.]*\|"tflops": *[0-9.]*' | tr '\n' ' ' | sed "s|^|H=$h/$kv D=$d $pass $bin: |"; echo
     done
   done
 done
