@@ -111,14 +111,6 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
                : "memory");
 }
-// global[dst .. dst + bytes) += shared[src ..) as f32, asynchronously (a bulk async-group of this
-// thread); bytes a multiple of 16, both addresses 16-byte aligned.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                   reinterpret_cast<uint64_t>(dst)),
-               "r"(src), "r"(bytes)
-               : "memory");
-}
 // global box (c0, c1, c2) of a 3-D f32 tensor map += shared[src ..) (the box, laid out as the map's
 // swizzle says), asynchronously: a bulk async-group of this thread.
 __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
@@ -133,8 +125,7 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read_all_but_newest() {
   asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
 }
-// Until this thread's bulk groups have read their shared memory (.read) / are complete.
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// Until this thread's bulk groups are complete.
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // Makes this thread's generic-proxy shared-memory stores visible to the async proxy (wgmma).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -196,7 +187,8 @@ template <Elem E, int D, int STAGES>
 __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                     const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                    const __grid_constant__ CUtensorMap tm_dq, const BwdParams p, const int4* __restrict__ q_stats, const int4* __restrict__ k_stats) {
+                    const __grid_constant__ CUtensorMap tm_dq, const BwdParams p, const int4* __restrict__ q_stats,
+                    const int4* __restrict__ k_stats) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = BwdShape<D, STAGES>;
   constexpr bool DQW = S::kDqWriter;
