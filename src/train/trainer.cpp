@@ -733,7 +733,8 @@ Trainer::StepOutcome Trainer::step(TrainStep& rank, bool leader, int64_t step, b
   StepOutcome o;
   o.stop = agreed[2] != 0;
   // Never an update from NaN or inf; the update unscales with the scale the backward used.
-  // The offloaded optimizer's host step overlaps the next step's forward, except at the last step
+  // The optimizer's step overlaps the next step's forward (offloaded: on a host thread; on the device: on a
+  // stream of its own), except at the last step
   // (which waits for its own: its time counts it, and the weights are final when it returns).
   if (!bad_loss && !bad_grads) rank.apply_update(lr_at(cfg_, step), norm, /*overlap=*/step < s_->last_step);
   LossScaler& scaler = rank.loss_scaler();

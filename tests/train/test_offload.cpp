@@ -133,6 +133,9 @@ TEST(Offload, OffloadAndStage3TrainAsStage0) {
 }
 
 TEST(Offload, OverlappedStepIsTheBlockingStep) { testing::expect_overlapped_step_is_step_flat(Device::cpu()); }
+TEST(Offload, OverlappedDeviceStepIsTheBlockingStep) {
+  testing::expect_overlapped_step_is_step_flat(Device::cpu(), /*host=*/false);
+}
 
 // The GPT family (gpt2: the position embedding and the final norm's bias among the edges, biases and
 // LayerNorm biases in every layer, no gate) trains the same under every lever as at stage 0; the
