@@ -122,7 +122,6 @@ void run(PlanArgs& a) {
     std::fputs(format_memory_plan(in, p, device_capacity, host_capacity).c_str(), stdout);
     return;
   }
-  const int64_t host_start = p.host_bytes + p.host_setup_bytes + p.host_process_bytes;
   nlohmann::ordered_json j = {{"seq_len", in.seq_len},
                               {"tokens_per_rank", p.tokens_per_rank},
                               {"kept_bytes_per_token_layer", p.kept_per_token_layer},
@@ -140,8 +139,8 @@ void run(PlanArgs& a) {
                               {"host_pinned_bytes", p.host_pinned_bytes},
                               {"host_capacity_bytes", host_capacity},
                               // While the ranks start: the initial weights' copy and the process beside it.
-                              {"host_start_bytes", host_start},
-                              {"host_fits", host_capacity <= 0 || host_start <= host_capacity},
+                              {"host_start_bytes", p.host_start_bytes()},
+                              {"host_fits", host_capacity <= 0 || p.host_start_bytes() <= host_capacity},
                               {"zero_stage", in.memory.zero_stage},
                               {"offload_optimizer", offload_device_name(in.memory.offload_optimizer)},
                               {"offload_param", offload_device_name(in.memory.offload_param)},

@@ -591,7 +591,7 @@ namespace {
 // they start; a run without host memory is not checked).
 bool host_fits(const MemoryPlan& p, int64_t host_capacity_bytes) {
   return host_capacity_bytes <= 0 || p.host_bytes == 0 ||
-         p.host_bytes + p.host_setup_bytes + p.host_process_bytes <= host_capacity_bytes;
+         p.host_start_bytes() <= host_capacity_bytes;
 }
 
 // A placement of L layers' inputs with n_h in host memory and n_r recomputed: the kept inputs (the
@@ -847,12 +847,12 @@ std::string format_memory_plan(const MemoryPlanInput& in, const MemoryPlan& p, i
                        ? fmt::format(", plus the process itself (CUDA runtime and libraries) {}", gib(p.host_process_bytes))
                        : std::string(),
                    in.cuda ? (in.fp16 ? "fp16" : "bf16") : "f32",
-                   gib(p.host_bytes + p.host_setup_bytes + p.host_process_bytes));
+                   gib(p.host_start_bytes()));
   // The verdict is on the figure printed, the initial weights' copy included (host_fits' rule); `seqpar train`
   // checks it only for a run that keeps something in host memory (check_host_memory).
   if (host_capacity_bytes > 0)
     s += fmt::format(" of {} ({})", gib(host_capacity_bytes),
-                     p.host_bytes + p.host_setup_bytes + p.host_process_bytes <= host_capacity_bytes ? "fits"
+                     p.host_start_bytes() <= host_capacity_bytes ? "fits"
                      : p.host_bytes > 0 ? "does NOT fit: fewer offloaded levers or more host memory"
                                         : "does NOT fit while the ranks start, the initial weights' copy: more host "
                                           "memory or fewer GPUs of the host; `seqpar train` checks host memory only "

@@ -85,6 +85,9 @@ struct MemoryPlan {
   // and the binary (resident beside the planned buffers: 0.65-0.75 GiB on the H200 machine,
   // bench/NOTES.md 2026-12-04; the plan counts 0.7 GiB). check_host_memory counts it once.
   int64_t host_process_bytes = 0;
+  // One rank's host memory with the process's while the ranks start: the figure the plan prints and
+  // judges (`seqpar train` checks ranks × host_bytes + the rest, check_host_memory).
+  int64_t host_start_bytes() const { return host_bytes + host_setup_bytes + host_process_bytes; }
 };
 
 // The machine's MemAvailable from /proc/meminfo (bytes; 0 when it cannot be read), and MemTotal.

@@ -20,23 +20,13 @@
 
 namespace seqpar::cuda_attn {
 
-SEQPAR_HD int32_t exp2_poly_bits(float v) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_int(v);
-#else
-  int32_t b;
-  std::memcpy(&b, &v, 4);
-  return b;
-#endif
-}
-SEQPAR_HD float exp2_poly_float(int32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __int_as_float(b);
-#else
-  float v;
-  std::memcpy(&v, &b, 4);
-  return v;
-#endif
+// The bits of v as a To of the same size (memcpy: a register move on the device, std::bit_cast's rule).
+template <typename To, typename From>
+SEQPAR_HD To exp2_poly_bit_cast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "the same size");
+  To r;
+  std::memcpy(&r, &v, sizeof(To));
+  return r;
 }
 
 // About 10 issue slots a value (3 FADD, 3 FFMA, a shift and an add, the final compare and select) against MUFU.EX2's
@@ -49,8 +39,7 @@ SEQPAR_HD float exp2_poly(float x) {
   const float f = x - (t - kRound);
   const float p = fmaf(fmaf(fmaf(0.05517052f, f, 0.24260831f), f, 0.69326091f), f, 0.99992824f);
   // t's low 9 bits are round(x) (two's complement, above the 0x400000 of the 1.5): shifted into the exponent field.
-  const float r = exp2_poly_float(static_cast<int32_t>(static_cast<uint32_t>(exp2_poly_bits(p)) +
-                                                      (static_cast<uint32_t>(exp2_poly_bits(t)) << 23)));
+  const float r = exp2_poly_bit_cast<float>(exp2_poly_bit_cast<uint32_t>(p) + (exp2_poly_bit_cast<uint32_t>(t) << 23));
   return x < -125.f ? 0.f : r;
 }
 
