@@ -8,11 +8,7 @@ set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
 build_gpu $OUT seqpar test_cuda
-u=$PWD/.devtmp/utf8proc
-(cmake -S .devtmp/base_s23 -B build-base -G Ninja -DSEQPAR_CUDA=ON -DSEQPAR_TESTS=OFF -DSEQPAR_DIAG=OFF \
-  -DCMAKE_BUILD_TYPE=Release -DUTF8PROC_INCLUDE_DIR=$u -DUTF8PROC_LIBRARY=$u/libutf8proc.a &&
-  cmake --build build-base -j 16 --target seqpar) > $OUT/build_base.log 2>&1 && echo "base build ok $SECONDS s" ||
-  { echo "BASE BUILD FAILED"; grep error $OUT/build_base.log | head; }
+build_other base .devtmp/base_s23 "" seqpar  # (.devtmp/base_s23: removed once this call had run)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 run_tests 150 'CudaAttention*:CudnnAttention*:CudaSpAttention*'
 A="--seq-lens 16384,65536 --passes fwd_bwd --warmup 2 --iters 5"

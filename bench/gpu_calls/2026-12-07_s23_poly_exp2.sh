@@ -11,17 +11,13 @@ set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
 build_gpu $OUT seqpar
-u=$PWD/.devtmp/utf8proc
 flags() {
   case $1 in poly1) echo "-DSEQPAR_SM90_FWD_POLY_EXP2_OF_4=1 -DSEQPAR_SM90_BWD_POLY_EXP2_OF_4=1" ;;
     poly2) echo "-DSEQPAR_SM90_FWD_POLY_EXP2_OF_4=2 -DSEQPAR_SM90_BWD_POLY_EXP2_OF_4=2" ;;
     dqw64) echo "-DSEQPAR_SM90_BWD_DQ_WRITER_D64=1" ;; esac
 }
 for v in poly1 poly2 dqw64; do
-  (cmake -S . -B build-$v -G Ninja -DSEQPAR_CUDA=ON -DSEQPAR_DIAG=OFF -DCMAKE_BUILD_TYPE=Release \
-    "-DCMAKE_CUDA_FLAGS=$(flags $v)" -DUTF8PROC_INCLUDE_DIR=$u -DUTF8PROC_LIBRARY=$u/libutf8proc.a &&
-    cmake --build build-$v -j 16 --target seqpar $([ $v != poly1 ] && echo test_cuda)) > $OUT/build_$v.log 2>&1 &&
-    echo "$v build ok $SECONDS s" || { echo "$v BUILD FAILED"; grep error $OUT/build_$v.log | head; }
+  build_other $v . "$(flags $v)" seqpar $([ $v != poly1 ] && echo test_cuda)
 done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for v in poly2 dqw64; do

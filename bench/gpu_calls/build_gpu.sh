@@ -11,6 +11,20 @@ build_gpu() {
       -DUTF8PROC_LIBRARY=$u/libutf8proc.a && cmake --build $B -j 16 --target "$@"; } > $out/build.log 2>&1 \
     && echo "build ok $SECONDS s" || { echo "BUILD FAILED"; grep -E "error" $out/build.log | head -30; exit 1; }
 }
+# build_other NAME SRC CUDA_FLAGS TARGET...: a second build beside $B, of the source tree SRC (`.` or a `git
+# archive` of an earlier commit under .devtmp) with extra CUDA_FLAGS (compile definitions of a measurement
+# build, or ""), into build-NAME (no tests unless a TARGET asks for them, no seqpar-diag), logging to
+# OUT/build_NAME.log; says "NAME build ok" with the seconds, or prints the errors (the script goes on).
+build_other() {
+  local name=$1 src=$2 flags=$3
+  shift 3
+  local u=$PWD/.devtmp/utf8proc tests=OFF
+  [[ " $* " == *" test_cuda "* ]] && tests=ON
+  { cmake -S $src -B build-$name -G Ninja -DSEQPAR_CUDA=ON -DSEQPAR_TESTS=$tests -DSEQPAR_DIAG=OFF \
+      -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_FLAGS=$flags" -DUTF8PROC_INCLUDE_DIR=$u \
+      -DUTF8PROC_LIBRARY=$u/libutf8proc.a && cmake --build build-$name -j 16 --target "$@"; } > $OUT/build_$name.log 2>&1 \
+    && echo "$name build ok $SECONDS s" || { echo "$name BUILD FAILED"; grep -E "error" $OUT/build_$name.log | head; }
+}
 # peer_env OUT: installs the carried peer wheels (.devtmp/whl: DeepSpeed, liger-kernel, hjson, pydantic)
 # into /tmp/site and puts them on the path of the python3 the peers run under.
 peer_env() {
