@@ -79,6 +79,11 @@ struct LlamaParams {
   // models); total elements.
   struct FlatLayout {
     int64_t layers = 0, layer_elems = 0, final_norm = 0, lm_head = 0, total = 0;
+    // Where the forward's part ends in the buffer: part -1 what precedes the layers (the embedding),
+    // part l < num_layers decoder layer l, any later part the rest (the whole buffer).
+    int64_t part_end(int64_t part, int64_t num_layers) const {
+      return part < 0 ? layers : part < num_layers ? layers + (part + 1) * layer_elems : total;
+    }
   };
   static FlatLayout flat_layout(const LlamaConfig& config);
   Tensor flat;  // defined when allocated as one buffer

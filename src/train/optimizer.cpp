@@ -179,11 +179,11 @@ float AdamW::step_device_overlapped(const FlatRef& grads, const FlatRef& out, do
   ++step_;
   const float clip = clip_coefficient(total_norm, config_.clip);
   const float coef = clip * grad_unscale;
-  // The parts in the forward's order: what precedes the layers (the embedding), each layer, the rest.
+  // The parts in the forward's order (the weights gate's, FlatLayout::part_end): what precedes the layers
+  // (the embedding), each layer, the rest.
   const LlamaParams::FlatLayout at = LlamaParams::flat_layout(model_config_);
-  std::vector<int64_t> ends{at.layers};
-  for (int64_t l = 1; l <= model_config_.num_layers; ++l) ends.push_back(at.layers + l * at.layer_elems);
-  ends.push_back(at.total);
+  std::vector<int64_t> ends;
+  for (int64_t part = -1; part <= model_config_.num_layers; ++part) ends.push_back(at.part_end(part, model_config_.num_layers));
   const auto [first, last] = place_.layout.piece(0);
   auto run_parts = [&](const std::function<void()>& part_done) {
     int64_t lo = first;

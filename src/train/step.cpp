@@ -98,7 +98,7 @@ TrainStep::TrainStep(Communicator& world, const MeshShape& shape, Device device,
   if (!stage3 && !sharded) {
     const LlamaParams::FlatLayout at = LlamaParams::flat_layout(mc);
     model_.set_weights_gate([this, at, layers = mc.num_layers](int64_t part) {
-      adamw_->wait_weights(part < 0 ? at.layers : part < layers ? at.layers + (part + 1) * at.layer_elems : at.total);
+      adamw_->wait_weights(at.part_end(part, layers));
     });
   }
   // The attention kernels of this run: the process's policy, with attn_implementation's backend on
