@@ -182,8 +182,9 @@ float AdamW::step_device_overlapped(const FlatRef& grads, const FlatRef& out, do
   // The parts in the forward's order (the weights gate's, FlatLayout::part_end): what precedes the layers
   // (the embedding), each layer, the rest.
   const LlamaParams::FlatLayout at = LlamaParams::flat_layout(model_config_);
+  const int64_t layers = model_config_.num_layers;
   std::vector<int64_t> ends;
-  for (int64_t part = -1; part <= model_config_.num_layers; ++part) ends.push_back(at.part_end(part, model_config_.num_layers));
+  for (int64_t part = -1; part <= layers; ++part) ends.push_back(at.part_end(part, layers));
   const auto [first, last] = place_.layout.piece(0);
   auto run_parts = [&](const std::function<void()>& part_done) {
     int64_t lo = first;
