@@ -101,6 +101,7 @@ void set_current_device(Device device) {
                device.str());
 }
 void synchronize_device(Device device) { set_current_device(device); }
+void synchronize_current_stream(Device device) { set_current_device(device); }
 int64_t device_total_bytes(Device device) {
   set_current_device(device);
   return 0;

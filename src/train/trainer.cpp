@@ -746,7 +746,13 @@ Trainer::StepOutcome Trainer::step(TrainStep& rank, bool leader, int64_t step, b
     o.scale.scale_before = o.scale.scale_after = scaler.scale();
     o.nonfinite = bad_loss || bad_grads;
   }
-  if (cfg_.logging.time_steps || cfg_.logging.profile) synchronize_device(rank.device());
+  // A timed step ends when its own stream is done: the device update overlapping the next forward
+  // counts in the next step, as far as it delays it (the profile waits for every stream).
+  if (cfg_.logging.profile) {
+    synchronize_device(rank.device());
+  } else if (cfg_.logging.time_steps) {
+    synchronize_current_stream(rank.device());
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
   if (profiled) set_thread_profiling(false);  // evaluation and checkpoints are not the step
   if (leader) record_step(rank.device(), step, secs, loss, norm, profiled, o);

@@ -114,6 +114,14 @@ void synchronize_device(Device device) {
   SEQPAR_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void synchronize_current_stream(Device device) {
+  if (!device.is_cuda()) return;
+  int current = 0;
+  SEQPAR_CUDA_CHECK(cudaGetDevice(&current));
+  SEQPAR_CHECK_EQ(current, device.index, "synchronize_current_stream: the calling thread's current GPU");
+  SEQPAR_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+}
+
 int64_t device_total_bytes(Device device) {
   if (!device.is_cuda()) return 0;
   set_current_device(device);
