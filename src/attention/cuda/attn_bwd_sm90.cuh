@@ -17,8 +17,7 @@
 //   dK  += dS^T Q_i        the A register layout), B = dO_i / Q_i MN-major (transpose bit)
 //   dS^T -> shared memory (E, 128-byte swizzle), a named barrier (both warpgroups' dS^T), then
 //   dQ_i += dS K           wgmma m64n64k16 over the 128 keys with A = dS (MN-major from dS^T) and B = K
-//                          (MN-major), added to dq_acc with f32 vector atomics (red.global.add.v4.f32),
-//                          or with BwdShape::kDqWriter (D = 128) staged as f32 in one of two
+//                          (MN-major), staged as f32 in one of two
 //                          shared tiles (128-byte swizzled boxes of 32 columns) and added by a
 //                          writer warp of the producer warpgroup, D / 32 bulk tensor reductions
 //                          (cp.reduce.async.bulk.tensor .add) per step; with two tiles the
@@ -47,12 +46,6 @@ namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
 
-// The dQ writer at D = 64 too (two dQ tiles of 128 query rows): 0 unless a measurement build defines it
-// (bench/gpu_calls/2026-12-07_s23_poly_exp2.sh).
-#ifndef SEQPAR_SM90_BWD_DQ_WRITER_D64
-#define SEQPAR_SM90_BWD_DQ_WRITER_D64 0
-#endif
-
 // Queries per step: 64 at D = 128, 128 at D = 64 (the registers allow it there, and a step of 64
 // queries does too little matrix work per synchronisation).
 constexpr int bwd_sm90_bm_of(int D) { return D == 64 ? 128 : 64; }
@@ -60,12 +53,9 @@ constexpr int bwd_sm90_bm_of(int D) { return D == 64 ? 128 : 64; }
 template <int D, int STAGES>
 struct BwdShape {
   static constexpr int BM = bwd_sm90_bm_of(D);  // queries per step
-  // dQ through the writer warp's bulk reductions at D = 128, the consumers' vector atomics at D = 64:
-  // on an H100, forward+backward 1.15x / 1.08x at 16K / 64K with the writer at D = 128, 0.83x / 0.84x
-  // at D = 64 (bench/NOTES.md, 2026-12-06: one tile, row-wise reductions); two tiles and tensor
-  // reductions took a further 3-8% off forward+backward at D = 128 (2026-12-07). D = 64 would need
-  // 40 bytes more shared memory than a block has for two tiles of 128 query rows.
-  static constexpr bool kDqWriter = D == 128 || SEQPAR_SM90_BWD_DQ_WRITER_D64;
+  // dQ goes through the writer warp's bulk tensor reductions from two shared tiles. Against the consumers'
+  // f32 vector atomics, which it replaced, forward+backward is 3-8% faster at D = 128 (bench/NOTES.md,
+  // 2026-12-07) and 15-17% at D = 64 (twenty-fourth session, 16K / 64K) on an H100.
   static constexpr int BN = 128;                // keys per CTA, 64 per consumer warpgroup
   static constexpr int kConsumerWarps = 8;
   // A whole producer warpgroup (ptxas budgets registers per warpgroup anyway) that hands its
@@ -78,7 +68,7 @@ struct BwdShape {
                 "setmaxnreg needs no more registers than the block has at launch");
   static constexpr bool kSplitN = BM == 64;  // dQ: the warpgroups split its columns (else its queries)
   static constexpr uint32_t kKVBytes = BN * D * 2;    // K or V
-  static constexpr uint32_t kDQBytes = BM * D * 4;    // one f32 dQ tile (kDqWriter)
+  static constexpr uint32_t kDQBytes = BM * D * 4;    // one f32 dQ tile
   static constexpr uint32_t kQBytes = BM * D * 2;     // one Q or dO tile
   static constexpr uint32_t kRowBytes = BM * 4;       // lse2 or delta of one tile
   static constexpr uint32_t kDSBytes = BN * BM * 2;   // dS^T [BN][BM] 16-bit
@@ -86,15 +76,16 @@ struct BwdShape {
   static constexpr uint32_t kV = kKVBytes;
   static constexpr uint32_t kStage0 = 2 * kKVBytes;            // [STAGES] x {Q, dO}
   static constexpr uint32_t kDS = kStage0 + STAGES * 2 * kQBytes;  // [2] dS^T buffers
-  // kDqWriter: [2] dQ tiles of a step, f32, each D / 32 boxes of BM rows x 128 bytes (32 columns), 16-byte
+  // [2] dQ tiles of a step, f32, each D / 32 boxes of BM rows x 128 bytes (32 columns), 16-byte
   // chunk k of row r at chunk k ^ (r & 7) (the tensor map's 128-byte swizzle: the consumers' float2
   // stores hit distinct banks), read by the writer warp's bulk tensor reductions.
   static constexpr uint32_t kDQ = kDS + 2 * kDSBytes;
-  static constexpr uint32_t kStats = kDQ + (kDqWriter ? 2 * kDQBytes : 0);  // [STAGES] x {lse2, delta}
+  static constexpr uint32_t kStats = kDQ + 2 * kDQBytes;  // [STAGES] x {lse2, delta}
   static constexpr uint32_t kBar = (kStats + STAGES * 2 * kRowBytes + 15) / 16 * 16;
   static constexpr uint32_t kEnd = kBar + 8 * (2 * STAGES + 1);
   // + 1024 where it fits: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel. Where it
-  // does not (two dQ tiles at D = 64: 40 bytes short) the base must be 1024-aligned already; the kernel traps if not.
+  // does not (two dQ tiles at D = 64: 40 bytes short) the base is 1024-aligned by its declaration
+  // (__align__(1024), no static shared memory in the kernel); the kernel traps if it ever is not.
   static constexpr uint32_t kSlack = kEnd + 1024 <= 232448 ? 1024 : 0;
   static constexpr uint32_t kSmem = kSlack + kEnd;
   static_assert(kSmem <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
@@ -191,14 +182,13 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
                     const int4* __restrict__ k_stats) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = BwdShape<D, STAGES>;
-  constexpr bool DQW = S::kDqWriter;
   constexpr int BM = S::BM, BN = S::BN, NCW = S::kConsumerWarps;
   constexpr int HALVES = D / 64;  // 128-byte column halves of a row
   constexpr int OR = D / 2;       // dK / dV accumulator registers per thread
   constexpr int SR = BM / 2;      // S^T / dP^T accumulator registers per thread (m64 x BM)
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
 
-  extern __shared__ uint8_t smem_raw[];
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   if constexpr (S::kSlack == 0) {
@@ -240,30 +230,28 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
   if (warp >= NCW) {  // ---- producer warpgroup: its first warp issues the copies
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
-    if constexpr (DQW) {
-      if (warp == NCW + 1) {  // ---- the dQ writer: per step, dq_acc rows += the shared dQ tile
-        int gi = 0;
-        for (int it = 0; i < nqt; ++it) {
-          const int h = hk * G + gi, b = it & 1;
-          named_bar_sync(kBarDqFull + b, NCW * 32 + 32);  // the consumers' dQ is in tile b
-          if (lane == 0) {
+    if (warp == NCW + 1) {  // ---- the dQ writer: per step, dq_acc rows += the shared dQ tile
+      int gi = 0;
+      for (int it = 0; i < nqt; ++it) {
+        const int h = hk * G + gi, b = it & 1;
+        named_bar_sync(kBarDqFull + b, NCW * 32 + 32);  // the consumers' dQ is in tile b
+        if (lane == 0) {
 #pragma unroll
-            for (int c = 0; c < D / 32; ++c)
-              tma_reduce_add_3d(&tm_dq, base + S::kDQ + b * S::kDQBytes + c * BM * 128, c * 32, h, i * BM);
-            bulk_commit();
-            bulk_wait_read_all_but_newest();  // the last step's tile has been read
-          }
-          __syncwarp();
-          if (++gi == G) {
-            gi = 0;
-            i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, p.window, lane);
-          }
-          // The consumers write the last step's tile again in the next step (when there is one).
-          if (it >= 1 && i < nqt) named_bar_arrive(kBarDqEmpty + ((it - 1) & 1), NCW * 32 + 32);
+          for (int c = 0; c < D / 32; ++c)
+            tma_reduce_add_3d(&tm_dq, base + S::kDQ + b * S::kDQBytes + c * BM * 128, c * 32, h, i * BM);
+          bulk_commit();
+          bulk_wait_read_all_but_newest();  // the last step's tile has been read
         }
-        if (lane == 0) bulk_wait_all();
-        return;
+        __syncwarp();
+        if (++gi == G) {
+          gi = 0;
+          i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, p.window, lane);
+        }
+        // The consumers write the last step's tile again in the next step (when there is one).
+        if (it >= 1 && i < nqt) named_bar_arrive(kBarDqEmpty + ((it - 1) & 1), NCW * 32 + 32);
       }
+      if (lane == 0) bulk_wait_all();
+      return;
     }
     if (warp != NCW) return;
     if (lane == 0 && any) {
@@ -367,8 +355,8 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       const float2 lq = *reinterpret_cast<const float2*>(L + 8 * n + 2 * t);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        st[4 * n + 2 * hr] = softmax_exp2<SEQPAR_SM90_BWD_POLY_EXP2_OF_4>(n, fmaf(st[4 * n + 2 * hr], sl2, -lq.x));
-        st[4 * n + 2 * hr + 1] = softmax_exp2<SEQPAR_SM90_BWD_POLY_EXP2_OF_4>(n, fmaf(st[4 * n + 2 * hr + 1], sl2, -lq.y));
+        st[4 * n + 2 * hr] = fast_exp2(fmaf(st[4 * n + 2 * hr], sl2, -lq.x));
+        st[4 * n + 2 * hr + 1] = fast_exp2(fmaf(st[4 * n + 2 * hr + 1], sl2, -lq.y));
       }
     }
     if (cls == kPartial) {
@@ -457,43 +445,24 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     __syncwarp();
     if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s (Q_i, dO_i, lse2, delta)
 
-    if constexpr (DQW) {
-      // dQ -> shared tile buf (once the writer has read it, two steps ago), for the writer warp: row 16w + g + 8hr
-      // (of the warpgroup's 64 queries when they split the queries), column col0 + 8n + 2t, swizzled.
-      if (it >= 2) named_bar_sync(kBarDqEmpty + buf, NCW * 32 + 32);
-      const int col0 = S::kSplitN ? wg * 64 : 0;
-      const uint32_t tile = base + S::kDQ + buf * S::kDQBytes;
+    // dQ -> shared tile buf (once the writer has read it, two steps ago), for the writer warp: row 16w + g + 8hr
+    // (of the warpgroup's 64 queries when they split the queries), column col0 + 8n + 2t, swizzled.
+    if (it >= 2) named_bar_sync(kBarDqEmpty + buf, NCW * 32 + 32);
+    const int col0 = S::kSplitN ? wg * 64 : 0;
+    const uint32_t tile = base + S::kDQ + buf * S::kDQBytes;
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < 8; ++n)
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int row = (S::kSplitN ? 0 : wg * 64) + 16 * w + g + 8 * hr, col = col0 + 8 * n + 2 * t;
-          const uint32_t addr = tile + (col >> 5) * (BM * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) +
-                                (col & 3) * 4;
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * n + 2 * hr]),
-                       "f"(dq[4 * n + 2 * hr + 1])
-                       : "memory");
-        }
-      fence_proxy_async();  // visible to the bulk reductions
-      named_bar_arrive(kBarDqFull + buf, NCW * 32 + 32);
-    } else {
-      // dq_acc += dQ: lanes t and t^1 swap halves so that each adds 4 consecutive columns of one row
-      // (even t: row 16w + g, odd t: row 16w + g + 8; columns 8n + 2(t & ~1) ..+3).
-      const int col0 = S::kSplitN ? wg * 64 : 0;
-      const bool odd = t & 1;
-      const int qr = i * BM + (S::kSplitN ? 0 : wg * 64) + 16 * w + g + (odd ? 8 : 0);
-      float* dst = p.dq_acc + (static_cast<int64_t>(qr) * p.H + h) * D + col0 + 2 * (t & ~1);
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const float s0 = odd ? dq[4 * n] : dq[4 * n + 2];
-        const float s1 = odd ? dq[4 * n + 1] : dq[4 * n + 3];
-        const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
-        const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-        const float4 v = odd ? make_float4(r0, r1, dq[4 * n + 2], dq[4 * n + 3])
-                             : make_float4(dq[4 * n], dq[4 * n + 1], r0, r1);
-        if (qr < p.Tq) atomicAdd(reinterpret_cast<float4*>(dst + 8 * n), v);
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = (S::kSplitN ? 0 : wg * 64) + 16 * w + g + 8 * hr, col = col0 + 8 * n + 2 * t;
+        const uint32_t addr = tile + (col >> 5) * (BM * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) +
+                              (col & 3) * 4;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * n + 2 * hr]),
+                     "f"(dq[4 * n + 2 * hr + 1])
+                     : "memory");
       }
-    }
+    fence_proxy_async();  // visible to the bulk reductions
+    named_bar_arrive(kBarDqFull + buf, NCW * 32 + 32);
 
     if (++gi == G) {
       gi = 0;

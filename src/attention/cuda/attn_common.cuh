@@ -17,7 +17,6 @@
 #include <cstdint>
 
 #include "attention/cuda/attn_launch.h"  // Elem
-#include "attention/cuda/exp2_poly.h"
 
 namespace seqpar::cuda_attn::dev {
 
@@ -115,23 +114,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-
-// The sm_90 kernels' softmax exponentials: of every 4 8-column blocks of a score tile, the first POLY_OF_4 take
-// theirs from exp2_poly (the FMA pipe), the others from MUFU.EX2. The forward's and the backward's shares are
-// SEQPAR_SM90_{FWD,BWD}_POLY_EXP2_OF_4: 0 (MUFU only) unless a measurement build defines them
-// (bench/gpu_calls/2026-12-07_s23_poly_exp2.sh). `block` is a fully unrolled loop's index, so the choice folds
-// away.
-#ifndef SEQPAR_SM90_FWD_POLY_EXP2_OF_4
-#define SEQPAR_SM90_FWD_POLY_EXP2_OF_4 0
-#endif
-#ifndef SEQPAR_SM90_BWD_POLY_EXP2_OF_4
-#define SEQPAR_SM90_BWD_POLY_EXP2_OF_4 0
-#endif
-template <int POLY_OF_4>
-__device__ __forceinline__ float softmax_exp2(int block, float x) {
-  static_assert(POLY_OF_4 >= 0 && POLY_OF_4 <= 4, "a share of 4 blocks");
-  return (block & 3) < POLY_OF_4 ? exp2_poly(x) : fast_exp2(x);
 }
 
 // Byte offset of the 16-byte chunk `chunk` of row `row` in a [rows][W] 16-bit tile whose chunks
