@@ -102,14 +102,20 @@ void run(PlanArgs& a) {
     const std::string chosen = choose_checkpoint_placement(in, capacity, host_capacity);
     SEQPAR_INPUT_CHECK(!chosen.empty(),
                        "--checkpoint-placement auto: no placement of the layers' inputs fits {} tokens in {} GiB per "
-                       "GPU and {:.1f} GiB of host memory (even with all but one recomputed)",
-                       in.seq_len, a.gpu_memory_gib, host_capacity / double(1ll << 30));
+                       "GPU and {:.1f} GiB of host memory (even with all but one recomputed); {}",
+                       in.seq_len, a.gpu_memory_gib, host_capacity / double(1ll << 30),
+                       describe_levers_to_fit(in, levers_to_fit(in, capacity, host_capacity)));
     in.memory.checkpoint_placement = compact_checkpoint_placement(chosen);
     if (!a.json) std::printf("checkpoint placement chosen: --checkpoint-placement %s\n", in.memory.checkpoint_placement.c_str());
   }
   const MemoryPlan p = plan_memory(in);
   // The CPU backend's device memory is the host's: its peak is held against the host's share per rank.
   const int64_t device_capacity = in.cuda ? capacity : host_capacity;
+  const bool fits = device_capacity <= 0 || p.peak_bytes <= device_capacity;
+  const bool host_ok = host_capacity <= 0 || p.host_start_bytes() <= host_capacity;
+  // What would make a run that does not fit fit, at its length (the plan's levers, cheapest first).
+  LeverChoice to_fit;
+  if (!fits || !host_ok) to_fit = levers_to_fit(in, device_capacity, host_capacity);
   if (!a.json) {
     if (a.longest)
       std::printf(
@@ -120,6 +126,7 @@ void run(PlanArgs& a) {
     if (a.choose_levers) std::printf("levers chosen: %s\n", chose.c_str());
     std::printf("host memory limit: %s\n", host_source.c_str());
     std::fputs(format_memory_plan(in, p, device_capacity, host_capacity).c_str(), stdout);
+    if (!fits || !host_ok) std::printf("%s\n", describe_levers_to_fit(in, to_fit).c_str());
     return;
   }
   nlohmann::ordered_json j = {{"seq_len", in.seq_len},
@@ -131,7 +138,7 @@ void run(PlanArgs& a) {
                               {"peak_bytes", p.peak_bytes},
                               {"peak_gib", static_cast<double>(p.peak_bytes) / (1ll << 30)},
                               {"peak_phase", p.peak_phase},
-                              {"fits", device_capacity <= 0 || p.peak_bytes <= device_capacity},
+                              {"fits", fits},
                               {"sp_buffer_bytes", p.sp_buffers},
                               {"host_offload_bytes", p.host_offload_bytes},
                               {"host_bytes", p.host_bytes},
@@ -140,7 +147,7 @@ void run(PlanArgs& a) {
                               {"host_capacity_bytes", host_capacity},
                               // While the ranks start: the initial weights' copy and the process beside it.
                               {"host_start_bytes", p.host_start_bytes()},
-                              {"host_fits", host_capacity <= 0 || p.host_start_bytes() <= host_capacity},
+                              {"host_fits", host_ok},
                               {"zero_stage", in.memory.zero_stage},
                               {"offload_optimizer", offload_device_name(in.memory.offload_optimizer)},
                               {"offload_param", offload_device_name(in.memory.offload_param)},
@@ -148,6 +155,8 @@ void run(PlanArgs& a) {
                               {"checkpoint_offload", in.memory.checkpoint_offload},
                               {"checkpoint_placement", p.input_places}};
   if (a.choose_levers) j["levers_chosen"] = chose;
+  // Where it does not fit: the levers that make it fit at this length ("" when none does).
+  if (!fits || !host_ok) j["fits_with"] = to_fit.levers;
   for (const auto& [name, bytes] : p.host) j["host"][name] = bytes;
   for (const auto& [name, bytes] : p.resident) j["resident"][name] = bytes;
   for (const auto& [name, bytes] : p.phases) j["phases"][name] = bytes;

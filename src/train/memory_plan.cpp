@@ -689,16 +689,17 @@ int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int6
   return lo * granularity;
 }
 
-void check_plan_fits(const MemoryPlan& plan, int ranks, int64_t capacity_bytes, const std::string& where) {
+void check_plan_fits(const MemoryPlan& plan, int ranks, int64_t capacity_bytes, const std::string& where,
+                     const std::string& hint) {
   if (capacity_bytes <= 0) return;  // unknown capacity
   const double gib_of = static_cast<double>(1ll << 30);
   const double need = static_cast<double>(plan.peak_bytes) * ranks;  // double: no overflow for many ranks
   SEQPAR_INPUT_CHECK(need <= static_cast<double>(capacity_bytes),
                      "the memory plan needs {:.2f} GiB on {} ({} rank(s) of {:.2f} GiB at the step's peak, {}) but it "
                      "has {:.2f} GiB: the run cannot fit; more GPUs (--sp), --activation-checkpointing, "
-                     "--tiled-mlp-tokens / --tiled-loss-tokens or --zero-stage 1 lower it (seqpar plan, docs/memory.md)",
+                     "--tiled-mlp-tokens / --tiled-loss-tokens or --zero-stage 1 lower it (seqpar plan, docs/memory.md){}",
                      need / gib_of, where, ranks, static_cast<double>(plan.peak_bytes) / gib_of, plan.peak_phase,
-                     static_cast<double>(capacity_bytes) / gib_of);
+                     static_cast<double>(capacity_bytes) / gib_of, hint.empty() ? "" : "; " + hint);
 }
 
 int64_t host_memory_bytes() {
@@ -706,51 +707,114 @@ int64_t host_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
 
+namespace {
+
+// A set of offload levers, in choose_levers' order of cost: each later one moves more over PCIe or the
+// network per step (the gradients' offload last: it needs the host room of 4 bytes a parameter).
+struct LeverSet {
+  bool offload_opt, stage3, offload_param, ckpt_offload, offload_grads = false;
+};
+constexpr LeverSet kLeverOrder[] = {
+    {false, false, false, false},     {false, false, false, true},     {true, false, false, false},
+    {true, false, false, true},       {false, true, false, false},     {false, true, false, true},
+    {true, true, false, false},       {true, true, false, true},       {true, true, true, false},
+    {true, true, true, true},         {true, false, false, false, true}, {true, false, false, true, true},
+    {true, true, true, false, true},  {true, true, true, true, true}};
+
+// `in`'s memory settings with the levers of `c` added (what was added, for people, in `added`); false
+// when `c` does not apply to them (checkpoint offload without checkpointing or beside a placement,
+// parameter offload without ZeRO-3).
+bool with_levers(const MemoryPlanInput& in, const LeverSet& c, MemoryPlanInput* out, std::string* added) {
+  *out = in;
+  MemorySettings& m = out->memory;
+  added->clear();
+  auto name = [&](const char* what) { *added += (added->empty() ? "" : ", ") + std::string(what); };
+  if (c.ckpt_offload && (!m.activation_checkpointing || !m.checkpoint_placement.empty())) return false;
+  if (c.ckpt_offload && !m.checkpoint_offload) {
+    m.checkpoint_offload = true;
+    name("--checkpoint-offload");
+  }
+  if (c.offload_opt && m.offload_optimizer != OffloadDevice::kCpu) {
+    m.offload_optimizer = OffloadDevice::kCpu;
+    name("--offload-optimizer cpu");
+  }
+  if (c.stage3 && m.zero_stage < 3) {
+    m.zero_stage = 3;
+    name("--zero-stage 3");
+  }
+  if (c.offload_param && m.zero_stage < 3) return false;
+  if (c.offload_param && m.offload_param != OffloadDevice::kCpu) {
+    m.offload_param = OffloadDevice::kCpu;
+    name("--offload-param cpu");
+  }
+  if (c.offload_grads && !m.offload_gradients) {
+    m.offload_gradients = true;
+    name("--offload-gradients");
+  }
+  return true;
+}
+
+}  // namespace
+
 LeverChoice choose_levers(const MemoryPlanInput& in, int64_t capacity_bytes, int64_t granularity,
                           int64_t host_capacity_bytes) {
-  struct Candidate {
-    bool offload_opt, stage3, offload_param, ckpt_offload, offload_grads = false;
-  };
-  // In order of cost: each later one moves more over PCIe or the network per step (the gradients'
-  // offload last: it needs the host room of 4 bytes a parameter).
-  const Candidate order[] = {{false, false, false, false}, {false, false, false, true}, {true, false, false, false},
-                             {true, false, false, true},   {false, true, false, false}, {false, true, false, true},
-                             {true, true, false, false},   {true, true, false, true},   {true, true, true, false},
-                             {true, true, true, true},     {true, false, false, false, true},
-                             {true, false, false, true, true}, {true, true, true, false, true},
-                             {true, true, true, true, true}};
   LeverChoice best;
   best.memory = in.memory;
   bool have = false;
-  for (const Candidate& c : order) {
-    MemoryPlanInput t = in;
-    MemorySettings& m = t.memory;
+  for (const LeverSet& c : kLeverOrder) {
+    MemoryPlanInput t;
     std::string added;
-    auto add = [&](bool want, bool& field_on, const char* name) {
-      if (!want || field_on) return;
-      field_on = true;
-      added += (added.empty() ? "" : ", ") + std::string(name);
-    };
-    if (c.ckpt_offload && (!m.activation_checkpointing || !m.checkpoint_placement.empty())) continue;
-    add(c.ckpt_offload, m.checkpoint_offload, "--checkpoint-offload");
-    bool opt = m.offload_optimizer == OffloadDevice::kCpu, param = m.offload_param == OffloadDevice::kCpu;
-    add(c.offload_opt, opt, "--offload-optimizer cpu");
-    if (c.stage3 && m.zero_stage < 3) {
-      m.zero_stage = 3;
-      added += (added.empty() ? "" : ", ") + std::string("--zero-stage 3");
-    }
-    if (c.offload_param && m.zero_stage < 3) continue;
-    add(c.offload_param, param, "--offload-param cpu");
-    add(c.offload_grads, m.offload_gradients, "--offload-gradients");
-    m.offload_optimizer = opt ? OffloadDevice::kCpu : OffloadDevice::kNone;
-    m.offload_param = param ? OffloadDevice::kCpu : OffloadDevice::kNone;
+    if (!with_levers(in, c, &t, &added)) continue;
     const int64_t len = longest_fitting_seq_len(t, capacity_bytes, granularity, host_capacity_bytes);
     if (!have || len > best.seq_len) {
-      best = {m, len, added};
+      best = {t.memory, len, added};
       have = true;
     }
   }
   return best;
+}
+
+LeverChoice levers_to_fit(const MemoryPlanInput& in, int64_t capacity_bytes, int64_t host_capacity_bytes) {
+  // The run's own checkpointing first; without any, keeping attention and then plain checkpointing.
+  std::vector<std::pair<MemoryPlanInput, std::string>> bases = {{in, ""}};
+  if (!in.memory.activation_checkpointing) {
+    MemoryPlanInput keep = in;
+    keep.memory.activation_checkpointing = keep.memory.checkpoint_keep_attention = true;
+    bases.push_back({keep, "--activation-checkpointing, --checkpoint-keep-attention"});
+    keep.memory.checkpoint_keep_attention = false;
+    bases.push_back({keep, "--activation-checkpointing"});
+  }
+  for (const auto& [base, ckpt] : bases) {
+    for (const LeverSet& c : kLeverOrder) {
+      MemoryPlanInput t;
+      std::string added;
+      if (!with_levers(base, c, &t, &added)) continue;
+      if (t.memory.checkpoint_placement == "auto") {
+        const std::string chosen = choose_checkpoint_placement(t, capacity_bytes, host_capacity_bytes);
+        if (chosen.empty()) continue;
+        t.memory.checkpoint_placement = compact_checkpoint_placement(chosen);
+      }
+      const MemoryPlan p = plan_memory(t);
+      if (p.peak_bytes > capacity_bytes || !host_fits(p, host_capacity_bytes)) continue;
+      std::string levers = ckpt;
+      if (!added.empty()) levers += (levers.empty() ? "" : ", ") + added;
+      if (levers.empty()) return {t.memory, t.seq_len, "nothing added"};
+      return {t.memory, t.seq_len, levers};
+    }
+  }
+  return {in.memory, 0, ""};
+}
+
+std::string describe_levers_to_fit(const MemoryPlanInput& in, const LeverChoice& choice) {
+  if (choice.levers.empty())
+    return "none of seqpar's memory levers makes it fit at this length: more GPUs (--sp) or a shorter sequence";
+  MemoryPlanInput t = in;
+  t.memory = choice.memory;
+  const MemoryPlan p = plan_memory(t);
+  std::string placement;
+  if (in.memory.checkpoint_placement == "auto") placement = ", checkpoint placement " + t.memory.checkpoint_placement;
+  return fmt::format("it fits with {} (peak {}{}, host memory {} per rank)", choice.levers, gib(p.peak_bytes), placement,
+                     gib(p.host_start_bytes()));
 }
 
 int64_t read_meminfo(const char* key) {

@@ -131,7 +131,9 @@ inline int64_t auto_placement_capacity(int64_t device_total_bytes) {
 // InputError when `ranks` ranks of `plan` (ranks sharing one device) exceed capacity_bytes of
 // `where` (a device name); nothing when capacity_bytes <= 0 (unknown). The trainer calls it before
 // any rank allocates: a run the plan says cannot fit does not start.
-void check_plan_fits(const MemoryPlan& plan, int ranks, int64_t capacity_bytes, const std::string& where);
+// `hint` (what makes it fit: describe_levers_to_fit) ends the message when given.
+void check_plan_fits(const MemoryPlan& plan, int ranks, int64_t capacity_bytes, const std::string& where,
+                     const std::string& hint = "");
 
 // The host's physical memory in bytes (0 when unknown): the capacity of CPU runs.
 int64_t host_memory_bytes();
@@ -146,6 +148,14 @@ struct LeverChoice {
 };
 LeverChoice choose_levers(const MemoryPlanInput& in, int64_t capacity_bytes, int64_t granularity,
                           int64_t host_capacity_bytes);
+// A run too large as given, at its own seq_len: the cheapest lever set of choose_levers' order that
+// fits both limits, on the run's own checkpointing (checkpoint_placement=auto chosen as the trainer
+// would), then, for a run without checkpointing, with it (keeping attention, then not); `levers`
+// names what to add with the flags of `seqpar train` ("nothing added" when the run fits as given).
+// seq_len 0 and `levers` empty when nothing fits: more GPUs are needed.
+LeverChoice levers_to_fit(const MemoryPlanInput& in, int64_t capacity_bytes, int64_t host_capacity_bytes);
+// For people: "it fits with LEVERS (peak X GiB, host Y GiB)", or that no lever does (more GPUs).
+std::string describe_levers_to_fit(const MemoryPlanInput& in, const LeverChoice& choice);
 
 // A table for people: the components, the phases, the peak, the host memory; `capacity_bytes` > 0
 // adds whether the peak fits, `host_capacity_bytes` > 0 whether the host memory does.

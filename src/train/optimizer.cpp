@@ -4,17 +4,12 @@
 #include <cmath>
 #include <condition_variable>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/host_threads.h"
-#if defined(SEQPAR_WITH_CUDA)
-#include "core/cuda/stream.h"
-#include "core/cuda_check.h"
-#endif
 
 namespace seqpar {
 
@@ -114,15 +109,6 @@ struct AdamW::Overlap {
   std::exception_ptr error;
 };
 
-struct AdamW::DeviceOverlap {
-  std::vector<int64_t> ends;  // the parts' ends in the buffer, ascending; the last is its total
-#if defined(SEQPAR_WITH_CUDA)
-  seqpar::Stream stream;  // (AdamW::Stream is the offload's copy stream)
-  std::vector<Event> done;  // done[k]: the elements [0, ends[k]) are written
-  explicit DeviceOverlap(int device) : stream(device) {}
-#endif
-};
-
 AdamW::~AdamW() {
   try {
     finish();
@@ -131,16 +117,14 @@ AdamW::~AdamW() {
 }
 
 bool AdamW::overlappable(const FlatRef& out) const {
-  if (!flat_ || place_.layout.world != 1 || place_.layout.regions.size() != 1) return false;
-  if (place_.host) return !(out.t.device().is_cpu() && device_.is_cuda());
-  return out.t.device() == device_;
+  return flat_ && place_.host && place_.layout.world == 1 && place_.layout.regions.size() == 1 &&
+         !(out.t.device().is_cpu() && device_.is_cuda());
 }
 
 float AdamW::step_flat_overlapped(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale) {
-  SEQPAR_CHECK(overlappable(out), "AdamW::step_flat_overlapped: a whole layout with the weights on {}",
+  SEQPAR_CHECK(overlappable(out), "AdamW::step_flat_overlapped: an offloaded whole layout with the weights on {}",
                device_.str());
   SEQPAR_CHECK(grads.t.dtype() == DType::kF32, "AdamW::step_flat: f32 gradients, got {}", grads.t.str());
-  if (!place_.host) return step_device_overlapped(grads, out, total_norm, grad_unscale);
   finish();
   ++step_;
   const float clip = clip_coefficient(total_norm, config_.clip);
@@ -174,59 +158,7 @@ float AdamW::step_flat_overlapped(const FlatRef& grads, const FlatRef& out, doub
   return clip;
 }
 
-float AdamW::step_device_overlapped(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale) {
-  finish();
-  ++step_;
-  const float clip = clip_coefficient(total_norm, config_.clip);
-  const float coef = clip * grad_unscale;
-  // The parts in the forward's order (the weights gate's, FlatLayout::part_end): what precedes the layers
-  // (the embedding), each layer, the rest.
-  const LlamaParams::FlatLayout at = LlamaParams::flat_layout(model_config_);
-  const int64_t layers = model_config_.num_layers;
-  std::vector<int64_t> ends;
-  for (int64_t part = -1; part <= layers; ++part) ends.push_back(at.part_end(part, layers));
-  const auto [first, last] = place_.layout.piece(0);
-  auto run_parts = [&](const std::function<void()>& part_done) {
-    int64_t lo = first;
-    for (const int64_t end : ends) {
-      const int64_t hi = std::min(end, last);
-      if (hi > lo) step_range_on_device(grads, out, coef, 0, lo, hi);
-      lo = std::max(lo, hi);
-      part_done();
-    }
-  };
-  if (!device_.is_cuda()) {  // the CPU: the parts at once, in order
-    run_parts([] {});
-    return clip;
-  }
-#if defined(SEQPAR_WITH_CUDA)
-  if (!device_overlap_) device_overlap_ = std::make_unique<DeviceOverlap>(device_.index);
-  DeviceOverlap& o = *device_overlap_;
-  o.ends = ends;
-  o.done.resize(ends.size());
-  Event ready;
-  ready.record();  // the gradients and their norm, on the current stream
-  o.stream.wait(ready);
-  {
-    StreamGuard on(o.stream.get());
-    size_t k = 0;
-    run_parts([&] { o.done[k++].record(); });
-  }
-  device_in_flight_ = true;
-#endif
-  return clip;
-}
-
 void AdamW::wait_weights(int64_t flat_end) {
-#if defined(SEQPAR_WITH_CUDA)
-  if (device_in_flight_) {  // the current stream waits for the first part that ends at or past flat_end
-    const DeviceOverlap& o = *device_overlap_;
-    size_t k = 0;
-    while (k + 1 < o.ends.size() && o.ends[k] < flat_end) ++k;
-    SEQPAR_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), o.done[k].get(), 0));
-    return;
-  }
-#endif
   if (!overlap_) return;
   Overlap& o = *overlap_;
   bool failed = false;
@@ -239,12 +171,6 @@ void AdamW::wait_weights(int64_t flat_end) {
 }
 
 void AdamW::finish() {
-#if defined(SEQPAR_WITH_CUDA)
-  if (device_in_flight_) {  // the current stream's later work runs after the whole update
-    device_in_flight_ = false;
-    SEQPAR_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), device_overlap_->done.back().get(), 0));
-  }
-#endif
   if (!overlap_) return;
   std::unique_ptr<Overlap> o = std::move(overlap_);
   o->worker.join();
@@ -404,28 +330,23 @@ void AdamW::step_pieces_on_device(const FlatRef& grads, const FlatRef& out, floa
   const ShardLayout& L = place_.layout;
   for (size_t k = 0; k < L.regions.size(); ++k) {
     const auto [lo, hi] = L.piece(k);
-    if (lo < hi) step_range_on_device(grads, out, coef, k, lo, hi);
-  }
-}
-
-void AdamW::step_range_on_device(const FlatRef& grads, const FlatRef& out, float coef, size_t k, int64_t lo,
-                                 int64_t hi) {
-  const ShardLayout& L = place_.layout;
-  Tensor m = FlatRef{m_shard_, false}.range(L, k, lo, hi), v = FlatRef{v_shard_, false}.range(L, k, lo, hi);
-  const Tensor g = grads.range(L, k, lo, hi);
-  Tensor o = out.range(L, k, lo, hi);
-  if (!has_master_) {
-    adamw_step(o, m, v, g, config_.adamw, step_, coef);
-    return;
-  }
-  Tensor w = FlatRef{master_shard_, false}.range(L, k, lo, hi);
-  if (o.device() == device_) {
-    adamw_step_rounded(w, m, v, g, o, config_.adamw, step_, coef);
-  } else {
-    adamw_step(w, m, v, g, config_.adamw, step_, coef);
-    Tensor tmp = Tensor::empty({hi - lo}, o.dtype(), device_);
-    cast(tmp, w);
-    o.copy_from(tmp);
+    if (lo == hi) continue;
+    Tensor m = FlatRef{m_shard_, false}.range(L, k, lo, hi), v = FlatRef{v_shard_, false}.range(L, k, lo, hi);
+    const Tensor g = grads.range(L, k, lo, hi);
+    Tensor o = out.range(L, k, lo, hi);
+    if (!has_master_) {
+      adamw_step(o, m, v, g, config_.adamw, step_, coef);
+      continue;
+    }
+    Tensor w = FlatRef{master_shard_, false}.range(L, k, lo, hi);
+    if (o.device() == device_) {
+      adamw_step_rounded(w, m, v, g, o, config_.adamw, step_, coef);
+    } else {
+      adamw_step(w, m, v, g, config_.adamw, step_, coef);
+      Tensor tmp = Tensor::empty({hi - lo}, o.dtype(), device_);
+      cast(tmp, w);
+      o.copy_from(tmp);
+    }
   }
 }
 

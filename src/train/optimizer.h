@@ -77,18 +77,13 @@ class AdamW {
   // Flat: one step from `grads` (f32, this rank's pieces, on the device) clipped by the total norm;
   // the updated compute weights go to `out` (this rank's pieces; on the device or in host memory).
   float step_flat(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale = 1.f);
-  // Flat, one whole layout (no ZeRO sharding), `out` on the model's device: step_flat's work beside
-  // the next step's forward. Returns the clip coefficient at once. The gradients must stay unchanged
-  // and `out` unread until the parts are written.
-  //   Offloaded: on a thread of its own (DeepSpeed's offloaded step blocks instead); wait_weights(end)
-  //   blocks the host until the weights' buffer [0, end) holds the new weights (on the device, in
-  //   flat_layout order, which is the forward's), finish() until the whole step is done.
-  //   On the device: the update's kernels, part by part in flat_layout order (the embedding and
-  //   what precedes the layers, each layer, the rest), on a CUDA stream of their own after the work
-  //   queued so far on the current stream; wait_weights(end) and finish() make the caller's current
-  //   stream wait for the parts (the host never waits). On the CPU the parts run at once, in order.
-  // Every other call (a step, the state's reads and writes, the destructor) finishes it first. The
-  // same results bit for bit as step_flat.
+  // Flat, offloaded, one whole layout (no ZeRO sharding), `out` on the model's device: step_flat's
+  // work on a thread of its own, so that the next step's forward runs meanwhile (DeepSpeed's
+  // offloaded step blocks instead). Returns the clip coefficient at once. The gradients must stay
+  // unchanged and `out` unread until the parts are written: wait_weights(end) blocks until the
+  // weights' buffer [0, end) holds the new weights (on the device, in flat_layout order, which is
+  // the forward's), finish() until the whole step is done. Every other call (a step, the state's
+  // reads and writes, the destructor) finishes it first. The same results bit for bit as step_flat.
   float step_flat_overlapped(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale = 1.f);
   bool overlappable(const FlatRef& out) const;
   void wait_weights(int64_t flat_end);
@@ -131,9 +126,6 @@ class AdamW {
  private:
   struct Stream;
   void step_pieces_on_device(const FlatRef& grads, const FlatRef& out, float coef);
-  // The update of the buffer's elements [lo, hi) of region k's piece, the state on the device.
-  void step_range_on_device(const FlatRef& grads, const FlatRef& out, float coef, size_t k, int64_t lo, int64_t hi);
-  float step_device_overlapped(const FlatRef& grads, const FlatRef& out, double total_norm, float grad_unscale);
   // published(end): the weights [0, end) of a whole layout are in `out` (an overlapped step's
   // progress); after_current: the copies wait for the caller's current stream (CopyStream::copy).
   void step_pieces_on_host(const FlatRef& grads, const FlatRef& out, float coef, const AdamWConfig& adamw,
@@ -156,11 +148,6 @@ class AdamW {
   // An overlapped step in flight: its thread, the weights written so far ([0, written_)), its error.
   struct Overlap;
   std::unique_ptr<Overlap> overlap_;
-  // The device's overlapped step: its stream and the parts' events (kept from step to step), and
-  // whether one is in flight.
-  struct DeviceOverlap;
-  std::unique_ptr<DeviceOverlap> device_overlap_;
-  bool device_in_flight_ = false;
 };
 
 // offload_gradients: this rank's f32 gradient pieces in pinned host memory (n elements), zeroed by

@@ -92,10 +92,9 @@ TrainStep::TrainStep(Communicator& world, const MeshShape& shape, Device device,
     adamw_ = std::make_unique<AdamW>(mc, cfg.optimizer, initial, compute, device, place);
   }
   if (stage3) adamw_->write_weights(FlatRef{layer_weights_->store(), false});
-  // An overlapped update (apply_update: offloaded on a thread of its own, or on the device on a
-  // stream of its own) writes the weights in buffer order: each part of the next forward waits for
-  // its own.
-  if (!stage3 && !sharded) {
+  // An overlapped update (apply_update) writes the weights in buffer order: each part of the next
+  // forward waits for its own.
+  if (offload && !stage3 && !sharded) {
     const LlamaParams::FlatLayout at = LlamaParams::flat_layout(mc);
     model_.set_weights_gate([this, at, layers = mc.num_layers](int64_t part) {
       adamw_->wait_weights(at.part_end(part, layers));

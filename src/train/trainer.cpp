@@ -29,6 +29,11 @@
 
 namespace seqpar {
 
+namespace {
+// For the error of a run that does not fit: the levers that make it fit at its length (seqpar plan's).
+std::string levers_hint(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device);
+}  // namespace
+
 LlamaConfig demo_model_config() {
   LlamaConfig c;
   c.vocab_size = 128;
@@ -427,7 +432,13 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
     // initial weights' copy while they start), before any of it is allocated.
     check_host_memory(s.plan, s.ranks_per_device, cfg_.memory.host_memory_gib);
   }
-  if (!s.batch && cfg_.parallel.device.is_cpu()) check_plan_fits(s.plan, s.ranks_per_device, host_memory_bytes(), "this host");
+  if (!s.batch && cfg_.parallel.device.is_cpu()) {
+    const int64_t capacity = host_memory_bytes();
+    const bool over =
+        capacity > 0 && static_cast<double>(s.plan.peak_bytes) * s.ranks_per_device > static_cast<double>(capacity);
+    check_plan_fits(s.plan, s.ranks_per_device, capacity, "this host",
+                    over ? levers_hint(cfg_, mc, s.ranks_per_device) : std::string());
+  }
   setup_model();
   s.first_step = s.result.first_step;
   s.last_step = cfg_.checkpoint.stop_at_step > 0 ? std::min(cfg_.schedule.steps, cfg_.checkpoint.stop_at_step) : cfg_.schedule.steps;
@@ -629,19 +640,37 @@ void Trainer::run_rank(JobRank& job) {
   s.result.tokens_per_s = static_cast<double>(s.tokens_per_step * (done - s.first_step + 1)) / std::max(secs, 1e-9);
 }
 
-std::string auto_checkpoint_placement(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device) {
+namespace {
+
+// What one rank plans against. Every process must choose the same placement (a recomputed layer repeats its
+// attention's collectives), so these are fixed figures, not what happens to be free: the device's total memory
+// (less auto_placement_capacity's margin), and --host-memory-gib or the host's MemTotal shared by the ranks of
+// the host (the process's threads, or LOCAL_WORLD_SIZE processes under a launcher).
+struct RankCapacity {
+  int64_t gpu = 0, host = 0;
+};
+RankCapacity rank_capacity(const TrainConfig& cfg, int ranks_per_device) {
   const Device device = cfg.parallel.device;
-  // Every process must choose the same placement (a recomputed layer repeats its attention's
-  // collectives), so the inputs are fixed figures, not what happens to be free: the device's total
-  // memory, and --host-memory-gib or the host's MemTotal shared by the ranks of the host (the
-  // process's threads, or LOCAL_WORLD_SIZE processes under a launcher).
   const int ranks = std::max(1, ranks_per_device);
   const bool threads = job_transport(cfg.parallel.transport, device) == Transport::kLocal;
   const int per_host = threads ? ranks : std::max(1, read_dist_env(process_env()).local_world_size);
   const int64_t gpu = (device.is_cuda() ? auto_placement_capacity(device_total_bytes(device)) : host_memory_bytes()) / ranks;
   const int64_t host_total = cfg.memory.host_memory_gib > 0 ? static_cast<int64_t>(cfg.memory.host_memory_gib * (1ll << 30))
                                                             : host_memory_total_bytes();
-  const std::string chosen = choose_checkpoint_placement(memory_plan_input(cfg, model), gpu, host_total / per_host);
+  return {gpu, host_total / per_host};
+}
+
+std::string levers_hint(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device) {
+  const RankCapacity c = rank_capacity(cfg, ranks_per_device);
+  const MemoryPlanInput in = memory_plan_input(cfg, model);
+  return describe_levers_to_fit(in, levers_to_fit(in, c.gpu, c.host));
+}
+
+}  // namespace
+
+std::string auto_checkpoint_placement(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device) {
+  const RankCapacity c = rank_capacity(cfg, ranks_per_device);
+  const std::string chosen = choose_checkpoint_placement(memory_plan_input(cfg, model), c.gpu, c.host);
   return chosen.empty() ? chosen : compact_checkpoint_placement(chosen);
 }
 
@@ -661,8 +690,9 @@ void Trainer::resolve_checkpoint_placement(const LlamaConfig& mc) {
   const std::string chosen = auto_checkpoint_placement(cfg_, mc, s.ranks_per_device);
   SEQPAR_INPUT_CHECK(!chosen.empty(),
                      "checkpoint_placement=auto: no placement of the layers' inputs fits seq_len={} in the {}'s memory "
-                     "and the host's (every layer but one recomputed included); seqpar plan --longest tells what fits",
-                     cfg_.data.task.seq_len, device.is_cuda() ? "GPU" : "host");
+                     "and the host's (every layer but one recomputed included); {}",
+                     cfg_.data.task.seq_len, device.is_cuda() ? "GPU" : "host",
+                     levers_hint(cfg_, mc, s.ranks_per_device));
   placement = chosen;
   if (s.talk) log_info("checkpoint placement (auto, by the memory plan): {}", placement);
 }
@@ -670,7 +700,10 @@ void Trainer::resolve_checkpoint_placement(const LlamaConfig& mc) {
 // Checked before a rank allocates anything on the GPU: a run the plan says cannot fit stops here.
 void Trainer::refuse_if_over_capacity(Device device) const {
   const State& s = *s_;
-  check_plan_fits(s.plan, s.ranks_per_device, device_total_bytes(device), device.str());
+  const int64_t capacity = device_total_bytes(device);
+  const bool over = capacity > 0 && static_cast<double>(s.plan.peak_bytes) * s.ranks_per_device > static_cast<double>(capacity);
+  check_plan_fits(s.plan, s.ranks_per_device, capacity, device.str(),
+                  over ? levers_hint(cfg_, model_config_, s.ranks_per_device) : std::string());
 }
 
 // resume, the rank's half: the checkpoint's weights and optimizer state; then the host copies
@@ -733,8 +766,7 @@ Trainer::StepOutcome Trainer::step(TrainStep& rank, bool leader, int64_t step, b
   StepOutcome o;
   o.stop = agreed[2] != 0;
   // Never an update from NaN or inf; the update unscales with the scale the backward used.
-  // The optimizer's step overlaps the next step's forward (offloaded: on a host thread; on the device: on a
-  // stream of its own), except at the last step
+  // The offloaded optimizer's host step overlaps the next step's forward, except at the last step
   // (which waits for its own: its time counts it, and the weights are final when it returns).
   if (!bad_loss && !bad_grads) rank.apply_update(lr_at(cfg_, step), norm, /*overlap=*/step < s_->last_step);
   LossScaler& scaler = rank.loss_scaler();
@@ -746,7 +778,7 @@ Trainer::StepOutcome Trainer::step(TrainStep& rank, bool leader, int64_t step, b
     o.scale.scale_before = o.scale.scale_after = scaler.scale();
     o.nonfinite = bad_loss || bad_grads;
   }
-  // A timed step ends when its own stream is done: the device update overlapping the next forward
+  // A timed step ends when its own stream is done: work of another stream that overlaps the next step
   // counts in the next step, as far as it delays it (the profile waits for every stream).
   if (cfg_.logging.profile) {
     synchronize_device(rank.device());

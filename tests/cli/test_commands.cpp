@@ -89,6 +89,28 @@ TEST(Commands, PlanOfAGpuRunJudgesTheHostWithTheInitialWeightsCopy) {
   EXPECT_NE(out.find("\"host_fits\":false"), std::string::npos) << out;
 }
 
+// A plan that does not fit says which levers make it fit at its length (and --json has them).
+TEST(Commands, PlanThatDoesNotFitNamesTheLeversThatDo) {
+  int rc = 0;
+  const std::string keep =
+      "plan --preset llama-3.2-3b --seq-len 65536 --activation-checkpointing --checkpoint-keep-attention "
+      "--tiled-loss-tokens 8192 --host-memory-gib 256 ";
+  const std::string base = keep + "--gpu-memory-gib 79.2";
+  std::string out = run(base, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("(does NOT fit"), std::string::npos) << out;
+  EXPECT_NE(out.find("it fits with --"), std::string::npos) << out;
+  out = run(base + " --json", &rc);
+  EXPECT_NE(out.find("\"fits\":false"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"fits_with\":\"--"), std::string::npos) << out;
+  out = run(keep + "--checkpoint-placement auto --gpu-memory-gib 40", &rc);  // no placement fits 40 GiB as given
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--checkpoint-placement auto: no placement"), std::string::npos) << out;
+  EXPECT_NE(out.find("it fits with --"), std::string::npos) << out;
+  out = run("plan --preset llama-3.2-3b --seq-len 8192 --gpu-memory-gib 79.2 --host-memory-gib 256", &rc);
+  EXPECT_EQ(out.find("it fits with"), std::string::npos) << out;
+}
+
 TEST(Commands, NoCommandListsThem) {
   int rc = 0;
   std::string out = run("", &rc);

@@ -81,6 +81,8 @@ TEST(PlanBounds, CheckPlanFitsRefusesWhatDoesNotFit) {
   EXPECT_NO_THROW(check_plan_fits(p, 1, 0, "cuda:0"));  // unknown capacity
   EXPECT_HAS(input_error_of([&] { check_plan_fits(p, 2, p.peak_bytes, "cuda:0"); }), "on cuda:0 (2 rank(s) of");
   EXPECT_HAS(input_error_of([&] { check_plan_fits(p, 1, p.peak_bytes - 1, "cuda:0"); }), "the run cannot fit");
+  EXPECT_HAS(input_error_of([&] { check_plan_fits(p, 1, p.peak_bytes - 1, "cuda:0", "it fits with X"); }),
+             "(seqpar plan, docs/memory.md); it fits with X");
 }
 
 TEST(PlanBounds, TrainRefusesARunThePlanSaysCannotFitBeforeAllocating) {
@@ -94,6 +96,8 @@ TEST(PlanBounds, TrainRefusesARunThePlanSaysCannotFitBeforeAllocating) {
   const std::string msg = input_error_of([&] { Trainer t(c); });
   EXPECT_HAS(msg, "the run cannot fit");
   EXPECT_HAS(msg, "this host");
+  // and says that none of the memory levers would make it fit (seqpar plan's levers_to_fit)
+  EXPECT_HAS(msg, "none of seqpar's memory levers makes it fit at this length: more GPUs (--sp)");
   EXPECT_EQ(cpu_allocator().current_bytes(), before);
 }
 

@@ -133,9 +133,6 @@ TEST(Offload, OffloadAndStage3TrainAsStage0) {
 }
 
 TEST(Offload, OverlappedStepIsTheBlockingStep) { testing::expect_overlapped_step_is_step_flat(Device::cpu()); }
-TEST(Offload, OverlappedDeviceStepIsTheBlockingStep) {
-  testing::expect_overlapped_step_is_step_flat(Device::cpu(), /*host=*/false);
-}
 
 // The GPT family (gpt2: the position embedding and the final norm's bias among the edges, biases and
 // LayerNorm biases in every layer, no gate) trains the same under every lever as at stage 0; the
@@ -404,6 +401,63 @@ TEST(Offload, LongestRespectsBothLimitsAndChoosesLevers) {
   t.seq_len = with_offload + 1024;
   const MemoryPlan over = plan_memory(t);
   EXPECT_TRUE(over.host_bytes + over.host_setup_bytes + over.host_process_bytes > host || over.peak_bytes > gpu);
+}
+
+// A run too large as given: levers_to_fit names the cheapest levers that fit it at its own length, and
+// the plan with them fits both limits; a run that fits needs nothing; one nothing fits gets no levers.
+TEST(Offload, LeversToFitAreTheCheapestThatFitTheRunsLength) {
+  MemoryPlanInput in;
+  in.model = llama_preset("llama-3.2-3b");
+  in.cuda = true;
+  in.seq_len = 65536;
+  in.memory.activation_checkpointing = in.memory.checkpoint_keep_attention = true;
+  in.memory.loss_tile_tokens = 8192;
+  const int64_t h100 = static_cast<int64_t>(79.2 * (1ll << 30)), host = 256ll << 30;
+  ASSERT_GT(plan_memory(in).peak_bytes, h100);  // keeping attention: 83.6 GiB
+  const LeverChoice c = levers_to_fit(in, h100, host);
+  ASSERT_FALSE(c.levers.empty());
+  EXPECT_EQ(c.seq_len, in.seq_len);
+  MemoryPlanInput t = in;
+  t.memory = c.memory;
+  const MemoryPlan p = plan_memory(t);
+  EXPECT_LE(p.peak_bytes, h100) << c.levers;
+  EXPECT_LE(p.host_start_bytes(), host) << c.levers;
+  // The cheapest: no set earlier in choose_levers' order fits (checkpoint offload comes before the
+  // optimizer's), and the description names the levers and the peak.
+  MemoryPlanInput ckpt = in;
+  ckpt.memory.checkpoint_offload = true;
+  if (plan_memory(ckpt).peak_bytes <= h100) {
+    EXPECT_EQ(c.levers, "--checkpoint-offload");
+  } else {
+    EXPECT_NE(c.levers.find("--offload-optimizer cpu"), std::string::npos) << c.levers;
+  }
+  EXPECT_NE(describe_levers_to_fit(in, c).find("it fits with " + c.levers + " (peak "), std::string::npos);
+  // checkpoint_placement=auto: the placement chosen with the levers, said.
+  MemoryPlanInput autop = in;
+  autop.memory.checkpoint_placement = "auto";
+  const LeverChoice a = levers_to_fit(autop, h100, host);
+  ASSERT_FALSE(a.levers.empty());
+  EXPECT_NE(a.memory.checkpoint_placement, "auto");
+  EXPECT_NE(describe_levers_to_fit(autop, a).find("checkpoint placement " + a.memory.checkpoint_placement),
+            std::string::npos);
+  // Without checkpointing, checkpointing is what is added first.
+  MemoryPlanInput none = in;
+  none.memory.activation_checkpointing = none.memory.checkpoint_keep_attention = false;
+  const LeverChoice n = levers_to_fit(none, h100, host);
+  EXPECT_EQ(n.levers.rfind("--activation-checkpointing", 0), 0u) << n.levers;
+  // Fits as given.
+  in.seq_len = 8192;
+  EXPECT_EQ(levers_to_fit(in, h100, host).levers, "nothing added");
+  // Nothing fits 8B at 4M tokens on one GPU with 64 GiB of host memory.
+  MemoryPlanInput big;
+  big.model = llama_preset("llama-3.1-8b");
+  big.cuda = true;
+  big.seq_len = 4 << 20;
+  big.memory.activation_checkpointing = true;
+  const LeverChoice b = levers_to_fit(big, h100, 64ll << 30);
+  EXPECT_TRUE(b.levers.empty());
+  EXPECT_EQ(b.seq_len, 0);
+  EXPECT_NE(describe_levers_to_fit(big, b).find("more GPUs (--sp)"), std::string::npos);
 }
 
 }  // namespace
