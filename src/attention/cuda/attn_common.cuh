@@ -109,6 +109,16 @@ __device__ __forceinline__ float bits_to_f32(uint16_t b) {
   return Elem16<E>::to_f32(b);
 }
 
+// This block's (tile, head) in a tile_head_grid (attn_launch.h): tile-major, so every head's tile t starts
+// before any head's tile t + 1.
+struct TileHead {
+  int tile, head;
+};
+__device__ __forceinline__ TileHead block_tile_head(int heads) {
+  return {static_cast<int>(blockIdx.x / static_cast<unsigned>(heads)),
+          static_cast<int>(blockIdx.x % static_cast<unsigned>(heads))};
+}
+
 // 2^x, the MUFU instruction (2 ulp); ex2(-inf) = +0.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

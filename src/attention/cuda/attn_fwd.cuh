@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "attention/cuda/attn_common.cuh"
 #include "attention/cuda/attn_launch.h"
@@ -44,8 +45,9 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int qt = gridDim.x - 1 - blockIdx.x;  // heaviest causal tiles first
-  const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  const TileHead th = block_tile_head(p.H);
+  const int qt = (p.Tq + BM - 1) / BM - 1 - th.tile;  // every head's heaviest causal tiles first
+  const int h = th.head, hk = h / (p.H / p.Hkv);
   const int q0 = qt * BM;
   const int nkt = (p.Tk + BN - 1) / BN;
   const int64_t q_rs = static_cast<int64_t>(p.H) * D, kv_rs = static_cast<int64_t>(p.Hkv) * D;
@@ -260,7 +262,9 @@ void run_fwd(const FwdParams& p, cudaStream_t stream) {
   constexpr int smem = (BM + 2 * BN) * smem_width(D) * 2;
   auto kernel = fwd_kernel<E, D, BM, BN, NW, MINB>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid((p.Tq + BM - 1) / BM, p.H);
+  const unsigned grid = tile_head_grid((p.Tq + BM - 1) / BM, p.H);
+  SEQPAR_CHECK_MSG(grid > 0, "flash forward: " + std::to_string((p.Tq + BM - 1) / BM) + " query tiles x " +
+                                 std::to_string(p.H) + " heads exceed a grid's 2^31 - 1 blocks");
   kernel<<<grid, NW * 32, smem, stream>>>(p);
   SEQPAR_LAUNCH_CHECK();
 }

@@ -41,7 +41,10 @@ void run(const FwdParams& p, cudaStream_t stream) {
 
   auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-  kernel<<<dim3(nqt, p.H), S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt);
+  const unsigned grid = tile_head_grid(nqt, p.H);
+  SEQPAR_CHECK_MSG(grid > 0, "the sm_90 flash forward: " + std::to_string(nqt) + " query tiles x " +
+                                 std::to_string(p.H) + " heads exceed a grid's 2^31 - 1 blocks");
+  kernel<<<grid, S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt);
   SEQPAR_LAUNCH_CHECK();
   SEQPAR_CUDA_CHECK(cudaFreeAsync(stats, stream));
 }

@@ -94,8 +94,9 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   const uint32_t qbar = bars + 8u * 4 * STAGES;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int qt = gridDim.x - 1 - blockIdx.x;  // heaviest causal tiles first
-  const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  const TileHead th = block_tile_head(p.H);
+  const int qt = (p.Tq + BM - 1) / BM - 1 - th.tile;  // every head's heaviest causal tiles first
+  const int h = th.head, hk = h / (p.H / p.Hkv);
   const int q0 = qt * BM;
   const int nkt = (p.Tk + BN - 1) / BN;
   const int4 qs = q_stats[qt];
