@@ -1,14 +1,37 @@
 #!/bin/bash
-# For the next GPU call (written in the twenty-fourth session, not run). PART=3b (default): issue 15's
-# Llama-3.2-3B at 64K keeping attention with the optimizer offloaded, `auto` placement, five steps, so that
-# bench's figure (now the steps between the first and the last) is the steady step, beside the ALST recipe;
-# and the 1B at 64K in today's mode beside it. PART=ncu: where the sm_90 kernels wait now that the D = 64
-# backward's dQ goes through the writer (2026-12-07_s23_ncu_source.sh). About 420 s for 3b.
+# For the next GPU calls (written in the twenty-fourth session, not run).
+#   PART=grid (default, run it first: it verifies bf77bf4, on main and not yet run on a GPU): the flash kernels'
+#     1-D tile-major grid (every head's heaviest causal tile first) under the attention tests, then `bench
+#     attention` of the commit before it (.devtmp/base_grid, a `git archive` of bf77bf4~1's CMakeLists.txt and
+#     src) and of it, alternating, D = 64 and 128 (sm_90 kernels) and 96 (mma.sync), forward and
+#     forward+backward, 16K and 64K. About 330 s. If the tests fail, revert bf77bf4.
+#   PART=3b: issue 15's Llama-3.2-3B at 64K keeping attention with the optimizer offloaded, `auto` placement, five
+#     steps, so that bench's figure (now the steps between the first and the last) is the steady step, beside the
+#     ALST recipe; and the 1B at 64K in today's mode beside it. About 420 s.
+#   PART=ncu: where the sm_90 kernels wait now that the D = 64 backward's dQ goes through the writer
+#     (2026-12-07_s23_ncu_source.sh).
 #   bash bench/gpu_calls/2026-12-06_s24_next.sh OUT_DIR
 set -u
 OUT=$1
-if [ "${PART:-3b}" = ncu ]; then exec bash "$(dirname "$0")/2026-12-07_s23_ncu_source.sh" "$OUT"; fi
+if [ "${PART:-grid}" = ncu ]; then exec bash "$(dirname "$0")/2026-12-07_s23_ncu_source.sh" "$OUT"; fi
 . "$(dirname "$0")/build_gpu.sh"
+if [ "${PART:-grid}" = grid ]; then
+  build_gpu $OUT seqpar test_cuda
+  build_other base .devtmp/base_grid "" seqpar
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  run_tests 200 'CudaAttention*:CudnnAttention*:CudaSpAttention*:CudaOpHarness.*'
+  for shape in 64:fwd 64:fwd_bwd 128:fwd 128:fwd_bwd 96:fwd_bwd; do
+    IFS=: read d pass <<< "$shape"
+    h=32; [ $d = 96 ] && h=16
+    for bin in build-base $B build-base $B; do
+      $bin/seqpar bench attention --backend flash --seq-lens 16384,65536 --passes $pass --heads $h --kv-heads 8 \
+        --head-dims $d --warmup 2 --iters 5 2>&1 |
+        grep -o '"S": *[0-9]*\|"ms": *[0-9.]*\|"tflops": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$d $pass $bin: |"; echo
+    done
+  done
+  echo "done $SECONDS s"
+  exit 0
+fi
 build_gpu $OUT seqpar
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 peer_env $OUT

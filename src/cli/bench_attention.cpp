@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "attention/attention_backend.h"
 #include "cli/bench_util.h"
 #include "cli/kernel_env.h"
 #include "core/error.h"
@@ -32,7 +33,7 @@ namespace seqpar {
 
 void add_bench_attention_options(CLI::App& cmd, BenchAttentionOptions& o) {
   cmd.add_option("--seq-lens", o.seq_lens, "S values, comma-separated")->capture_default_str();
-  cmd.add_option("--head-dims", o.head_dims, "D values, comma-separated (64, 128)")->capture_default_str();
+  cmd.add_option("--head-dims", o.head_dims, std::string("D values, comma-separated (") + kCudaAttentionHeadDims + ")")->capture_default_str();
   cmd.add_option("--heads", o.heads, "H, query heads")->capture_default_str();
   cmd.add_option("--kv-heads", o.kv_heads, "Hkv, KV heads (0: same as --heads)")->capture_default_str();
   cmd.add_option("--causal", o.causal, "causal mask")->capture_default_str();
@@ -58,7 +59,8 @@ Plan validate(const BenchAttentionOptions& o) {
   p.seq_lens = parse_int_list(o.seq_lens, "--seq-lens");
   p.head_dims = parse_int_list(o.head_dims, "--head-dims");
   for (int64_t D : p.head_dims)
-    SEQPAR_INPUT_CHECK(D == 64 || D == 128, "--head-dims: D={} is not supported by the flash kernels (64, 128)", D);
+    SEQPAR_INPUT_CHECK(cuda_attention_head_dim(D), "--head-dims: D={} is not supported by the CUDA attention ({})", D,
+                       kCudaAttentionHeadDims);
   p.H = o.heads;
   p.Hkv = o.kv_heads == 0 ? o.heads : o.kv_heads;
   SEQPAR_INPUT_CHECK(p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0,

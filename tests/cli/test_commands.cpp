@@ -111,6 +111,15 @@ TEST(Commands, PlanThatDoesNotFitNamesTheLeversThatDo) {
   EXPECT_EQ(out.find("it fits with"), std::string::npos) << out;
 }
 
+// bench attention names the head dims the CUDA attention takes (96 among them), before any GPU work.
+TEST(Commands, BenchAttentionRefusesAHeadDimTheKernelsDoNotTake) {
+  int rc = 0;
+  const std::string out = run("bench attention --head-dims 64,80 --seq-lens 128", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--head-dims: D=80 is not supported by the CUDA attention (64, 96 or 128)"), std::string::npos)
+      << out;
+}
+
 TEST(Commands, NoCommandListsThem) {
   int rc = 0;
   std::string out = run("", &rc);
