@@ -18,7 +18,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "attention/cuda/attn_common.cuh"
 #include "attention/cuda/attn_launch.h"
@@ -98,8 +97,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const LdsmLane ld(lane);
-  const TileHead th = block_tile_head(p.Hkv);
-  const int kt = th.tile, hk = th.head;  // every KV head's heaviest causal key tiles (the first) first
+  const int kt = blockIdx.x, hk = blockIdx.y;
   const int G = p.H / p.Hkv;
   const int k0 = kt * BN;
   const int nqt = (p.Tq + BM - 1) / BM;
@@ -352,9 +350,7 @@ void run_bwd_main(const BwdParams& p, cudaStream_t stream) {
   constexpr int smem = BwdSmem<D, BM, BN, NW>::kBytes;
   auto kernel = bwd_kernel<E, D, BM, BN, NW>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const unsigned grid = tile_head_grid((p.Tk + BN - 1) / BN, p.Hkv);
-  SEQPAR_CHECK_MSG(grid > 0, "flash backward: " + std::to_string((p.Tk + BN - 1) / BN) + " key tiles x " +
-                                 std::to_string(p.Hkv) + " KV heads exceed a grid's 2^31 - 1 blocks");
+  const dim3 grid((p.Tk + BN - 1) / BN, p.Hkv);
   kernel<<<grid, NW * 32, smem, stream>>>(p);
   SEQPAR_LAUNCH_CHECK();
 }

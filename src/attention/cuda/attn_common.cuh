@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "attention/cuda/attn_launch.h"  // Elem
+#include "attention/cuda/tile_order.h"
 
 namespace seqpar::cuda_attn::dev {
 
@@ -109,14 +110,9 @@ __device__ __forceinline__ float bits_to_f32(uint16_t b) {
   return Elem16<E>::to_f32(b);
 }
 
-// This block's (tile, head) in a tile_head_grid (attn_launch.h): tile-major, so every head's tile t starts
-// before any head's tile t + 1.
-struct TileHead {
-  int tile, head;
-};
-__device__ __forceinline__ TileHead block_tile_head(int heads) {
-  return {static_cast<int>(blockIdx.x / static_cast<unsigned>(heads)),
-          static_cast<int>(blockIdx.x % static_cast<unsigned>(heads))};
+// This block's (tile, head) in a tile_head_grid of `tiles` x `heads` blocks (attn_launch.h, tile_order.h).
+__device__ __forceinline__ TileHead block_tile_head(int tiles, int heads, int section) {
+  return tile_head_of(blockIdx.x, tiles, heads, section);
 }
 
 // 2^x, the MUFU instruction (2 ulp); ex2(-inf) = +0.

@@ -1,5 +1,6 @@
 // The one table of instantiated flash-attention tile shapes (each for bf16 and f16), the default
 // shape per head dim, and the launchers that pick a kernel from it. Tuning history: bench/NOTES.md.
+#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -112,6 +113,20 @@ std::atomic<int> g_cc[kMaxDevices];
 }  // namespace
 
 bool head_dim_supported(int D) { return D == 64 || D == 96 || D == 128; }
+
+int heads_per_l2_section(int64_t Tk, int D, int H, int Hkv) {
+  static std::atomic<int> l2_bytes[64] = {};  // per device, read once (rank threads may race: same value)
+  int dev = 0;
+  SEQPAR_CUDA_CHECK(cudaGetDevice(&dev));
+  int l2 = l2_bytes[dev & 63].load(std::memory_order_relaxed);
+  if (l2 == 0) {
+    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    l2_bytes[dev & 63].store(l2, std::memory_order_relaxed);
+  }
+  const int64_t kv_bytes = std::max<int64_t>(Tk, 1) * D * 2 * 2;  // K and V of one KV head
+  const int64_t groups = std::clamp<int64_t>(l2 / 2 / kv_bytes, 1, std::max(Hkv, 1));
+  return static_cast<int>(groups) * (H / std::max(Hkv, 1));
+}
 
 int device_compute_capability(int device) {
   SEQPAR_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {} out of range [0, {})", device, kMaxDevices);

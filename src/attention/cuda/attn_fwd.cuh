@@ -27,7 +27,7 @@ namespace seqpar::cuda_attn::detail {
 using namespace dev;
 
 template <Elem E, int D, int BM, int BN, int NW, int MINB>
-__global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p, const int section) {
   constexpr int NT = NW * 32;
   constexpr int MT = BM / (16 * NW);          // 16-row m-tiles per warp
   constexpr int SN = BN / 8;                  // n-tiles of the score tile
@@ -45,8 +45,9 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const TileHead th = block_tile_head(p.H);
-  const int qt = (p.Tq + BM - 1) / BM - 1 - th.tile;  // every head's heaviest causal tiles first
+  const int nqt = (p.Tq + BM - 1) / BM;
+  const TileHead th = block_tile_head(nqt, p.H, section);
+  const int qt = nqt - 1 - th.tile;  // the heaviest causal tiles first
   const int h = th.head, hk = h / (p.H / p.Hkv);
   const int q0 = qt * BM;
   const int nkt = (p.Tk + BN - 1) / BN;
@@ -265,7 +266,7 @@ void run_fwd(const FwdParams& p, cudaStream_t stream) {
   const unsigned grid = tile_head_grid((p.Tq + BM - 1) / BM, p.H);
   SEQPAR_CHECK_MSG(grid > 0, "flash forward: " + std::to_string((p.Tq + BM - 1) / BM) + " query tiles x " +
                                  std::to_string(p.H) + " heads exceed a grid's 2^31 - 1 blocks");
-  kernel<<<grid, NW * 32, smem, stream>>>(p);
+  kernel<<<grid, NW * 32, smem, stream>>>(p, heads_per_l2_section(p.Tk, D, p.H, p.Hkv));
   SEQPAR_LAUNCH_CHECK();
 }
 

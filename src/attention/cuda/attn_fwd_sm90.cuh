@@ -71,7 +71,7 @@ template <Elem E, int D, int NWG, int STAGES>
 __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const FwdParams p, const int4* __restrict__ q_stats,
-                    const int4* __restrict__ k_stats) {
+                    const int4* __restrict__ k_stats, const int section) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Shape<D, NWG, STAGES>;
   constexpr bool PP = S::kPingPong;
@@ -94,8 +94,9 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   const uint32_t qbar = bars + 8u * 4 * STAGES;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const TileHead th = block_tile_head(p.H);
-  const int qt = (p.Tq + BM - 1) / BM - 1 - th.tile;  // every head's heaviest causal tiles first
+  const int nqt = (p.Tq + BM - 1) / BM;
+  const TileHead th = block_tile_head(nqt, p.H, section);
+  const int qt = nqt - 1 - th.tile;  // the heaviest causal tiles first
   const int h = th.head, hk = h / (p.H / p.Hkv);
   const int q0 = qt * BM;
   const int nkt = (p.Tk + BN - 1) / BN;
