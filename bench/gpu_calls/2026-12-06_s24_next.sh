@@ -1,10 +1,11 @@
 #!/bin/bash
 # For the next GPU calls (written in the twenty-fourth session, not run).
-#   PART=grid (default, run it first: it verifies bf77bf4, on main and not yet run on a GPU): the flash kernels'
-#     1-D tile-major grid (every head's heaviest causal tile first) under the attention tests, then `bench
-#     attention` of the commit before it (.devtmp/base_grid, a `git archive` of bf77bf4~1's CMakeLists.txt and
-#     src) and of it, alternating, D = 64 and 128 (sm_90 kernels) and 96 (mma.sync), forward and
-#     forward+backward, 16K and 64K. About 330 s. If the tests fail, revert bf77bf4.
+#   PART=grid (default, run it first: it verifies bf77bf4 + 000e91d, on main and not yet run on a GPU): the
+#     forward kernels' block order (a 1-D grid, heads in sections of KV groups whose K and V fit half the L2,
+#     tile-major within a section) under the attention tests, then `bench attention` of the commit before
+#     (.devtmp/base_grid, a `git archive` of 516b2ab's CMakeLists.txt and src) and of it, alternating, D = 64
+#     and 128 (sm_90 kernels) and 96 (mma.sync), forward and forward+backward, 16K and 64K. About 330 s. If the
+#     tests fail, revert 000e91d and bf77bf4; if it is slower, too.
 #   PART=3b: issue 15's Llama-3.2-3B at 64K keeping attention with the optimizer offloaded, `auto` placement, five
 #     steps, so that bench's figure (now the steps between the first and the last) is the steady step, beside the
 #     ALST recipe; and the 1B at 64K in today's mode beside it. About 420 s.
