@@ -9,6 +9,9 @@
 #   PART=3b: issue 15's Llama-3.2-3B at 64K keeping attention with the optimizer offloaded, `auto` placement, five
 #     steps, so that bench's figure (now the steps between the first and the last) is the steady step, beside the
 #     ALST recipe; and the 1B at 64K in today's mode beside it. About 420 s.
+#   PART=lazy: the sm_90 forward's conditional rescaling (SEQPAR_SM90_FWD_LAZY_RESCALE=1, a measurement build;
+#     default builds unchanged): the attention tests under it, then the forward of the default build, of it and of
+#     cuDNN, D = 64 and 128, 16K and 64K. About 300 s. If it passes and wins, make it the kernel's only path.
 #   PART=ncu: where the sm_90 kernels wait now that the D = 64 backward's dQ goes through the writer
 #     (2026-12-07_s23_ncu_source.sh).
 #   bash bench/gpu_calls/2026-12-06_s24_next.sh OUT_DIR
@@ -16,6 +19,23 @@ set -u
 OUT=$1
 if [ "${PART:-grid}" = ncu ]; then exec bash "$(dirname "$0")/2026-12-07_s23_ncu_source.sh" "$OUT"; fi
 . "$(dirname "$0")/build_gpu.sh"
+if [ "${PART:-grid}" = lazy ]; then
+  build_gpu $OUT seqpar
+  build_other lazy . "-DSEQPAR_SM90_FWD_LAZY_RESCALE=1" seqpar test_cuda
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  timeout 150 build-lazy/test_cuda --gtest_filter='CudaAttention*:CudnnAttention*:CudaSpAttention*' > $OUT/tests_lazy.log 2>&1
+  echo "tests lazy rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests_lazy.log | tr '\n' ' ')"
+  grep -E "FAILED|Failure" $OUT/tests_lazy.log | head -5
+  for d in 64 128; do
+    for bin in cudnn $B build-lazy $B build-lazy; do
+      case $bin in cudnn) cmd="$B/seqpar bench attention --backend cudnn" ;; *) cmd="$bin/seqpar bench attention --backend flash" ;; esac
+      $cmd --seq-lens 16384,65536 --passes fwd --heads 32 --kv-heads 8 --head-dims $d --warmup 2 --iters 5 2>&1 |
+        grep -o '"S": *[0-9]*\|"ms": *[0-9.]*\|"tflops": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$d fwd $bin: |"; echo
+    done
+  done
+  echo "done $SECONDS s"
+  exit 0
+fi
 if [ "${PART:-grid}" = grid ]; then
   build_gpu $OUT seqpar test_cuda
   build_other base .devtmp/base_grid "" seqpar

@@ -35,6 +35,15 @@ namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
 
+// SEQPAR_SM90_FWD_LAZY_RESCALE = 1 (a measurement build; 0 unless defined, bench/gpu_calls/2026-12-06_s24_next.sh
+// PART=lazy): the online softmax keeps the running maximum it exponentiates against until a tile's maximum exceeds it
+// by more than 8 (in log2 units: the probabilities stay at most 2^8), so that most key tiles need no correction of O
+// and l; a warp rescales O only when one of its rows' maxima moved (FlashAttention-4's conditional rescaling). The
+// result is the same function (O / l and the LSE use the maximum that was used), rounded a little differently.
+#ifndef SEQPAR_SM90_FWD_LAZY_RESCALE
+#define SEQPAR_SM90_FWD_LAZY_RESCALE 0
+#endif
+
 template <int D, int NWG, int STAGES>
 struct Shape {
   static constexpr int BM = 64 * NWG;  // query rows per CTA
@@ -196,13 +205,16 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   // O *= corr (the last softmax's correction), then O += P V_s: BN / 16 steps of k16, each 16 key
   // rows (2048 bytes) further into V.
   auto issue_pv = [&](int s) {
+    // (lazy: only when a row of the warp has a correction; the warp's lanes agree, so no lane diverges)
+    if (!SEQPAR_SM90_FWD_LAZY_RESCALE || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
+      for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[4 * n + 2 * hr] *= corr[hr];
-        o[4 * n + 2 * hr + 1] *= corr[hr];
-      }
+        for (int n = 0; n < D / 8; ++n) {
+          o[4 * n + 2 * hr] *= corr[hr];
+          o[4 * n + 2 * hr + 1] *= corr[hr];
+        }
+    }
     reg_fence(o);
     wgmma_fence();
 #pragma unroll
@@ -253,9 +265,17 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * hr], sc[4 * n + 2 * hr + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      corr[hr] = mx == -INFINITY ? 1.f : fast_exp2((m[hr] - mx) * sl2);
-      const float msc = mx == -INFINITY ? 0.f : mx * sl2;
-      m[hr] = mx;
+      if constexpr (SEQPAR_SM90_FWD_LAZY_RESCALE) {
+        // Move the maximum used only when the new one is more than 2^8 above it in the exponent (or is the first
+        // finite one); otherwise the probabilities of this tile are at most 2^8 against the old one.
+        const bool move = mx != -INFINITY && (m[hr] == -INFINITY || (mx - m[hr]) * sl2 > 8.f);
+        corr[hr] = move && m[hr] != -INFINITY ? fast_exp2((m[hr] - mx) * sl2) : 1.f;
+        if (move) m[hr] = mx;
+      } else {
+        corr[hr] = mx == -INFINITY ? 1.f : fast_exp2((m[hr] - mx) * sl2);
+        m[hr] = mx;
+      }
+      const float msc = m[hr] == -INFINITY ? 0.f : m[hr] * sl2;
       float rs = 0.f;
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n)
