@@ -31,7 +31,9 @@ TEST(TileOrder, EveryTileAndHeadOnceTileMajorWithinSections) {
       ++seen[static_cast<size_t>(th.tile) * c.heads + th.head];
       const int section = th.head / c.section;
       ASSERT_GE(section, last_section) << "sections one after the other";
-      if (section == last_section) ASSERT_GE(th.tile, last_tile) << "tile-major within a section";
+      if (section == last_section) {
+        ASSERT_GE(th.tile, last_tile) << "tile-major within a section";
+      }
       last_section = section;
       last_tile = th.tile;
     }
