@@ -32,8 +32,9 @@ void add_bench_command(CLI::App& app, int& rc) {
   auto tr = std::make_shared<BenchTrainOptions>();
   CLI::App* t = bench->add_subcommand(
       "train",
-      "training steps of a Llama-3.2-1B/3B or Llama-3.1-8B sized model on synthetic tokens: step time, tokens/s and "
-      "TFLOP/s per GPU, peak memory, per sequence length (bench/peers/hf_train_step.py is the transformers peer)");
+      "training steps of a Llama-3.2-1B/3B or Llama-3.1-8B sized model on synthetic tokens: step time (the median "
+      "of the steps between the first and, from three steps on, the last), tokens/s and TFLOP/s per GPU, peak "
+      "memory, per sequence length (bench/peers/hf_train_step.py is the transformers peer)");
   add_bench_train_options(*t, *tr);
   t->callback([tr, &rc] { rc = run_bench_train(*tr); });
 
