@@ -113,8 +113,9 @@ TEST(Init, TheSeedAloneDecidesAndTensorsDiffer) {
   for (size_t k = 0; k < na.size(); ++k) {
     const Tensor& x = *na[k].second;
     EXPECT_EQ(0, std::memcmp(x.data<float>(), nb[k].second->data<float>(), x.nbytes())) << na[k].first;
-    if (na[k].first.find("norm.weight") == std::string::npos && na[k].first.find(".bias") == std::string::npos)
+    if (na[k].first.find("norm.weight") == std::string::npos && na[k].first.find(".bias") == std::string::npos) {
       EXPECT_NE(0, std::memcmp(x.data<float>(), nd[k].second->data<float>(), x.nbytes())) << na[k].first;
+    }
   }
   // Two projections of one shape draw different values (the tensor's index is
   // in the counter).

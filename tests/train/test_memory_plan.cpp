@@ -53,7 +53,7 @@ struct Setting {
   bool offload = false;    // checkpoint offload (with ckpt)
   bool offload_opt = false, offload_param = false;  // optimizer offload; parameter offload (zero 3)
   bool gpt = false;                                 // the GPT family's layer (plan_model)
-  std::string placement;                            // checkpoint_placement (with ckpt)
+  std::string placement = "";                       // checkpoint_placement (with ckpt)
   bool offload_grads = false;                       // offload_gradients (with offload_opt)
 };
 
@@ -411,7 +411,9 @@ TEST(MemoryPlan, LayersNotCheckpointed) {
               std::string(static_cast<size_t>(L - n_f), 'g') + std::string(static_cast<size_t>(n_f), 'f');
           const int64_t peak = plan_memory(in).peak_bytes;
           EXPECT_GE(peak, last) << what << " " << in.memory.checkpoint_placement;
-          if (n_f > 1) EXPECT_GT(peak, last) << what << " " << in.memory.checkpoint_placement;
+          if (n_f > 1) {
+            EXPECT_GT(peak, last) << what << " " << in.memory.checkpoint_placement;
+          }
           last = peak;
         }
         EXPECT_EQ(last, none.peak_bytes) << what << ": all 'f' is no checkpointing";
@@ -457,7 +459,9 @@ TEST(MemoryPlan, Gpt30bPresetAt32kWithZero3) {
     in.memory.activation_checkpointing = true;
     const MemoryPlan p = plan_memory(in);
     EXPECT_GT(p.peak_bytes, 0) << gpus;
-    if (last > 0) EXPECT_LT(p.peak_bytes, last) << gpus;
+    if (last > 0) {
+      EXPECT_LT(p.peak_bytes, last) << gpus;
+    }
     last = p.peak_bytes;
   }
   MemoryPlanInput in;

@@ -55,7 +55,9 @@ inline void expect_overlapped_step_is_step_flat(Device device) {
     const float clip_a = blocking.step_flat(FlatRef{grads, true}, FlatRef{out_a, true}, norm);
     const float clip_b = overlapped.step_flat_overlapped(FlatRef{grads, true}, FlatRef{out_b, true}, norm);
     EXPECT_EQ(clip_b, clip_a);  // (returned at once)
-    if (step == 3) EXPECT_LT(clip_a, 1.f);
+    if (step == 3) {
+      EXPECT_LT(clip_a, 1.f);
+    }
     const std::vector<float> want = out_a.to(Device::cpu()).to_f32_vector();
     for (int64_t end = total / 7; end < total + total / 7; end += total / 7) {
       const int64_t e = std::min(end, total);
