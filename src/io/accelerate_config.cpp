@@ -264,10 +264,10 @@ void parse_parallelism_section(Reader& top, AccelerateConfig& c, std::vector<std
 
 
 // fsdp_config onto seqpar's levers (accelerate/utils/dataclasses.py FullyShardedDataParallelPlugin
-// names the keys): sharding → ZeRO stage, activation checkpointing → activation checkpointing;
-// parameter offload and full parameter sharding (ZeRO-3) are refused, as seqpar has neither yet;
-// what only changes how FSDP wraps, prefetches or saves is named in a warning.
-void parse_fsdp_section(Reader& top, AccelerateConfig& c, std::vector<std::string>& unread, Problems& problems) {
+// names the keys): sharding → ZeRO stage (FULL_SHARD → 3), offload_params → parameter offload,
+// activation checkpointing → activation checkpointing; hybrid sharding is refused; what only changes
+// how FSDP wraps, prefetches or saves is named in a warning; an unknown key is a problem.
+void parse_fsdp_section(Reader& top, AccelerateConfig& c, Problems& problems) {
   YAML::Node f = top.mapping("fsdp_config");
   if (!f.IsDefined()) return;
   Reader r(f, c.source, "fsdp_config.");
@@ -447,7 +447,7 @@ AccelerateConfig parse_accelerate_config(const std::string& yaml_text, const std
   });
   p.attempt([&] { parse_deepspeed_section(top, c, base_dir, unread, p); });
   p.attempt([&] { parse_parallelism_section(top, c, unread); });
-  p.attempt([&] { parse_fsdp_section(top, c, unread, p); });
+  p.attempt([&] { parse_fsdp_section(top, c, p); });
 
   for (std::string& k : top.unread()) unread.push_back(k);
   if (!unread.empty())
