@@ -38,8 +38,8 @@ void set_current_device(Device device);
 // the CPU. For timing.
 void synchronize_device(Device device);
 // Waits until the calling thread's current stream on `device` has finished its work
-// (cudaStreamSynchronize): a step's own work, not what a stream of its own overlaps with the next
-// step (the device AdamW update). Nothing for the CPU. For timing steps.
+// (cudaStreamSynchronize): a step's own work, not what another stream overlaps with the next step.
+// Nothing for the CPU. For timing steps.
 void synchronize_current_stream(Device device);
 // The device's total memory in bytes (cudaMemGetInfo); 0 for the CPU (no fixed budget).
 int64_t device_total_bytes(Device device);

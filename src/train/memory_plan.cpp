@@ -690,16 +690,18 @@ int64_t longest_fitting_seq_len(MemoryPlanInput in, int64_t capacity_bytes, int6
 }
 
 void check_plan_fits(const MemoryPlan& plan, int ranks, int64_t capacity_bytes, const std::string& where,
-                     const std::string& hint) {
+                     const std::function<std::string()>& hint) {
   if (capacity_bytes <= 0) return;  // unknown capacity
   const double gib_of = static_cast<double>(1ll << 30);
   const double need = static_cast<double>(plan.peak_bytes) * ranks;  // double: no overflow for many ranks
-  SEQPAR_INPUT_CHECK(need <= static_cast<double>(capacity_bytes),
-                     "the memory plan needs {:.2f} GiB on {} ({} rank(s) of {:.2f} GiB at the step's peak, {}) but it "
-                     "has {:.2f} GiB: the run cannot fit; more GPUs (--sp), --activation-checkpointing, "
-                     "--tiled-mlp-tokens / --tiled-loss-tokens or --zero-stage 1 lower it (seqpar plan, docs/memory.md){}",
-                     need / gib_of, where, ranks, static_cast<double>(plan.peak_bytes) / gib_of, plan.peak_phase,
-                     static_cast<double>(capacity_bytes) / gib_of, hint.empty() ? "" : "; " + hint);
+  if (need <= static_cast<double>(capacity_bytes)) return;
+  const std::string said = hint ? hint() : std::string();
+  throw InputError(fmt::format(
+      "the memory plan needs {:.2f} GiB on {} ({} rank(s) of {:.2f} GiB at the step's peak, {}) but it has {:.2f} "
+      "GiB: the run cannot fit; more GPUs (--sp), --activation-checkpointing, --tiled-mlp-tokens / "
+      "--tiled-loss-tokens or --zero-stage 1 lower it (seqpar plan, docs/memory.md){}",
+      need / gib_of, where, ranks, static_cast<double>(plan.peak_bytes) / gib_of, plan.peak_phase,
+      static_cast<double>(capacity_bytes) / gib_of, said.empty() ? "" : "; " + said));
 }
 
 int64_t host_memory_bytes() {

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -131,9 +132,10 @@ inline int64_t auto_placement_capacity(int64_t device_total_bytes) {
 // InputError when `ranks` ranks of `plan` (ranks sharing one device) exceed capacity_bytes of
 // `where` (a device name); nothing when capacity_bytes <= 0 (unknown). The trainer calls it before
 // any rank allocates: a run the plan says cannot fit does not start.
-// `hint` (what makes it fit: describe_levers_to_fit) ends the message when given.
+// `hint`, called only for a run that does not fit (what makes it fit: describe_levers_to_fit), ends the
+// message when given.
 void check_plan_fits(const MemoryPlan& plan, int ranks, int64_t capacity_bytes, const std::string& where,
-                     const std::string& hint = "");
+                     const std::function<std::string()>& hint = {});
 
 // The host's physical memory in bytes (0 when unknown): the capacity of CPU runs.
 int64_t host_memory_bytes();

@@ -30,8 +30,32 @@
 namespace seqpar {
 
 namespace {
+
+// What one rank plans against. Every process must choose the same placement (a recomputed layer repeats its
+// attention's collectives), so these are fixed figures, not what happens to be free: the device's total memory
+// (less auto_placement_capacity's margin), and --host-memory-gib or the host's MemTotal shared by the ranks of
+// the host (the process's threads, or LOCAL_WORLD_SIZE processes under a launcher).
+struct RankCapacity {
+  int64_t gpu = 0, host = 0;
+};
+RankCapacity rank_capacity(const TrainConfig& cfg, int ranks_per_device) {
+  const Device device = cfg.parallel.device;
+  const int ranks = std::max(1, ranks_per_device);
+  const bool threads = job_transport(cfg.parallel.transport, device) == Transport::kLocal;
+  const int per_host = threads ? ranks : std::max(1, read_dist_env(process_env()).local_world_size);
+  const int64_t gpu = (device.is_cuda() ? auto_placement_capacity(device_total_bytes(device)) : host_memory_bytes()) / ranks;
+  const int64_t host_total = cfg.memory.host_memory_gib > 0 ? static_cast<int64_t>(cfg.memory.host_memory_gib * (1ll << 30))
+                                                            : host_memory_total_bytes();
+  return {gpu, host_total / per_host};
+}
+
 // For the error of a run that does not fit: the levers that make it fit at its length (seqpar plan's).
-std::string levers_hint(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device);
+std::string levers_hint(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device) {
+  const RankCapacity c = rank_capacity(cfg, ranks_per_device);
+  const MemoryPlanInput in = memory_plan_input(cfg, model);
+  return describe_levers_to_fit(in, levers_to_fit(in, c.gpu, c.host));
+}
+
 }  // namespace
 
 LlamaConfig demo_model_config() {
@@ -432,13 +456,9 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
     // initial weights' copy while they start), before any of it is allocated.
     check_host_memory(s.plan, s.ranks_per_device, cfg_.memory.host_memory_gib);
   }
-  if (!s.batch && cfg_.parallel.device.is_cpu()) {
-    const int64_t capacity = host_memory_bytes();
-    const bool over =
-        capacity > 0 && static_cast<double>(s.plan.peak_bytes) * s.ranks_per_device > static_cast<double>(capacity);
-    check_plan_fits(s.plan, s.ranks_per_device, capacity, "this host",
-                    over ? levers_hint(cfg_, mc, s.ranks_per_device) : std::string());
-  }
+  if (!s.batch && cfg_.parallel.device.is_cpu())
+    check_plan_fits(s.plan, s.ranks_per_device, host_memory_bytes(), "this host",
+                    [&] { return levers_hint(cfg_, mc, s.ranks_per_device); });
   setup_model();
   s.first_step = s.result.first_step;
   s.last_step = cfg_.checkpoint.stop_at_step > 0 ? std::min(cfg_.schedule.steps, cfg_.checkpoint.stop_at_step) : cfg_.schedule.steps;
@@ -640,33 +660,6 @@ void Trainer::run_rank(JobRank& job) {
   s.result.tokens_per_s = static_cast<double>(s.tokens_per_step * (done - s.first_step + 1)) / std::max(secs, 1e-9);
 }
 
-namespace {
-
-// What one rank plans against. Every process must choose the same placement (a recomputed layer repeats its
-// attention's collectives), so these are fixed figures, not what happens to be free: the device's total memory
-// (less auto_placement_capacity's margin), and --host-memory-gib or the host's MemTotal shared by the ranks of
-// the host (the process's threads, or LOCAL_WORLD_SIZE processes under a launcher).
-struct RankCapacity {
-  int64_t gpu = 0, host = 0;
-};
-RankCapacity rank_capacity(const TrainConfig& cfg, int ranks_per_device) {
-  const Device device = cfg.parallel.device;
-  const int ranks = std::max(1, ranks_per_device);
-  const bool threads = job_transport(cfg.parallel.transport, device) == Transport::kLocal;
-  const int per_host = threads ? ranks : std::max(1, read_dist_env(process_env()).local_world_size);
-  const int64_t gpu = (device.is_cuda() ? auto_placement_capacity(device_total_bytes(device)) : host_memory_bytes()) / ranks;
-  const int64_t host_total = cfg.memory.host_memory_gib > 0 ? static_cast<int64_t>(cfg.memory.host_memory_gib * (1ll << 30))
-                                                            : host_memory_total_bytes();
-  return {gpu, host_total / per_host};
-}
-
-std::string levers_hint(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device) {
-  const RankCapacity c = rank_capacity(cfg, ranks_per_device);
-  const MemoryPlanInput in = memory_plan_input(cfg, model);
-  return describe_levers_to_fit(in, levers_to_fit(in, c.gpu, c.host));
-}
-
-}  // namespace
 
 std::string auto_checkpoint_placement(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device) {
   const RankCapacity c = rank_capacity(cfg, ranks_per_device);
@@ -700,10 +693,8 @@ void Trainer::resolve_checkpoint_placement(const LlamaConfig& mc) {
 // Checked before a rank allocates anything on the GPU: a run the plan says cannot fit stops here.
 void Trainer::refuse_if_over_capacity(Device device) const {
   const State& s = *s_;
-  const int64_t capacity = device_total_bytes(device);
-  const bool over = capacity > 0 && static_cast<double>(s.plan.peak_bytes) * s.ranks_per_device > static_cast<double>(capacity);
-  check_plan_fits(s.plan, s.ranks_per_device, capacity, device.str(),
-                  over ? levers_hint(cfg_, model_config_, s.ranks_per_device) : std::string());
+  check_plan_fits(s.plan, s.ranks_per_device, device_total_bytes(device), device.str(),
+                  [&] { return levers_hint(cfg_, model_config_, s.ranks_per_device); });
 }
 
 // resume, the rank's half: the checkpoint's weights and optimizer state; then the host copies

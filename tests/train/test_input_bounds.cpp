@@ -81,7 +81,7 @@ TEST(PlanBounds, CheckPlanFitsRefusesWhatDoesNotFit) {
   EXPECT_NO_THROW(check_plan_fits(p, 1, 0, "cuda:0"));  // unknown capacity
   EXPECT_HAS(input_error_of([&] { check_plan_fits(p, 2, p.peak_bytes, "cuda:0"); }), "on cuda:0 (2 rank(s) of");
   EXPECT_HAS(input_error_of([&] { check_plan_fits(p, 1, p.peak_bytes - 1, "cuda:0"); }), "the run cannot fit");
-  EXPECT_HAS(input_error_of([&] { check_plan_fits(p, 1, p.peak_bytes - 1, "cuda:0", "it fits with X"); }),
+  EXPECT_HAS(input_error_of([&] { check_plan_fits(p, 1, p.peak_bytes - 1, "cuda:0", [] { return std::string("it fits with X"); }); }),
              "(seqpar plan, docs/memory.md); it fits with X");
 }
 

@@ -15,7 +15,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "attention/cuda/attn_common.cuh"
 #include "attention/cuda/attn_launch.h"
@@ -263,9 +262,7 @@ void run_fwd(const FwdParams& p, cudaStream_t stream) {
   constexpr int smem = (BM + 2 * BN) * smem_width(D) * 2;
   auto kernel = fwd_kernel<E, D, BM, BN, NW, MINB>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const unsigned grid = tile_head_grid((p.Tq + BM - 1) / BM, p.H);
-  SEQPAR_CHECK_MSG(grid > 0, "flash forward: " + std::to_string((p.Tq + BM - 1) / BM) + " query tiles x " +
-                                 std::to_string(p.H) + " heads exceed a grid's 2^31 - 1 blocks");
+  const unsigned grid = tile_head_grid((p.Tq + BM - 1) / BM, p.H, "flash forward");
   kernel<<<grid, NW * 32, smem, stream>>>(p, heads_per_l2_section(p.Tk, D, p.H, p.Hkv));
   SEQPAR_LAUNCH_CHECK();
 }

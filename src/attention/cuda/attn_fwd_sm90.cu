@@ -41,9 +41,7 @@ void run(const FwdParams& p, cudaStream_t stream) {
 
   auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-  const unsigned grid = tile_head_grid(nqt, p.H);
-  SEQPAR_CHECK_MSG(grid > 0, "the sm_90 flash forward: " + std::to_string(nqt) + " query tiles x " +
-                                 std::to_string(p.H) + " heads exceed a grid's 2^31 - 1 blocks");
+  const unsigned grid = tile_head_grid(nqt, p.H, "the sm_90 flash forward");
   kernel<<<grid, S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt,
                                                   heads_per_l2_section(p.Tk, D, p.H, p.Hkv));
   SEQPAR_LAUNCH_CHECK();

@@ -44,11 +44,8 @@ bool head_dim_supported(int D);  // 64, 96 or 128 (the wgmma kernels: 64 and 128
 // order: longest first), and the sections follow each other, so that the blocks running at once read the
 // K and V of few KV heads. (A 2-D grid, tiles on x and heads on y, starts head 0's tiles, heavy to light,
 // before head 1's, leaving the last head's heaviest tiles as the tail at short lengths.)
-// tile_head_grid: tiles x heads, or 0 beyond the grid's x limit (2^31 - 1): the launcher refuses it.
-inline unsigned tile_head_grid(int64_t tiles, int64_t heads) {
-  const int64_t blocks = tiles * heads;
-  return blocks > 0 && blocks <= 2147483647 ? static_cast<unsigned>(blocks) : 0u;
-}
+// tile_head_grid: tiles x heads blocks; an error naming `kernel` beyond the grid's x limit (2^31 - 1).
+unsigned tile_head_grid(int64_t tiles, int64_t heads, const char* kernel);
 // Query heads per section: the most whole KV groups (H / Hkv heads each) whose K and V (Tk x D 16-bit
 // values each per KV head) fit in half the current device's L2 cache, at least one group.
 int heads_per_l2_section(int64_t Tk, int D, int H, int Hkv);

@@ -26,38 +26,34 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-}  // namespace
-
-CUtensorMap token_tensor_map(const uint16_t* ptr, Elem elem, int64_t T, int heads, int D, int rows, const char* name) {
+// A 3-D map over a token-major [T, heads, D] tensor of `bytes`-byte elements: boxes of `box_cols` columns (128
+// bytes: the 128-byte swizzle's width) x 1 head x `rows` tokens.
+CUtensorMap encode_token_map(void* ptr, CUtensorMapDataType type, int bytes, int box_cols, int64_t T, int heads, int D,
+                             int rows, const char* name) {
   CUtensorMap m{};
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(T)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(D) * 2, static_cast<cuuint64_t>(heads) * D * 2};
-  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(rows)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(D) * bytes, static_cast<cuuint64_t>(heads) * D * bytes};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), 1, static_cast<cuuint32_t>(rows)};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType type =
-      elem == Elem::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r = tensor_map_encoder()(&m, type, 3, const_cast<uint16_t*>(ptr), dims, strides, box, elem_strides,
+  const CUresult r = tensor_map_encoder()(&m, type, 3, ptr, dims, strides, box, elem_strides,
                                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  SEQPAR_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for {} [{}, {}, {}] (CUresult {})", name, T, heads, D,
-               static_cast<int>(r));
+  SEQPAR_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for {} [{}, {}, {}] ({}-byte elements, CUresult {})",
+               name, T, heads, D, bytes, static_cast<int>(r));
   return m;
 }
 
+}  // namespace
+
+CUtensorMap token_tensor_map(const uint16_t* ptr, Elem elem, int64_t T, int heads, int D, int rows, const char* name) {
+  const CUtensorMapDataType type =
+      elem == Elem::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return encode_token_map(const_cast<uint16_t*>(ptr), type, 2, 64, T, heads, D, rows, name);
+}
+
 CUtensorMap f32_token_tensor_map(float* ptr, int64_t T, int heads, int D, int rows, const char* name) {
-  CUtensorMap m{};
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(T)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(D) * 4, static_cast<cuuint64_t>(heads) * D * 4};
-  const cuuint32_t box[3] = {32, 1, static_cast<cuuint32_t>(rows)};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, ptr, dims, strides, box, elem_strides,
-                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  SEQPAR_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for {} [{}, {}, {}] f32 (CUresult {})", name, T, heads,
-               D, static_cast<int>(r));
-  return m;
+  return encode_token_map(ptr, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, 32, T, heads, D, rows, name);
 }
 
 }  // namespace seqpar::cuda_attn
