@@ -17,7 +17,6 @@
 #include <cstdint>
 
 #include "attention/cuda/attn_launch.h"  // Elem
-#include "attention/cuda/tile_order.h"
 
 namespace seqpar::cuda_attn::dev {
 
@@ -108,11 +107,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 template <Elem E>
 __device__ __forceinline__ float bits_to_f32(uint16_t b) {
   return Elem16<E>::to_f32(b);
-}
-
-// This block's (tile, head) in a tile_head_grid of `tiles` x `heads` blocks (attn_launch.h, tile_order.h).
-__device__ __forceinline__ TileHead block_tile_head(int tiles, int heads, int section) {
-  return tile_head_of(blockIdx.x, tiles, heads, section);
 }
 
 // 2^x, the MUFU instruction (2 ulp); ex2(-inf) = +0.

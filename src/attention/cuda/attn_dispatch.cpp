@@ -1,6 +1,5 @@
 // The one table of instantiated flash-attention tile shapes (each for bf16 and f16), the default
 // shape per head dim, and the launchers that pick a kernel from it. Tuning history: bench/NOTES.md.
-#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -105,54 +104,26 @@ const Variant& find_variant(const Variant (&table)[N], int D, const Tile& tile, 
   return table[0];
 }
 
-// Per-device figures that never change (compute capability, L2 size), by device index (0: not queried
-// yet): each is queried once; a race only queries twice.
+// The compute capabilities seen so far, by device index (0: not queried yet). A device's
+// capability never changes, so each is queried once; a race only queries twice.
 constexpr int kMaxDevices = 64;
 std::atomic<int> g_cc[kMaxDevices];
-std::atomic<int> g_l2_bytes[kMaxDevices];
-
-template <typename Query>
-int cached_device_figure(std::atomic<int> (&cache)[kMaxDevices], int device, Query query) {
-  SEQPAR_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {} out of range [0, {})", device, kMaxDevices);
-  int v = cache[device].load(std::memory_order_relaxed);
-  if (v == 0) {
-    v = query();
-    cache[device].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
 
 }  // namespace
 
 bool head_dim_supported(int D) { return D == 64 || D == 96 || D == 128; }
 
-unsigned tile_head_grid(int64_t tiles, int64_t heads, const char* kernel) {
-  const int64_t blocks = tiles * heads;
-  SEQPAR_CHECK(blocks > 0 && blocks <= 2147483647, "{}: {} tiles x {} heads exceed a grid's 2^31 - 1 blocks", kernel,
-               tiles, heads);
-  return static_cast<unsigned>(blocks);
-}
-
-int heads_per_l2_section(int64_t Tk, int D, int H, int Hkv) {
-  int dev = 0;
-  SEQPAR_CUDA_CHECK(cudaGetDevice(&dev));
-  const int l2 = cached_device_figure(g_l2_bytes, dev, [dev] {
-    int bytes = 0;
-    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev));
-    return bytes;
-  });
-  const int64_t kv_bytes = std::max<int64_t>(Tk, 1) * D * 2 * 2;  // K and V of one KV head
-  const int64_t groups = std::clamp<int64_t>(l2 / 2 / kv_bytes, 1, std::max(Hkv, 1));
-  return static_cast<int>(groups) * (H / std::max(Hkv, 1));
-}
-
 int device_compute_capability(int device) {
-  return cached_device_figure(g_cc, device, [device] {
+  SEQPAR_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {} out of range [0, {})", device, kMaxDevices);
+  int cc = g_cc[device].load(std::memory_order_relaxed);
+  if (cc == 0) {
     int major = 0, minor = 0;
     SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    return major * 10 + minor;
-  });
+    cc = major * 10 + minor;
+    g_cc[device].store(cc, std::memory_order_relaxed);
+  }
+  return cc;
 }
 
 FwdTile fwd_tile(int D, const FlashTile& want) {

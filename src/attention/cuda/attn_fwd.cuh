@@ -26,7 +26,7 @@ namespace seqpar::cuda_attn::detail {
 using namespace dev;
 
 template <Elem E, int D, int BM, int BN, int NW, int MINB>
-__global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p, const int section) {
+__global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
   constexpr int NT = NW * 32;
   constexpr int MT = BM / (16 * NW);          // 16-row m-tiles per warp
   constexpr int SN = BN / 8;                  // n-tiles of the score tile
@@ -44,10 +44,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p, c
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int nqt = (p.Tq + BM - 1) / BM;
-  const TileHead th = block_tile_head(nqt, p.H, section);
-  const int qt = nqt - 1 - th.tile;  // the heaviest causal tiles first
-  const int h = th.head, hk = h / (p.H / p.Hkv);
+  const int qt = gridDim.x - 1 - blockIdx.x;  // heaviest causal tiles first
+  const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
   const int q0 = qt * BM;
   const int nkt = (p.Tk + BN - 1) / BN;
   const int64_t q_rs = static_cast<int64_t>(p.H) * D, kv_rs = static_cast<int64_t>(p.Hkv) * D;
@@ -262,8 +260,8 @@ void run_fwd(const FwdParams& p, cudaStream_t stream) {
   constexpr int smem = (BM + 2 * BN) * smem_width(D) * 2;
   auto kernel = fwd_kernel<E, D, BM, BN, NW, MINB>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const unsigned grid = tile_head_grid((p.Tq + BM - 1) / BM, p.H, "flash forward");
-  kernel<<<grid, NW * 32, smem, stream>>>(p, heads_per_l2_section(p.Tk, D, p.H, p.Hkv));
+  const dim3 grid((p.Tq + BM - 1) / BM, p.H);
+  kernel<<<grid, NW * 32, smem, stream>>>(p);
   SEQPAR_LAUNCH_CHECK();
 }
 

@@ -41,9 +41,7 @@ void run(const FwdParams& p, cudaStream_t stream) {
 
   auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-  const unsigned grid = tile_head_grid(nqt, p.H, "the sm_90 flash forward");
-  kernel<<<grid, S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt,
-                                                  heads_per_l2_section(p.Tk, D, p.H, p.Hkv));
+  kernel<<<dim3(nqt, p.H), S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt);
   SEQPAR_LAUNCH_CHECK();
   SEQPAR_CUDA_CHECK(cudaFreeAsync(stats, stream));
 }

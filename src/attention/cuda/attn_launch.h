@@ -36,19 +36,6 @@ struct BwdTile {
   int bm, bn, warps;
 };
 bool head_dim_supported(int D);  // 64, 96 or 128 (the wgmma kernels: 64 and 128 only, attn_fwd_sm90.h)
-
-// The block order of the forward kernels (one block per (query tile, head), a 1-D grid of tiles x heads blocks;
-// attn_common.cuh's block_tile_head). The heads go in sections of whole KV groups whose keys and values fit
-// in a share of the L2 cache (heads_per_l2_section); within a section the blocks are tile-major, so that
-// every head's heaviest causal tile starts before any head's next one (the hardware starts blocks in index
-// order: longest first), and the sections follow each other, so that the blocks running at once read the
-// K and V of few KV heads. (A 2-D grid, tiles on x and heads on y, starts head 0's tiles, heavy to light,
-// before head 1's, leaving the last head's heaviest tiles as the tail at short lengths.)
-// tile_head_grid: tiles x heads blocks; an error naming `kernel` beyond the grid's x limit (2^31 - 1).
-unsigned tile_head_grid(int64_t tiles, int64_t heads, const char* kernel);
-// Query heads per section: the most whole KV groups (H / Hkv heads each) whose K and V (Tk x D 16-bit
-// values each per KV head) fit in half the current device's L2 cache, at least one group.
-int heads_per_l2_section(int64_t Tk, int D, int H, int Hkv);
 // The tile `want` names (AttentionPolicy::fwd_tile / bwd_tile: a tuning knob for the benchmarks),
 // or the default tile for D when `want` is all zero. An InputError naming the setting when the
 // table has no such tile for D.
