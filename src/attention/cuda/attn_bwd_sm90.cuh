@@ -224,15 +224,20 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   }
   __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
 
-  // Producer and consumers walk the same sequence of (visible query tile, head of the group).
-  int i = next_visible<false>(ks, q_stats, nqt, 0, p.causal, p.window, lane);
-  const bool any = i < nqt;
+  // Producer, writer and consumers walk the same sequence of (visible query tile, head of the group), the query
+  // tiles from the last down: the blocks running at once (consecutive key tiles of a few KV heads) then read the
+  // same Q and dO tiles and add into the same dQ rows at about the same time, so those stay in the L2 cache. (Walking
+  // up, block kt starts at the diagonal, 2 kt query tiles further than block 0, and the running blocks' tiles
+  // spread over a window of the sequence too wide for the cache.)
+  auto next_i = [&](int from) { return prev_visible<false>(ks, q_stats, from, p.causal, p.window, lane); };
+  int i = next_i(nqt - 1);
+  const bool any = i >= 0;
 
   if (warp >= NCW) {  // ---- producer warpgroup: its first warp issues the copies
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
     if (warp == NCW + 1) {  // ---- the dQ writer: per step, dq_acc rows += the shared dQ tile
       int gi = 0;
-      for (int it = 0; i < nqt; ++it) {
+      for (int it = 0; i >= 0; ++it) {
         const int h = hk * G + gi, b = it & 1;
         named_bar_sync(kBarDqFull + b, NCW * 32 + 32);  // the consumers' dQ is in tile b
         if (lane == 0) {
@@ -245,10 +250,10 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
         __syncwarp();
         if (++gi == G) {
           gi = 0;
-          i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, p.window, lane);
+          i = next_i(i - 1);
         }
         // The consumers write the last step's tile again in the next step (when there is one).
-        if (it >= 1 && i < nqt) named_bar_arrive(kBarDqEmpty + ((it - 1) & 1), NCW * 32 + 32);
+        if (it >= 1 && i >= 0) named_bar_arrive(kBarDqEmpty + ((it - 1) & 1), NCW * 32 + 32);
       }
       if (lane == 0) bulk_wait_all();
       return;
@@ -263,7 +268,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       }
     }
     int gi = 0;
-    for (int it = 0; i < nqt; ++it) {
+    for (int it = 0; i >= 0; ++it) {
       const int s = it % STAGES;
       const int h = hk * G + gi;
       if (lane == 0) {
@@ -281,7 +286,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       __syncwarp();
       if (++gi == G) {
         gi = 0;
-        i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, p.window, lane);
+        i = next_i(i - 1);
       }
     }
     return;
@@ -317,7 +322,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
   if (any) mbar_wait(kvbar, 0);
   int gi = 0;
-  for (int it = 0; i < nqt; ++it) {
+  for (int it = 0; i >= 0; ++it) {
     const int s = it % STAGES, buf = it & 1;
     const int h = hk * G + gi;
     const int cls = tile_class(q_stats[i], ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
@@ -466,7 +471,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
     if (++gi == G) {
       gi = 0;
-      i = next_visible<false>(ks, q_stats, nqt, i + 1, p.causal, p.window, lane);
+      i = next_i(i - 1);
     }
   }
   // No query sees these keys: nothing to add; when writing, their dk/dv (0) are stored all the same.
