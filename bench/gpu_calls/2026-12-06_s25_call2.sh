@@ -1,5 +1,5 @@
 #!/bin/bash
-# Twenty-fifth session, call 2: the sm_90 backward walking each key tile's query tiles from the last down (so that
+# Twenty-fifth session, call 2: the sm_90 backward releasing its Q / dO stage before the dQ product and walking each key tile's query tiles from the last down (so that
 # the blocks running at once read the same Q / dO tiles and add into the same dQ rows at about the same time: the
 # L2 keeps them), against the commit before (.devtmp/base_walk, a `git archive` of 0e8e49e's CMakeLists.txt and src)
 # and cuDNN, alternating: the attention tests, then `bench attention --passes fwd_bwd` at D = 128 (H 32 / Hkv 8 and

@@ -443,12 +443,15 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(dq);
+    // dV and dK are in (the groups complete in order): stage s (Q_i, dO_i, lse2, delta) is free while the dQ
+    // product, which reads dS^T and K only, still runs, so the producer's copy of step it + STAGES starts earlier.
+    wgmma_wait<1>();
     reg_fence(dk);
     reg_fence(dv);
     __syncwarp();
-    if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s (Q_i, dO_i, lse2, delta)
+    if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s
+    wgmma_wait<0>();
+    reg_fence(dq);
 
     // dQ -> shared tile buf (once the writer has read it, two steps ago), for the writer warp: row 16w + g + 8hr
     // (of the warpgroup's 64 queries when they split the queries), column col0 + 8n + 2t, swizzled.
