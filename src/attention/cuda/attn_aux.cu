@@ -18,21 +18,26 @@ namespace {
 
 using namespace dev;
 
-// One warp per tile: {min seg, max seg, min pos, max pos} over the tile's tokens.
-__global__ void tile_stats_kernel(int4* __restrict__ stats, const int32_t* __restrict__ seg,
+// One warp per tile: {min seg, max seg, min pos, max pos} over the tile's tokens; with `runs`, also whether the tile is
+// one run (launch_tile_stats).
+__global__ void tile_stats_kernel(int4* __restrict__ stats, int32_t* __restrict__ runs, const int32_t* __restrict__ seg,
                                   const int32_t* __restrict__ pos, int64_t T, int tile, int64_t ntiles) {
   const int lane = threadIdx.x & 31;
   const int64_t ti = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (ti >= ntiles) return;
   int smin = INT_MAX, smax = INT_MIN, pmin = INT_MAX, pmax = INT_MIN;
-  const int64_t end = std::min<int64_t>(T, (ti + 1) * tile);
-  for (int64_t i = ti * tile + lane; i < end; i += 32) {
+  const int64_t start = ti * tile, end = std::min<int64_t>(T, (ti + 1) * tile);
+  const int p0 = pos[start];
+  bool run = true;  // this lane's tokens so far: pos = p0 + offset in the tile
+  for (int64_t i = start + lane; i < end; i += 32) {
     const int s = seg[i], p = pos[i];
     smin = min(smin, s);
     smax = max(smax, s);
     pmin = min(pmin, p);
     pmax = max(pmax, p);
+    run = run && static_cast<int64_t>(p) == p0 + (i - start);
   }
+  run = __all_sync(0xffffffffu, run);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     smin = min(smin, __shfl_xor_sync(0xffffffffu, smin, off));
@@ -40,7 +45,10 @@ __global__ void tile_stats_kernel(int4* __restrict__ stats, const int32_t* __res
     pmin = min(pmin, __shfl_xor_sync(0xffffffffu, pmin, off));
     pmax = max(pmax, __shfl_xor_sync(0xffffffffu, pmax, off));
   }
-  if (lane == 0) stats[ti] = make_int4(smin, smax, pmin, pmax);
+  if (lane == 0) {
+    stats[ti] = make_int4(smin, smax, pmin, pmax);
+    if (runs != nullptr) runs[ti] = run && smin == smax ? 1 : 0;
+  }
 }
 
 // Pre-pass, one warp per (query row i < Tq_pad, head h):
@@ -180,13 +188,13 @@ __global__ void merge_kernel(void* __restrict__ out_acc, float* __restrict__ lse
 
 }  // namespace
 
-void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int64_t T, int tile,
-                       cudaStream_t stream) {
+void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int64_t T, int tile, cudaStream_t stream,
+                       int32_t* runs) {
   const int64_t ntiles = (T + tile - 1) / tile;
   if (ntiles == 0) return;
   const int per_block = 8;
   tile_stats_kernel<<<static_cast<unsigned>((ntiles + per_block - 1) / per_block), per_block * 32, 0, stream>>>(
-      stats, seg, pos, T, tile, ntiles);
+      stats, runs, seg, pos, T, tile, ntiles);
   SEQPAR_LAUNCH_CHECK();
 }
 

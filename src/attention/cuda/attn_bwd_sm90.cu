@@ -22,9 +22,9 @@ namespace {
 
 constexpr int kStages = 2;
 
-// bwd_sm90_kernel's parameters (five tensor maps, BwdParams, two stats pointers) fit in 4 KB, the
+// bwd_sm90_kernel's parameters (five tensor maps, BwdParams, three stats pointers) fit in 4 KB, the
 // kernel parameter space every CUDA version allows.
-static_assert(5 * sizeof(CUtensorMap) + sizeof(BwdParams) + 2 * sizeof(const int4*) <= 4096,
+static_assert(5 * sizeof(CUtensorMap) + sizeof(BwdParams) + 3 * sizeof(const int4*) <= 4096,
               "bwd_sm90_kernel's parameters exceed 4 KB");
 
 template <Elem E, int D>
@@ -41,14 +41,17 @@ void run(const BwdParams& p, cudaStream_t stream) {
   const CUtensorMap tv = token_tensor_map(p.v, E, p.Tk, p.Hkv, D, S::BN, "v");
   const CUtensorMap tdq = f32_token_tensor_map(p.dq_acc, p.Tq, p.H, D, S::BM, "dq_acc");
 
-  int4* stats = nullptr;  // [nqt] query tiles, then [nkt] key tiles
-  SEQPAR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats), sizeof(int4) * (nqt + nkt), stream));
-  launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream);
+  // [nqt] query tiles, then [nkt] key tiles; after them the query tiles' run flags (launch_tile_stats).
+  int4* stats = nullptr;
+  SEQPAR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats), sizeof(int4) * (nqt + nkt) + sizeof(int32_t) * nqt,
+                                    stream));
+  int32_t* q_runs = reinterpret_cast<int32_t*>(stats + nqt + nkt);
+  launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream, q_runs);
   launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
 
   auto kernel = sm90::bwd_sm90_kernel<E, D, kStages>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-  kernel<<<dim3(p.Hkv, nkt), S::kThreads, S::kSmem, stream>>>(tq, tdo, tk, tv, tdq, p, stats, stats + nqt);
+  kernel<<<dim3(p.Hkv, nkt), S::kThreads, S::kSmem, stream>>>(tq, tdo, tk, tv, tdq, p, stats, stats + nqt, q_runs);
   SEQPAR_LAUNCH_CHECK();
   SEQPAR_CUDA_CHECK(cudaFreeAsync(stats, stream));
 }

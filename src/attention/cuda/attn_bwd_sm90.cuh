@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                     const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                     const __grid_constant__ CUtensorMap tm_dq, const BwdParams p, const int4* __restrict__ q_stats,
-                    const int4* __restrict__ k_stats) {
+                    const int4* __restrict__ k_stats, const int32_t* __restrict__ q_runs) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = BwdShape<D, STAGES>;
   constexpr int BM = S::BM, BN = S::BN, NCW = S::kConsumerWarps;
@@ -325,7 +325,8 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   for (int it = 0; i >= 0; ++it) {
     const int s = it % STAGES, buf = it & 1;
     const int h = hk * G + gi;
-    const int cls = tile_class(q_stats[i], ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
+    const int4 qst = q_stats[i];
+    const int cls = tile_class(qst, ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
     mbar_wait(full(s), (it / STAGES) & 1);
 
     // S^T = K Q_i^T and dP^T = V dO_i^T: D / 16 steps of k16; within a 128-byte half a step moves
@@ -365,14 +366,16 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       }
     }
     if (cls == kPartial) {
+      // A query tile that is one run (one segment, positions qst.z + offset) needs no loads for its metadata.
+      const bool q_run = q_runs[i] != 0;
 #pragma unroll
       for (int n = 0; n < BM / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int qr = i * BM + 8 * n + 2 * t + e;
           const bool qok = qr < p.Tq;
-          const int qseg = qok ? p.q_seg[qr] : 0;
-          const int qpos = qok ? p.q_pos[qr] : 0;
+          const int qseg = !qok ? 0 : q_run ? qst.x : p.q_seg[qr];
+          const int qpos = !qok ? 0 : q_run ? qst.z + 8 * n + 2 * t + e : p.q_pos[qr];
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const bool vis = qok && kok[hr] && elem_visible(qseg, qpos, kseg[hr], kpos[hr], p.causal, p.window);

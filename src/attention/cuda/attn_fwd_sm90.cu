@@ -34,14 +34,18 @@ void run(const FwdParams& p, cudaStream_t stream) {
   const CUtensorMap tv =
       token_tensor_map(no_keys ? p.q : p.v, E, no_keys ? 1 : p.Tk, no_keys ? p.H : p.Hkv, D, S::BN, "v");
 
-  int4* stats = nullptr;  // [nqt] query tiles, then [nkt] key tiles
-  SEQPAR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats), sizeof(int4) * (nqt + std::max(nkt, 1)), stream));
+  // [nqt] query tiles, then [nkt] key tiles; after them the key tiles' run flags (launch_tile_stats).
+  const int nk = std::max(nkt, 1);
+  int4* stats = nullptr;
+  SEQPAR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&stats), sizeof(int4) * (nqt + nk) + sizeof(int32_t) * nk,
+                                    stream));
+  int32_t* k_runs = reinterpret_cast<int32_t*>(stats + nqt + nk);
   launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream);
-  launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
+  launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream, k_runs);
 
   auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-  kernel<<<dim3(nqt, p.H), S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt);
+  kernel<<<dim3(nqt, p.H), S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt, k_runs);
   SEQPAR_LAUNCH_CHECK();
   SEQPAR_CUDA_CHECK(cudaFreeAsync(stats, stream));
 }

@@ -78,7 +78,7 @@ template <Elem E, int D, int NWG, int STAGES>
 __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const FwdParams p, const int4* __restrict__ q_stats,
-                    const int4* __restrict__ k_stats) {
+                    const int4* __restrict__ k_stats, const int32_t* __restrict__ k_runs) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Shape<D, NWG, STAGES>;
   constexpr bool PP = S::kPingPong;
@@ -228,8 +228,28 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   // softmax of sc: m, l and corr updated, sc := exp2(S * scale*log2e - m * scale*log2e). A row whose
   // keys are all masked so far keeps m = -inf, l = 0 (and O = 0).
   auto softmax = [&](int jj) {
-    const int cls = tile_class(qs, k_stats[jj], p.causal, p.window, (jj + 1) * BN > p.Tk);
-    if (cls == kPartial) {
+    const int4 ks = k_stats[jj];
+    const int cls = tile_class(qs, ks, p.causal, p.window, (jj + 1) * BN > p.Tk);
+    if (cls == kPartial && k_runs[jj]) {
+      // The key tile is one run (one segment, positions ks.z + offset o): a row sees the keys of its segment whose
+      // offsets lie in [lo, hi] (causal: kpos <= qpos; window: qpos - kpos < W; inside Tk), so the mask comes from the
+      // indices, per key two compares against this thread's bounds (less its column 2t).
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = q0 + row0 + 8 * hr;
+        const bool qok = r < p.Tq;
+        const int rel = qok ? p.q_pos[r] - ks.z : 0;  // qpos - kpos at offset 0
+        int hi = min(p.Tk - jj * BN - 1, p.causal ? rel : BN);
+        if (!qok || p.q_seg[r] != ks.x) hi = -1;
+        const int lo = (p.window > 0 ? rel - p.window + 1 : 0) - 2 * t;
+        hi -= 2 * t;
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (n * 8 + e > hi || n * 8 + e < lo) sc[4 * n + 2 * hr + e] = -INFINITY;
+      }
+    } else if (cls == kPartial) {
       int qseg[2], qpos[2];
       bool qok[2];
 #pragma unroll

@@ -46,9 +46,12 @@ std::vector<FwdTile> fwd_tiles(int D);
 std::vector<BwdTile> bwd_tiles(int D);
 
 // stats[t] = {min seg, max seg, min pos, max pos} over tokens [t*tile, min(T, (t+1)*tile)),
-// stats: int4 [ceil(T / tile)].
-void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int64_t T, int tile,
-                       cudaStream_t stream);
+// stats: int4 [ceil(T / tile)]. With `runs` (i32 [ceil(T / tile)]), runs[t] = 1 where tile t is one run: a single
+// segment whose positions are the first token's plus the offset in the tile (pos[t*tile + i] = min pos + i), else 0;
+// the sm_90 kernels then compute the mask of a boundary tile from its index instead of loading seg and pos per
+// element.
+void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int64_t T, int tile, cudaStream_t stream,
+                       int32_t* runs = nullptr);
 
 // The forward's parameters, and the part of the backward's they share: BwdParams extends this
 // struct (FlashAttention-3's hopper/flash.h), so one function fills it for both entries
