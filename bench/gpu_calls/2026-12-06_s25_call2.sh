@@ -1,9 +1,11 @@
 #!/bin/bash
-# Twenty-fifth session, call 2: the sm_90 backward releasing its Q / dO stage before the dQ product and walking each key tile's query tiles from the last down (so that
-# the blocks running at once read the same Q / dO tiles and add into the same dQ rows at about the same time: the
-# L2 keeps them), against the commit before (.devtmp/base_walk, a `git archive` of 0e8e49e's CMakeLists.txt and src)
-# and cuDNN, alternating: the attention tests, then `bench attention --passes fwd_bwd` at D = 128 (H 32 / Hkv 8 and
-# 16 / 8) and D = 64 (32 / 8), 16K and 64K; then ncu's source sampling of the new backward at D = 128. About 330 s.
+# Twenty-fifth session, call 2: three changes to the sm_90 kernels against the commit before them (.devtmp/base_walk,
+# a `git archive` of 0e8e49e's CMakeLists.txt and src) and cuDNN, alternating: the backward walking each key tile's
+# query tiles from the last down (the blocks running at once then read the same Q / dO tiles and add into the same dQ
+# rows at about the same time, so the L2 keeps them) and releasing its Q / dO stage before the dQ product's wait;
+# boundary tiles that are one run masked from their indices (forward and backward). The attention and training
+# tests, then `bench attention --passes fwd_bwd` at D = 128 (H 32 / Hkv 8 and 16 / 8) and D = 64 (32 / 8), 16K and
+# 64K; then ncu's source sampling of the new backward at D = 128. About 330 s.
 #   bash bench/gpu_calls/2026-12-06_s25_call2.sh OUT_DIR
 set -u
 OUT=$1

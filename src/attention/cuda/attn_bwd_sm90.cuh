@@ -324,7 +324,6 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   int gi = 0;
   for (int it = 0; i >= 0; ++it) {
     const int s = it % STAGES, buf = it & 1;
-    const int h = hk * G + gi;
     const int4 qst = q_stats[i];
     const int cls = tile_class(qst, ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
     mbar_wait(full(s), (it / STAGES) & 1);
