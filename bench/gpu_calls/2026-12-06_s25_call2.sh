@@ -14,12 +14,12 @@ build_gpu $OUT seqpar test_cuda
 build_other base .devtmp/base_walk "" seqpar
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 run_tests 200 'CudaAttention*:CudnnAttention*:CudaSpAttention*:CudaOpHarness.*:CudaTrain.*'
-for shape in 128:32 128:16 64:32; do
-  IFS=: read d h <<< "$shape"
+for shape in 128:32:fwd_bwd 128:16:fwd_bwd 64:32:fwd_bwd 64:32:fwd; do
+  IFS=: read d h pass <<< "$shape"
   for bin in cudnn build-base $B build-base $B; do
     case $bin in cudnn) cmd="$B/seqpar bench attention --backend cudnn" ;; *) cmd="$bin/seqpar bench attention --backend flash" ;; esac
-    $cmd --seq-lens 16384,65536 --passes fwd_bwd --heads $h --kv-heads 8 --head-dims $d --warmup 2 --iters 5 2>&1 |
-      grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$d H=$h fwd_bwd $bin: |"; echo
+    $cmd --seq-lens 16384,65536 --passes $pass --heads $h --kv-heads 8 --head-dims $d --warmup 2 --iters 5 2>&1 |
+      grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$d H=$h $pass $bin: |"; echo
   done
 done
 NCU_KERNELS="bwd:128" bash "$(dirname "$0")/2026-12-07_s23_ncu_source.sh" $OUT | grep -v "^build ok\|^NVIDIA" | head -14
