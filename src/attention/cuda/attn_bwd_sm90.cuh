@@ -67,6 +67,9 @@ struct BwdShape {
   static_assert(128 * kProducerRegs + 32 * kConsumerWarps * kConsumerRegs <= 65536 / kThreads / 8 * 8 * kThreads,
                 "setmaxnreg needs no more registers than the block has at launch");
   static constexpr bool kSplitN = BM == 64;  // dQ: the warpgroups split its columns (else its queries)
+  // Shared dQ tiles: two with a 2-stage Q / dO ring, one with a 3-stage ring (the shared memory holds one or the
+  // other: SEQPAR_SM90_BWD_STAGES of attn_bwd_sm90.cu, a measurement build).
+  static constexpr int kDqTiles = STAGES == 2 ? 2 : 1;
   static constexpr uint32_t kKVBytes = BN * D * 2;    // K or V
   static constexpr uint32_t kDQBytes = BM * D * 4;    // one f32 dQ tile
   static constexpr uint32_t kQBytes = BM * D * 2;     // one Q or dO tile
@@ -76,11 +79,11 @@ struct BwdShape {
   static constexpr uint32_t kV = kKVBytes;
   static constexpr uint32_t kStage0 = 2 * kKVBytes;            // [STAGES] x {Q, dO}
   static constexpr uint32_t kDS = kStage0 + STAGES * 2 * kQBytes;  // [2] dS^T buffers
-  // [2] dQ tiles of a step, f32, each D / 32 boxes of BM rows x 128 bytes (32 columns), 16-byte
+  // [kDqTiles] dQ tiles of a step, f32, each D / 32 boxes of BM rows x 128 bytes (32 columns), 16-byte
   // chunk k of row r at chunk k ^ (r & 7) (the tensor map's 128-byte swizzle: the consumers' float2
   // stores hit distinct banks), read by the writer warp's bulk tensor reductions.
   static constexpr uint32_t kDQ = kDS + 2 * kDSBytes;
-  static constexpr uint32_t kStats = kDQ + 2 * kDQBytes;  // [STAGES] x {lse2, delta}
+  static constexpr uint32_t kStats = kDQ + kDqTiles * kDQBytes;  // [STAGES] x {lse2, delta}
   static constexpr uint32_t kBar = (kStats + STAGES * 2 * kRowBytes + 15) / 16 * 16;
   static constexpr uint32_t kEnd = kBar + 8 * (2 * STAGES + 1);
   // + 1024 where it fits: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel. Where it
@@ -112,9 +115,10 @@ __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, uint32
       : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// Until all but this thread's newest bulk group have read their shared memory.
-__device__ __forceinline__ void bulk_wait_read_all_but_newest() {
-  asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+// Until all but this thread's N newest bulk groups have read their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 // Until this thread's bulk groups are complete.
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
@@ -224,36 +228,35 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   }
   __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
 
-  // Producer, writer and consumers walk the same sequence of (visible query tile, head of the group), the query
-  // tiles from the last down: the blocks running at once (consecutive key tiles of a few KV heads) then read the
-  // same Q and dO tiles and add into the same dQ rows at about the same time, so those stay in the L2 cache. (Walking
-  // up, block kt starts at the diagonal, 2 kt query tiles further than block 0, and the running blocks' tiles
-  // spread over a window of the sequence too wide for the cache.)
-  auto next_i = [&](int from) { return prev_visible<false>(ks, q_stats, from, p.causal, p.window, lane); };
-  int i = next_i(nqt - 1);
-  const bool any = i >= 0;
+  // Producer, writer and consumers walk the same sequence of (visible query tile, head of the group). (Walking the
+  // query tiles from the last down, so that the blocks running at once read the same Q / dO tiles at about the same
+  // time, measured no faster on an H100: bench/NOTES.md, twenty-fifth session.)
+  auto next_i = [&](int from) { return next_visible<false>(ks, q_stats, nqt, from, p.causal, p.window, lane); };
+  int i = next_i(0);
+  const bool any = i < nqt;
 
   if (warp >= NCW) {  // ---- producer warpgroup: its first warp issues the copies
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
     if (warp == NCW + 1) {  // ---- the dQ writer: per step, dq_acc rows += the shared dQ tile
       int gi = 0;
-      for (int it = 0; i >= 0; ++it) {
-        const int h = hk * G + gi, b = it & 1;
+      for (int it = 0; i < nqt; ++it) {
+        constexpr int NT = S::kDqTiles;
+        const int h = hk * G + gi, b = it % NT;
         named_bar_sync(kBarDqFull + b, NCW * 32 + 32);  // the consumers' dQ is in tile b
         if (lane == 0) {
 #pragma unroll
           for (int c = 0; c < D / 32; ++c)
             tma_reduce_add_3d(&tm_dq, base + S::kDQ + b * S::kDQBytes + c * BM * 128, c * 32, h, i * BM);
           bulk_commit();
-          bulk_wait_read_all_but_newest();  // the last step's tile has been read
+          bulk_wait_read<NT - 1>();  // step it - NT + 1's tile has been read
         }
         __syncwarp();
         if (++gi == G) {
           gi = 0;
-          i = next_i(i - 1);
+          i = next_i(i + 1);
         }
-        // The consumers write the last step's tile again in the next step (when there is one).
-        if (it >= 1 && i >= 0) named_bar_arrive(kBarDqEmpty + ((it - 1) & 1), NCW * 32 + 32);
+        // The consumers write that tile again in the next step (when there is one).
+        if (it >= NT - 1 && i < nqt) named_bar_arrive(kBarDqEmpty + (it - NT + 1) % NT, NCW * 32 + 32);
       }
       if (lane == 0) bulk_wait_all();
       return;
@@ -268,7 +271,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       }
     }
     int gi = 0;
-    for (int it = 0; i >= 0; ++it) {
+    for (int it = 0; i < nqt; ++it) {
       const int s = it % STAGES;
       const int h = hk * G + gi;
       if (lane == 0) {
@@ -286,7 +289,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       __syncwarp();
       if (++gi == G) {
         gi = 0;
-        i = next_i(i - 1);
+        i = next_i(i + 1);
       }
     }
     return;
@@ -322,7 +325,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
   if (any) mbar_wait(kvbar, 0);
   int gi = 0;
-  for (int it = 0; i >= 0; ++it) {
+  for (int it = 0; i < nqt; ++it) {
     const int s = it % STAGES, buf = it & 1;
     const int4 qst = q_stats[i];
     const int cls = tile_class(qst, ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
@@ -455,11 +458,12 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     wgmma_wait<0>();
     reg_fence(dq);
 
-    // dQ -> shared tile buf (once the writer has read it, two steps ago), for the writer warp: row 16w + g + 8hr
+    // dQ -> shared tile dqb (once the writer has read it, kDqTiles steps ago), for the writer warp: row 16w + g + 8hr
     // (of the warpgroup's 64 queries when they split the queries), column col0 + 8n + 2t, swizzled.
-    if (it >= 2) named_bar_sync(kBarDqEmpty + buf, NCW * 32 + 32);
+    const int dqb = it % S::kDqTiles;
+    if (it >= S::kDqTiles) named_bar_sync(kBarDqEmpty + dqb, NCW * 32 + 32);
     const int col0 = S::kSplitN ? wg * 64 : 0;
-    const uint32_t tile = base + S::kDQ + buf * S::kDQBytes;
+    const uint32_t tile = base + S::kDQ + dqb * S::kDQBytes;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -472,11 +476,11 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
                      : "memory");
       }
     fence_proxy_async();  // visible to the bulk reductions
-    named_bar_arrive(kBarDqFull + buf, NCW * 32 + 32);
+    named_bar_arrive(kBarDqFull + dqb, NCW * 32 + 32);
 
     if (++gi == G) {
       gi = 0;
-      i = next_i(i - 1);
+      i = next_i(i + 1);
     }
   }
   // No query sees these keys: nothing to add; when writing, their dk/dv (0) are stored all the same.

@@ -241,21 +241,4 @@ __device__ __forceinline__ int next_visible(const int4 fixed, const int4* __rest
   return n;
 }
 
-// Last tile j in [0, from] with the visibility of next_visible; -1 if none (the same walk, downwards).
-template <bool STATS_ARE_KEYS>
-__device__ __forceinline__ int prev_visible(const int4 fixed, const int4* __restrict__ stats, int from, bool causal,
-                                            int window, int lane) {
-  for (int top = from; top >= 0; top -= 32) {
-    const int j = top - lane;
-    bool vis = false;
-    if (j >= 0) {
-      const int4 s = stats[j];
-      vis = STATS_ARE_KEYS ? tile_visible(fixed, s, causal, window) : tile_visible(s, fixed, causal, window);
-    }
-    const unsigned b = __ballot_sync(0xffffffffu, vis);
-    if (b) return top - (__ffs(b) - 1);
-  }
-  return -1;
-}
-
 }  // namespace seqpar::cuda_attn::dev
