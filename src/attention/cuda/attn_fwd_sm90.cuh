@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   const uint32_t sQw = sQ + wg * 64 * 128;  // this warpgroup's 64 rows of Q
 
   float o[OR];
-  float m[2], l[2], corr[2];
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, corr[2] = {1.f, 1.f};  // reset per item below
   float sc[SR];            // S of the tile in flight, then its probabilities (f32)
   uint32_t pa[BN / 16][4];  // P of the previous tile as E A fragments (keys 16kk.. = blocks 2kk, 2kk + 1)
 
