@@ -248,6 +248,60 @@ TEST(CudaAttention, MergeF16) {
   merge_matches_the_formula(DType::kF16);
 }
 
+// launch_tile_stats: per tile {min seg, max seg, min pos, max pos} and, asked for, whether the tile is one run (one
+// segment, pos = the first token's + offset), which lets the sm_90 kernels mask a boundary tile from its indices.
+// Tiles of 64 over 300 tokens: a run; two segments; one segment whose positions are a run's with two swapped (the
+// same min and max); one with a jump; a ragged last tile that is a run.
+TEST(CudaAttention, TileStatsSayWhichTilesAreOneRun) {
+  REQUIRE_GPU();
+  constexpr int T = 300, kTile = 64, kTiles = (T + kTile - 1) / kTile;
+  std::vector<int32_t> seg(T), pos(T);
+  for (int i = 0; i < T; ++i) {
+    seg[i] = i < 100 ? 0 : i < 256 ? 1 : 2;
+    pos[i] = i < 100 ? i : i < 256 ? i - 100 : 1000 + (i - 256);
+  }
+  std::swap(pos[150], pos[151]);
+  for (int i = 200; i < 256; ++i) pos[i] += 5;
+  const std::vector<int32_t> want_runs = {1, 0, 0, 0, 1};
+
+  int32_t *d_seg = nullptr, *d_pos = nullptr, *d_runs = nullptr;
+  int4* d_stats = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_seg, T * sizeof(int32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_pos, T * sizeof(int32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_runs, kTiles * sizeof(int32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_stats, kTiles * sizeof(int4)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_seg, seg.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_pos, pos.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d_runs, 0x7f, kTiles * sizeof(int32_t)), cudaSuccess);
+  cuda_attn::launch_tile_stats(d_stats, d_seg, d_pos, T, kTile, nullptr, d_runs);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<int32_t> runs(kTiles);
+  std::vector<int4> stats(kTiles);
+  ASSERT_EQ(cudaMemcpy(runs.data(), d_runs, kTiles * sizeof(int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(stats.data(), d_stats, kTiles * sizeof(int4), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(runs, want_runs);
+  for (int t = 0; t < kTiles; ++t) {
+    const int b = t * kTile, e = std::min(T, b + kTile);
+    EXPECT_EQ(stats[t].x, *std::min_element(seg.begin() + b, seg.begin() + e)) << "tile " << t;
+    EXPECT_EQ(stats[t].y, *std::max_element(seg.begin() + b, seg.begin() + e)) << "tile " << t;
+    EXPECT_EQ(stats[t].z, *std::min_element(pos.begin() + b, pos.begin() + e)) << "tile " << t;
+    EXPECT_EQ(stats[t].w, *std::max_element(pos.begin() + b, pos.begin() + e)) << "tile " << t;
+  }
+  // Without run flags the statistics are the same.
+  ASSERT_EQ(cudaMemset(d_stats, 0, kTiles * sizeof(int4)), cudaSuccess);
+  cuda_attn::launch_tile_stats(d_stats, d_seg, d_pos, T, kTile, nullptr);
+  std::vector<int4> again(kTiles);
+  ASSERT_EQ(cudaMemcpy(again.data(), d_stats, kTiles * sizeof(int4), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int t = 0; t < kTiles; ++t)
+    EXPECT_TRUE(again[t].x == stats[t].x && again[t].y == stats[t].y && again[t].z == stats[t].z &&
+                again[t].w == stats[t].w)
+        << "tile " << t;
+  cudaFree(d_seg);
+  cudaFree(d_pos);
+  cudaFree(d_runs);
+  cudaFree(d_stats);
+}
+
 TEST(CudaAttention, RejectsBadInputs) {
   REQUIRE_GPU();
   const AttnCase c = attn_one_doc("bad", 16, 2, 2, 64, true);
