@@ -2,11 +2,11 @@
 # For the next GPU calls (written in the twenty-fifth session, not run). The default path has changes no GPU has run:
 # the sm_90 backward's dQ tiles counted by kDqTiles (the same two tiles and barriers), the sm_90 forward walking
 # work items with a Q-empty barrier (one item per block in default builds). So PART=verify first.
-#   PART=verify (default, ~330 s): the attention and training tests of the default build; then the persistent forward
-#     (-DSEQPAR_SM90_FWD_PERSISTENT=1, D = 64: one block per SM taking (query tile, head) items in turn) under the
-#     attention tests; then `bench attention` D = 64 forward and forward+backward, 16K / 64K, H 32 / Hkv 8: cuDNN, the
-#     commit before the item walk (.devtmp/base_items, a `git archive` of 17421c7), the default and the persistent
-#     build, alternating; and D = 128 forward+backward, cuDNN, base, default.
+#   PART=verify (default, ~360 s): the attention and training tests of the default build; then the persistent forward
+#     (-DSEQPAR_SM90_FWD_PERSISTENT=1: one block per SM taking (query tile, head) items in turn) under the attention
+#     tests; then `bench attention` forward (D = 64 and 128) and D = 64 forward+backward, 16K / 64K, H 32 / Hkv 8:
+#     cuDNN, the commit before the item walk (.devtmp/base_items, a `git archive` of 17421c7), the default and the
+#     persistent build, alternating; and D = 128 forward+backward, cuDNN, base, default.
 #   PART=bwd (~380 s, after verify): bench/gpu_calls/2026-12-06_s25_call3.sh with SKIP_TESTS=1 (the D = 128 backward
 #     with a 3-stage ring, with L2 prefetches, and the diagnostic build without dQ reductions, beside the default and
 #     cuDNN). A variant that wins runs the attention tests in its build before it lands.
@@ -27,9 +27,10 @@ bench() {  # LABEL BIN BACKEND D PASS
   $2/seqpar bench attention --backend $3 --seq-lens 16384,65536 --passes $5 --heads 32 --kv-heads 8 --head-dims $4 \
     --warmup 2 --iters 5 2>&1 | grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$4 $5 $1: |"; echo
 }
-for pass in fwd fwd_bwd; do
-  bench cudnn $B cudnn 64 $pass
-  for bin in build-base $B build-pers build-base $B build-pers; do bench $bin $bin flash 64 $pass; done
+for dp in 64:fwd 128:fwd 64:fwd_bwd; do
+  IFS=: read d pass <<< "$dp"
+  bench cudnn $B cudnn $d $pass
+  for bin in build-base $B build-pers build-base $B build-pers; do bench $bin $bin flash $d $pass; done
 done
 bench cudnn $B cudnn 128 fwd_bwd
 for bin in build-base $B build-base $B; do bench $bin $bin flash 128 fwd_bwd; done

@@ -64,10 +64,11 @@ struct Shape {
   // differently. Measured on an H100 (2026-12-06, H 32 / Hkv 8, forward, 16K / 64K): D = 128 3.71 -> 3.58 and
   // 61.0 -> 58.5 ms; D = 64 2.62 -> 2.63 and 38.4 -> 39.3 ms (there the O rescale is cheap and the test is not).
   static constexpr bool kLazyRescale = D == 128;
-  // Persistent blocks (SEQPAR_SM90_FWD_PERSISTENT = 1, a measurement build; without ping-pong only): one block per SM
-  // takes (query tile, head) items in turn, and its producer copies the next item's Q and first K tile while the
-  // consumers finish the last P V product and the epilogue of the current one.
-  static constexpr bool kPersistent = SEQPAR_SM90_FWD_PERSISTENT && !kPingPong;
+  // Persistent blocks (SEQPAR_SM90_FWD_PERSISTENT = 1, a measurement build): one block per SM takes (query tile, head)
+  // items in turn, and its producer copies the next item's Q and first K tile while the consumers finish the last
+  // P V product and the epilogue of the current one. (The ping-pong turns balance within an item: each warpgroup
+  // syncs its barrier once per tile and is handed exactly as many turns, so items can follow each other.)
+  static constexpr bool kPersistent = SEQPAR_SM90_FWD_PERSISTENT;
   static constexpr uint32_t kQBytes = BM * D * 2;
   static constexpr uint32_t kKVBytes = BN * D * 2;  // one K or one V tile
   static constexpr uint32_t kK = kQBytes;                       // [STAGES] K tiles
