@@ -251,6 +251,13 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   // query tiles from the last down, so that the blocks running at once read the same Q / dO tiles at about the same
   // time, measured no faster on an H100: bench/NOTES.md, twenty-fifth session.)
   auto next_i = [&](int from) { return next_visible<false>(ks, q_stats, nqt, from, p.causal, p.window, lane); };
+  // The step after (query tile qi, head gi of the group) (warp-uniform: every lane calls it).
+  auto advance = [&](int& qi, int& gi) {
+    if (++gi == G) {
+      gi = 0;
+      qi = next_i(qi + 1);
+    }
+  };
   int i = next_i(0);
   const bool any = i < nqt;
 
@@ -270,10 +277,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
           bulk_wait_read<NT - 1>();  // step it - NT + 1's tile has been read
         }
         __syncwarp();
-        if (++gi == G) {
-          gi = 0;
-          i = next_i(i + 1);
-        }
+        advance(i, gi);
         // The consumers write that tile again in the next step (when there is one).
         if (it >= NT - 1 && i < nqt) named_bar_arrive(kBarDqEmpty + (it - NT + 1) % NT, NCW * 32 + 32);
       }
@@ -292,12 +296,6 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     int gi = 0;
     // (L2 prefetch) a second walker, STAGES steps ahead of the copies.
     int pi = i, pgi = 0;
-    auto advance = [&](int& qi, int& hi) {
-      if (++hi == G) {
-        hi = 0;
-        qi = next_i(qi + 1);
-      }
-    };
     if constexpr (SEQPAR_SM90_BWD_L2_PREFETCH) {
       for (int k = 0; k < STAGES && pi < nqt; ++k) advance(pi, pgi);
     }
@@ -333,10 +331,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
         bulk_load(base + stats_off(s) + S::kRowBytes, p.delta + off, S::kRowBytes, full(s));
       }
       __syncwarp();
-      if (++gi == G) {
-        gi = 0;
-        i = next_i(i + 1);
-      }
+      advance(i, gi);
     }
     return;
   }
@@ -524,10 +519,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     fence_proxy_async();  // visible to the bulk reductions
     named_bar_arrive(kBarDqFull + dqb, NCW * 32 + 32);
 
-    if (++gi == G) {
-      gi = 0;
-      i = next_i(i + 1);
-    }
+    advance(i, gi);
   }
   // No query sees these keys: nothing to add; when writing, their dk/dv (0) are stored all the same.
   if (!any && !p.write_grads) return;
