@@ -22,12 +22,8 @@ build_other nodq /tmp/nodq "" seqpar
 build_other pf . "-DSEQPAR_SM90_BWD_L2_PREFETCH=1" seqpar
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 [ "${SKIP_TESTS:-0}" = 1 ] || run_tests 200 'CudaAttention*:CudnnAttention*:CudaSpAttention*:CudaOpHarness.*'
-bench() {  # LABEL BIN BACKEND D H PASS
-  $2/seqpar bench attention --backend $3 --seq-lens 16384,65536 --passes $6 --heads $5 --kv-heads 8 --head-dims $4 \
-    --warmup 2 --iters 5 2>&1 | grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$4 H=$5 $6 $1: |"; echo
-}
-bench cudnn $B cudnn 128 32 fwd_bwd
-for bin in $B build-s3 build-nodq build-pf $B build-s3 build-nodq build-pf; do bench $bin $bin flash 128 32 fwd_bwd; done
-bench cudnn $B cudnn 128 16 fwd_bwd
-for bin in $B build-s3 build-pf; do bench $bin $bin flash 128 16 fwd_bwd; done
+attn_ms cudnn $B cudnn 128 32 fwd_bwd
+for bin in $B build-s3 build-nodq build-pf $B build-s3 build-nodq build-pf; do attn_ms $bin $bin flash 128 32 fwd_bwd; done
+attn_ms cudnn $B cudnn 128 16 fwd_bwd
+for bin in $B build-s3 build-pf; do attn_ms $bin $bin flash 128 16 fwd_bwd; done
 echo "done $SECONDS s"

@@ -23,15 +23,11 @@ run_tests 200 'CudaAttention*:CudnnAttention*:CudaSpAttention*:CudaOpHarness.*:C
 timeout 120 build-pers/test_cuda --gtest_filter='CudaAttention*:CudaSpAttention*:CudaOpHarness.*' > $OUT/tests_pers.log 2>&1
 echo "tests pers rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests_pers.log | tr '\n' ' ')"
 grep -E "FAILED|Failure" $OUT/tests_pers.log | head -5
-bench() {  # LABEL BIN BACKEND D PASS
-  $2/seqpar bench attention --backend $3 --seq-lens 16384,65536 --passes $5 --heads 32 --kv-heads 8 --head-dims $4 \
-    --warmup 2 --iters 5 2>&1 | grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$4 $5 $1: |"; echo
-}
 for dp in 64:fwd 128:fwd 64:fwd_bwd; do
   IFS=: read d pass <<< "$dp"
-  bench cudnn $B cudnn $d $pass
-  for bin in build-base $B build-pers build-base $B build-pers; do bench $bin $bin flash $d $pass; done
+  attn_ms cudnn $B cudnn $d 32 $pass
+  for bin in build-base $B build-pers build-base $B build-pers; do attn_ms $bin $bin flash $d 32 $pass; done
 done
-bench cudnn $B cudnn 128 fwd_bwd
-for bin in build-base $B build-base $B; do bench $bin $bin flash 128 fwd_bwd; done
+attn_ms cudnn $B cudnn 128 32 fwd_bwd
+for bin in build-base $B build-base $B; do attn_ms $bin $bin flash 128 32 fwd_bwd; done
 echo "done $SECONDS s"

@@ -54,3 +54,9 @@ run_tests() {
   echo "tests rc=$? $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tr '\n' ' ')"
   grep -E "FAILED|Failure" "$OUT/tests.log" | head -10
 }
+# attn_ms LABEL BIN BACKEND D H PASS: `BIN/seqpar bench attention` at 16K and 64K, H query heads over 8 KV heads,
+# head dim D, PASS (fwd / fwd_bwd), 2 warm-up and 5 timed runs: one line "D=.. H=.. PASS LABEL: S .. ms .. S .. ms ..".
+attn_ms() {
+  $2/seqpar bench attention --backend $3 --seq-lens 16384,65536 --passes $6 --heads $5 --kv-heads 8 --head-dims $4 \
+    --warmup 2 --iters 5 2>&1 | grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$4 H=$5 $6 $1: |"; echo
+}
