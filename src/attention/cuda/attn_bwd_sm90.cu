@@ -20,12 +20,8 @@ namespace seqpar::cuda_attn {
 
 namespace {
 
-// SEQPAR_SM90_BWD_STAGES = 3 (a measurement build; 2 unless defined): at D = 128 a 3-stage Q / dO ring with one
-// shared dQ tile instead of 2 stages and two tiles (BwdShape::kDqTiles; at D = 64 it would be 56 bytes over).
-#ifndef SEQPAR_SM90_BWD_STAGES
-#define SEQPAR_SM90_BWD_STAGES 2
-#endif
-constexpr int stages_of(int D) { return D == 128 ? SEQPAR_SM90_BWD_STAGES : 2; }
+// Two stages at both head dims (BwdShape::kDqTiles says why).
+constexpr int kStages = 2;
 
 // bwd_sm90_kernel's parameters (five tensor maps, BwdParams, three stats pointers) fit in 4 KB, the
 // kernel parameter space every CUDA version allows.
@@ -34,7 +30,7 @@ static_assert(5 * sizeof(CUtensorMap) + sizeof(BwdParams) + 3 * sizeof(const int
 
 template <Elem E, int D>
 void run(const BwdParams& p, cudaStream_t stream) {
-  using S = sm90::BwdShape<D, stages_of(D)>;
+  using S = sm90::BwdShape<D, kStages>;
   static_assert(S::BM == bwd_sm90_bm(D), "the header's query tile is the kernel's");
   const int nqt = (p.Tq + S::BM - 1) / S::BM;
   const int nkt = (p.Tk + S::BN - 1) / S::BN;
@@ -54,7 +50,7 @@ void run(const BwdParams& p, cudaStream_t stream) {
   launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream, q_runs);
   launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
 
-  auto kernel = sm90::bwd_sm90_kernel<E, D, stages_of(D)>;
+  auto kernel = sm90::bwd_sm90_kernel<E, D, kStages>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   kernel<<<dim3(p.Hkv, nkt), S::kThreads, S::kSmem, stream>>>(tq, tdo, tk, tv, tdq, p, stats, stats + nqt, q_runs);
   SEQPAR_LAUNCH_CHECK();

@@ -46,13 +46,6 @@ namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
 
-// SEQPAR_SM90_BWD_L2_PREFETCH = 1 (a measurement build; 0 unless defined): the producer prefetches into the L2 the
-// Q / dO / lse2 / delta of the step STAGES ahead, before it waits for a stage to copy into, so that the copy it issues
-// once the stage is free reads the L2 (the consumers wait ~15% of the time for their copies at D = 128).
-#ifndef SEQPAR_SM90_BWD_L2_PREFETCH
-#define SEQPAR_SM90_BWD_L2_PREFETCH 0
-#endif
-
 // Queries per step: 64 at D = 128, 128 at D = 64 (the registers allow it there, and a step of 64
 // queries does too little matrix work per synchronisation).
 constexpr int bwd_sm90_bm_of(int D) { return D == 64 ? 128 : 64; }
@@ -75,7 +68,8 @@ struct BwdShape {
                 "setmaxnreg needs no more registers than the block has at launch");
   static constexpr bool kSplitN = BM == 64;  // dQ: the warpgroups split its columns (else its queries)
   // Shared dQ tiles: two with a 2-stage Q / dO ring, one with a 3-stage ring (the shared memory holds one or the
-  // other: SEQPAR_SM90_BWD_STAGES of attn_bwd_sm90.cu, a measurement build).
+  // other; attn_bwd_sm90.cu runs 2 stages: 3 stages with one dQ tile measured 3% faster at 16K and 2-3% slower at 64K,
+  // H 32 / Hkv 8, and slower at H 16, D = 128: bench/NOTES.md, twenty-sixth session).
   static constexpr int kDqTiles = STAGES == 2 ? 2 : 1;
   static constexpr uint32_t kKVBytes = BN * D * 2;    // K or V
   static constexpr uint32_t kDQBytes = BM * D * 4;    // one f32 dQ tile
@@ -126,18 +120,6 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-// Prefetches of the L2 cache (no shared memory, no barrier): the box at (c0, c1, c2) of a 3-D tensor map, and
-// `bytes` (a multiple of 16) at a 16-byte-aligned global address.
-__device__ __forceinline__ void tma_prefetch_3d(const CUtensorMap* map, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_prefetch(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)), "r"(bytes)
-               : "memory");
 }
 // Until this thread's bulk groups are complete.
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
@@ -294,30 +276,9 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       }
     }
     int gi = 0;
-    // (L2 prefetch) a second walker, STAGES steps ahead of the copies.
-    int pi = i, pgi = 0;
-    if constexpr (SEQPAR_SM90_BWD_L2_PREFETCH) {
-      for (int k = 0; k < STAGES && pi < nqt; ++k) advance(pi, pgi);
-    }
     for (int it = 0; i < nqt; ++it) {
       const int s = it % STAGES;
       const int h = hk * G + gi;
-      if constexpr (SEQPAR_SM90_BWD_L2_PREFETCH) {
-        if (pi < nqt) {
-          if (lane == 0) {
-            const int ph = hk * G + pgi;
-#pragma unroll
-            for (int c = 0; c < HALVES; ++c) {
-              tma_prefetch_3d(&tm_q, c * 64, ph, pi * BM);
-              tma_prefetch_3d(&tm_do, c * 64, ph, pi * BM);
-            }
-            const int64_t off = static_cast<int64_t>(ph) * Tq_pad + static_cast<int64_t>(pi) * BM;
-            bulk_prefetch(p.lse2 + off, S::kRowBytes);
-            bulk_prefetch(p.delta + off, S::kRowBytes);
-          }
-          advance(pi, pgi);
-        }
-      }
       if (lane == 0) {
         mbar_wait(empty(s), ((it / STAGES) & 1) ^ 1);  // the consumers are done with its last use
         mbar_arrive_expect_tx(full(s), 2 * S::kQBytes + 2 * S::kRowBytes);

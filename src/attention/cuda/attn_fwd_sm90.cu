@@ -45,16 +45,7 @@ void run(const FwdParams& p, cudaStream_t stream) {
 
   auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-  dim3 grid(nqt, p.H);
-  if constexpr (S::kPersistent) {  // one block per SM (or per item, when fewer)
-    SEQPAR_CHECK_MSG(static_cast<int64_t>(nqt) * p.H <= 2147483647, "the sm_90 flash forward takes at most 2^31 - 1 "
-                                                                     "(query tile, head) items");
-    int dev = 0, sms = 0;
-    SEQPAR_CUDA_CHECK(cudaGetDevice(&dev));
-    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    grid = dim3(static_cast<unsigned>(std::min<int64_t>(static_cast<int64_t>(nqt) * p.H, sms)));
-  }
-  kernel<<<grid, S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt, k_runs);
+  kernel<<<dim3(nqt, p.H), S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt, k_runs);
   SEQPAR_LAUNCH_CHECK();
   SEQPAR_CUDA_CHECK(cudaFreeAsync(stats, stream));
 }

@@ -35,10 +35,6 @@ namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
 
-#ifndef SEQPAR_SM90_FWD_PERSISTENT
-#define SEQPAR_SM90_FWD_PERSISTENT 0
-#endif
-
 template <int D, int NWG, int STAGES>
 struct Shape {
   static constexpr int BM = 64 * NWG;  // query rows per CTA
@@ -64,18 +60,13 @@ struct Shape {
   // differently. Measured on an H100 (2026-12-06, H 32 / Hkv 8, forward, 16K / 64K): D = 128 3.71 -> 3.58 and
   // 61.0 -> 58.5 ms; D = 64 2.62 -> 2.63 and 38.4 -> 39.3 ms (there the O rescale is cheap and the test is not).
   static constexpr bool kLazyRescale = D == 128;
-  // Persistent blocks (SEQPAR_SM90_FWD_PERSISTENT = 1, a measurement build): one block per SM takes (query tile, head)
-  // items in turn, and its producer copies the next item's Q and first K tile while the consumers finish the last
-  // P V product and the epilogue of the current one. (The ping-pong turns balance within an item: each warpgroup
-  // syncs its barrier once per tile and is handed exactly as many turns, so items can follow each other.)
-  static constexpr bool kPersistent = SEQPAR_SM90_FWD_PERSISTENT;
   static constexpr uint32_t kQBytes = BM * D * 2;
   static constexpr uint32_t kKVBytes = BN * D * 2;  // one K or one V tile
   static constexpr uint32_t kK = kQBytes;                       // [STAGES] K tiles
   static constexpr uint32_t kV = kQBytes + STAGES * kKVBytes;   // [STAGES] V tiles
   static constexpr uint32_t kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
-  // Barriers: full K, empty K, full V, empty V (STAGES each), then Q's full and empty.
-  static constexpr uint32_t kSmem = 1024 + kBarOffset + 8 * (4 * STAGES + 2);
+  // Barriers: full K, empty K, full V, empty V (STAGES each), then Q's.
+  static constexpr uint32_t kSmem = 1024 + kBarOffset + 8 * (4 * STAGES + 1);
   // + 1024: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel.
 };
 
@@ -107,28 +98,14 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   auto empty_k = [&](int s) { return bars + 8u * (STAGES + s); };
   auto full_v = [&](int s) { return bars + 8u * (2 * STAGES + s); };
   auto empty_v = [&](int s) { return bars + 8u * (3 * STAGES + s); };
-  const uint32_t qbar = bars + 8u * 4 * STAGES, q_empty = qbar + 8u;
+  const uint32_t qbar = bars + 8u * 4 * STAGES;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int nqt = (p.Tq + BM - 1) / BM;
+  const int qt = gridDim.x - 1 - blockIdx.x;  // heaviest causal tiles first
+  const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  const int q0 = qt * BM;
   const int nkt = (p.Tk + BN - 1) / BN;
-  // Work items (query tile, head) in the 2-D grid's block order: the tiles heaviest (causal) first, then the heads.
-  // A block takes the item of its (x, y), or, persistent, items blockIdx.x, + gridDim.x, ... of nqt * H.
-  const int first_item = S::kPersistent ? static_cast<int>(blockIdx.x) : 0;
-  const int n_items = S::kPersistent ? nqt * p.H : 1;
-  const int item_step = S::kPersistent ? static_cast<int>(gridDim.x) : 1;
-  int qt = 0, h = 0, hk = 0, q0 = 0;
-  int4 qs;
-  // Sets the item's tile and head; returns its first visible key tile (nkt if none).
-  auto start_item = [&](int w) {
-    const int x = S::kPersistent ? w % nqt : static_cast<int>(blockIdx.x);
-    h = S::kPersistent ? w / nqt : static_cast<int>(blockIdx.y);
-    qt = nqt - 1 - x;
-    hk = h / (p.H / p.Hkv);
-    q0 = qt * BM;
-    qs = q_stats[qt];
-    return next_visible<true>(qs, k_stats, nkt, 0, p.causal, p.window, lane);
-  };
+  const int4 qs = q_stats[qt];
 
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -138,13 +115,13 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       mbar_init(empty_v(s), NCW);
     }
     mbar_init(qbar, 1);
-    mbar_init(q_empty, NCW);
     mbar_init_fence();
   }
   __syncthreads();  // the last CTA-wide barrier: the producer warpgroup leaves early
 
-  // Producer and consumers walk the same items and, in each, the same sequence of visible key tiles; the K and V
-  // rings' use counts run on across a block's items.
+  // Producer and consumers walk the same sequence of visible key tiles.
+  int j = next_visible<true>(qs, k_stats, nkt, 0, p.causal, p.window, lane);
+
   if (warp >= NCW) {  // ---- producer warp (the first of the producer warpgroup)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
     if (warp != NCW) return;
@@ -164,28 +141,20 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
 #pragma unroll
       for (int c = 0; c < HALVES; ++c) tma_load_3d(sV(s) + c * BN * 128, &tm_v, full_v(s), c * 64, hk, jj * BN);
     };
-    int kv = 0, q_loads = 0;  // K / V ring uses so far, Q copies so far
-    for (int w = first_item; w < n_items; w += item_step) {
-      int j = start_item(w);
-      if (j >= nkt) continue;  // no visible keys: no Q either
-      if (lane == 0) {
-        // (persistent) the consumers are done with the last item's Q: its q_empty phase completed
-        if (q_loads > 0) mbar_wait(q_empty, (q_loads - 1) & 1);
-        mbar_arrive_expect_tx(qbar, S::kQBytes);
+    if (lane == 0 && j < nkt) {
+      mbar_arrive_expect_tx(qbar, S::kQBytes);
 #pragma unroll
-        for (int c = 0; c < HALVES; ++c) tma_load_3d(sQ + c * BM * 128, &tm_q, qbar, c * 64, h, q0);
-        load_k(kv, j);
+      for (int c = 0; c < HALVES; ++c) tma_load_3d(sQ + c * BM * 128, &tm_q, qbar, c * 64, h, q0);
+      load_k(0, j);
+    }
+    for (int it = 0; j < nkt; ++it) {
+      const int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
+      if (lane == 0) {
+        if (jn < nkt) load_k(it + 1, jn);
+        load_v(it, j);
       }
-      ++q_loads;
-      for (; j < nkt; ++kv) {
-        const int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
-        if (lane == 0) {
-          if (jn < nkt) load_k(kv + 1, jn);
-          load_v(kv, j);
-        }
-        __syncwarp();
-        j = jn;
-      }
+      __syncwarp();
+      j = jn;
     }
     return;
   }
@@ -202,7 +171,9 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   const uint32_t sQw = sQ + wg * 64 * 128;  // this warpgroup's 64 rows of Q
 
   float o[OR];
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, corr[2] = {1.f, 1.f};  // reset per item below
+#pragma unroll
+  for (int i = 0; i < OR; ++i) o[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, corr[2] = {1.f, 1.f};
   float sc[SR];            // S of the tile in flight, then its probabilities (f32)
   uint32_t pa[BN / 16][4];  // P of the previous tile as E A fragments (keys 16kk.. = blocks 2kk, 2kk + 1)
 
@@ -346,96 +317,73 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);  // this warp is done with the slot
   };
-  // After the item's last Q K^T: (persistent) the producer may copy the next item's Q.
-  auto release_q = [&]() {
-    if constexpr (S::kPersistent) release(q_empty);
-  };
 
-  int kv = 0, q_items = 0;  // K / V ring uses so far (the producer's count), items with keys so far
-  for (int w = first_item; w < n_items; w += item_step) {
-    int j = start_item(w);
-#pragma unroll
-    for (int i = 0; i < OR; ++i) o[i] = 0.f;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      m[hr] = -INFINITY;
-      l[hr] = 0.f;
-      corr[hr] = 1.f;
+  if (j < nkt) {
+    if constexpr (PP) {
+      if (wg == NWG - 1) named_bar_arrive(1, 256);  // the first turn is warpgroup 0's
     }
-    if (j < nkt) {
-      if constexpr (PP) {
-        if (wg == NWG - 1) named_bar_arrive(1, 256);  // the first turn is warpgroup 0's
-      }
-      mbar_wait(qbar, q_items & 1);
-      ++q_items;
-      // Tile 0 (ring use kv): S_0 alone.
-      int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
-      mbar_wait(full_k(kv % STAGES), (kv / STAGES) & 1);
+    mbar_wait(qbar, 0);
+    // Tile 0: S_0 alone.
+    int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
+    mbar_wait(full_k(0), 0);
+    turn_wait();
+    issue_qk(0);
+    turn_pass(jn >= nkt);
+    wgmma_wait<0>();
+    reg_fence(sc);
+    release(empty_k(0));
+    softmax(j);
+    pack_p();
+    // Tile it >= 1: S_it is issued, then P_{it-1} V_{it-1}; the softmax of S_it runs under the latter.
+    int it = 1;
+    for (j = jn; j < nkt; j = jn, ++it) {
+      jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
+      const int s = it % STAGES, sp = (it - 1) % STAGES;
+      mbar_wait(full_k(s), (it / STAGES) & 1);
       turn_wait();
-      issue_qk(kv % STAGES);
-      turn_pass(jn >= nkt);
-      wgmma_wait<0>();
-      reg_fence(sc);
-      release(empty_k(kv % STAGES));
-      if (jn >= nkt) release_q();
-      softmax(j);
-      pack_p();
-      // Tile it >= 1 (ring use u = kv + it): S_it is issued, then P_{it-1} V_{it-1}; the softmax of S_it runs under
-      // the latter.
-      int it = 1;
-      for (j = jn; j < nkt; j = jn, ++it) {
-        jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
-        const int u = kv + it;
-        const int s = u % STAGES, sp = (u - 1) % STAGES;
-        mbar_wait(full_k(s), (u / STAGES) & 1);
-        turn_wait();
-        issue_qk(s);
-        mbar_wait(full_v(sp), ((u - 1) / STAGES) & 1);
-        issue_pv(sp);
-        turn_pass(jn >= nkt);
-        wgmma_wait<1>();  // S_it is in (the P V product may still run)
-        reg_fence(sc);
-        release(empty_k(s));
-        if (jn >= nkt) release_q();
-        softmax(j);
-        wgmma_wait<0>();  // P_{it-1} V_{it-1} is in: P's registers and V's slot are free
-        reg_fence(o);
-        release(empty_v(sp));
-        pack_p();
-      }
-      // The last tile's P V.
-      const int u = kv + it - 1;
-      const int sp = u % STAGES;
-      mbar_wait(full_v(sp), (u / STAGES) & 1);
+      issue_qk(s);
+      mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
       issue_pv(sp);
-      wgmma_wait<0>();
+      turn_pass(jn >= nkt);
+      wgmma_wait<1>();  // S_it is in (the P V product may still run)
+      reg_fence(sc);
+      release(empty_k(s));
+      softmax(j);
+      wgmma_wait<0>();  // P_{it-1} V_{it-1} is in: P's registers and V's slot are free
       reg_fence(o);
       release(empty_v(sp));
-      kv += it;
+      pack_p();
     }
+    // The last tile's P V.
+    const int sp = (it - 1) % STAGES;
+    mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
+    issue_pv(sp);
+    wgmma_wait<0>();
+    reg_fence(o);
+    release(empty_v(sp));
+  }
 
-    // out = O / l; lse = scale*m + ln l. Rows that saw no key: out 0, lse -inf.
+  // out = O / l; lse = scale*m + ln l. Rows that saw no key: out 0, lse -inf.
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      float ls = l[hr];
-      ls += __shfl_xor_sync(0xffffffffu, ls, 1);
-      ls += __shfl_xor_sync(0xffffffffu, ls, 2);
-      const int r = q0 + row0 + 8 * hr;
-      if (r >= p.Tq) continue;
-      const float inv = ls > 0.f ? 1.f / ls : 0.f;
-      const int64_t obase = (static_cast<int64_t>(r) * p.H + h) * D;
+  for (int hr = 0; hr < 2; ++hr) {
+    float ls = l[hr];
+    ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+    ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+    const int r = q0 + row0 + 8 * hr;
+    if (r >= p.Tq) continue;
+    const float inv = ls > 0.f ? 1.f / ls : 0.f;
+    const int64_t obase = (static_cast<int64_t>(r) * p.H + h) * D;
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        const int col = n * 8 + 2 * t;
-        const float v0 = o[4 * n + 2 * hr] * inv, v1 = o[4 * n + 2 * hr + 1] * inv;
-        if (p.out_f32) {
-          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + obase + col) = make_float2(v0, v1);
-        } else {
-          *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out) + obase + col) = pack2<E>(v0, v1);
-        }
+    for (int n = 0; n < D / 8; ++n) {
+      const int col = n * 8 + 2 * t;
+      const float v0 = o[4 * n + 2 * hr] * inv, v1 = o[4 * n + 2 * hr + 1] * inv;
+      if (p.out_f32) {
+        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + obase + col) = make_float2(v0, v1);
+      } else {
+        *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out) + obase + col) = pack2<E>(v0, v1);
       }
-      if (t == 0) p.lse[static_cast<int64_t>(r) * p.H + h] = ls > 0.f ? (m[hr] * sl2 + log2f(ls)) * kLn2 : -INFINITY;
     }
+    if (t == 0) p.lse[static_cast<int64_t>(r) * p.H + h] = ls > 0.f ? (m[hr] * sl2 + log2f(ls)) * kLn2 : -INFINITY;
   }
 #else
   __trap();  // built without sm_90a features: the dispatcher never routes here
