@@ -15,7 +15,7 @@ for v in $V; do
   rm -rf /tmp/$v && mkdir -p /tmp/$v && cp -r CMakeLists.txt src /tmp/$v/
 done
 sed -i 's|for (int c = 0; c < D / 32; ++c)$|for (int c = 0; c < ((it \& 1) ? 0 : D / 32); ++c)|' /tmp/half/src/attention/cuda/attn_bwd_sm90.cuh
-sed -i 's|tma_reduce_add_3d(&tm_dq|if (false) tma_reduce_add_3d(\&tm_dq|' /tmp/nodq/src/attention/cuda/attn_bwd_sm90.cuh
+[ -d /tmp/nodq ] && sed -i 's|tma_reduce_add_3d(&tm_dq|if (false) tma_reduce_add_3d(\&tm_dq|' /tmp/nodq/src/attention/cuda/attn_bwd_sm90.cuh
 echo "edits: half $(grep -c '(it & 1) ? 0 : D / 32' /tmp/half/src/attention/cuda/attn_bwd_sm90.cuh)"
 for v in $V; do build_other $v /tmp/$v "" seqpar; done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
