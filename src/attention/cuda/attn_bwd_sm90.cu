@@ -29,6 +29,13 @@ constexpr int kStages = 2;
 #ifndef SEQPAR_SM90_BWD_PAIR_DQ
 #define SEQPAR_SM90_BWD_PAIR_DQ 0
 #endif
+// SEQPAR_SM90_BWD_OWN_KEYS = 1 (a measurement build; 0 unless defined): at D = 128 each consumer warpgroup computes
+// dQ over its own keys (BwdShape's OWN). Not with SEQPAR_SM90_BWD_PAIR_DQ.
+#ifndef SEQPAR_SM90_BWD_OWN_KEYS
+#define SEQPAR_SM90_BWD_OWN_KEYS 0
+#endif
+static_assert(!(SEQPAR_SM90_BWD_PAIR_DQ && SEQPAR_SM90_BWD_OWN_KEYS), "one dQ measurement build at a time");
+constexpr bool kOwnKeys128 = SEQPAR_SM90_BWD_OWN_KEYS != 0;
 
 // bwd_sm90_kernel's parameters (five tensor maps, BwdParams, three stats pointers) fit in 4 KB, the
 // kernel parameter space every CUDA version allows.
@@ -37,7 +44,8 @@ static_assert(5 * sizeof(CUtensorMap) + sizeof(BwdParams) + 3 * sizeof(const int
 
 template <Elem E, int D, bool PAIR>
 void run(const BwdParams& p, cudaStream_t stream) {
-  using S = sm90::BwdShape<D, kStages, PAIR>;
+  constexpr bool OWN = D == 128 && !PAIR && kOwnKeys128;
+  using S = sm90::BwdShape<D, kStages, PAIR, OWN>;
   static_assert(S::BM == bwd_sm90_bm(D), "the header's query tile is the kernel's");
   const int nqt = (p.Tq + S::BM - 1) / S::BM;
   const int nkt = (p.Tk + S::BN - 1) / S::BN;
@@ -57,7 +65,7 @@ void run(const BwdParams& p, cudaStream_t stream) {
   launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream, q_runs);
   launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
 
-  auto kernel = sm90::bwd_sm90_kernel<E, D, kStages, PAIR>;
+  auto kernel = sm90::bwd_sm90_kernel<E, D, kStages, PAIR, OWN>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   if constexpr (PAIR) {
     SEQPAR_CHECK_MSG(nkt % 2 == 0, "the paired sm_90 backward needs an even number of key tiles");

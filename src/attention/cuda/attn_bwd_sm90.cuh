@@ -57,7 +57,12 @@ constexpr int bwd_sm90_bm_of(int D) { return D == 64 ? 128 : 64; }
 // own; its other warpgroup (the sender) stores its partial into the partner's receive buffer. So each CTA's writer
 // adds half a tile a step: the L2 takes half the dQ reductions (they cost the backward 10-18%: bench/NOTES.md,
 // twenty-sixth session), for 16 KB a step each way between the two SMs.
-template <int D, int STAGES, bool PAIR = false>
+// OWN (D = 128 only; attn_bwd_sm90.cu's SEQPAR_SM90_BWD_OWN_KEYS, a measurement build): each consumer warpgroup
+// computes dQ over its own 64 keys for all D columns (two m64n64 products), so it needs only its own dS^T rows and the
+// two warpgroups no longer meet at a barrier every step (their softmax phases may then fall under each other's
+// products). Warpgroup 0 stores its partial into the dQ tile; warpgroup 1 adds its own to it (load, add, store) and
+// hands the tile to the writer. Not combined with PAIR.
+template <int D, int STAGES, bool PAIR = false, bool OWN = false>
 struct BwdShape {
   static constexpr int BM = bwd_sm90_bm_of(D);  // queries per step
   // dQ goes through the writer warp's bulk tensor reductions from two shared tiles. Against the consumers'
@@ -79,6 +84,7 @@ struct BwdShape {
   // H 32 / Hkv 8, and slower at H 16, D = 128: bench/NOTES.md, twenty-sixth session).
   static constexpr int kDqTiles = STAGES == 2 ? 2 : 1;
   static_assert(!PAIR || D == 128, "the pair's dQ exchange splits dQ's columns between the warpgroups (D = 128)");
+  static_assert(!OWN || (D == 128 && !PAIR), "own-key dQ: D = 128, not with PAIR");
   static constexpr int kDqCols = PAIR ? D / 2 : D;   // the dQ columns a CTA adds to dq_acc
   static constexpr uint32_t kKVBytes = BN * D * 2;    // K or V
   static constexpr uint32_t kDQBytes = BM * kDqCols * 4;  // one f32 dQ tile
@@ -108,8 +114,9 @@ struct BwdShape {
   static_assert(kSmem <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
 // Named barriers of the kernel (0 is __syncthreads): both warpgroups' dS^T in; dQ tile b written by
-// the consumers (kBarDqFull + b) and read by the writer's reductions (kBarDqEmpty + b).
-constexpr int kBarDS = 1, kBarDqFull = 2, kBarDqEmpty = 4;
+// the consumers (kBarDqFull + b) and read by the writer's reductions (kBarDqEmpty + b); (OWN) warpgroup 0's partial
+// in tile b (kBarDqPart + b), warpgroup w's own dS^T rows in (kBarDSOwn + w).
+constexpr int kBarDS = 1, kBarDqFull = 2, kBarDqEmpty = 4, kBarDqPart = 6, kBarDSOwn = 8;
 
 // ---- helpers the forward does not have ----------------------------------------------------
 // 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared,
@@ -229,14 +236,14 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[D / 2], const uint32_t (&
 // ---- the kernel ---------------------------------------------------------------------------
 // q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h). lse2 / delta rows
 // are (h, Tq_pad) with Tq_pad = ceil(Tq / BM) * BM.
-template <Elem E, int D, int STAGES, bool PAIR>
-__global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR>::kThreads, 1)
+template <Elem E, int D, int STAGES, bool PAIR, bool OWN>
+__global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                     const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                     const __grid_constant__ CUtensorMap tm_dq, const BwdParams p, const int4* __restrict__ q_stats,
                     const int4* __restrict__ k_stats, const int32_t* __restrict__ q_runs) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = BwdShape<D, STAGES, PAIR>;
+  using S = BwdShape<D, STAGES, PAIR, OWN>;
   constexpr int BM = S::BM, BN = S::BN, NCW = S::kConsumerWarps;
   constexpr int HALVES = D / 64;  // 128-byte column halves of a row
   constexpr int OR = D / 2;       // dK / dV accumulator registers per thread
@@ -277,8 +284,8 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR>::kThreads, 1)
   const uint32_t rank = PAIR ? cluster_rank() : 0u;
   const int4 ks_p = PAIR ? k_stats[kt ^ 1] : ks;
   // The threads that meet at the dQ tiles' named barriers: the consumers that store a tile (PAIR: the owner
-  // warpgroup) and the writer warp.
-  constexpr int kDqSync = (PAIR ? 128 : NCW * 32) + 32;
+  // warpgroup; OWN: warpgroup 1 hands it over, warpgroup 0 waits for it to be free) and the writer warp.
+  constexpr int kDqSync = (PAIR || OWN ? 128 : NCW * 32) + 32;
 
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -404,6 +411,17 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR>::kThreads, 1)
     dv[r] = 0.f;
   }
 
+  // (OWN) dQ columns 64 * half .. over this warpgroup's 64 keys (k16 steps 4wg..4wg+3) of dS^T buffer b, issued
+  // (the caller fences, commits and waits).
+  auto dq_own_keys = [&](float(&acc)[32], int half, int b) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t key16 = (4 * wg + kk) * 16 * 128;
+      wgmma_ss_n64<E, 1, 1>(acc, smem_desc(sdS(b) + key16, BN * 128, 1024),
+                            smem_desc(sK + half * BN * 128 + key16, BN * 128, 1024), kk > 0 ? 1 : 0);
+    }
+  };
+
   if (any) mbar_wait(kvbar, 0);
   int gi = 0;
   int nsent = 0, nrecv = 0;  // (PAIR) partials this warpgroup sent / received
@@ -523,15 +541,21 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR>::kThreads, 1)
       // from the dS^T tile (MN-major: 64 queries = one 128-byte row per key, the query halves BN*128
       // bytes apart), B = K (MN-major: columns in 64-wide halves BN*128 bytes apart).
       fence_proxy_async();  // this thread's dS^T stores are visible to the wgmma
-      named_bar_sync(kBarDS, NCW * 32);  // both warpgroups' dS^T are in
-      wgmma_fence();
+      if constexpr (OWN) {
+        named_bar_sync(kBarDSOwn + wg, 128);  // this warpgroup's dS^T rows are in
+        wgmma_fence();
+        dq_own_keys(dq, 0, buf);  // columns 0..63 (64..127 after they are stored: registers)
+      } else {
+        named_bar_sync(kBarDS, NCW * 32);  // both warpgroups' dS^T are in
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        const uint32_t qhalf = S::kSplitN ? 0u : wg * (BN * 128u);  // D = 64: this warpgroup's queries
-        const uint32_t khalf = S::kSplitN ? wg * (BN * 128u) : 0u;  // D = 128: this warpgroup's columns
-        const uint64_t a = smem_desc(sdS(buf) + qhalf + kk * 16 * 128, BN * 128, 1024);
-        const uint64_t b = smem_desc(sK + khalf + kk * 16 * 128, BN * 128, 1024);
-        wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          const uint32_t qhalf = S::kSplitN ? 0u : wg * (BN * 128u);  // D = 64: this warpgroup's queries
+          const uint32_t khalf = S::kSplitN ? wg * (BN * 128u) : 0u;  // D = 128: this warpgroup's columns
+          const uint64_t a = smem_desc(sdS(buf) + qhalf + kk * 16 * 128, BN * 128, 1024);
+          const uint64_t b = smem_desc(sK + khalf + kk * 16 * 128, BN * 128, 1024);
+          wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
+        }
       }
       wgmma_commit();
       // dV and dK are in (the groups complete in order): stage s (Q_i, dO_i, lse2, delta) is free while the dQ
@@ -591,9 +615,53 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR>::kThreads, 1)
         continue;
       }
     }
+    const uint32_t tile = base + S::kDQ + dqb * S::kDQBytes;
+    if constexpr (OWN) {
+      // Warpgroup 0 stores its partial once the writer has read the tile; warpgroup 1 adds its own (the same rows
+      // and columns thread for thread) and hands the tile to the writer.
+      auto at = [&](int row, int col) {
+        return tile + (col >> 5) * (BM * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) + (col & 3) * 4;
+      };
+      if (wg == 0) {
+        if (it >= S::kDqTiles) named_bar_sync(kBarDqEmpty + dqb, kDqSync);
+      } else {
+        named_bar_sync(kBarDqPart + dqb, NCW * 32);
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        if (half == 1) {  // columns 64..127 into the same registers
+          wgmma_fence();
+          dq_own_keys(dq, 1, buf);
+          wgmma_commit();
+          wgmma_wait<0>();
+          reg_fence(dq);
+        }
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const uint32_t addr = at(16 * w + g + 8 * hr, 64 * half + 8 * n + 2 * t);
+            float a = dq[4 * n + 2 * hr], b = dq[4 * n + 2 * hr + 1];
+            if (wg == 1) {
+              float2 v;
+              asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+              a += v.x;
+              b += v.y;
+            }
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+          }
+      }
+      if (wg == 0) {
+        named_bar_arrive(kBarDqPart + dqb, NCW * 32);  // the partial is in (orders the stores for warpgroup 1)
+      } else {
+        fence_proxy_async();  // visible to the bulk reductions
+        named_bar_arrive(kBarDqFull + dqb, kDqSync);
+      }
+      advance(i, gi);
+      continue;
+    }
     if (it >= S::kDqTiles) named_bar_sync(kBarDqEmpty + dqb, kDqSync);
     const int col0 = PAIR ? 0 : S::kSplitN ? wg * 64 : 0;  // PAIR: the tile holds the owned 64 columns
-    const uint32_t tile = base + S::kDQ + dqb * S::kDQBytes;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
