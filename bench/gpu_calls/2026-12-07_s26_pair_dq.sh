@@ -12,7 +12,7 @@
 # 2. `bench attention --passes fwd_bwd --head-dims 128` at 16K / 64K, H 32 and 16 / Hkv 8: cuDNN, default, pair,
 #    own, and the diagnostic `half` (the writer reducing every other step's tile only: the most that halving the
 #    reductions could give; dq wrong), alternating.
-# About 420 s.   bash bench/gpu_calls/2026-12-07_s26_pair_dq.sh OUT_DIR
+# About 480 s.   bash bench/gpu_calls/2026-12-07_s26_pair_dq.sh OUT_DIR
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
