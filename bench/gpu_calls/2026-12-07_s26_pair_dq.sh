@@ -32,7 +32,17 @@ for v in pair own; do
   rc=$?
   echo "tests $v rc=$rc $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests_$v.log | tr '\n' ' ')"
   grep -E "FAILED|Failure" $OUT/tests_$v.log | head -6
-  if [ $rc = 0 ]; then TIMED="$TIMED build-$v"; else echo "$v not timed (124 = a hang)"; tail -2 $OUT/tests_$v.log; fi
+  if [ $rc = 0 ]; then
+    TIMED="$TIMED build-$v"
+  else  # not timed; the first failing test (or the one that hung) once more under compute-sanitizer's synccheck
+    echo "$v not timed (124 = a hang)"
+    tail -2 $OUT/tests_$v.log
+    f=$(grep -E '^\[  FAILED  \] [A-Za-z]' $OUT/tests_$v.log | head -1 | awk '{print $4}')
+    [ -z "$f" ] && f=$(grep -E '^\[ RUN      \]' $OUT/tests_$v.log | tail -1 | awk '{print $4}')
+    echo "synccheck of $f:"
+    timeout 90 compute-sanitizer --tool synccheck build-$v/test_cuda --gtest_filter="$f" > $OUT/sanitizer_$v.log 2>&1
+    grep -E "ERROR|Barrier|========= [A-Z]" $OUT/sanitizer_$v.log | head -8
+  fi
 done
 attn_ms cudnn $B cudnn 128 32 fwd_bwd
 for bin in $B $TIMED build-half $B $TIMED build-half; do attn_ms $bin $bin flash 128 32 fwd_bwd; done
