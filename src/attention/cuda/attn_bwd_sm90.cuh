@@ -161,18 +161,6 @@ __device__ __forceinline__ void st_cluster_v4(uint32_t addr, float a, float b, f
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// mbar_wait for a barrier of this CTA that other CTAs arrive on: acquires their released writes.
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
-        "p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
 // Every thread of the cluster (its barriers initialised before any CTA uses another's).
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -586,7 +574,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
       if (wg == static_cast<int>(rank)) {  // the owner: its dQ (+ the partner's) into the tile
         if (tile_visible(qst, ks_p, p.causal, p.window)) {
           const int n = nrecv++;
-          mbar_wait_cluster(recv_full(n & 1), (n >> 1) & 1);
+          mbar_wait<true>(recv_full(n & 1), (n >> 1) & 1);
           const uint32_t slot = base + S::kRecv + (n & 1) * S::kRecvBytes + x * 16;
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
@@ -604,7 +592,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
       } else {  // the sender: its dQ into the partner's receive slot; no tile of its own
         if (mine) {
           const int n = nsent++;
-          mbar_wait_cluster(sent_read(n & 1), ((n >> 1) & 1) ^ 1);  // the partner has read send n - 2
+          mbar_wait<true>(sent_read(n & 1), ((n >> 1) & 1) ^ 1);  // the partner has read send n - 2
           const uint32_t slot = map_to_rank(base + S::kRecv + (n & 1) * S::kRecvBytes + x * 16, prank);
 #pragma unroll
           for (int j = 0; j < 8; ++j)
@@ -616,12 +604,13 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
       }
     }
     const uint32_t tile = base + S::kDQ + dqb * S::kDQBytes;
+    // (row, col) of the tile: box col / 32, 16-byte chunk (col % 32) / 4 of the row swizzled by row % 8.
+    auto at = [&](int row, int col) {
+      return tile + (col >> 5) * (BM * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) + (col & 3) * 4;
+    };
     if constexpr (OWN) {
       // Warpgroup 0 stores its partial once the writer has read the tile; warpgroup 1 adds its own (the same rows
       // and columns thread for thread) and hands the tile to the writer.
-      auto at = [&](int row, int col) {
-        return tile + (col >> 5) * (BM * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) + (col & 3) * 4;
-      };
       if (wg == 0) {
         if (it >= S::kDqTiles) named_bar_sync(kBarDqEmpty + dqb, kDqSync);
       } else {
@@ -666,9 +655,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        const int row = (S::kSplitN ? 0 : wg * 64) + 16 * w + g + 8 * hr, col = col0 + 8 * n + 2 * t;
-        const uint32_t addr = tile + (col >> 5) * (BM * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) +
-                              (col & 3) * 4;
+        const uint32_t addr = at((S::kSplitN ? 0 : wg * 64) + 16 * w + g + 8 * hr, col0 + 8 * n + 2 * t);
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * n + 2 * hr]),
                      "f"(dq[4 * n + 2 * hr + 1])
                      : "memory");
@@ -682,7 +669,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
     // The partner's owner arrives on this CTA's sent_read after reading: wait for its last two reads before this
     // CTA (and its shared memory) goes. (The owner received every partial sent to it inside the loop.)
     if (wg != static_cast<int>(rank))
-      for (int n = max(nsent - 2, 0); n < nsent; ++n) mbar_wait_cluster(sent_read(n & 1), (n >> 1) & 1);
+      for (int n = max(nsent - 2, 0); n < nsent; ++n) mbar_wait<true>(sent_read(n & 1), (n >> 1) & 1);
   }
   // No query sees these keys: nothing to add; when writing, their dk/dv (0) are stored all the same.
   if (!any && !p.write_grads) return;

@@ -41,16 +41,25 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // Waits until the phase of parity `parity` has completed (a fresh barrier counts its phase
-// "before 0", parity 1, as completed).
+// "before 0", parity 1, as completed). CLUSTER: the barrier is one other CTAs of the cluster arrive on, and the
+// wait acquires their released writes.
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#define SEQPAR_MBAR_WAIT_ASM(SEM)                                                                             \
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity" SEM                                              \
+               ".shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"                                    \
+               : "=r"(done)                                                                                   \
+               : "r"(bar), "r"(parity)                                                                        \
+               : "memory")
   uint32_t done = 0;
   do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    if constexpr (CLUSTER) {
+      SEQPAR_MBAR_WAIT_ASM(".acquire.cluster");
+    } else {
+      SEQPAR_MBAR_WAIT_ASM("");
+    }
   } while (!done);
+#undef SEQPAR_MBAR_WAIT_ASM
 }
 // Box (c0, c1, c2) of a 3-D tensor map into shared memory at dst, completing bytes on bar.
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
