@@ -23,29 +23,14 @@ namespace {
 // Two stages at both head dims (BwdShape::kDqTiles says why).
 constexpr int kStages = 2;
 
-// SEQPAR_SM90_BWD_PAIR_DQ = 1 (a measurement build; 0 unless defined): at D = 128, when the key tiles are even in
-// number, the CTAs of key tiles 2c and 2c + 1 run as clusters of two that add their dQ in distributed shared memory
-// before the reduction (BwdShape's PAIR).
-#ifndef SEQPAR_SM90_BWD_PAIR_DQ
-#define SEQPAR_SM90_BWD_PAIR_DQ 0
-#endif
-// SEQPAR_SM90_BWD_OWN_KEYS = 1 (a measurement build; 0 unless defined): at D = 128 each consumer warpgroup computes
-// dQ over its own keys (BwdShape's OWN). Not with SEQPAR_SM90_BWD_PAIR_DQ.
-#ifndef SEQPAR_SM90_BWD_OWN_KEYS
-#define SEQPAR_SM90_BWD_OWN_KEYS 0
-#endif
-static_assert(!(SEQPAR_SM90_BWD_PAIR_DQ && SEQPAR_SM90_BWD_OWN_KEYS), "one dQ measurement build at a time");
-constexpr bool kOwnKeys128 = SEQPAR_SM90_BWD_OWN_KEYS != 0;
-
 // bwd_sm90_kernel's parameters (five tensor maps, BwdParams, three stats pointers) fit in 4 KB, the
 // kernel parameter space every CUDA version allows.
 static_assert(5 * sizeof(CUtensorMap) + sizeof(BwdParams) + 3 * sizeof(const int4*) <= 4096,
               "bwd_sm90_kernel's parameters exceed 4 KB");
 
-template <Elem E, int D, bool PAIR>
+template <Elem E, int D>
 void run(const BwdParams& p, cudaStream_t stream) {
-  constexpr bool OWN = D == 128 && !PAIR && kOwnKeys128;
-  using S = sm90::BwdShape<D, kStages, PAIR, OWN>;
+  using S = sm90::BwdShape<D, kStages>;
   static_assert(S::BM == bwd_sm90_bm(D), "the header's query tile is the kernel's");
   const int nqt = (p.Tq + S::BM - 1) / S::BM;
   const int nkt = (p.Tk + S::BN - 1) / S::BN;
@@ -65,27 +50,9 @@ void run(const BwdParams& p, cudaStream_t stream) {
   launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream, q_runs);
   launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream);
 
-  auto kernel = sm90::bwd_sm90_kernel<E, D, kStages, PAIR, OWN>;
+  auto kernel = sm90::bwd_sm90_kernel<E, D, kStages>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-  if constexpr (PAIR) {
-    SEQPAR_CHECK_MSG(nkt % 2 == 0, "the paired sm_90 backward needs an even number of key tiles");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(p.Hkv, nkt);
-    cfg.blockDim = dim3(S::kThreads);
-    cfg.dynamicSmemBytes = S::kSmem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1;
-    attr.val.clusterDim.y = 2;  // key tiles 2c and 2c + 1
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    SEQPAR_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, tq, tdo, tk, tv, tdq, p, static_cast<const int4*>(stats),
-                                         static_cast<const int4*>(stats + nqt), static_cast<const int32_t*>(q_runs)));
-  } else {
-    kernel<<<dim3(p.Hkv, nkt), S::kThreads, S::kSmem, stream>>>(tq, tdo, tk, tv, tdq, p, stats, stats + nqt, q_runs);
-  }
+  kernel<<<dim3(p.Hkv, nkt), S::kThreads, S::kSmem, stream>>>(tq, tdo, tk, tv, tdq, p, stats, stats + nqt, q_runs);
   SEQPAR_LAUNCH_CHECK();
   SEQPAR_CUDA_CHECK(cudaFreeAsync(stats, stream));
 }
@@ -110,26 +77,16 @@ void launch_bwd_main_sm90(const BwdParams& p, int cc, cudaStream_t stream) {
   if (p.Tq == 0 || p.Tk == 0 || p.H == 0) return;
   const bool f16 = p.elem == Elem::kF16;
   if (p.D == 128) {
-    if constexpr (SEQPAR_SM90_BWD_PAIR_DQ) {
-      if ((p.Tk + 127) / 128 % 2 == 0) {
-        if (f16) {
-          run<Elem::kF16, 128, true>(p, stream);
-        } else {
-          run<Elem::kBf16, 128, true>(p, stream);
-        }
-        return;
-      }
-    }
     if (f16) {
-      run<Elem::kF16, 128, false>(p, stream);
+      run<Elem::kF16, 128>(p, stream);
     } else {
-      run<Elem::kBf16, 128, false>(p, stream);
+      run<Elem::kBf16, 128>(p, stream);
     }
   } else {
     if (f16) {
-      run<Elem::kF16, 64, false>(p, stream);
+      run<Elem::kF16, 64>(p, stream);
     } else {
-      run<Elem::kBf16, 64, false>(p, stream);
+      run<Elem::kBf16, 64>(p, stream);
     }
   }
 }

@@ -50,24 +50,14 @@ using namespace dev;
 // queries does too little matrix work per synchronisation).
 constexpr int bwd_sm90_bm_of(int D) { return D == 64 ? 128 : 64; }
 
-// PAIR (D = 128 only; attn_bwd_sm90.cu's SEQPAR_SM90_BWD_PAIR_DQ, a measurement build): CTAs of key tiles 2c and
-// 2c + 1 run as a cluster, walk the same query tiles, and add their dQ in distributed shared memory before one
-// reduction: CTA r (its rank, the key tile's parity) adds dQ columns 64r..64r+63 of both to dq_acc. Its warpgroup r
-// (the owner) receives the partner's warpgroup r's 64 x 64 f32 partial in a 2-slot receive buffer and adds it to its
-// own; its other warpgroup (the sender) stores its partial into the partner's receive buffer. So each CTA's writer
-// adds half a tile a step: the L2 takes half the dQ reductions (they cost the backward 10-18%: bench/NOTES.md,
-// twenty-sixth session), for 16 KB a step each way between the two SMs.
-// OWN (D = 128 only; attn_bwd_sm90.cu's SEQPAR_SM90_BWD_OWN_KEYS, a measurement build): each consumer warpgroup
-// computes dQ over its own 64 keys for all D columns (two m64n64 products), so it needs only its own dS^T rows and the
-// two warpgroups no longer meet at a barrier every step (their softmax phases may then fall under each other's
-// products). Warpgroup 0 stores its partial into the dQ tile; warpgroup 1 adds its own to it (load, add, store) and
-// hands the tile to the writer. Not combined with PAIR.
-template <int D, int STAGES, bool PAIR = false, bool OWN = false>
+template <int D, int STAGES>
 struct BwdShape {
   static constexpr int BM = bwd_sm90_bm_of(D);  // queries per step
   // dQ goes through the writer warp's bulk tensor reductions from two shared tiles. Against the consumers'
   // f32 vector atomics, which it replaced, forward+backward is 3-8% faster at D = 128 (bench/NOTES.md,
-  // 2026-12-07) and 15-17% at D = 64 (twenty-fourth session, 16K / 64K) on an H100.
+  // 2026-12-07) and 15-17% at D = 64 (twenty-fourth session, 16K / 64K) on an H100. Two CTAs of a cluster adding
+  // their dQ in distributed shared memory, and each warpgroup's dQ over its own keys, measured slower (0.74-0.89x
+  // and 0.86-0.94x the default, D = 128: bench/NOTES.md, twenty-seventh session).
   static constexpr int BN = 128;                // keys per CTA, 64 per consumer warpgroup
   static constexpr int kConsumerWarps = 8;
   // A whole producer warpgroup (ptxas budgets registers per warpgroup anyway) that hands its
@@ -83,12 +73,8 @@ struct BwdShape {
   // other; attn_bwd_sm90.cu runs 2 stages: 3 stages with one dQ tile measured 3% faster at 16K and 2-3% slower at 64K,
   // H 32 / Hkv 8, and slower at H 16, D = 128: bench/NOTES.md, twenty-sixth session).
   static constexpr int kDqTiles = STAGES == 2 ? 2 : 1;
-  static_assert(!PAIR || D == 128, "the pair's dQ exchange splits dQ's columns between the warpgroups (D = 128)");
-  static_assert(!OWN || (D == 128 && !PAIR), "own-key dQ: D = 128, not with PAIR");
-  static constexpr int kDqCols = PAIR ? D / 2 : D;   // the dQ columns a CTA adds to dq_acc
   static constexpr uint32_t kKVBytes = BN * D * 2;    // K or V
-  static constexpr uint32_t kDQBytes = BM * kDqCols * 4;  // one f32 dQ tile
-  static constexpr uint32_t kRecvBytes = PAIR ? 64 * 64 * 4 : 0;  // (PAIR) one slot: a warpgroup's 64 x 64 partial
+  static constexpr uint32_t kDQBytes = BM * D * 4;    // one f32 dQ tile
   static constexpr uint32_t kQBytes = BM * D * 2;     // one Q or dO tile
   static constexpr uint32_t kRowBytes = BM * 4;       // lse2 or delta of one tile
   static constexpr uint32_t kDSBytes = BN * BM * 2;   // dS^T [BN][BM] 16-bit
@@ -96,16 +82,13 @@ struct BwdShape {
   static constexpr uint32_t kV = kKVBytes;
   static constexpr uint32_t kStage0 = 2 * kKVBytes;            // [STAGES] x {Q, dO}
   static constexpr uint32_t kDS = kStage0 + STAGES * 2 * kQBytes;  // [2] dS^T buffers
-  // [kDqTiles] dQ tiles of a step, f32, each kDqCols / 32 boxes of BM rows x 128 bytes (32 columns), 16-byte
+  // [kDqTiles] dQ tiles of a step, f32, each D / 32 boxes of BM rows x 128 bytes (32 columns), 16-byte
   // chunk k of row r at chunk k ^ (r & 7) (the tensor map's 128-byte swizzle: the consumers' float2
   // stores hit distinct banks), read by the writer warp's bulk tensor reductions.
   static constexpr uint32_t kDQ = kDS + 2 * kDSBytes;
-  // (PAIR) [2] receive slots, float4 j of thread x of the sending warpgroup at (j * 128 + x) * 16.
-  static constexpr uint32_t kRecv = kDQ + kDqTiles * kDQBytes;
-  static constexpr uint32_t kStats = kRecv + 2 * kRecvBytes;  // [STAGES] x {lse2, delta}
+  static constexpr uint32_t kStats = kDQ + kDqTiles * kDQBytes;  // [STAGES] x {lse2, delta}
   static constexpr uint32_t kBar = (kStats + STAGES * 2 * kRowBytes + 15) / 16 * 16;
-  // full / empty per stage, K / V; (PAIR) the receive slots' full and empty.
-  static constexpr uint32_t kEnd = kBar + 8 * (2 * STAGES + 1 + (PAIR ? 4 : 0));
+  static constexpr uint32_t kEnd = kBar + 8 * (2 * STAGES + 1);
   // + 1024 where it fits: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel. Where it
   // does not (two dQ tiles at D = 64: 40 bytes short) the base is 1024-aligned by its declaration
   // (__align__(1024), no static shared memory in the kernel); the kernel traps if it ever is not.
@@ -114,9 +97,8 @@ struct BwdShape {
   static_assert(kSmem <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
 // Named barriers of the kernel (0 is __syncthreads): both warpgroups' dS^T in; dQ tile b written by
-// the consumers (kBarDqFull + b) and read by the writer's reductions (kBarDqEmpty + b); (OWN) warpgroup 0's partial
-// in tile b (kBarDqPart + b), warpgroup w's own dS^T rows in (kBarDSOwn + w).
-constexpr int kBarDS = 1, kBarDqFull = 2, kBarDqEmpty = 4, kBarDqPart = 6, kBarDSOwn = 8;
+// the consumers (kBarDqFull + b) and read by the writer's reductions (kBarDqEmpty + b).
+constexpr int kBarDS = 1, kBarDqFull = 2, kBarDqEmpty = 4;
 
 // ---- helpers the forward does not have ----------------------------------------------------
 // 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared,
@@ -141,31 +123,6 @@ template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
-// ---- (PAIR) the cluster of two: distributed shared memory and barriers across its CTAs
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// The shared::cluster address of shared[addr] in the cluster's CTA `rank`.
-__device__ __forceinline__ uint32_t map_to_rank(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void st_cluster_v4(uint32_t addr, float a, float b, float c, float d) {
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
-               : "memory");
-}
-// Arrives on a barrier at a shared::cluster address (another CTA's), releasing this thread's writes to the cluster.
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Every thread of the cluster (its barriers initialised before any CTA uses another's).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
 // Until this thread's bulk groups are complete.
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // Makes this thread's generic-proxy shared-memory stores visible to the async proxy (wgmma).
@@ -224,14 +181,14 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[D / 2], const uint32_t (&
 // ---- the kernel ---------------------------------------------------------------------------
 // q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h). lse2 / delta rows
 // are (h, Tq_pad) with Tq_pad = ceil(Tq / BM) * BM.
-template <Elem E, int D, int STAGES, bool PAIR, bool OWN>
-__global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
+template <Elem E, int D, int STAGES>
+__global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                     const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                     const __grid_constant__ CUtensorMap tm_dq, const BwdParams p, const int4* __restrict__ q_stats,
                     const int4* __restrict__ k_stats, const int32_t* __restrict__ q_runs) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = BwdShape<D, STAGES, PAIR, OWN>;
+  using S = BwdShape<D, STAGES>;
   constexpr int BM = S::BM, BN = S::BN, NCW = S::kConsumerWarps;
   constexpr int HALVES = D / 64;  // 128-byte column halves of a row
   constexpr int OR = D / 2;       // dK / dV accumulator registers per thread
@@ -254,10 +211,6 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
   const uint32_t kvbar = bars + 8u * 2 * STAGES;
-  // (PAIR) in this CTA: the partner's partial is in receive slot b; the partner's owner has read what this CTA's
-  // sender stored into the partner's slot b.
-  auto recv_full = [&](int b) { return bars + 8u * (2 * STAGES + 1 + b); };
-  auto sent_read = [&](int b) { return bars + 8u * (2 * STAGES + 3 + b); };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int hk = blockIdx.x, kt = blockIdx.y;  // key tiles on y: every head's heaviest tiles first
@@ -267,13 +220,6 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
   const int Tq_pad = nqt * BM;
   const int4 ks = k_stats[kt];
   const bool k_ragged = k0 + BN > p.Tk;
-  // (PAIR) this CTA's rank in its cluster of two (key tiles kt and kt ^ 1: the launch's cluster is 1 x 2) owns dQ
-  // columns 64 * rank ..; the partner's key tile statistics.
-  const uint32_t rank = PAIR ? cluster_rank() : 0u;
-  const int4 ks_p = PAIR ? k_stats[kt ^ 1] : ks;
-  // The threads that meet at the dQ tiles' named barriers: the consumers that store a tile (PAIR: the owner
-  // warpgroup; OWN: warpgroup 1 hands it over, warpgroup 0 waits for it to be free) and the writer warp.
-  constexpr int kDqSync = (PAIR || OWN ? 128 : NCW * 32) + 32;
 
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -281,30 +227,14 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
       mbar_init(empty(s), NCW);
     }
     mbar_init(kvbar, 1);
-    if constexpr (PAIR) {
-      for (int b = 0; b < 2; ++b) {
-        mbar_init(recv_full(b), 128);  // every thread of the partner's sender
-        mbar_init(sent_read(b), 128);  // every thread of the partner's owner
-      }
-    }
     mbar_init_fence();
   }
-  // The last CTA-wide (PAIR: cluster-wide) barrier: the producer warp leaves early.
-  if constexpr (PAIR) {
-    cluster_sync();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
 
   // Producer, writer and consumers walk the same sequence of (visible query tile, head of the group). (Walking the
   // query tiles from the last down, so that the blocks running at once read the same Q / dO tiles at about the same
   // time, measured no faster on an H100: bench/NOTES.md, twenty-fifth session.)
-  // (PAIR) the query tiles either CTA of the pair sees: both walk the same steps.
-  auto next_i = [&](int from) {
-    const int mine = next_visible<false>(ks, q_stats, nqt, from, p.causal, p.window, lane);
-    if constexpr (PAIR) return min(mine, next_visible<false>(ks_p, q_stats, nqt, from, p.causal, p.window, lane));
-    return mine;
-  };
+  auto next_i = [&](int from) { return next_visible<false>(ks, q_stats, nqt, from, p.causal, p.window, lane); };
   // The step after (query tile qi, head gi of the group) (warp-uniform: every lane calls it).
   auto advance = [&](int& qi, int& gi) {
     if (++gi == G) {
@@ -313,8 +243,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
     }
   };
   int i = next_i(0);
-  // Whether any query sees this CTA's keys.
-  const bool any = PAIR ? next_visible<false>(ks, q_stats, nqt, 0, p.causal, p.window, lane) < nqt : i < nqt;
+  const bool any = i < nqt;
 
   if (warp >= NCW) {  // ---- producer warpgroup: its first warp issues the copies
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
@@ -323,19 +252,18 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
       for (int it = 0; i < nqt; ++it) {
         constexpr int NT = S::kDqTiles;
         const int h = hk * G + gi, b = it % NT;
-        named_bar_sync(kBarDqFull + b, kDqSync);  // the consumers' dQ is in tile b
+        named_bar_sync(kBarDqFull + b, NCW * 32 + 32);  // the consumers' dQ is in tile b
         if (lane == 0) {
 #pragma unroll
-          for (int c = 0; c < S::kDqCols / 32; ++c)
-            tma_reduce_add_3d(&tm_dq, base + S::kDQ + b * S::kDQBytes + c * BM * 128, rank * S::kDqCols + c * 32, h,
-                              i * BM);
+          for (int c = 0; c < D / 32; ++c)
+            tma_reduce_add_3d(&tm_dq, base + S::kDQ + b * S::kDQBytes + c * BM * 128, c * 32, h, i * BM);
           bulk_commit();
           bulk_wait_read<NT - 1>();  // step it - NT + 1's tile has been read
         }
         __syncwarp();
         advance(i, gi);
         // The consumers write that tile again in the next step (when there is one).
-        if (it >= NT - 1 && i < nqt) named_bar_arrive(kBarDqEmpty + (it - NT + 1) % NT, kDqSync);
+        if (it >= NT - 1 && i < nqt) named_bar_arrive(kBarDqEmpty + (it - NT + 1) % NT, NCW * 32 + 32);
       }
       if (lane == 0) bulk_wait_all();
       return;
@@ -399,277 +327,162 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES, PAIR, OWN>::kThreads, 1)
     dv[r] = 0.f;
   }
 
-  // (OWN) dQ columns 64 * half .. over this warpgroup's 64 keys (k16 steps 4wg..4wg+3) of dS^T buffer b, issued
-  // (the caller fences, commits and waits).
-  auto dq_own_keys = [&](float(&acc)[32], int half, int b) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t key16 = (4 * wg + kk) * 16 * 128;
-      wgmma_ss_n64<E, 1, 1>(acc, smem_desc(sdS(b) + key16, BN * 128, 1024),
-                            smem_desc(sK + half * BN * 128 + key16, BN * 128, 1024), kk > 0 ? 1 : 0);
-    }
-  };
-
   if (any) mbar_wait(kvbar, 0);
   int gi = 0;
-  int nsent = 0, nrecv = 0;  // (PAIR) partials this warpgroup sent / received
   for (int it = 0; i < nqt; ++it) {
     const int s = it % STAGES, buf = it & 1;
     const int4 qst = q_stats[i];
-    // (PAIR) a step of the partner's only (no key of this CTA sees the tile) keeps the stage ring's phases and takes
-    // part in the dQ exchange with zeros.
-    const bool mine = !PAIR || tile_visible(qst, ks, p.causal, p.window);
-    float dq[32];
-    if (mine) {
-      const int cls = tile_class(qst, ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
-      mbar_wait(full(s), (it / STAGES) & 1);
+    const int cls = tile_class(qst, ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
+    mbar_wait(full(s), (it / STAGES) & 1);
 
-      // S^T = K Q_i^T and dP^T = V dO_i^T: D / 16 steps of k16; within a 128-byte half a step moves
-      // 32 bytes.
-      float st[SR], dpt[SR];
-      wgmma_fence();
+    // S^T = K Q_i^T and dP^T = V dO_i^T: D / 16 steps of k16; within a 128-byte half a step moves
+    // 32 bytes.
+    float st[SR], dpt[SR];
+    wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t col = (kk & 3) * 32;
-        const uint64_t da = smem_desc(sKw + (kk >> 2) * (BN * 128) + col, 16, 1024);
-        const uint64_t db = smem_desc(sQ(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
-        wgmma_ss_kk<E, BM>(st, da, db, kk > 0 ? 1 : 0);
-      }
-      wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t col = (kk & 3) * 32;
-        const uint64_t da = smem_desc(sVw + (kk >> 2) * (BN * 128) + col, 16, 1024);
-        const uint64_t db = smem_desc(sdO(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
-        wgmma_ss_kk<E, BM>(dpt, da, db, kk > 0 ? 1 : 0);
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // S^T is in (dP^T may still run)
-      reg_fence(st);
-
-      // P^T = exp2(S^T * scale*log2e - lse2) per query column; masked entries 0. Padded query rows
-      // (>= Tq) have lse2 = +inf, rows that see nothing too: P = 0.
-      const float* L = reinterpret_cast<const float*>(base_ptr + stats_off(s));
-      const float* Dl = L + BM;
-#pragma unroll
-      for (int n = 0; n < BM / 8; ++n) {
-        const float2 lq = *reinterpret_cast<const float2*>(L + 8 * n + 2 * t);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          st[4 * n + 2 * hr] = fast_exp2(fmaf(st[4 * n + 2 * hr], sl2, -lq.x));
-          st[4 * n + 2 * hr + 1] = fast_exp2(fmaf(st[4 * n + 2 * hr + 1], sl2, -lq.y));
-        }
-      }
-      if (cls == kPartial) {
-        // A query tile that is one run (one segment, positions qst.z + offset) needs no loads for its metadata.
-        const bool q_run = q_runs[i] != 0;
-#pragma unroll
-        for (int n = 0; n < BM / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int qr = i * BM + 8 * n + 2 * t + e;
-            const bool qok = qr < p.Tq;
-            const int qseg = !qok ? 0 : q_run ? qst.x : p.q_seg[qr];
-            const int qpos = !qok ? 0 : q_run ? qst.z + 8 * n + 2 * t + e : p.q_pos[qr];
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              const bool vis = qok && kok[hr] && elem_visible(qseg, qpos, kseg[hr], kpos[hr], p.causal, p.window);
-              if (!vis) st[4 * n + 2 * hr + e] = 0.f;
-            }
-          }
-      }
-
-      wgmma_wait<0>();  // dP^T is in
-      reg_fence(dpt);
-      // dS^T = P^T (dP^T - delta)
-#pragma unroll
-      for (int n = 0; n < BM / 8; ++n) {
-        const float2 dl = *reinterpret_cast<const float2*>(Dl + 8 * n + 2 * t);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          dpt[4 * n + 2 * hr] = st[4 * n + 2 * hr] * (dpt[4 * n + 2 * hr] - dl.x);
-          dpt[4 * n + 2 * hr + 1] = st[4 * n + 2 * hr + 1] * (dpt[4 * n + 2 * hr + 1] - dl.y);
-        }
-      }
-      uint32_t pa[BM / 16][4], da[BM / 16][4];
-      acc_to_a<E, BM>(pa, st);
-      acc_to_a<E, BM>(da, dpt);
-
-      // dV += P^T dO_i: BM / 16 steps of k16 over the queries, each 16 query rows (2048 bytes) further.
-      reg_fence(dv);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk)
-        wgmma_rs_tb<E, D>(dv, pa[kk], smem_desc(sdO(s) + kk * 16 * 128, BM * 128, 1024));
-      wgmma_commit();
-
-      // dS^T (E) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n: 64-query half n / 8, chunk
-      // n % 8 of its 128-byte row (swizzle key g). da[kk][j] holds accumulator block n = 2kk + (j >> 1),
-      // row half hr = j & 1.
-      {
-        const uint32_t row0 = sdS(buf) + (wg * 64 + 16 * w + g) * 128 + 4 * t;
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int n = 2 * kk + (j >> 1), hr = j & 1;
-            sts_u32(row0 + (n >> 3) * (BN * 128) + hr * 8 * 128 + (((n & 7) ^ g) << 4), da[kk][j]);
-          }
-      }
-
-      // dK += dS^T Q_i
-      reg_fence(dk);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk)
-        wgmma_rs_tb<E, D>(dk, da[kk], smem_desc(sQ(s) + kk * 16 * 128, BM * 128, 1024));
-      wgmma_commit();
-
-      // dQ_i (+)= dS K over the 128 keys (k16 steps of 16 keys = 2048 bytes of dS^T and of K). A = dS
-      // from the dS^T tile (MN-major: 64 queries = one 128-byte row per key, the query halves BN*128
-      // bytes apart), B = K (MN-major: columns in 64-wide halves BN*128 bytes apart).
-      fence_proxy_async();  // this thread's dS^T stores are visible to the wgmma
-      if constexpr (OWN) {
-        named_bar_sync(kBarDSOwn + wg, 128);  // this warpgroup's dS^T rows are in
-        wgmma_fence();
-        dq_own_keys(dq, 0, buf);  // columns 0..63 (64..127 after they are stored: registers)
-      } else {
-        named_bar_sync(kBarDS, NCW * 32);  // both warpgroups' dS^T are in
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-          const uint32_t qhalf = S::kSplitN ? 0u : wg * (BN * 128u);  // D = 64: this warpgroup's queries
-          const uint32_t khalf = S::kSplitN ? wg * (BN * 128u) : 0u;  // D = 128: this warpgroup's columns
-          const uint64_t a = smem_desc(sdS(buf) + qhalf + kk * 16 * 128, BN * 128, 1024);
-          const uint64_t b = smem_desc(sK + khalf + kk * 16 * 128, BN * 128, 1024);
-          wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
-        }
-      }
-      wgmma_commit();
-      // dV and dK are in (the groups complete in order): stage s (Q_i, dO_i, lse2, delta) is free while the dQ
-      // product, which reads dS^T and K only, still runs, so the producer's copy of step it + STAGES starts earlier.
-      wgmma_wait<1>();
-      reg_fence(dk);
-      reg_fence(dv);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s
-      wgmma_wait<0>();
-      reg_fence(dq);
-    } else {
-      mbar_wait(full(s), (it / STAGES) & 1);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty(s));
-#pragma unroll
-      for (int r = 0; r < 32; ++r) dq[r] = 0.f;
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col = (kk & 3) * 32;
+      const uint64_t da = smem_desc(sKw + (kk >> 2) * (BN * 128) + col, 16, 1024);
+      const uint64_t db = smem_desc(sQ(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
+      wgmma_ss_kk<E, BM>(st, da, db, kk > 0 ? 1 : 0);
     }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col = (kk & 3) * 32;
+      const uint64_t da = smem_desc(sVw + (kk >> 2) * (BN * 128) + col, 16, 1024);
+      const uint64_t db = smem_desc(sdO(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
+      wgmma_ss_kk<E, BM>(dpt, da, db, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // S^T is in (dP^T may still run)
+    reg_fence(st);
+
+    // P^T = exp2(S^T * scale*log2e - lse2) per query column; masked entries 0. Padded query rows
+    // (>= Tq) have lse2 = +inf, rows that see nothing too: P = 0.
+    const float* L = reinterpret_cast<const float*>(base_ptr + stats_off(s));
+    const float* Dl = L + BM;
+#pragma unroll
+    for (int n = 0; n < BM / 8; ++n) {
+      const float2 lq = *reinterpret_cast<const float2*>(L + 8 * n + 2 * t);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        st[4 * n + 2 * hr] = fast_exp2(fmaf(st[4 * n + 2 * hr], sl2, -lq.x));
+        st[4 * n + 2 * hr + 1] = fast_exp2(fmaf(st[4 * n + 2 * hr + 1], sl2, -lq.y));
+      }
+    }
+    if (cls == kPartial) {
+      // A query tile that is one run (one segment, positions qst.z + offset) needs no loads for its metadata.
+      const bool q_run = q_runs[i] != 0;
+#pragma unroll
+      for (int n = 0; n < BM / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int qr = i * BM + 8 * n + 2 * t + e;
+          const bool qok = qr < p.Tq;
+          const int qseg = !qok ? 0 : q_run ? qst.x : p.q_seg[qr];
+          const int qpos = !qok ? 0 : q_run ? qst.z + 8 * n + 2 * t + e : p.q_pos[qr];
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const bool vis = qok && kok[hr] && elem_visible(qseg, qpos, kseg[hr], kpos[hr], p.causal, p.window);
+            if (!vis) st[4 * n + 2 * hr + e] = 0.f;
+          }
+        }
+    }
+
+    wgmma_wait<0>();  // dP^T is in
+    reg_fence(dpt);
+    // dS^T = P^T (dP^T - delta)
+#pragma unroll
+    for (int n = 0; n < BM / 8; ++n) {
+      const float2 dl = *reinterpret_cast<const float2*>(Dl + 8 * n + 2 * t);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        dpt[4 * n + 2 * hr] = st[4 * n + 2 * hr] * (dpt[4 * n + 2 * hr] - dl.x);
+        dpt[4 * n + 2 * hr + 1] = st[4 * n + 2 * hr + 1] * (dpt[4 * n + 2 * hr + 1] - dl.y);
+      }
+    }
+    uint32_t pa[BM / 16][4], da[BM / 16][4];
+    acc_to_a<E, BM>(pa, st);
+    acc_to_a<E, BM>(da, dpt);
+
+    // dV += P^T dO_i: BM / 16 steps of k16 over the queries, each 16 query rows (2048 bytes) further.
+    reg_fence(dv);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+      wgmma_rs_tb<E, D>(dv, pa[kk], smem_desc(sdO(s) + kk * 16 * 128, BM * 128, 1024));
+    wgmma_commit();
+
+    // dS^T (E) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n: 64-query half n / 8, chunk
+    // n % 8 of its 128-byte row (swizzle key g). da[kk][j] holds accumulator block n = 2kk + (j >> 1),
+    // row half hr = j & 1.
+    {
+      const uint32_t row0 = sdS(buf) + (wg * 64 + 16 * w + g) * 128 + 4 * t;
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int n = 2 * kk + (j >> 1), hr = j & 1;
+          sts_u32(row0 + (n >> 3) * (BN * 128) + hr * 8 * 128 + (((n & 7) ^ g) << 4), da[kk][j]);
+        }
+    }
+
+    // dK += dS^T Q_i
+    reg_fence(dk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+      wgmma_rs_tb<E, D>(dk, da[kk], smem_desc(sQ(s) + kk * 16 * 128, BM * 128, 1024));
+    wgmma_commit();
+
+    // dQ_i (+)= dS K over the 128 keys (k16 steps of 16 keys = 2048 bytes of dS^T and of K). A = dS
+    // from the dS^T tile (MN-major: 64 queries = one 128-byte row per key, the query halves BN*128
+    // bytes apart), B = K (MN-major: columns in 64-wide halves BN*128 bytes apart).
+    fence_proxy_async();  // this thread's dS^T stores are visible to the wgmma
+    named_bar_sync(kBarDS, NCW * 32);  // both warpgroups' dS^T are in
+    float dq[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint32_t qhalf = S::kSplitN ? 0u : wg * (BN * 128u);  // D = 64: this warpgroup's queries
+      const uint32_t khalf = S::kSplitN ? wg * (BN * 128u) : 0u;  // D = 128: this warpgroup's columns
+      const uint64_t a = smem_desc(sdS(buf) + qhalf + kk * 16 * 128, BN * 128, 1024);
+      const uint64_t b = smem_desc(sK + khalf + kk * 16 * 128, BN * 128, 1024);
+      wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    // dV and dK are in (the groups complete in order): stage s (Q_i, dO_i, lse2, delta) is free while the dQ
+    // product, which reads dS^T and K only, still runs, so the producer's copy of step it + STAGES starts earlier.
+    wgmma_wait<1>();
+    reg_fence(dk);
+    reg_fence(dv);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s
+    wgmma_wait<0>();
+    reg_fence(dq);
 
     // dQ -> shared tile dqb (once the writer has read it, kDqTiles steps ago), for the writer warp: row 16w + g + 8hr
     // (of the warpgroup's 64 queries when they split the queries), column col0 + 8n + 2t, swizzled.
     const int dqb = it % S::kDqTiles;
-    if constexpr (PAIR) {
-      // The exchange: thread x of warpgroup w in one CTA and in the other hold the same dQ rows and columns, float4 j
-      // of the partial at (j * 128 + x) * 16 of a receive slot. Slot n % 2 for the n-th partial sent one way; both
-      // CTAs count the steps each one sees.
-      const uint32_t x = tid & 127, prank = rank ^ 1u;
-      if (wg == static_cast<int>(rank)) {  // the owner: its dQ (+ the partner's) into the tile
-        if (tile_visible(qst, ks_p, p.causal, p.window)) {
-          const int n = nrecv++;
-          mbar_wait<true>(recv_full(n & 1), (n >> 1) & 1);
-          const uint32_t slot = base + S::kRecv + (n & 1) * S::kRecvBytes + x * 16;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            float4 v;
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                         : "r"(slot + j * 128 * 16));
-            dq[4 * j] += v.x;
-            dq[4 * j + 1] += v.y;
-            dq[4 * j + 2] += v.z;
-            dq[4 * j + 3] += v.w;
-          }
-          mbar_arrive_cluster(map_to_rank(sent_read(n & 1), prank));
-        }
-      } else {  // the sender: its dQ into the partner's receive slot; no tile of its own
-        if (mine) {
-          const int n = nsent++;
-          mbar_wait<true>(sent_read(n & 1), ((n >> 1) & 1) ^ 1);  // the partner has read send n - 2
-          const uint32_t slot = map_to_rank(base + S::kRecv + (n & 1) * S::kRecvBytes + x * 16, prank);
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-            st_cluster_v4(slot + j * 128 * 16, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-          mbar_arrive_cluster(map_to_rank(recv_full(n & 1), prank));
-        }
-        advance(i, gi);
-        continue;
-      }
-    }
+    if (it >= S::kDqTiles) named_bar_sync(kBarDqEmpty + dqb, NCW * 32 + 32);
+    const int col0 = S::kSplitN ? wg * 64 : 0;
     const uint32_t tile = base + S::kDQ + dqb * S::kDQBytes;
-    // (row, col) of the tile: box col / 32, 16-byte chunk (col % 32) / 4 of the row swizzled by row % 8.
-    auto at = [&](int row, int col) {
-      return tile + (col >> 5) * (BM * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) + (col & 3) * 4;
-    };
-    if constexpr (OWN) {
-      // Warpgroup 0 stores its partial once the writer has read the tile; warpgroup 1 adds its own (the same rows
-      // and columns thread for thread) and hands the tile to the writer.
-      if (wg == 0) {
-        if (it >= S::kDqTiles) named_bar_sync(kBarDqEmpty + dqb, kDqSync);
-      } else {
-        named_bar_sync(kBarDqPart + dqb, NCW * 32);
-      }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        if (half == 1) {  // columns 64..127 into the same registers
-          wgmma_fence();
-          dq_own_keys(dq, 1, buf);
-          wgmma_commit();
-          wgmma_wait<0>();
-          reg_fence(dq);
-        }
-#pragma unroll
-        for (int n = 0; n < 8; ++n)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const uint32_t addr = at(16 * w + g + 8 * hr, 64 * half + 8 * n + 2 * t);
-            float a = dq[4 * n + 2 * hr], b = dq[4 * n + 2 * hr + 1];
-            if (wg == 1) {
-              float2 v;
-              asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
-              a += v.x;
-              b += v.y;
-            }
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
-          }
-      }
-      if (wg == 0) {
-        named_bar_arrive(kBarDqPart + dqb, NCW * 32);  // the partial is in (orders the stores for warpgroup 1)
-      } else {
-        fence_proxy_async();  // visible to the bulk reductions
-        named_bar_arrive(kBarDqFull + dqb, kDqSync);
-      }
-      advance(i, gi);
-      continue;
-    }
-    if (it >= S::kDqTiles) named_bar_sync(kBarDqEmpty + dqb, kDqSync);
-    const int col0 = PAIR ? 0 : S::kSplitN ? wg * 64 : 0;  // PAIR: the tile holds the owned 64 columns
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        const uint32_t addr = at((S::kSplitN ? 0 : wg * 64) + 16 * w + g + 8 * hr, col0 + 8 * n + 2 * t);
+        const int row = (S::kSplitN ? 0 : wg * 64) + 16 * w + g + 8 * hr, col = col0 + 8 * n + 2 * t;
+        const uint32_t addr = tile + (col >> 5) * (BM * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) +
+                              (col & 3) * 4;
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * n + 2 * hr]),
                      "f"(dq[4 * n + 2 * hr + 1])
                      : "memory");
       }
     fence_proxy_async();  // visible to the bulk reductions
-    named_bar_arrive(kBarDqFull + dqb, kDqSync);
+    named_bar_arrive(kBarDqFull + dqb, NCW * 32 + 32);
 
     advance(i, gi);
-  }
-  if constexpr (PAIR) {
-    // The partner's owner arrives on this CTA's sent_read after reading: wait for its last two reads before this
-    // CTA (and its shared memory) goes. (The owner received every partial sent to it inside the loop.)
-    if (wg != static_cast<int>(rank))
-      for (int n = max(nsent - 2, 0); n < nsent; ++n) mbar_wait<true>(sent_read(n & 1), (n >> 1) & 1);
   }
   // No query sees these keys: nothing to add; when writing, their dk/dv (0) are stored all the same.
   if (!any && !p.write_grads) return;
