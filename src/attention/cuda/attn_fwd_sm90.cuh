@@ -35,10 +35,11 @@ namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
 
-template <int D, int NWG, int STAGES>
+template <int D, int NWG, int STAGES, int BN_ = 128>
 struct Shape {
   static constexpr int BM = 64 * NWG;  // query rows per CTA
-  static constexpr int BN = 128;       // keys per tile
+  static constexpr int BN = BN_;       // keys per tile: 128, or 256 at D = 64 (one m64n256 product for S)
+  static_assert(BN == 128 || (BN == 256 && D == 64), "key tiles of 128, or of 256 at D = 64");
   static constexpr int kConsumerWarps = 4 * NWG;
   // The producer is a whole warpgroup (ptxas budgets registers per warpgroup: 65536 / (128 (NWG + 1))
   // each, rounded down to 8) that hands most of its registers to the consumers (setmaxnreg moves
@@ -60,6 +61,11 @@ struct Shape {
   // differently. Measured on an H100 (2026-12-06, H 32 / Hkv 8, forward, 16K / 64K): D = 128 3.71 -> 3.58 and
   // 61.0 -> 58.5 ms; D = 64 2.62 -> 2.63 and 38.4 -> 39.3 ms (there the O rescale is cheap and the test is not).
   static constexpr bool kLazyRescale = D == 128;
+  // The softmax of S_j runs under P_{j-1} V_{j-1} of the same warpgroup (FlashAttention-3's intra-warpgroup overlap)
+  // with 128-key tiles. With 256-key tiles S (128 registers) and P (64) in flight at once do not fit beside O in 240
+  // registers: in its turn a warpgroup issues P_{j-1} V_{j-1}, waits for it, issues S_j, and waits for S_j after the
+  // turn, so only the other warpgroup's products overlap its softmax.
+  static constexpr bool kIntraOverlap = BN == 128;
   static constexpr uint32_t kQBytes = BM * D * 2;
   static constexpr uint32_t kKVBytes = BN * D * 2;  // one K or one V tile
   static constexpr uint32_t kK = kQBytes;                       // [STAGES] K tiles
@@ -74,13 +80,13 @@ struct Shape {
 // q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h).
 // With Shape::kPingPong the consumer warpgroups take turns to issue (warpgroup w waits on named
 // barrier 1 + w and hands the turn to w + 1 mod NWG).
-template <Elem E, int D, int NWG, int STAGES>
-__global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
+template <Elem E, int D, int NWG, int STAGES, int BN_ = 128>
+__global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const FwdParams p, const int4* __restrict__ q_stats,
                     const int4* __restrict__ k_stats, const int32_t* __restrict__ k_runs) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = Shape<D, NWG, STAGES>;
+  using S = Shape<D, NWG, STAGES, BN_>;
   constexpr bool PP = S::kPingPong;
   constexpr int BM = S::BM, BN = S::BN, NCW = S::kConsumerWarps;
   constexpr int HALVES = D / 64;  // 128-byte column halves of a row
@@ -194,7 +200,11 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint64_t da = smem_desc(sQw + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
       const uint64_t db = smem_desc(sK(s) + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-      wgmma_ss_n128<E>(sc, da, db, kk > 0 ? 1 : 0);
+      if constexpr (BN == 256) {
+        wgmma_ss_n256<E>(sc, da, db, kk > 0 ? 1 : 0);
+      } else {
+        wgmma_ss_n128<E>(sc, da, db, kk > 0 ? 1 : 0);
+      }
     }
     wgmma_commit();
   };
@@ -339,6 +349,23 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     for (j = jn; j < nkt; j = jn, ++it) {
       jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
       const int s = it % STAGES, sp = (it - 1) % STAGES;
+      if constexpr (!S::kIntraOverlap) {
+        mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
+        mbar_wait(full_k(s), (it / STAGES) & 1);
+        turn_wait();
+        issue_pv(sp);
+        wgmma_wait<0>();  // P_{it-1} V_{it-1} is in: P's registers and V's slot are free
+        reg_fence(o);
+        release(empty_v(sp));
+        issue_qk(s);
+        turn_pass(jn >= nkt);
+        wgmma_wait<0>();
+        reg_fence(sc);
+        release(empty_k(s));
+        softmax(j);
+        pack_p();
+        continue;
+      }
       mbar_wait(full_k(s), (it / STAGES) & 1);
       turn_wait();
       issue_qk(s);

@@ -41,25 +41,16 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // Waits until the phase of parity `parity` has completed (a fresh barrier counts its phase
-// "before 0", parity 1, as completed). CLUSTER: the barrier is one other CTAs of the cluster arrive on, and the
-// wait acquires their released writes.
-template <bool CLUSTER = false>
+// "before 0", parity 1, as completed).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#define SEQPAR_MBAR_WAIT_ASM(SEM)                                                                             \
-  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity" SEM                                              \
-               ".shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"                                    \
-               : "=r"(done)                                                                                   \
-               : "r"(bar), "r"(parity)                                                                        \
-               : "memory")
   uint32_t done = 0;
   do {
-    if constexpr (CLUSTER) {
-      SEQPAR_MBAR_WAIT_ASM(".acquire.cluster");
-    } else {
-      SEQPAR_MBAR_WAIT_ASM("");
-    }
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
   } while (!done);
-#undef SEQPAR_MBAR_WAIT_ASM
 }
 // Box (c0, c1, c2) of a 3-D tensor map into shared memory at dst, completing bytes on bar.
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
@@ -105,7 +96,7 @@ __device__ __forceinline__ void reg_fence(float (&d)[N]) {
 }
 
 // The accumulators of an m64nN wgmma, d[0 .. N / 2) as f32 registers: their operand numbers in the
-// instruction (%0 .. %31 for n64, %0 .. %63 for n128) and their read-write operands ("+f"). The
+// instruction (%0 .. %31 for n64, %0 .. %63 for n128, %0 .. %127 for n256) and their read-write operands ("+f"). The
 // instruction macros below (and attn_bwd_sm90.cuh's) are built from these.
 #define SEQPAR_WGMMA_REGS32                                                \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
@@ -126,6 +117,23 @@ __device__ __forceinline__ void reg_fence(float (&d)[N]) {
       "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),    \
       "+f"(d[63])
 
+#define SEQPAR_WGMMA_REGS128 \
+  SEQPAR_WGMMA_REGS64 \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79" \
+  ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
+  ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" \
+  ", %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define SEQPAR_WGMMA_ACC128 \
+  SEQPAR_WGMMA_ACC64, \
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
 // d (m64 x n128 f32) = (scale_d ? d : 0) + A B; A [64 x 16] and B [16 x 128] from shared memory, both
 // K-major (descriptors a, b).
 #define SEQPAR_WGMMA_SS_N128_ASM(TY)                                                    \
@@ -145,6 +153,26 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t a, uint64
   }
 }
 #undef SEQPAR_WGMMA_SS_N128_ASM
+
+// d (m64 x n256 f32) = (scale_d ? d : 0) + A B; A [64 x 16] and B [16 x 256] from shared memory, both
+// K-major (descriptors a, b): one instruction reads A once for 256 columns.
+#define SEQPAR_WGMMA_SS_N256_ASM(TY)                                                     \
+  asm volatile(                                                                          \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                     \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" SEQPAR_WGMMA_REGS128 \
+      "}, "                                                                              \
+      "%128, %129, p, 1, 1, 0, 0;\n}\n"                                                 \
+      : SEQPAR_WGMMA_ACC128                                                              \
+      : "l"(a), "l"(b), "r"(scale_d));
+template <Elem E>
+__device__ __forceinline__ void wgmma_ss_n256(float (&d)[128], uint64_t a, uint64_t b, int scale_d) {
+  if constexpr (E == Elem::kF16) {
+    SEQPAR_WGMMA_SS_N256_ASM("f16");
+  } else {
+    SEQPAR_WGMMA_SS_N256_ASM("bf16");
+  }
+}
+#undef SEQPAR_WGMMA_SS_N256_ASM
 
 // d (m64 x n128 f32) += A B; A [64 x 16] E in registers (per warp the mma.m16n8k16 A layout), B
 // [16 x 128] from shared memory, MN-major (transposed; descriptor b).
