@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Run: python3 bench/gpu_calls/2026-12-05_s19_fa3_fwd_sync_sim.py  (prints "bad 0" when every case completes)
 # Deadlock / ordering check of the patched sm90 forward's synchronisation (mbarrier rings, ping-pong named
-# barriers), as a randomised interleaving of the producer and the consumer warpgroups (each warpgroup one actor:
+# barriers; `overlap` False: the loop order of the 256-key D = 64 build), as a randomised interleaving of the producer and the consumer warpgroups (each warpgroup one actor:
 # its warps behave alike). Also checks that a consumer never reads a slot that holds another tile.
 import random, sys
 
@@ -15,7 +15,7 @@ class MBar:
 
 class NBar:  # named barrier counting warpgroups (128 threads each); 2 per completion
     def __init__(s): s.arrived, s.waiting = 0, []
-def run(n, NWG, ST, pingpong, seed):
+def run(n, NWG, ST, pingpong, seed, overlap=True):
     rnd = random.Random(seed)
     NCW = 4 * NWG
     fk = [MBar(1) for _ in range(ST)]; ek = [MBar(NCW) for _ in range(ST)]
@@ -61,6 +61,16 @@ def run(n, NWG, ST, pingpong, seed):
         arrive_all(ek[0]); yield
         for it in range(1, n):
             s, sp = it % ST, (it - 1) % ST
+            if not overlap:  # 256-key tiles (twenty-seventh session): P V, its wait, then S, all in the turn
+                while not fv[sp].done(((it - 1) // ST) & 1): yield
+                while not fk[s].done((it // ST) & 1): yield
+                yield from turn_wait()
+                assert vslot[sp] == it - 1, ("V", it - 1, vslot[sp])
+                arrive_all(ev[sp]); yield
+                assert kslot[s] == it, ("K", it, kslot[s])
+                yield from turn_pass(it == n - 1)
+                arrive_all(ek[s]); yield
+                continue
             while not fk[s].done((it // ST) & 1): yield
             yield from turn_wait()
             assert kslot[s] == it, ("K", it, kslot[s])
@@ -88,9 +98,10 @@ def run(n, NWG, ST, pingpong, seed):
     return "ok"
 
 bad = 0
-for NWG, ST, pp in [(2, 2, True), (3, 3, False), (2, 3, True), (3, 3, True)]:
+for NWG, ST, pp, ov in [(2, 2, True, True), (3, 3, False, True), (2, 3, True, True), (3, 3, True, True),
+                       (2, 3, True, False), (2, 2, True, False)]:
     for n in range(0, 9):
         for seed in range(30):
-            r = run(n, NWG, ST, pp, seed)
-            if r != "ok": print(NWG, ST, pp, n, seed, r); bad += 1; break
+            r = run(n, NWG, ST, pp, seed, ov)
+            if r != "ok": print(NWG, ST, pp, ov, n, seed, r); bad += 1; break
 print("bad", bad)

@@ -23,6 +23,12 @@
 #ifndef SEQPAR_SM90_FWD_D64_WIDE
 #define SEQPAR_SM90_FWD_D64_WIDE 0
 #endif
+// SEQPAR_SM90_FWD_D128_STAGES (a measurement build; 2 unless defined): the D = 128 forward's K / V ring depth. 3 fills
+// 225 KB of shared memory, as cuDNN's D = 128 forward does (230 KB, ncu, twenty-seventh session).
+#ifndef SEQPAR_SM90_FWD_D128_STAGES
+#define SEQPAR_SM90_FWD_D128_STAGES 2
+#endif
+static_assert(SEQPAR_SM90_FWD_D128_STAGES == 2 || SEQPAR_SM90_FWD_D128_STAGES == 3, "a 2- or 3-slot ring at D = 128");
 
 namespace seqpar::cuda_attn {
 
@@ -76,9 +82,9 @@ void launch_fwd_sm90(const FwdParams& p, int cc, cudaStream_t stream) {
   const bool f16 = p.elem == Elem::kF16;
   if (p.D == 128) {
     if (f16) {
-      run<Elem::kF16, 128, 2, 2>(p, stream);
+      run<Elem::kF16, 128, 2, SEQPAR_SM90_FWD_D128_STAGES>(p, stream);
     } else {
-      run<Elem::kBf16, 128, 2, 2>(p, stream);
+      run<Elem::kBf16, 128, 2, SEQPAR_SM90_FWD_D128_STAGES>(p, stream);
     }
   } else {
     if constexpr (SEQPAR_SM90_FWD_D64_WIDE) {

@@ -74,6 +74,7 @@ struct Shape {
   // Barriers: full K, empty K, full V, empty V (STAGES each), then Q's.
   static constexpr uint32_t kSmem = 1024 + kBarOffset + 8 * (4 * STAGES + 1);
   // + 1024: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel.
+  static_assert(kSmem <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
 
 // ---- the kernel ---------------------------------------------------------------------------
