@@ -35,21 +35,23 @@ done
 attn_ms cudnn $B cudnn 64 32 fwd_bwd
 for bin in $B $V; do attn_ms $bin $bin flash 64 32 fwd_bwd; done
 echo "bench done $SECONDS s"
-SECT="--section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --section SchedulerStats"
-MET="--metrics sm__inst_executed_pipe_xu.sum,sm__inst_executed_pipe_fma.sum,sm__inst_executed_pipe_alu.sum,sm__inst_executed.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_xu_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active"
+SECT="--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --section SchedulerStats"
+KEYS="Duration|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Instructions  |SM Throughput"
+# Pipe metrics in runs of their own (a metric name this ncu does not know fails only those runs).
+MET="sm__inst_executed_pipe_xu.sum,sm__inst_executed_pipe_fma.sum,sm__inst_executed_pipe_alu.sum,sm__inst_executed.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
 A="--seq-lens 16384 --heads 32 --kv-heads 8 --passes fwd --warmup 0 --iters 1"
+prof() {  # NAME KERNEL_REGEX BIN BACKEND D
+  timeout 60 ncu --clock-control none $SECT -k "$2" -c 1 $3/seqpar bench attention --backend $4 $A --head-dims $5 \
+    > $OUT/ncu_$1.log 2>&1
+  echo "#### $1 rc=$?"; grep -E "$KEYS" $OUT/ncu_$1.log | head -12
+  timeout 60 ncu --clock-control none --metrics $MET -k "$2" -c 1 $3/seqpar bench attention --backend $4 $A \
+    --head-dims $5 > $OUT/met_$1.log 2>&1
+  echo "metrics rc=$?"; grep -E "sm__|ERROR|rror" $OUT/met_$1.log | head -8
+}
+CUDNN_K="regex:(sdpa|flash|fmha|attn).*(fprop|fwd)"
 for D in 64 128; do
-  for bin in $B $V; do
-    timeout 60 ncu --clock-control none $SECT $MET -k regex:fwd_sm90 -c 1 $bin/seqpar bench attention --backend flash \
-      $A --head-dims $D > $OUT/pipes_${bin}_$D.log 2>&1
-    echo "ncu $bin D=$D rc=$?"
-  done
-  timeout 90 ncu --clock-control none $SECT $MET -k "regex:(sdpa|flash|fmha|attn).*(fprop|fwd)" -c 1 $B/seqpar bench \
-    attention --backend cudnn $A --head-dims $D > $OUT/pipes_cudnn_$D.log 2>&1
-  echo "ncu cudnn D=$D rc=$?"
-done
-for f in $OUT/pipes_*.log; do
-  echo "#### $(basename $f)"
-  grep -E "Duration|Executed Ipc Active|Issue Slots Busy|sm__|smsp__|Warp Cycles Per Issued|Executed Instructions  " $f | head -14
+  prof default_$D regex:fwd_sm90 $B flash $D
+  [ -n "$V" ] && prof var_$D regex:fwd_sm90 $V flash $D
+  prof cudnn_$D "$CUDNN_K" $B cudnn $D
 done
 echo "done $SECONDS s"
