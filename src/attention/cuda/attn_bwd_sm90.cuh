@@ -128,36 +128,6 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // Makes this thread's generic-proxy shared-memory stores visible to the async proxy (wgmma).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// d (m64 x n64 f32) = (scale_d ? d : 0) + A B; A [64 x 16], B [16 x 64] from shared memory. TA / TB:
-// the transpose bits (0: K-major, 1: MN-major).
-#define SEQPAR_WGMMA_SS_N64_ASM(TY)                                                    \
-  asm volatile(                                                                        \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                     \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" SEQPAR_WGMMA_REGS32 \
-      "}, "                                                                            \
-      "%32, %33, p, 1, 1, %35, %36;\n}\n"                                              \
-      : SEQPAR_WGMMA_ACC32                                                             \
-      : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB));
-template <Elem E, int TA, int TB>
-__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t a, uint64_t b, int scale_d) {
-  if constexpr (E == Elem::kF16) {
-    SEQPAR_WGMMA_SS_N64_ASM("f16");
-  } else {
-    SEQPAR_WGMMA_SS_N64_ASM("bf16");
-  }
-}
-#undef SEQPAR_WGMMA_SS_N64_ASM
-
-// S^T-shaped products (A, B both K-major from shared memory): m64 x nBM.
-template <Elem E, int N>
-__device__ __forceinline__ void wgmma_ss_kk(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
-  if constexpr (N == 128) {
-    wgmma_ss_n128<E>(d, a, b, scale_d);
-  } else {
-    wgmma_ss_n64<E, 0, 0>(d, a, b, scale_d);
-  }
-}
-
 // An m64 x nN f32 accumulator (N / 2 registers) as N / 16 k16 E A fragments: columns 16kk..16kk+15
 // are accumulator blocks 2kk and 2kk + 1 (register 4n + 2hr + e: row 16w + g + 8hr, column 8n + 2t + e).
 template <Elem E, int N>
@@ -344,7 +314,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       const uint32_t col = (kk & 3) * 32;
       const uint64_t da = smem_desc(sKw + (kk >> 2) * (BN * 128) + col, 16, 1024);
       const uint64_t db = smem_desc(sQ(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
-      wgmma_ss_kk<E, BM>(st, da, db, kk > 0 ? 1 : 0);
+      wgmma_ss<E, BM>(st, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
 #pragma unroll
@@ -352,7 +322,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       const uint32_t col = (kk & 3) * 32;
       const uint64_t da = smem_desc(sVw + (kk >> 2) * (BN * 128) + col, 16, 1024);
       const uint64_t db = smem_desc(sdO(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
-      wgmma_ss_kk<E, BM>(dpt, da, db, kk > 0 ? 1 : 0);
+      wgmma_ss<E, BM>(dpt, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
     wgmma_wait<1>();  // S^T is in (dP^T may still run)
@@ -449,7 +419,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       const uint32_t khalf = S::kSplitN ? wg * (BN * 128u) : 0u;  // D = 128: this warpgroup's columns
       const uint64_t a = smem_desc(sdS(buf) + qhalf + kk * 16 * 128, BN * 128, 1024);
       const uint64_t b = smem_desc(sK + khalf + kk * 16 * 128, BN * 128, 1024);
-      wgmma_ss_n64<E, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
+      wgmma_ss<E, 64, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
     // dV and dK are in (the groups complete in order): stage s (Q_i, dO_i, lse2, delta) is free while the dQ

@@ -201,11 +201,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint64_t da = smem_desc(sQw + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
       const uint64_t db = smem_desc(sK(s) + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-      if constexpr (BN == 256) {
-        wgmma_ss_n256<E>(sc, da, db, kk > 0 ? 1 : 0);
-      } else {
-        wgmma_ss_n128<E>(sc, da, db, kk > 0 ? 1 : 0);
-      }
+      wgmma_ss<E, BN>(sc, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
   };
@@ -345,12 +341,27 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
     release(empty_k(0));
     softmax(j);
     pack_p();
-    // Tile it >= 1: S_it is issued, then P_{it-1} V_{it-1}; the softmax of S_it runs under the latter.
+    // Tile it >= 1: S_it is issued, then P_{it-1} V_{it-1}; the softmax of S_it runs under the latter (without the
+    // intra-warpgroup overlap: P_{it-1} V_{it-1} first and waited for, then S_it).
     int it = 1;
     for (j = jn; j < nkt; j = jn, ++it) {
       jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
       const int s = it % STAGES, sp = (it - 1) % STAGES;
-      if constexpr (!S::kIntraOverlap) {
+      if constexpr (S::kIntraOverlap) {
+        mbar_wait(full_k(s), (it / STAGES) & 1);
+        turn_wait();
+        issue_qk(s);
+        mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
+        issue_pv(sp);
+        turn_pass(jn >= nkt);
+        wgmma_wait<1>();  // S_it is in (the P V product may still run)
+        reg_fence(sc);
+        release(empty_k(s));
+        softmax(j);
+        wgmma_wait<0>();  // P_{it-1} V_{it-1} is in: P's registers and V's slot are free
+        reg_fence(o);
+        release(empty_v(sp));
+      } else {
         mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
         mbar_wait(full_k(s), (it / STAGES) & 1);
         turn_wait();
@@ -364,22 +375,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
         reg_fence(sc);
         release(empty_k(s));
         softmax(j);
-        pack_p();
-        continue;
       }
-      mbar_wait(full_k(s), (it / STAGES) & 1);
-      turn_wait();
-      issue_qk(s);
-      mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
-      issue_pv(sp);
-      turn_pass(jn >= nkt);
-      wgmma_wait<1>();  // S_it is in (the P V product may still run)
-      reg_fence(sc);
-      release(empty_k(s));
-      softmax(j);
-      wgmma_wait<0>();  // P_{it-1} V_{it-1} is in: P's registers and V's slot are free
-      reg_fence(o);
-      release(empty_v(sp));
       pack_p();
     }
     // The last tile's P V.

@@ -13,8 +13,7 @@
 //                   type, since an asm template is a string literal): PTX ISA 8.0, sm_90a only (the arch-specific `a`
 //                   target; callers guard their bodies with __CUDA_ARCH_FEAT_SM90_ALL). reg_fence emits no instruction:
 //                   it only orders accumulator accesses around the asynchronous MMAs.
-// Helpers only the backward uses (1-D bulk copies, m64n64 ss MMA)
-// stay in attn_bwd_sm90.cuh.
+// Helpers only the backward uses (1-D bulk copies) stay in attn_bwd_sm90.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -97,7 +96,7 @@ __device__ __forceinline__ void reg_fence(float (&d)[N]) {
 
 // The accumulators of an m64nN wgmma, d[0 .. N / 2) as f32 registers: their operand numbers in the
 // instruction (%0 .. %31 for n64, %0 .. %63 for n128, %0 .. %127 for n256) and their read-write operands ("+f"). The
-// instruction macros below (and attn_bwd_sm90.cuh's) are built from these.
+// instruction macros below are built from these.
 #define SEQPAR_WGMMA_REGS32                                                \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -117,62 +116,52 @@ __device__ __forceinline__ void reg_fence(float (&d)[N]) {
       "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),    \
       "+f"(d[63])
 
-#define SEQPAR_WGMMA_REGS128 \
-  SEQPAR_WGMMA_REGS64 \
-  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79" \
-  ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
-  ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" \
+#define SEQPAR_WGMMA_REGS128                                                                                          \
+  SEQPAR_WGMMA_REGS64                                                                                                 \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"                                  \
+  ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"                                  \
+  ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"                      \
   ", %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define SEQPAR_WGMMA_ACC128 \
-  SEQPAR_WGMMA_ACC64, \
-      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
-      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+#define SEQPAR_WGMMA_ACC128                                                                                           \
+  SEQPAR_WGMMA_ACC64,                                                                                                 \
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),         \
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),         \
+      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),         \
+      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),         \
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),     \
       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
-// d (m64 x n128 f32) = (scale_d ? d : 0) + A B; A [64 x 16] and B [16 x 128] from shared memory, both
-// K-major (descriptors a, b).
-#define SEQPAR_WGMMA_SS_N128_ASM(TY)                                                    \
-  asm volatile(                                                                         \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                      \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" SEQPAR_WGMMA_REGS64 \
-      "}, "                                                                             \
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                   \
-      : SEQPAR_WGMMA_ACC64                                                              \
-      : "l"(a), "l"(b), "r"(scale_d));
-template <Elem E>
-__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t a, uint64_t b, int scale_d) {
-  if constexpr (E == Elem::kF16) {
-    SEQPAR_WGMMA_SS_N128_ASM("f16");
+// d (m64 x nN f32, N = 64, 128 or 256) = (scale_d ? d : 0) + A B; A [64 x 16] and B [16 x N] from shared memory
+// (descriptors a, b); TA / TB: the transpose bits (0: K-major, 1: MN-major). At N = 256 one instruction reads A
+// once for 256 columns. NS: N as text; AB, B1, SC, T1, T2: the operand numbers of a, b, scale_d, TA, TB (after the
+// N / 2 accumulators, which come last, as a list with commas).
+#define SEQPAR_WGMMA_SS_ASM(NS, TY, REGS, AB, B1, SC, T1, T2, ...)                            \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                             \
+               "wgmma.mma_async.sync.aligned.m64n" NS "k16.f32." TY "." TY " {" REGS "}, "     \
+               "%" #AB ", %" #B1 ", p, 1, 1, %" #T1 ", %" #T2 ";\n}\n"                        \
+               : __VA_ARGS__                                                                   \
+               : "l"(a), "l"(b), "r"(scale_d), "n"(TA), "n"(TB))
+#define SEQPAR_WGMMA_SS_TYPED(NS, REGS, AB, B1, SC, T1, T2, ...)                \
+  if constexpr (E == Elem::kF16) {                                              \
+    SEQPAR_WGMMA_SS_ASM(NS, "f16", REGS, AB, B1, SC, T1, T2, __VA_ARGS__);      \
+  } else {                                                                      \
+    SEQPAR_WGMMA_SS_ASM(NS, "bf16", REGS, AB, B1, SC, T1, T2, __VA_ARGS__);     \
+  }
+template <Elem E, int N, int TA = 0, int TB = 0>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma_ss: n64, n128 or n256");
+  if constexpr (N == 64) {
+    SEQPAR_WGMMA_SS_TYPED("64", SEQPAR_WGMMA_REGS32, 32, 33, 34, 35, 36, SEQPAR_WGMMA_ACC32)
+  } else if constexpr (N == 128) {
+    SEQPAR_WGMMA_SS_TYPED("128", SEQPAR_WGMMA_REGS64, 64, 65, 66, 67, 68, SEQPAR_WGMMA_ACC64)
   } else {
-    SEQPAR_WGMMA_SS_N128_ASM("bf16");
+    SEQPAR_WGMMA_SS_TYPED("256", SEQPAR_WGMMA_REGS128, 128, 129, 130, 131, 132, SEQPAR_WGMMA_ACC128)
   }
 }
-#undef SEQPAR_WGMMA_SS_N128_ASM
-
-// d (m64 x n256 f32) = (scale_d ? d : 0) + A B; A [64 x 16] and B [16 x 256] from shared memory, both
-// K-major (descriptors a, b): one instruction reads A once for 256 columns.
-#define SEQPAR_WGMMA_SS_N256_ASM(TY)                                                     \
-  asm volatile(                                                                          \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                     \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" SEQPAR_WGMMA_REGS128 \
-      "}, "                                                                              \
-      "%128, %129, p, 1, 1, 0, 0;\n}\n"                                                 \
-      : SEQPAR_WGMMA_ACC128                                                              \
-      : "l"(a), "l"(b), "r"(scale_d));
-template <Elem E>
-__device__ __forceinline__ void wgmma_ss_n256(float (&d)[128], uint64_t a, uint64_t b, int scale_d) {
-  if constexpr (E == Elem::kF16) {
-    SEQPAR_WGMMA_SS_N256_ASM("f16");
-  } else {
-    SEQPAR_WGMMA_SS_N256_ASM("bf16");
-  }
-}
-#undef SEQPAR_WGMMA_SS_N256_ASM
+#undef SEQPAR_WGMMA_SS_TYPED
+#undef SEQPAR_WGMMA_SS_ASM
 
 // d (m64 x n128 f32) += A B; A [64 x 16] E in registers (per warp the mma.m16n8k16 A layout), B
 // [16 x 128] from shared memory, MN-major (transposed; descriptor b).
