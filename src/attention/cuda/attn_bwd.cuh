@@ -128,7 +128,8 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
       dv[dt][e] = 0.f;
     }
 
-  int i = next_visible<false>(ks, p.q_stats, nqt, 0, p.causal, p.window, lane);
+  VisibleTiles<false> vis{ks, p.q_stats, nqt, p.causal, p.window, lane};
+  int i = vis.next(0);
   const bool any = i < nqt;
   int gi = 0, buf = 0;
   if (any) {
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(NW * 32) bwd_kernel(const BwdParams p) {
     int ni = i, ngi = gi + 1;
     if (ngi == G) {
       ngi = 0;
-      ni = next_visible<false>(ks, p.q_stats, nqt, i + 1, p.causal, p.window, lane);
+      ni = vis.next(i + 1);
     }
     const int cls = tile_class(p.q_stats[i], ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
     cp_async_wait_all();

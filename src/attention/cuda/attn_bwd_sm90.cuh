@@ -204,7 +204,8 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   // Producer, writer and consumers walk the same sequence of (visible query tile, head of the group). (Walking the
   // query tiles from the last down, so that the blocks running at once read the same Q / dO tiles at about the same
   // time, measured no faster on an H100: bench/NOTES.md, twenty-fifth session.)
-  auto next_i = [&](int from) { return next_visible<false>(ks, q_stats, nqt, from, p.causal, p.window, lane); };
+  VisibleTiles<false> vis{ks, q_stats, nqt, p.causal, p.window, lane};
+  auto next_i = [&](int from) { return vis.next(from); };
   // The step after (query tile qi, head gi of the group) (warp-uniform: every lane calls it).
   auto advance = [&](int& qi, int& gi) {
     if (++gi == G) {
@@ -274,10 +275,15 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   // ---- consumer warpgroups. Accumulator layout (m64 x N f32): warp w of the warpgroup holds
   // rows 16w + g and 16w + g + 8 (g = lane / 4, t = lane % 4); register 4n + 2hr + e is row
   // 16w + g + 8hr, column 8n + 2t + e. S^T / dP^T / dS^T / dK / dV rows are keys, dQ rows queries.
-  const int wg = warp >> 2, w = warp & 3;
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), w = warp & 3;  // (wg warp-uniform to the compiler)
   const int g = lane >> 2, t = lane & 3;
   const float sl2 = p.scale * kLog2e;
   const uint32_t sKw = sK + wg * 64 * 128, sVw = sV + wg * 64 * 128;  // this warpgroup's 64 keys
+  // Descriptors of the operands that stay put (sm90_ptx.cuh's desc_add moves them per k16 step): this warpgroup's
+  // K and V rows (K-major), and for dQ: dS^T (of dS buffer 0) and K, both MN-major, at this warpgroup's half.
+  const uint64_t kw_desc = smem_desc(sKw, 16, 1024), vw_desc = smem_desc(sVw, 16, 1024);
+  const uint64_t ds_desc = smem_desc(sdS(0) + (S::kSplitN ? 0u : wg * (BN * 128u)), BN * 128, 1024);
+  const uint64_t kdq_desc = smem_desc(sK + (S::kSplitN ? wg * (BN * 128u) : 0u), BN * 128, 1024);
 
   // This thread's keys k0 + wg*64 + 16w + g + 8hr: their mask metadata, for boundary tiles.
   int kseg[2], kpos[2];
@@ -308,20 +314,21 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     // S^T = K Q_i^T and dP^T = V dO_i^T: D / 16 steps of k16; within a 128-byte half a step moves
     // 32 bytes.
     float st[SR], dpt[SR];
+    const uint64_t q_desc = smem_desc(sQ(s), 16, 1024), do_desc = smem_desc(sdO(s), 16, 1024);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col = (kk & 3) * 32;
-      const uint64_t da = smem_desc(sKw + (kk >> 2) * (BN * 128) + col, 16, 1024);
-      const uint64_t db = smem_desc(sQ(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
+      const uint64_t da = desc_add(kw_desc, (kk >> 2) * (BN * 128) + col);
+      const uint64_t db = desc_add(q_desc, (kk >> 2) * (BM * 128) + col);
       wgmma_ss<E, BM>(st, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col = (kk & 3) * 32;
-      const uint64_t da = smem_desc(sVw + (kk >> 2) * (BN * 128) + col, 16, 1024);
-      const uint64_t db = smem_desc(sdO(s) + (kk >> 2) * (BM * 128) + col, 16, 1024);
+      const uint64_t da = desc_add(vw_desc, (kk >> 2) * (BN * 128) + col);
+      const uint64_t db = desc_add(do_desc, (kk >> 2) * (BM * 128) + col);
       wgmma_ss<E, BM>(dpt, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
@@ -378,10 +385,10 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
     // dV += P^T dO_i: BM / 16 steps of k16 over the queries, each 16 query rows (2048 bytes) further.
     reg_fence(dv);
+    const uint64_t do_mn_desc = smem_desc(sdO(s), BM * 128, 1024);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      wgmma_rs_tb<E, D>(dv, pa[kk], smem_desc(sdO(s) + kk * 16 * 128, BM * 128, 1024));
+    for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], desc_add(do_mn_desc, kk * 16 * 128));
     wgmma_commit();
 
     // dS^T (E) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n: 64-query half n / 8, chunk
@@ -400,10 +407,10 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
     // dK += dS^T Q_i
     reg_fence(dk);
+    const uint64_t q_mn_desc = smem_desc(sQ(s), BM * 128, 1024);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      wgmma_rs_tb<E, D>(dk, da[kk], smem_desc(sQ(s) + kk * 16 * 128, BM * 128, 1024));
+    for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dk, da[kk], desc_add(q_mn_desc, kk * 16 * 128));
     wgmma_commit();
 
     // dQ_i (+)= dS K over the 128 keys (k16 steps of 16 keys = 2048 bytes of dS^T and of K). A = dS
@@ -415,10 +422,9 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint32_t qhalf = S::kSplitN ? 0u : wg * (BN * 128u);  // D = 64: this warpgroup's queries
-      const uint32_t khalf = S::kSplitN ? wg * (BN * 128u) : 0u;  // D = 128: this warpgroup's columns
-      const uint64_t a = smem_desc(sdS(buf) + qhalf + kk * 16 * 128, BN * 128, 1024);
-      const uint64_t b = smem_desc(sK + khalf + kk * 16 * 128, BN * 128, 1024);
+      // A: dS of buffer buf (D = 64: this warpgroup's queries); B: K (D = 128: this warpgroup's columns).
+      const uint64_t a = desc_add(ds_desc, (sdS(buf) - sdS(0)) + kk * 16 * 128);
+      const uint64_t b = desc_add(kdq_desc, kk * 16 * 128);
       wgmma_ss<E, 64, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
     }
     wgmma_commit();

@@ -222,23 +222,40 @@ __device__ __forceinline__ bool elem_visible(int qseg, int qpos, int kseg, int k
   return qseg == kseg && (!causal || kpos <= qpos) && (window <= 0 || qpos - kpos < window);
 }
 
-// First tile j in [from, n) with tile_visible(fixed, stats[j]) (or, when stats are the query
-// side, tile_visible(stats[j], fixed)); n if none. 32 tiles per step, one per lane; every warp
-// of a block computes the same answer.
+// Walks the visible tiles in order. next(from): the first tile j in [from, n) with tile_visible(fixed, stats[j])
+// (or, when the stats are the query side, tile_visible(stats[j], fixed)); n if none. A scan reads 32 tiles' stats,
+// one per lane, and keeps their ballot, so a walk that moves forward reads each tile's stats once instead of once
+// per call (the sm_90 kernels call it once per tile). Every warp of a block computes the same answers.
 template <bool STATS_ARE_KEYS>
-__device__ __forceinline__ int next_visible(const int4 fixed, const int4* __restrict__ stats, int n, int from,
-                                            bool causal, int window, int lane) {
-  for (int base = from; base < n; base += 32) {
-    const int j = base + lane;
-    bool vis = false;
-    if (j < n) {
-      const int4 s = stats[j];
-      vis = STATS_ARE_KEYS ? tile_visible(fixed, s, causal, window) : tile_visible(s, fixed, causal, window);
+struct VisibleTiles {
+  int4 fixed;
+  const int4* __restrict__ stats;
+  int n;
+  bool causal;
+  int window;
+  int lane;
+  int base = -64;     // the last scan's tiles: [base, base + 32) (none before the first scan)
+  unsigned mask = 0;  // their ballot
+
+  __device__ __forceinline__ int next(int from) {
+    if (from >= base && from < base + 32) {
+      const unsigned b = mask & (0xffffffffu << (from - base));
+      if (b) return base + __ffs(b) - 1;
+      from = base + 32;
     }
-    const unsigned b = __ballot_sync(0xffffffffu, vis);
-    if (b) return base + __ffs(b) - 1;
+    for (; from < n; from += 32) {
+      const int j = from + lane;
+      bool vis = false;
+      if (j < n) {
+        const int4 s = stats[j];
+        vis = STATS_ARE_KEYS ? tile_visible(fixed, s, causal, window) : tile_visible(s, fixed, causal, window);
+      }
+      base = from;
+      mask = __ballot_sync(0xffffffffu, vis);
+      if (mask) return base + __ffs(mask) - 1;
+    }
+    return n;
   }
-  return n;
-}
+};
 
 }  // namespace seqpar::cuda_attn::dev

@@ -72,7 +72,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
     }
   }
 
-  int j = next_visible<true>(qs, p.k_stats, nkt, 0, p.causal, p.window, lane);
+  VisibleTiles<true> vis{qs, p.k_stats, nkt, p.causal, p.window, lane};
+  int j = vis.next(0);
   if (j < nkt) {
     load_tile<BM, D, NT>(sQ, qg, q_rs, q0, p.Tq, tid);
     load_tile<BN, D, NT>(sK, kg, kv_rs, j * BN, p.Tk, tid);
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) fwd_kernel(const FwdParams p) {
   bool q_in_regs = false;
 
   while (j < nkt) {
-    const int jn = next_visible<true>(qs, p.k_stats, nkt, j + 1, p.causal, p.window, lane);
+    const int jn = vis.next(j + 1);
     const int cls = tile_class(qs, p.k_stats[j], p.causal, p.window, (j + 1) * BN > p.Tk);
     cp_async_wait_all();
     __syncthreads();  // K_j (and Q) are in shared memory; every warp is done with V_{j-1}

@@ -17,26 +17,14 @@
 #include "core/cuda_check.h"
 #include "core/error_base.h"
 
-// SEQPAR_SM90_FWD_D64_WIDE = 1 (a measurement build; 0 unless defined): the D = 64 forward in cuDNN's shape (ncu,
-// bench/NOTES.md twenty-seventh session): two consumer warpgroups taking turns (BM 128), 256-key tiles (S as one
-// m64n256 product), setmaxnreg 24 / 240, 3-slot rings.
-#ifndef SEQPAR_SM90_FWD_D64_WIDE
-#define SEQPAR_SM90_FWD_D64_WIDE 0
-#endif
-// SEQPAR_SM90_FWD_D128_STAGES (a measurement build; 2 unless defined): the D = 128 forward's K / V ring depth. 3 fills
-// 225 KB of shared memory, as cuDNN's D = 128 forward does (230 KB, ncu, twenty-seventh session).
-#ifndef SEQPAR_SM90_FWD_D128_STAGES
-#define SEQPAR_SM90_FWD_D128_STAGES 2
-#endif
-static_assert(SEQPAR_SM90_FWD_D128_STAGES == 2 || SEQPAR_SM90_FWD_D128_STAGES == 3, "a 2- or 3-slot ring at D = 128");
 
 namespace seqpar::cuda_attn {
 
 namespace {
 
-template <Elem E, int D, int NWG, int STAGES, int BN = 128>
+template <Elem E, int D, int NWG, int STAGES>
 void run(const FwdParams& p, cudaStream_t stream) {
-  using S = sm90::Shape<D, NWG, STAGES, BN>;
+  using S = sm90::Shape<D, NWG, STAGES>;
   const int nqt = (p.Tq + S::BM - 1) / S::BM;
   const int nkt = (p.Tk + S::BN - 1) / S::BN;
   // A call without keys reads none: its key maps point at q (any valid 16-byte-aligned tensor).
@@ -56,7 +44,7 @@ void run(const FwdParams& p, cudaStream_t stream) {
   launch_tile_stats(stats, p.q_seg, p.q_pos, p.Tq, S::BM, stream);
   launch_tile_stats(stats + nqt, p.k_seg, p.k_pos, p.Tk, S::BN, stream, k_runs);
 
-  auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES, BN>;
+  auto kernel = sm90::fwd_sm90_kernel<E, D, NWG, STAGES>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   kernel<<<dim3(nqt, p.H), S::kThreads, S::kSmem, stream>>>(tq, tk, tv, p, stats, stats + nqt, k_runs);
   SEQPAR_LAUNCH_CHECK();
@@ -82,19 +70,11 @@ void launch_fwd_sm90(const FwdParams& p, int cc, cudaStream_t stream) {
   const bool f16 = p.elem == Elem::kF16;
   if (p.D == 128) {
     if (f16) {
-      run<Elem::kF16, 128, 2, SEQPAR_SM90_FWD_D128_STAGES>(p, stream);
+      run<Elem::kF16, 128, 2, 2>(p, stream);
     } else {
-      run<Elem::kBf16, 128, 2, SEQPAR_SM90_FWD_D128_STAGES>(p, stream);
+      run<Elem::kBf16, 128, 2, 2>(p, stream);
     }
   } else {
-    if constexpr (SEQPAR_SM90_FWD_D64_WIDE) {
-      if (f16) {
-        run<Elem::kF16, 64, 2, 3, 256>(p, stream);
-      } else {
-        run<Elem::kBf16, 64, 2, 3, 256>(p, stream);
-      }
-      return;
-    }
     if (f16) {
       run<Elem::kF16, 64, 3, 3>(p, stream);
     } else {

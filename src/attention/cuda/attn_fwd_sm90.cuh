@@ -35,11 +35,12 @@ namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
 
-template <int D, int NWG, int STAGES, int BN_ = 128>
+template <int D, int NWG, int STAGES>
 struct Shape {
   static constexpr int BM = 64 * NWG;  // query rows per CTA
-  static constexpr int BN = BN_;       // keys per tile: 128, or 256 at D = 64 (one m64n256 product for S)
-  static_assert(BN == 128 || (BN == 256 && D == 64), "key tiles of 128, or of 256 at D = 64");
+  // Keys per tile. (cuDNN's D = 64 shape, two warpgroups taking turns over 256-key tiles with S as one m64n256
+  // product, and 3-slot rings at D = 128 measured 3% slower and level: bench/NOTES.md, twenty-eighth session.)
+  static constexpr int BN = 128;
   static constexpr int kConsumerWarps = 4 * NWG;
   // The producer is a whole warpgroup (ptxas budgets registers per warpgroup: 65536 / (128 (NWG + 1))
   // each, rounded down to 8) that hands most of its registers to the consumers (setmaxnreg moves
@@ -61,11 +62,6 @@ struct Shape {
   // differently. Measured on an H100 (2026-12-06, H 32 / Hkv 8, forward, 16K / 64K): D = 128 3.71 -> 3.58 and
   // 61.0 -> 58.5 ms; D = 64 2.62 -> 2.63 and 38.4 -> 39.3 ms (there the O rescale is cheap and the test is not).
   static constexpr bool kLazyRescale = D == 128;
-  // The softmax of S_j runs under P_{j-1} V_{j-1} of the same warpgroup (FlashAttention-3's intra-warpgroup overlap)
-  // with 128-key tiles. With 256-key tiles S (128 registers) and P (64) in flight at once do not fit beside O in 240
-  // registers: in its turn a warpgroup issues P_{j-1} V_{j-1}, waits for it, issues S_j, and waits for S_j after the
-  // turn, so only the other warpgroup's products overlap its softmax.
-  static constexpr bool kIntraOverlap = BN == 128;
   static constexpr uint32_t kQBytes = BM * D * 2;
   static constexpr uint32_t kKVBytes = BN * D * 2;  // one K or one V tile
   static constexpr uint32_t kK = kQBytes;                       // [STAGES] K tiles
@@ -81,13 +77,13 @@ struct Shape {
 // q_stats per BM query rows, k_stats per BN keys (tile_stats of attn_launch.h).
 // With Shape::kPingPong the consumer warpgroups take turns to issue (warpgroup w waits on named
 // barrier 1 + w and hands the turn to w + 1 mod NWG).
-template <Elem E, int D, int NWG, int STAGES, int BN_ = 128>
-__global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
+template <Elem E, int D, int NWG, int STAGES>
+__global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const FwdParams p, const int4* __restrict__ q_stats,
                     const int4* __restrict__ k_stats, const int32_t* __restrict__ k_runs) {
 #if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = Shape<D, NWG, STAGES, BN_>;
+  using S = Shape<D, NWG, STAGES>;
   constexpr bool PP = S::kPingPong;
   constexpr int BM = S::BM, BN = S::BN, NCW = S::kConsumerWarps;
   constexpr int HALVES = D / 64;  // 128-byte column halves of a row
@@ -127,7 +123,8 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
   __syncthreads();  // the last CTA-wide barrier: the producer warpgroup leaves early
 
   // Producer and consumers walk the same sequence of visible key tiles.
-  int j = next_visible<true>(qs, k_stats, nkt, 0, p.causal, p.window, lane);
+  VisibleTiles<true> vis{qs, k_stats, nkt, p.causal, p.window, lane};
+  int j = vis.next(0);
 
   if (warp >= NCW) {  // ---- producer warp (the first of the producer warpgroup)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
@@ -155,7 +152,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
       load_k(0, j);
     }
     for (int it = 0; j < nkt; ++it) {
-      const int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
+      const int jn = vis.next(j + 1);
       if (lane == 0) {
         if (jn < nkt) load_k(it + 1, jn);
         load_v(it, j);
@@ -171,11 +168,12 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
   // ---- consumer warpgroups. Accumulator layout (m64nN f32): warp w of the warpgroup holds rows
   // 16w + g and 16w + g + 8 (g = lane / 4, t = lane % 4); register 4n + 2hr + e is row
   // 16w + g + 8hr, column 8n + 2t + e.
-  const int wg = warp >> 2;
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // (warp-uniform to the compiler: Q's descriptors uniform)
   const int g = lane >> 2, t = lane & 3;
   const int row0 = wg * 64 + (warp & 3) * 16 + g;  // this thread's first row in the tile (+8: second)
   const float sl2 = p.scale * kLog2e;
   const uint32_t sQw = sQ + wg * 64 * 128;  // this warpgroup's 64 rows of Q
+  const uint64_t q_desc = smem_desc(sQw, 16, 1024);
 
   float o[OR];
 #pragma unroll
@@ -196,11 +194,12 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
     }
   };
   auto issue_qk = [&](int s) {
+    const uint64_t k_desc = smem_desc(sK(s), 16, 1024);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t da = smem_desc(sQw + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
-      const uint64_t db = smem_desc(sK(s) + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+      const uint64_t da = desc_add(q_desc, (kk >> 2) * (BM * 128) + (kk & 3) * 32);
+      const uint64_t db = desc_add(k_desc, (kk >> 2) * (BN * 128) + (kk & 3) * 32);
       wgmma_ss<E, BN>(sc, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
@@ -218,11 +217,12 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
           o[4 * n + 2 * hr + 1] *= corr[hr];
         }
     }
+    const uint64_t v_desc = smem_desc(sV(s), BN * 128, 1024);
     reg_fence(o);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint64_t dv = smem_desc(sV(s) + kk * 16 * 128, BN * 128, 1024);
+      const uint64_t dv = desc_add(v_desc, kk * 16 * 128);
       if constexpr (D == 128) {
         wgmma_rs_n128_tb<E>(o, pa[kk], dv);
       } else {
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
     }
     mbar_wait(qbar, 0);
     // Tile 0: S_0 alone.
-    int jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
+    int jn = vis.next(j + 1);
     mbar_wait(full_k(0), 0);
     turn_wait();
     issue_qk(0);
@@ -341,46 +341,36 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES, BN_>::kThreads, 1)
     release(empty_k(0));
     softmax(j);
     pack_p();
-    // Tile it >= 1: S_it is issued, then P_{it-1} V_{it-1}; the softmax of S_it runs under the latter (without the
-    // intra-warpgroup overlap: P_{it-1} V_{it-1} first and waited for, then S_it).
-    int it = 1;
-    for (j = jn; j < nkt; j = jn, ++it) {
-      jn = next_visible<true>(qs, k_stats, nkt, j + 1, p.causal, p.window, lane);
-      const int s = it % STAGES, sp = (it - 1) % STAGES;
-      if constexpr (S::kIntraOverlap) {
-        mbar_wait(full_k(s), (it / STAGES) & 1);
-        turn_wait();
-        issue_qk(s);
-        mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
-        issue_pv(sp);
-        turn_pass(jn >= nkt);
-        wgmma_wait<1>();  // S_it is in (the P V product may still run)
-        reg_fence(sc);
-        release(empty_k(s));
-        softmax(j);
-        wgmma_wait<0>();  // P_{it-1} V_{it-1} is in: P's registers and V's slot are free
-        reg_fence(o);
-        release(empty_v(sp));
-      } else {
-        mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
-        mbar_wait(full_k(s), (it / STAGES) & 1);
-        turn_wait();
-        issue_pv(sp);
-        wgmma_wait<0>();  // P_{it-1} V_{it-1} is in: P's registers and V's slot are free
-        reg_fence(o);
-        release(empty_v(sp));
-        issue_qk(s);
-        turn_pass(jn >= nkt);
-        wgmma_wait<0>();
-        reg_fence(sc);
-        release(empty_k(s));
-        softmax(j);
-      }
+    // Tile it >= 1: S_it is issued, then P_{it-1} V_{it-1}; the softmax of S_it runs under the latter. The ring
+    // positions of tiles it (s, slot it % STAGES in its use of parity ph = (it / STAGES) & 1) and it - 1 (sp, php)
+    // are counted on rather than divided out per tile.
+    int s = 1 % STAGES, sp = 0;
+    uint32_t ph = 1 / STAGES, php = 0;
+    for (j = jn; j < nkt; j = jn) {
+      jn = vis.next(j + 1);
+      mbar_wait(full_k(s), ph);
+      turn_wait();
+      issue_qk(s);
+      mbar_wait(full_v(sp), php);
+      issue_pv(sp);
+      turn_pass(jn >= nkt);
+      wgmma_wait<1>();  // S_it is in (the P V product may still run)
+      reg_fence(sc);
+      release(empty_k(s));
+      softmax(j);
+      wgmma_wait<0>();  // P_{it-1} V_{it-1} is in: P's registers and V's slot are free
+      reg_fence(o);
+      release(empty_v(sp));
       pack_p();
+      sp = s;
+      php = ph;
+      if (++s == STAGES) {
+        s = 0;
+        ph ^= 1;
+      }
     }
     // The last tile's P V.
-    const int sp = (it - 1) % STAGES;
-    mbar_wait(full_v(sp), ((it - 1) / STAGES) & 1);
+    mbar_wait(full_v(sp), php);
     issue_pv(sp);
     wgmma_wait<0>();
     reg_fence(o);
