@@ -419,11 +419,12 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     fence_proxy_async();  // this thread's dS^T stores are visible to the wgmma
     named_bar_sync(kBarDS, NCW * 32);  // both warpgroups' dS^T are in
     float dq[32];
+    // A: dS of buffer buf (D = 64: this warpgroup's queries); B: K (D = 128: this warpgroup's columns).
+    const uint64_t dsb_desc = desc_add(ds_desc, sdS(buf) - sdS(0));
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      // A: dS of buffer buf (D = 64: this warpgroup's queries); B: K (D = 128: this warpgroup's columns).
-      const uint64_t a = desc_add(ds_desc, (sdS(buf) - sdS(0)) + kk * 16 * 128);
+      const uint64_t a = desc_add(dsb_desc, kk * 16 * 128);
       const uint64_t b = desc_add(kdq_desc, kk * 16 * 128);
       wgmma_ss<E, 64, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
     }

@@ -31,6 +31,16 @@
 #include "attention/cuda/attn_launch.h"
 #include "attention/cuda/sm90_ptx.cuh"  // mbarriers, tensor copies, descriptors, wgmma
 
+// Measurement builds (0 / 3 unless defined; bench/gpu_calls/2026-12-06_s28_d64.sh): SEQPAR_SM90_FWD_D64_LAZY = 1
+// rescales lazily at D = 64 too; SEQPAR_SM90_FWD_D64_NWG = 2 runs D = 64 as two warpgroups taking turns (BM 128,
+// 240 registers each) instead of three running free (attn_fwd_sm90.cu).
+#ifndef SEQPAR_SM90_FWD_D64_LAZY
+#define SEQPAR_SM90_FWD_D64_LAZY 0
+#endif
+#ifndef SEQPAR_SM90_FWD_D64_NWG
+#define SEQPAR_SM90_FWD_D64_NWG 3
+#endif
+
 namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
@@ -61,7 +71,7 @@ struct Shape {
   // rows' maxima moved. The same function (O / l and the LSE use the maximum that was used), rounded a little
   // differently. Measured on an H100 (2026-12-06, H 32 / Hkv 8, forward, 16K / 64K): D = 128 3.71 -> 3.58 and
   // 61.0 -> 58.5 ms; D = 64 2.62 -> 2.63 and 38.4 -> 39.3 ms (there the O rescale is cheap and the test is not).
-  static constexpr bool kLazyRescale = D == 128;
+  static constexpr bool kLazyRescale = D == 128 || SEQPAR_SM90_FWD_D64_LAZY;
   static constexpr uint32_t kQBytes = BM * D * 2;
   static constexpr uint32_t kKVBytes = BN * D * 2;  // one K or one V tile
   static constexpr uint32_t kK = kQBytes;                       // [STAGES] K tiles
@@ -204,10 +214,11 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     }
     wgmma_commit();
   };
-  // O *= corr (the last softmax's correction), then O += P V_s: BN / 16 steps of k16, each 16 key
-  // rows (2048 bytes) further into V.
-  auto issue_pv = [&](int s) {
-    // (lazy: only when a row of the warp has a correction; the warp's lanes agree, so no lane diverges)
+  // O *= corr (the last softmax's correction), before the next P V. With the turns (ping-pong) it runs before the
+  // warpgroup waits for its turn, so that the other warpgroup does not wait for the multiplies; without them, after
+  // S is issued (the tensor cores start on S meanwhile). Lazy: only when a row of the warp has a correction (the
+  // warp's lanes agree, so no lane diverges).
+  auto rescale_o = [&]() {
     if (!S::kLazyRescale || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
@@ -217,6 +228,10 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
           o[4 * n + 2 * hr + 1] *= corr[hr];
         }
     }
+  };
+  // O += P V_s: BN / 16 steps of k16, each 16 key rows (2048 bytes) further into V.
+  auto issue_pv = [&](int s) {
+    if constexpr (!PP) rescale_o();
     const uint64_t v_desc = smem_desc(sV(s), BN * 128, 1024);
     reg_fence(o);
     wgmma_fence();
@@ -348,6 +363,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     uint32_t ph = 1 / STAGES, php = 0;
     for (j = jn; j < nkt; j = jn) {
       jn = vis.next(j + 1);
+      if constexpr (PP) rescale_o();
       mbar_wait(full_k(s), ph);
       turn_wait();
       issue_qk(s);
@@ -370,6 +386,7 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       }
     }
     // The last tile's P V.
+    if constexpr (PP) rescale_o();
     mbar_wait(full_v(sp), php);
     issue_pv(sp);
     wgmma_wait<0>();
