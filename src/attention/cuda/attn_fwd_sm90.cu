@@ -76,9 +76,9 @@ void launch_fwd_sm90(const FwdParams& p, int cc, cudaStream_t stream) {
     }
   } else {
     if (f16) {
-      run<Elem::kF16, 64, SEQPAR_SM90_FWD_D64_NWG, 3>(p, stream);
+      run<Elem::kF16, 64, 3, 3>(p, stream);
     } else {
-      run<Elem::kBf16, 64, SEQPAR_SM90_FWD_D64_NWG, 3>(p, stream);
+      run<Elem::kBf16, 64, 3, 3>(p, stream);
     }
   }
 }

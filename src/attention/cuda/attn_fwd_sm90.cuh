@@ -31,16 +31,6 @@
 #include "attention/cuda/attn_launch.h"
 #include "attention/cuda/sm90_ptx.cuh"  // mbarriers, tensor copies, descriptors, wgmma
 
-// Measurement builds (0 / 3 unless defined; bench/gpu_calls/2026-12-06_s28_d64.sh): SEQPAR_SM90_FWD_D64_LAZY = 1
-// rescales lazily at D = 64 too; SEQPAR_SM90_FWD_D64_NWG = 2 runs D = 64 as two warpgroups taking turns (BM 128,
-// 240 registers each) instead of three running free (attn_fwd_sm90.cu).
-#ifndef SEQPAR_SM90_FWD_D64_LAZY
-#define SEQPAR_SM90_FWD_D64_LAZY 0
-#endif
-#ifndef SEQPAR_SM90_FWD_D64_NWG
-#define SEQPAR_SM90_FWD_D64_NWG 3
-#endif
-
 namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
@@ -65,13 +55,6 @@ struct Shape {
   // without the turns 1.02x at 16K, equal at 64K; at D = 64 with them equal. The launched pair is
   // the one the GPU tests cover.)
   static constexpr bool kPingPong = NWG == 2;
-  // Conditional rescaling (FlashAttention-4's), at D = 128: the online softmax keeps the running maximum it
-  // exponentiates against until a tile's maximum exceeds it by more than 8 in log2 units (the probabilities stay
-  // at most 2^8), so that most key tiles need no correction of O and l; a warp rescales O only when one of its
-  // rows' maxima moved. The same function (O / l and the LSE use the maximum that was used), rounded a little
-  // differently. Measured on an H100 (2026-12-06, H 32 / Hkv 8, forward, 16K / 64K): D = 128 3.71 -> 3.58 and
-  // 61.0 -> 58.5 ms; D = 64 2.62 -> 2.63 and 38.4 -> 39.3 ms (there the O rescale is cheap and the test is not).
-  static constexpr bool kLazyRescale = D == 128 || SEQPAR_SM90_FWD_D64_LAZY;
   static constexpr uint32_t kQBytes = BM * D * 2;
   static constexpr uint32_t kKVBytes = BN * D * 2;  // one K or one V tile
   static constexpr uint32_t kK = kQBytes;                       // [STAGES] K tiles
@@ -214,12 +197,12 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     }
     wgmma_commit();
   };
-  // O *= corr (the last softmax's correction), before the next P V. With the turns (ping-pong) it runs before the
-  // warpgroup waits for its turn, so that the other warpgroup does not wait for the multiplies; without them, after
-  // S is issued (the tensor cores start on S meanwhile). Lazy: only when a row of the warp has a correction (the
-  // warp's lanes agree, so no lane diverges).
-  auto rescale_o = [&]() {
-    if (!S::kLazyRescale || __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
+  // O *= corr (the last softmax's correction), then O += P V_s: BN / 16 steps of k16, each 16 key
+  // rows (2048 bytes) further into V. (Rescaling before the warpgroup waits for its turn, out of the other's wait,
+  // measured 1-2% slower at D = 128: bench/NOTES.md, twenty-eighth session.)
+  auto issue_pv = [&](int s) {
+    // (only when a row of the warp has a correction; the warp's lanes agree, so no lane diverges)
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
@@ -228,10 +211,6 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
           o[4 * n + 2 * hr + 1] *= corr[hr];
         }
     }
-  };
-  // O += P V_s: BN / 16 steps of k16, each 16 key rows (2048 bytes) further into V.
-  auto issue_pv = [&](int s) {
-    if constexpr (!PP) rescale_o();
     const uint64_t v_desc = smem_desc(sV(s), BN * 128, 1024);
     reg_fence(o);
     wgmma_fence();
@@ -303,16 +282,16 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * hr], sc[4 * n + 2 * hr + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      if constexpr (S::kLazyRescale) {
-        // Move the maximum used only when the new one is more than 2^8 above it in the exponent (or is the first
-        // finite one); otherwise the probabilities of this tile are at most 2^8 against the old one.
-        const bool move = mx != -INFINITY && (m[hr] == -INFINITY || (mx - m[hr]) * sl2 > 8.f);
-        corr[hr] = move && m[hr] != -INFINITY ? fast_exp2((m[hr] - mx) * sl2) : 1.f;
-        if (move) m[hr] = mx;
-      } else {
-        corr[hr] = mx == -INFINITY ? 1.f : fast_exp2((m[hr] - mx) * sl2);
-        m[hr] = mx;
-      }
+      // Conditional rescaling (FlashAttention-4's): the maximum exponentiated against moves only when a tile's
+      // maximum exceeds it by more than 8 in log2 units (or is the first finite one), so the probabilities stay at
+      // most 2^8 and most key tiles need no correction of O and l (issue_pv rescales O only when a row of the warp
+      // has one). The same function (O / l and the LSE use the maximum that was used), rounded a little
+      // differently. Measured on an H100 (H 32 / Hkv 8, forward, 16K / 64K): D = 128 3.71 -> 3.58 and 61.0 -> 58.5
+      // ms (2026-12-06); D = 64 first 1-2% slower, then, once the tile loop had fewer instructions, 2.355 -> 2.262
+      // and 35.05 -> 34.94 ms (twenty-eighth session).
+      const bool move = mx != -INFINITY && (m[hr] == -INFINITY || (mx - m[hr]) * sl2 > 8.f);
+      corr[hr] = move && m[hr] != -INFINITY ? fast_exp2((m[hr] - mx) * sl2) : 1.f;
+      if (move) m[hr] = mx;
       const float msc = m[hr] == -INFINITY ? 0.f : m[hr] * sl2;
       float rs = 0.f;
 #pragma unroll
@@ -363,7 +342,6 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     uint32_t ph = 1 / STAGES, php = 0;
     for (j = jn; j < nkt; j = jn) {
       jn = vis.next(j + 1);
-      if constexpr (PP) rescale_o();
       mbar_wait(full_k(s), ph);
       turn_wait();
       issue_qk(s);
@@ -386,7 +364,6 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       }
     }
     // The last tile's P V.
-    if constexpr (PP) rescale_o();
     mbar_wait(full_v(sp), php);
     issue_pv(sp);
     wgmma_wait<0>();
