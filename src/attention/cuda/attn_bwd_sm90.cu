@@ -52,7 +52,8 @@ void run(const BwdParams& p, cudaStream_t stream) {
 
   auto kernel = sm90::bwd_sm90_kernel<E, D, kStages>;
   SEQPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-  kernel<<<dim3(p.Hkv, nkt), S::kThreads, S::kSmem, stream>>>(tq, tdo, tk, tv, tdq, p, stats, stats + nqt, q_runs);
+  const dim3 grid = SEQPAR_SM90_BWD_KT_MAJOR ? dim3(nkt, p.Hkv) : dim3(p.Hkv, nkt);
+  kernel<<<grid, S::kThreads, S::kSmem, stream>>>(tq, tdo, tk, tv, tdq, p, stats, stats + nqt, q_runs);
   SEQPAR_LAUNCH_CHECK();
   SEQPAR_CUDA_CHECK(cudaFreeAsync(stats, stream));
 }

@@ -42,6 +42,15 @@
 #include "attention/cuda/attn_launch.h"
 #include "attention/cuda/sm90_ptx.cuh"  // mbarriers, tensor copies, descriptors, wgmma
 
+// SEQPAR_SM90_BWD_KT_MAJOR (a measurement build; 0 unless defined): the backward's grid key-tile-major, (key tile,
+// KV head) instead of (KV head, key tile). The 132 blocks running at once then cover about one KV group (its 4 query
+// heads' Q, dO and dQ rows) instead of key tiles 0..16 of all 8 groups (all 32 heads' rows): cuDNN's backward, which
+// works per query head, reads almost nothing from DRAM (4.3% DRAM throughput against seqpar's 51.6%, ncu,
+// twenty-second session).
+#ifndef SEQPAR_SM90_BWD_KT_MAJOR
+#define SEQPAR_SM90_BWD_KT_MAJOR 0
+#endif
+
 namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
@@ -183,7 +192,10 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   const uint32_t kvbar = bars + 8u * 2 * STAGES;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int hk = blockIdx.x, kt = blockIdx.y;  // key tiles on y: every head's heaviest tiles first
+  // The grid: (KV head, key tile), every head's heaviest tiles first; or, SEQPAR_SM90_BWD_KT_MAJOR, (key tile, KV
+  // head): the blocks running at once then share one KV group's query heads.
+  const int hk = SEQPAR_SM90_BWD_KT_MAJOR ? blockIdx.y : blockIdx.x;
+  const int kt = SEQPAR_SM90_BWD_KT_MAJOR ? blockIdx.x : blockIdx.y;
   const int G = p.H / p.Hkv;
   const int k0 = kt * BN;
   const int nqt = (p.Tq + BM - 1) / BM;
