@@ -8,9 +8,9 @@
 #     it does).
 # 1. var under the attention tests while nothing else builds (the op harness's attention case takes ~95 s, more under
 #    a build's load); not timed if they fail; 2. forward, and forward+backward, D = 64 and 128, H 32 (two alternating
-#    rounds) and 16, Hkv 8, 16K / 64K, beside cuDNN and the default; 3. ncu launch statistics and warp states of the
+#    rounds), and D = 128 forward+backward at H 16, Hkv 8, 16K / 64K, beside cuDNN and the default; 3. ncu launch statistics and warp states of the
 #    D = 128 backward beside cuDNN's.
-#   bash bench/gpu_calls/2026-12-07_s28_next.sh OUT_DIR   (~520 s)
+#   bash bench/gpu_calls/2026-12-07_s28_next.sh OUT_DIR   (~500 s)
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
@@ -29,10 +29,10 @@ for P in fwd fwd_bwd; do
   for D in 64 128; do
     attn_ms cudnn $B cudnn $D 32 $P
     for bin in $B $V $B $V; do attn_ms $bin $bin flash $D 32 $P; done
-    attn_ms cudnn $B cudnn $D 16 $P
-    for bin in $B $V; do attn_ms $bin $bin flash $D 16 $P; done
   done
 done
+attn_ms cudnn $B cudnn 128 16 fwd_bwd
+for bin in $B $V; do attn_ms $bin $bin flash 128 16 fwd_bwd; done
 echo "bench done $SECONDS s"
 A="--seq-lens 16384 --heads 32 --kv-heads 8 --passes fwd_bwd --head-dims 128 --warmup 0 --iters 1"
 for k in "flash regex:bwd_sm90" "cudnn regex:bprop"; do
