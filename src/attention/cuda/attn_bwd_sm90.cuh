@@ -50,6 +50,13 @@
 #ifndef SEQPAR_SM90_BWD_KT_MAJOR
 #define SEQPAR_SM90_BWD_KT_MAJOR 0
 #endif
+// SEQPAR_SM90_BWD_PER_HEAD (a measurement build; 0 unless defined): cuDNN's split of the backward's work, one block
+// per (key tile, query head) instead of per (KV head, key tile) walking the group's heads: 4x the blocks (GQA 4),
+// each a quarter of the steps, and the running blocks share one query head's rows (16 MB at 16K, D 128); dK / dV
+// per query head into f32 [Tk, H, D] buffers, summed per KV group by a second kernel (attn_bwd_sm90.cu).
+#ifndef SEQPAR_SM90_BWD_PER_HEAD
+#define SEQPAR_SM90_BWD_PER_HEAD 0
+#endif
 
 namespace seqpar::cuda_attn::sm90 {
 
@@ -193,10 +200,16 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // The grid: (KV head, key tile), every head's heaviest tiles first; or, SEQPAR_SM90_BWD_KT_MAJOR, (key tile, KV
-  // head): the blocks running at once then share one KV group's query heads.
-  const int hk = SEQPAR_SM90_BWD_KT_MAJOR ? blockIdx.y : blockIdx.x;
-  const int kt = SEQPAR_SM90_BWD_KT_MAJOR ? blockIdx.x : blockIdx.y;
+  // head): the blocks running at once then share one KV group's query heads; or, SEQPAR_SM90_BWD_PER_HEAD, (key
+  // tile, query head): a block walks one query head and stores its dK / dV for that head (attn_bwd_sm90.cu
+  // passes f32 [Tk, H, D] buffers and sums each group's heads afterwards).
+  constexpr bool PH = SEQPAR_SM90_BWD_PER_HEAD;
+  constexpr bool KT_MAJOR = PH || SEQPAR_SM90_BWD_KT_MAJOR;
   const int G = p.H / p.Hkv;
+  const int hy = KT_MAJOR ? blockIdx.y : blockIdx.x;  // the KV head, or (PH) the query head
+  const int kt = KT_MAJOR ? blockIdx.x : blockIdx.y;
+  const int hk = PH ? hy / G : hy;
+  // The block walks query heads hk * G + gi of its group (gi < G), or (PH) only hy.
   const int k0 = kt * BN;
   const int nqt = (p.Tq + BM - 1) / BM;
   const int Tq_pad = nqt * BM;
@@ -220,7 +233,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   auto next_i = [&](int from) { return vis.next(from); };
   // The step after (query tile qi, head gi of the group) (warp-uniform: every lane calls it).
   auto advance = [&](int& qi, int& gi) {
-    if (++gi == G) {
+    if (++gi == (PH ? 1 : G)) {
       gi = 0;
       qi = next_i(qi + 1);
     }
@@ -234,7 +247,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       int gi = 0;
       for (int it = 0; i < nqt; ++it) {
         constexpr int NT = S::kDqTiles;
-        const int h = hk * G + gi, b = it % NT;
+        const int h = PH ? hy : hk * G + gi, b = it % NT;
         named_bar_sync(kBarDqFull + b, NCW * 32 + 32);  // the consumers' dQ is in tile b
         if (lane == 0) {
 #pragma unroll
@@ -263,7 +276,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     int gi = 0;
     for (int it = 0; i < nqt; ++it) {
       const int s = it % STAGES;
-      const int h = hk * G + gi;
+      const int h = PH ? hy : hk * G + gi;
       if (lane == 0) {
         mbar_wait(empty(s), ((it / STAGES) & 1) ^ 1);  // the consumers are done with its last use
         mbar_arrive_expect_tx(full(s), 2 * S::kQBytes + 2 * S::kRowBytes);
@@ -481,7 +494,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   for (int hr = 0; hr < 2; ++hr) {
     const int c = k0 + wg * 64 + 16 * w + g + 8 * hr;
     if (c >= p.Tk) continue;
-    const int64_t row = (static_cast<int64_t>(c) * p.Hkv + hk) * D;
+    const int64_t row = PH ? (static_cast<int64_t>(c) * p.H + hy) * D : (static_cast<int64_t>(c) * p.Hkv + hk) * D;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       const int col = n * 8 + 2 * t;
