@@ -57,6 +57,13 @@
 #ifndef SEQPAR_SM90_BWD_PER_HEAD
 #define SEQPAR_SM90_BWD_PER_HEAD 0
 #endif
+// SEQPAR_SM90_BWD_EARLY_DV (a measurement build; 0 unless defined): dV += P^T dO issued as soon as P is (before the
+// wait for dP^T), so that it runs on the tensor cores while the consumers compute dS; today it is issued after dS,
+// and while both warpgroups compute dS at the same time (they meet at the dS barrier every step) the tensor cores
+// have nothing of theirs to do.
+#ifndef SEQPAR_SM90_BWD_EARLY_DV
+#define SEQPAR_SM90_BWD_EARLY_DV 0
+#endif
 
 namespace seqpar::cuda_attn::sm90 {
 
@@ -392,7 +399,20 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
         }
     }
 
-    wgmma_wait<0>();  // dP^T is in
+    uint32_t pa[BM / 16][4], da[BM / 16][4];
+    const uint64_t do_mn_desc = smem_desc(sdO(s), BM * 128, 1024);  // dO_i, MN-major, for dV
+    constexpr bool kEarlyDv = SEQPAR_SM90_BWD_EARLY_DV && D == 128;  // (at D = 64 it spills 48 bytes)
+    if constexpr (kEarlyDv) {
+      acc_to_a<E, BM>(pa, st);
+      reg_fence(dv);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], desc_add(do_mn_desc, kk * 16 * 128));
+      wgmma_commit();
+      wgmma_wait<1>();  // dP^T is in (the groups complete in order; dV may still run)
+    } else {
+      wgmma_wait<0>();  // dP^T is in
+    }
     reg_fence(dpt);
     // dS^T = P^T (dP^T - delta)
 #pragma unroll
@@ -404,17 +424,17 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
         dpt[4 * n + 2 * hr + 1] = st[4 * n + 2 * hr + 1] * (dpt[4 * n + 2 * hr + 1] - dl.y);
       }
     }
-    uint32_t pa[BM / 16][4], da[BM / 16][4];
-    acc_to_a<E, BM>(pa, st);
+    if constexpr (!kEarlyDv) acc_to_a<E, BM>(pa, st);
     acc_to_a<E, BM>(da, dpt);
 
     // dV += P^T dO_i: BM / 16 steps of k16 over the queries, each 16 query rows (2048 bytes) further.
-    reg_fence(dv);
-    const uint64_t do_mn_desc = smem_desc(sdO(s), BM * 128, 1024);
-    wgmma_fence();
+    if constexpr (!kEarlyDv) {
+      reg_fence(dv);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], desc_add(do_mn_desc, kk * 16 * 128));
-    wgmma_commit();
+      for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], desc_add(do_mn_desc, kk * 16 * 128));
+      wgmma_commit();
+    }
 
     // dS^T (E) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n: 64-query half n / 8, chunk
     // n % 8 of its 128-byte row (swizzle key g). da[kk][j] holds accumulator block n = 2kk + (j >> 1),
