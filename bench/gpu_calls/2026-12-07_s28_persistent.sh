@@ -9,15 +9,18 @@
 # default build's scheduling a little, so it stays off main until it wins. Before the call, on the dev machine:
 #   rm -rf .devtmp/pers && mkdir -p .devtmp/pers && git archive HEAD | tar -x -C .devtmp/pers &&
 #   (cd .devtmp/pers && patch -p1 < ../../bench/gpu_calls/2026-12-07_s28_persistent_fwd.patch)
+# The same build also carries -DSEQPAR_SM90_BWD_EARLY_DV=1 (the D = 128 backward issuing dV += P^T dO before it
+# waits for dP^T, so dV runs under the dS arithmetic; on main, default SASS unchanged): the forward's timing says what
+# persistence does, forward+backward minus forward what the early dV does.
 # 1. pers under the attention tests (alone on the machine); not timed if they fail; 2. forward, D = 64 and 128, H 32
-# (two alternating rounds) and 16, Hkv 8, 16K / 64K, beside cuDNN and the default.
-#   bash bench/gpu_calls/2026-12-07_s28_persistent.sh OUT_DIR   (~420 s, carry [".devtmp"])
+# (two alternating rounds) and 16, Hkv 8, 16K / 64K, beside cuDNN and the default; D = 128 forward+backward.
+#   bash bench/gpu_calls/2026-12-07_s28_persistent.sh OUT_DIR   (~470 s, carry [".devtmp"])
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
 [ -f .devtmp/pers/src/attention/cuda/attn_fwd_sm90.cuh ] || { echo "no .devtmp/pers (see the header)"; exit 1; }
 build_gpu $OUT seqpar
-build_other pers .devtmp/pers "-DSEQPAR_SM90_FWD_PERSISTENT=1" seqpar test_cuda
+build_other pers .devtmp/pers "-DSEQPAR_SM90_FWD_PERSISTENT=1 -DSEQPAR_SM90_BWD_EARLY_DV=1" seqpar test_cuda
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 t=$SECONDS
 timeout 200 build-pers/test_cuda \
@@ -32,4 +35,9 @@ for D in 64 128; do
   attn_ms cudnn $B cudnn $D 16 fwd
   for bin in $B build-pers; do attn_ms $bin $bin flash $D 16 fwd; done
 done
+# The backward's switch: forward+backward at D = 128 (the backward = forward+backward - forward of the same build).
+attn_ms cudnn $B cudnn 128 32 fwd_bwd
+for bin in $B build-pers $B build-pers; do attn_ms $bin $bin flash 128 32 fwd_bwd; done
+attn_ms cudnn $B cudnn 128 16 fwd_bwd
+for bin in $B build-pers; do attn_ms $bin $bin flash 128 16 fwd_bwd; done
 echo "done $SECONDS s"
