@@ -17,14 +17,8 @@ OUT=$1
 build_gpu $OUT seqpar
 build_other var . "-DSEQPAR_SM90_FWD_ACCS=4 -DSEQPAR_SM90_BWD_KT_MAJOR=1" seqpar test_cuda
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-t=$SECONDS
-timeout 200 build-var/test_cuda \
-  --gtest_filter='CudaAttention*:CudnnAttention*:CudaSpAttention*:CudaOpHarness.EveryAttentionCaseOnEveryCudaPath' \
-  > $OUT/tests_var.log 2>&1
-echo "tests var rc=$? $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests_var.log | tr '\n' ' ')"
-grep -E "FAILED|Failure" $OUT/tests_var.log | head -6
 V=""
-grep -q '^\[  PASSED' $OUT/tests_var.log && V=build-var
+test_build var && V=build-var
 for P in fwd fwd_bwd; do
   for D in 64 128; do
     attn_ms cudnn $B cudnn $D 32 $P

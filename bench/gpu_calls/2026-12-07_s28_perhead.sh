@@ -12,13 +12,7 @@ OUT=$1
 build_gpu $OUT seqpar
 build_other ph . "-DSEQPAR_SM90_BWD_PER_HEAD=1" seqpar test_cuda
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-t=$SECONDS
-timeout 200 build-ph/test_cuda \
-  --gtest_filter='CudaAttention*:CudnnAttention*:CudaSpAttention*:CudaOpHarness.EveryAttentionCaseOnEveryCudaPath' \
-  > $OUT/tests_ph.log 2>&1
-echo "tests ph rc=$? $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests_ph.log | tr '\n' ' ')"
-grep -E "FAILED|Failure" $OUT/tests_ph.log | head -6
-grep -q '^\[  PASSED' $OUT/tests_ph.log || exit 1
+test_build ph || exit 1
 for D in 64 128; do
   attn_ms cudnn $B cudnn $D 32 fwd_bwd
   for bin in $B build-ph $B build-ph; do attn_ms $bin $bin flash $D 32 fwd_bwd; done

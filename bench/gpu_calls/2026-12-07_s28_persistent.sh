@@ -22,13 +22,7 @@ OUT=$1
 build_gpu $OUT seqpar
 build_other pers .devtmp/pers "-DSEQPAR_SM90_FWD_PERSISTENT=1 -DSEQPAR_SM90_BWD_EARLY_DV=1" seqpar test_cuda
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-t=$SECONDS
-timeout 200 build-pers/test_cuda \
-  --gtest_filter='CudaAttention*:CudnnAttention*:CudaSpAttention*:CudaOpHarness.EveryAttentionCaseOnEveryCudaPath' \
-  > $OUT/tests_pers.log 2>&1
-echo "tests pers rc=$? $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/tests_pers.log | tr '\n' ' ')"
-grep -E "FAILED|Failure" $OUT/tests_pers.log | head -6
-grep -q '^\[  PASSED' $OUT/tests_pers.log || { grep -E '^\[ RUN' $OUT/tests_pers.log | tail -2; exit 1; }
+test_build pers || exit 1
 for D in 64 128; do
   attn_ms cudnn $B cudnn $D 32 fwd
   for bin in $B build-pers $B build-pers; do attn_ms $bin $bin flash $D 32 fwd; done

@@ -54,6 +54,19 @@ run_tests() {
   echo "tests rc=$? $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tr '\n' ' ')"
   grep -E "FAILED|Failure" "$OUT/tests.log" | head -10
 }
+# test_build NAME: build-NAME/test_cuda's attention tests (every CUDA attention path and the op harness's attention
+# case; ~110 s alone on the machine, more while other builds take the cores) under `timeout 200`, log in
+# OUT/tests_NAME.log; prints the exit status, the seconds, gtest's summary and the first failures; succeeds only if
+# gtest says PASSED (the scripts time a measurement build only then).
+test_build() {
+  local t=$SECONDS
+  timeout 200 build-$1/test_cuda \
+    --gtest_filter='CudaAttention*:CudnnAttention*:CudaSpAttention*:CudaOpHarness.EveryAttentionCaseOnEveryCudaPath' \
+    > "$OUT/tests_$1.log" 2>&1
+  echo "tests $1 rc=$? $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$1.log" | tr '\n' ' ')"
+  grep -E "FAILED|Failure" "$OUT/tests_$1.log" | head -6
+  grep -q '^\[  PASSED' "$OUT/tests_$1.log" || { grep -E '^\[ RUN' "$OUT/tests_$1.log" | tail -2; return 1; }
+}
 # attn_ms LABEL BIN BACKEND D H PASS: `BIN/seqpar bench attention` at 16K and 64K, H query heads over 8 KV heads,
 # head dim D, PASS (fwd / fwd_bwd), 2 warm-up and 5 timed runs: one line "D=.. H=.. PASS LABEL: S .. ms .. S .. ms ..".
 attn_ms() {

@@ -17,7 +17,6 @@
 #include "core/cuda_check.h"
 #include "core/error_base.h"
 
-
 namespace seqpar::cuda_attn {
 
 namespace {
