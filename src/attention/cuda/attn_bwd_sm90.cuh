@@ -42,27 +42,14 @@
 #include "attention/cuda/attn_launch.h"
 #include "attention/cuda/sm90_ptx.cuh"  // mbarriers, tensor copies, descriptors, wgmma
 
-// SEQPAR_SM90_BWD_KT_MAJOR (a measurement build; 0 unless defined): the backward's grid key-tile-major, (key tile,
-// KV head) instead of (KV head, key tile). The 132 blocks running at once then cover about one KV group (its 4 query
-// heads' Q, dO and dQ rows) instead of key tiles 0..16 of all 8 groups (all 32 heads' rows): cuDNN's backward, which
-// works per query head, reads almost nothing from DRAM (4.3% DRAM throughput against seqpar's 51.6%, ncu,
-// twenty-second session).
-#ifndef SEQPAR_SM90_BWD_KT_MAJOR
-#define SEQPAR_SM90_BWD_KT_MAJOR 0
-#endif
-// SEQPAR_SM90_BWD_PER_HEAD (a measurement build; 0 unless defined): cuDNN's split of the backward's work, one block
-// per (key tile, query head) instead of per (KV head, key tile) walking the group's heads: 4x the blocks (GQA 4),
-// each a quarter of the steps, and the running blocks share one query head's rows (16 MB at 16K, D 128); dK / dV
-// per query head into f32 [Tk, H, D] buffers, summed per KV group by a second kernel (attn_bwd_sm90.cu).
-#ifndef SEQPAR_SM90_BWD_PER_HEAD
-#define SEQPAR_SM90_BWD_PER_HEAD 0
-#endif
-// SEQPAR_SM90_BWD_EARLY_DV (a measurement build; 0 unless defined): dV += P^T dO issued as soon as P is (before the
-// wait for dP^T), so that it runs on the tensor cores while the consumers compute dS; today it is issued after dS,
-// and while both warpgroups compute dS at the same time (they meet at the dS barrier every step) the tensor cores
-// have nothing of theirs to do.
-#ifndef SEQPAR_SM90_BWD_EARLY_DV
-#define SEQPAR_SM90_BWD_EARLY_DV 0
+
+// SEQPAR_SM90_BWD_HEAD_OUTER (a measurement build; 0 unless defined): a block walks all its visible query tiles for
+// the group's first head, then for the next, instead of every head of the group per query tile. The blocks running
+// at once (the key tiles of one KV group) each read query tile kt + step: with the heads inner their Q / dO / dQ
+// rows span 132 tiles x 4 heads (~69 MB at D = 128, more than the 50 MB L2), with the head outer 132 tiles of one
+// head (~17 MB), about what cuDNN's per-query-head blocks read at once.
+#ifndef SEQPAR_SM90_BWD_HEAD_OUTER
+#define SEQPAR_SM90_BWD_HEAD_OUTER 0
 #endif
 
 namespace seqpar::cuda_attn::sm90 {
@@ -206,17 +193,12 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   const uint32_t kvbar = bars + 8u * 2 * STAGES;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // The grid: (KV head, key tile), every head's heaviest tiles first; or, SEQPAR_SM90_BWD_KT_MAJOR, (key tile, KV
-  // head): the blocks running at once then share one KV group's query heads; or, SEQPAR_SM90_BWD_PER_HEAD, (key
-  // tile, query head): a block walks one query head and stores its dK / dV for that head (attn_bwd_sm90.cu
-  // passes f32 [Tk, H, D] buffers and sums each group's heads afterwards).
-  constexpr bool PH = SEQPAR_SM90_BWD_PER_HEAD;
-  constexpr bool KT_MAJOR = PH || SEQPAR_SM90_BWD_KT_MAJOR;
+  // The grid is (key tile, KV head). Blocks start in x-fastest order, so the blocks running at once are the key tiles
+  // of one KV group (at 16K all 128 of them and a few of the next group's), heaviest first, and they share that
+  // group's Q / dO / dQ rows in L2. The grid (KV head, key tile), whose running blocks were key tiles 0..16 of all
+  // eight groups, was 10% slower at 16K, H 32, D 128 (bench/NOTES.md, twenty-ninth session).
+  const int hk = blockIdx.y, kt = blockIdx.x;
   const int G = p.H / p.Hkv;
-  const int hy = KT_MAJOR ? blockIdx.y : blockIdx.x;  // the KV head, or (PH) the query head
-  const int kt = KT_MAJOR ? blockIdx.x : blockIdx.y;
-  const int hk = PH ? hy / G : hy;
-  // The block walks query heads hk * G + gi of its group (gi < G), or (PH) only hy.
   const int k0 = kt * BN;
   const int nqt = (p.Tq + BM - 1) / BM;
   const int Tq_pad = nqt * BM;
@@ -238,15 +220,19 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   // time, measured no faster on an H100: bench/NOTES.md, twenty-fifth session.)
   VisibleTiles<false> vis{ks, q_stats, nqt, p.causal, p.window, lane};
   auto next_i = [&](int from) { return vis.next(from); };
+  int i = next_i(0);
+  const bool any = i < nqt;
+  const int i_first = i;
   // The step after (query tile qi, head gi of the group) (warp-uniform: every lane calls it).
   auto advance = [&](int& qi, int& gi) {
-    if (++gi == (PH ? 1 : G)) {
+    if constexpr (SEQPAR_SM90_BWD_HEAD_OUTER) {
+      qi = next_i(qi + 1);
+      if (qi >= nqt && ++gi < G) qi = i_first;  // nqt once every head is done
+    } else if (++gi == G) {
       gi = 0;
       qi = next_i(qi + 1);
     }
   };
-  int i = next_i(0);
-  const bool any = i < nqt;
 
   if (warp >= NCW) {  // ---- producer warpgroup: its first warp issues the copies
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
@@ -254,7 +240,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       int gi = 0;
       for (int it = 0; i < nqt; ++it) {
         constexpr int NT = S::kDqTiles;
-        const int h = PH ? hy : hk * G + gi, b = it % NT;
+        const int h = hk * G + gi, b = it % NT;
         named_bar_sync(kBarDqFull + b, NCW * 32 + 32);  // the consumers' dQ is in tile b
         if (lane == 0) {
 #pragma unroll
@@ -283,7 +269,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     int gi = 0;
     for (int it = 0; i < nqt; ++it) {
       const int s = it % STAGES;
-      const int h = PH ? hy : hk * G + gi;
+      const int h = hk * G + gi;
       if (lane == 0) {
         mbar_wait(empty(s), ((it / STAGES) & 1) ^ 1);  // the consumers are done with its last use
         mbar_arrive_expect_tx(full(s), 2 * S::kQBytes + 2 * S::kRowBytes);
@@ -399,20 +385,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
         }
     }
 
-    uint32_t pa[BM / 16][4], da[BM / 16][4];
-    const uint64_t do_mn_desc = smem_desc(sdO(s), BM * 128, 1024);  // dO_i, MN-major, for dV
-    constexpr bool kEarlyDv = SEQPAR_SM90_BWD_EARLY_DV && D == 128;  // (at D = 64 it spills 48 bytes)
-    if constexpr (kEarlyDv) {
-      acc_to_a<E, BM>(pa, st);
-      reg_fence(dv);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], desc_add(do_mn_desc, kk * 16 * 128));
-      wgmma_commit();
-      wgmma_wait<1>();  // dP^T is in (the groups complete in order; dV may still run)
-    } else {
-      wgmma_wait<0>();  // dP^T is in
-    }
+    wgmma_wait<0>();  // dP^T is in
     reg_fence(dpt);
     // dS^T = P^T (dP^T - delta)
 #pragma unroll
@@ -424,17 +397,17 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
         dpt[4 * n + 2 * hr + 1] = st[4 * n + 2 * hr + 1] * (dpt[4 * n + 2 * hr + 1] - dl.y);
       }
     }
-    if constexpr (!kEarlyDv) acc_to_a<E, BM>(pa, st);
+    uint32_t pa[BM / 16][4], da[BM / 16][4];
+    acc_to_a<E, BM>(pa, st);
     acc_to_a<E, BM>(da, dpt);
 
     // dV += P^T dO_i: BM / 16 steps of k16 over the queries, each 16 query rows (2048 bytes) further.
-    if constexpr (!kEarlyDv) {
-      reg_fence(dv);
-      wgmma_fence();
+    reg_fence(dv);
+    const uint64_t do_mn_desc = smem_desc(sdO(s), BM * 128, 1024);
+    wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], desc_add(do_mn_desc, kk * 16 * 128));
-      wgmma_commit();
-    }
+    for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], desc_add(do_mn_desc, kk * 16 * 128));
+    wgmma_commit();
 
     // dS^T (E) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n: 64-query half n / 8, chunk
     // n % 8 of its 128-byte row (swizzle key g). da[kk][j] holds accumulator block n = 2kk + (j >> 1),
@@ -514,7 +487,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   for (int hr = 0; hr < 2; ++hr) {
     const int c = k0 + wg * 64 + 16 * w + g + 8 * hr;
     if (c >= p.Tk) continue;
-    const int64_t row = PH ? (static_cast<int64_t>(c) * p.H + hy) * D : (static_cast<int64_t>(c) * p.Hkv + hk) * D;
+    const int64_t row = (static_cast<int64_t>(c) * p.Hkv + hk) * D;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       const int col = n * 8 + 2 * t;

@@ -31,14 +31,6 @@
 #include "attention/cuda/attn_launch.h"
 #include "attention/cuda/sm90_ptx.cuh"  // mbarriers, tensor copies, descriptors, wgmma
 
-// SEQPAR_SM90_FWD_ACCS (a measurement build; 1 unless defined): the online softmax's row maximum and row sum over a
-// thread's 32 columns of a row in that many independent partials, combined at the end, instead of one chain of 16
-// FMNMX and one of 32 FADD per row (the SASS of the twenty-eighth session): shorter dependency chains in the part of
-// the tile loop that runs under the other warpgroups' products.
-#ifndef SEQPAR_SM90_FWD_ACCS
-#define SEQPAR_SM90_FWD_ACCS 1
-#endif
-
 namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
@@ -90,8 +82,6 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
   constexpr int HALVES = D / 64;  // 128-byte column halves of a row
   constexpr int SR = BN / 2;      // S accumulator registers per thread (m64 x BN over 128 threads)
   constexpr int OR = D / 2;       // O accumulator registers per thread
-  constexpr int ACC = SEQPAR_SM90_FWD_ACCS;  // partial maxima and sums per row (a power of two)
-  static_assert(ACC >= 1 && ACC <= 8 && (ACC & (ACC - 1)) == 0, "SEQPAR_SM90_FWD_ACCS: 1, 2, 4 or 8");
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
 
   extern __shared__ uint8_t smem_raw[];
@@ -287,16 +277,9 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
     }
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      // The row's maximum and sum over this thread's columns in ACC independent partials (shorter dependency chains).
-      float mxa[ACC];
+      float mx = m[hr];
 #pragma unroll
-      for (int a = 0; a < ACC; ++a) mxa[a] = m[hr];
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n)
-        mxa[n % ACC] = fmaxf(mxa[n % ACC], fmaxf(sc[4 * n + 2 * hr], sc[4 * n + 2 * hr + 1]));
-      float mx = mxa[0];
-#pragma unroll
-      for (int a = 1; a < ACC; ++a) mx = fmaxf(mx, mxa[a]);
+      for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * hr], sc[4 * n + 2 * hr + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       // Conditional rescaling (FlashAttention-4's): the maximum exponentiated against moves only when a tile's
@@ -310,22 +293,16 @@ __global__ void __launch_bounds__(Shape<D, NWG, STAGES>::kThreads, 1)
       corr[hr] = move && m[hr] != -INFINITY ? fast_exp2((m[hr] - mx) * sl2) : 1.f;
       if (move) m[hr] = mx;
       const float msc = m[hr] == -INFINITY ? 0.f : m[hr] * sl2;
-      float rsa[ACC];
-#pragma unroll
-      for (int a = 0; a < ACC; ++a) rsa[a] = 0.f;
+      float rs = 0.f;
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float pv = fast_exp2(fmaf(sc[4 * n + 2 * hr + e], sl2, -msc));
           sc[4 * n + 2 * hr + e] = pv;
-          rsa[(2 * n + e) % ACC] += pv;
+          rs += pv;
         }
-#pragma unroll
-      for (int w = 1; w < ACC; w *= 2)
-#pragma unroll
-        for (int a = 0; a + w < ACC; a += 2 * w) rsa[a] += rsa[a + w];
-      l[hr] = l[hr] * corr[hr] + rsa[0];
+      l[hr] = l[hr] * corr[hr] + rs;
     }
   };
   auto pack_p = [&]() {
