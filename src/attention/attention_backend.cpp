@@ -130,6 +130,11 @@ std::optional<PackedDocs> packed_docs(const AttnArgs& args, int64_t Tq, int64_t 
   return docs;
 }
 
+bool auto_runs_own_kernel(AttnDirection dir, int64_t head_dim, int64_t tokens, bool causal, int compute_capability) {
+  if (compute_capability != 90 || !causal || tokens < kAutoOwnKernelMinTokens) return false;
+  return dir == AttnDirection::kForward ? head_dim == 128 : head_dim == 64;
+}
+
 bool cuda_attention_head_dim(int64_t head_dim) { return head_dim == 64 || head_dim == 96 || head_dim == 128; }
 
 }  // namespace seqpar

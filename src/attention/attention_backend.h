@@ -7,9 +7,9 @@
 //   cudnn  cuDNN's fused SDPA (graph API) for every call it computes exactly (packed_docs below),
 //          the flash kernel for the others (said at debug log level).
 //   auto   cudnn on Hopper and newer (compute capability >= 9.0) for the calls its dense graph
-//          computes (one document: 1.3-2.0x the flash kernel forward
-//          +backward on the H200, bench/NOTES.md 2026-12-02), flash for every other call.
-//          What sdpa, the default attn_implementation, runs.
+//          computes (one document), except the directions auto_runs_own_kernel names, where seqpar's
+//          sm_90 kernel was measured faster; flash for every other call. Chosen per call and per
+//          direction (docs/kernel-policy.md). What sdpa, the default attn_implementation, runs.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +46,22 @@ AttentionBackend attention_backend_for(AttnImplementation impl);
 // flash kernel, also on Hopper), and their text for messages. The CPU attention takes any.
 bool cuda_attention_head_dim(int64_t head_dim);
 inline constexpr const char* kCudaAttentionHeadDims = "64, 96 or 128";
+
+// Which pass of attention a rule is about.
+enum class AttnDirection { kForward, kBackward };
+
+// From this many tokens (one causal document) auto_runs_own_kernel may pick seqpar's sm_90 kernel: the
+// shortest length at which it was measured faster than cuDNN (bench/NOTES.md, twenty-ninth session).
+inline constexpr int64_t kAutoOwnKernelMinTokens = 16384;
+
+// Whether `auto` runs seqpar's own sm_90 kernel instead of cuDNN's dense graph for one direction of a
+// call cuDNN's dense graph computes exactly (one document of `tokens` queries and keys, no window): the
+// forward at head dim 128 and the backward at head dim 64, causal, from kAutoOwnKernelMinTokens tokens,
+// on compute capability 9.0 (where the sm_90 kernels run). Those are the directions measured faster
+// than cuDNN's on an H100 (forward D 128: 1.03-1.08x; backward D 64: 1.02-1.04x; 16K and 64K tokens,
+// H 32 and 16 over 8 KV heads); every other direction and shape stays on cuDNN. Both backends write and
+// read the same out / lse contract (attention.h), so a forward of one and a backward of the other pair.
+bool auto_runs_own_kernel(AttnDirection dir, int64_t head_dim, int64_t tokens, bool causal, int compute_capability);
 
 // Documents of one packed token stream: document d covers tokens [cu[d], cu[d+1]).
 struct PackedDocs {

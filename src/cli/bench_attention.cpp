@@ -42,7 +42,9 @@ void add_bench_attention_options(CLI::App& cmd, BenchAttentionOptions& o) {
   cmd.add_option("--iters", o.iters, "timed runs per measurement (the median is reported)")->capture_default_str();
   cmd.add_option("--out", o.out, "also append the JSON lines to this file");
   cmd.add_option("--device", o.device, "CUDA device index")->capture_default_str();
-  cmd.add_option("--backend", o.backend, "flash (seqpar's kernel) or cudnn (cuDNN fused SDPA)")->capture_default_str();
+  cmd.add_option("--backend", o.backend,
+                 "flash (seqpar's kernel), cudnn (cuDNN fused SDPA) or auto (per call and direction, what sdpa runs)")
+      ->capture_default_str();
 }
 
 namespace {
@@ -51,7 +53,7 @@ struct Plan {
   std::vector<int64_t> seq_lens, head_dims;
   int64_t H, Hkv;
   bool fwd, fwd_bwd;
-  bool cudnn;
+  AttentionBackend backend;
 };
 
 Plan validate(const BenchAttentionOptions& o) {
@@ -75,8 +77,9 @@ Plan validate(const BenchAttentionOptions& o) {
     (item == "fwd" ? p.fwd : p.fwd_bwd) = true;
   }
   SEQPAR_INPUT_CHECK(p.fwd || p.fwd_bwd, "--passes={} names nothing to time", o.passes);
-  SEQPAR_INPUT_CHECK(o.backend == "flash" || o.backend == "cudnn", "--backend={} must be flash or cudnn", o.backend);
-  p.cudnn = o.backend == "cudnn";
+  SEQPAR_INPUT_CHECK(o.backend == "flash" || o.backend == "cudnn" || o.backend == "auto",
+                     "--backend={} must be flash, cudnn or auto", o.backend);
+  p.backend = parse_attention_backend(o.backend);
   return p;
 }
 
@@ -98,7 +101,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
   cudaStream_t stream = current_stream();
   // The environment's kernel choices (tiles, kernel families, cuDNN's graph) with this run's backend.
   AttentionPolicy policy = process_kernel_policy().attention;
-  policy.backend = plan.cudnn ? AttentionBackend::kCudnn : AttentionBackend::kFlash;
+  policy.backend = plan.backend;
   uint64_t seed = 1;
   for (int64_t D : plan.head_dims) {
     for (int64_t S : plan.seq_lens) {
@@ -114,7 +117,9 @@ int run_bench_attention(const BenchAttentionOptions& o) {
       Tensor dk = Tensor::empty({S, Hkv, D}, DType::kBF16, dev), dv = Tensor::empty({S, Hkv, D}, DType::kBF16, dev);
       // Metadata on the device for the flash kernel; cuDNN reads the document layout on the host.
       const TokenMeta host_meta = token_meta_from_cu_seqlens({0, static_cast<int32_t>(S)});
-      const TokenMeta meta = plan.cudnn ? host_meta : TokenMeta{host_meta.seg.to(dev), host_meta.pos.to(dev)};
+      const TokenMeta meta = plan.backend != AttentionBackend::kFlash
+                                 ? host_meta
+                                 : TokenMeta{host_meta.seg.to(dev), host_meta.pos.to(dev)};
       // Which path each call took, counted over the runs of a pass (every timed run must be the
       // chosen backend's, not a fallback).
       AttnPath fwd_ran = AttnPath::kNone, bwd_ran = AttnPath::kNone;
@@ -156,7 +161,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
         const cuda_attn::FwdTile ft = cuda_attn::fwd_tile(static_cast<int>(D), policy.fwd_tile);
         const cuda_attn::BwdTile bt = cuda_attn::bwd_tile(static_cast<int>(D), policy.bwd_tile);
         nlohmann::ordered_json j = {{"bench", "attention"},
-                            {"impl", plan.cudnn ? "seqpar_cudnn" : "seqpar_flash"},
+                            {"impl", fmt::format("seqpar_{}", attention_backend_name(plan.backend))},
                             {"S", S},
                             {"H", H},
                             {"Hkv", Hkv},
@@ -173,7 +178,17 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                             {"bwd_tile", fmt::format("{}x{}x{}", bt.bm, bt.bn, bt.warps)},
                             {"device", prop.name},
                             {"date", utc_now("%Y-%m-%d")}};
-        if (plan.cudnn) {
+        if (plan.backend == AttentionBackend::kAuto) {
+          // The path every run of each direction took (auto chooses per call and direction).
+          auto ran = [](std::map<AttnPath, int64_t>& paths) {
+            std::string r;
+            for (const auto& [path, n] : paths) r += fmt::format("{}{} x{}", r.empty() ? "" : ", ", attn_path_name(path), n);
+            return r;
+          };
+          j["fwd_path"] = ran(fwd_paths);
+          if (with_bwd) j["bwd_path"] = ran(bwd_paths);
+        }
+        if (plan.backend == AttentionBackend::kCudnn) {
           // Every timed run must have been cuDNN's, not the flash fallback.
           const int64_t runs = o.warmup + o.iters;
           j.erase("fwd_tile");

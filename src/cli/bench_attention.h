@@ -1,8 +1,9 @@
 // `seqpar bench attention`: times seqpar's CUDA attention (attention/cuda, forward and
 // forward + backward) on one long sequence per (S, D) and prints one JSON line per measurement;
 // bench/peers/torch_sdpa.py prints the same lines for PyTorch SDPA (flash and cuDNN backends).
-// --backend picks seqpar's own flash kernel ("seqpar_flash") or cuDNN's fused SDPA through the
-// graph API ("seqpar_cudnn", attention/cuda/cudnn_sdpa.h).
+// --backend picks seqpar's own flash kernel ("seqpar_flash"), cuDNN's fused SDPA through the
+// graph API ("seqpar_cudnn", attention/cuda/cudnn_sdpa.h), or auto ("seqpar_auto": what
+// --attn-implementation sdpa runs, chosen per call and direction; the lines name the paths that ran).
 //
 // FLOPs (the convention of the PyTorch figures in bench/NOTES.md): forward 4 S^2 H D, halved when
 // causal; backward 2.5x the forward, so forward + backward counts 3.5x the forward.
@@ -28,7 +29,7 @@ struct BenchAttentionOptions {
   int iters = 5;                       // timed runs; the median is reported
   std::string out;                     // also append the JSON lines to this file (empty: stdout only)
   int device = 0;
-  std::string backend = "flash";  // flash | cudnn (attention/attention_backend.h)
+  std::string backend = "flash";  // flash | cudnn | auto (attention/attention_backend.h)
 };
 
 // Registers the options above on a (sub)command, e.g. `seqpar bench attention`.

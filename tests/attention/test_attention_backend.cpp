@@ -124,5 +124,29 @@ TEST(AttentionBackend, PackedDocsRefusesWhatCudnnCannotExpress) {
   EXPECT_FALSE(packed_docs(same_set(none, true), 0, 0, &why).has_value());
 }
 
+// auto's per-direction rule: the sm_90 kernel for the forward at D 128 and the backward at D 64, causal, long enough,
+// on compute capability 9.0 only; cuDNN for everything else.
+TEST(AttentionBackend, AutoRunsOwnKernelOnlyWhereMeasuredFaster) {
+  constexpr int64_t L = kAutoOwnKernelMinTokens;
+  const auto fwd = AttnDirection::kForward, bwd = AttnDirection::kBackward;
+  EXPECT_TRUE(auto_runs_own_kernel(fwd, 128, L, true, 90));
+  EXPECT_TRUE(auto_runs_own_kernel(fwd, 128, 8 * L, true, 90));
+  EXPECT_TRUE(auto_runs_own_kernel(bwd, 64, L, true, 90));
+  EXPECT_FALSE(auto_runs_own_kernel(bwd, 128, 8 * L, true, 90));  // cuDNN's D 128 backward is faster
+  EXPECT_FALSE(auto_runs_own_kernel(fwd, 64, 8 * L, true, 90));   // and its D 64 forward
+  for (int64_t D : {64, 96, 128}) {
+    for (auto dir : {fwd, bwd}) {
+      EXPECT_FALSE(auto_runs_own_kernel(dir, D, L - 1, true, 90)) << D;  // shorter than measured
+      EXPECT_FALSE(auto_runs_own_kernel(dir, D, 4 * L, false, 90)) << D;  // non-causal: not measured
+      for (int cc : {80, 89, 100, 120})  // the sm_90 kernels run on 9.0 only
+        EXPECT_FALSE(auto_runs_own_kernel(dir, D, 4 * L, true, cc)) << D << " " << cc;
+    }
+    if (D == 96) {
+      EXPECT_FALSE(auto_runs_own_kernel(fwd, D, 4 * L, true, 90));
+      EXPECT_FALSE(auto_runs_own_kernel(bwd, D, 4 * L, true, 90));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace seqpar

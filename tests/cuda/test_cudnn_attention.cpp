@@ -1,9 +1,9 @@
 // cuDNN fused attention (attention/cuda/cudnn_sdpa.h) beyond the op harness's cases (every
 // attention case runs on cuDNN's dense and ragged graphs and `auto` where packed_docs says cuDNN is
 // exact, in test_cuda_op_harness.cpp): the graphs against an H200 description without a GPU, the
-// fallback to the flash kernel where cuDNN is not exact, and cuDNN against the flash kernel and its
-// dense graph against its ragged one on long sequences. Which path ran is what each call reports
-// (AttnArgs::ran).
+// fallback to the flash kernel where cuDNN is not exact, auto's per-direction pairs, cuDNN against the
+// flash kernel and its dense graph against its ragged one on long sequences. Which path ran is what
+// each call reports (AttnArgs::ran).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -19,6 +19,7 @@
 #include "attention/attention.h"
 #include "attention/attention_backend.h"
 #include "attention/cuda/attention_cuda.h"
+#include "attention/cuda/attn_launch.h"
 #include "attention/cuda/cudnn_sdpa.h"
 #include "cli/bench_attention.h"
 #include "core/log.h"
@@ -193,6 +194,81 @@ TEST(CudnnAttention, DenseAgreesWithRaggedOnOneLongSequence) {
     if (!finite) break;
   }
   EXPECT_LT(worst, 1e-3);
+}
+
+// auto chooses per direction (attention_backend.h's auto_runs_own_kernel): on one causal document of
+// kAutoOwnKernelMinTokens tokens it runs the sm_90 kernel's forward with cuDNN's backward at D 128 and
+// cuDNN's forward with the sm_90 kernel's backward at D 64, each backward reading the other backend's out
+// and lse. Both mixes agree with all-cuDNN and all-flash to bf16 rounding; shorter, the same call stays on
+// cuDNN both ways. (Off compute capability 9.0 auto stays on cuDNN: the paths are checked there too.)
+TEST(CudnnAttention, AutoPairsBackendsPerDirection) {
+  REQUIRE_GPU();
+  const int cc = cuda_attn::device_compute_capability(0);
+  for (int64_t D : {128, 64}) {
+    SCOPED_TRACE("D=" + std::to_string(D));
+    const int64_t T = kAutoOwnKernelMinTokens, H = 4, Hkv = 2;
+    Tensor q = bf16_on_gpu(stored(random_values(T * H * D, 91, -1.5f, 1.5f), DType::kBF16), {T, H, D});
+    Tensor k = bf16_on_gpu(stored(random_values(T * Hkv * D, 92, -1.5f, 1.5f), DType::kBF16), {T, Hkv, D});
+    Tensor v = bf16_on_gpu(stored(random_values(T * Hkv * D, 93), DType::kBF16), {T, Hkv, D});
+    Tensor dout = bf16_on_gpu(stored(random_values(T * H * D, 94), DType::kBF16), {T, H, D});
+    struct Result {
+      std::vector<float> out, lse, dq, dk, dv;
+      AttnPath fwd = AttnPath::kNone, bwd = AttnPath::kNone;
+    };
+    // Forward with backend fb, backward with bb, on the first n tokens.
+    auto run = [&](const char* fb, const char* bb, int64_t n) {
+      const TokenMeta meta = token_meta_from_cu_seqlens({0, static_cast<int32_t>(n)});
+      Result r;
+      AttnArgs fa{meta, meta, true, static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))), policy_for(fb)};
+      AttnArgs ba = fa;
+      ba.policy = policy_for(bb);
+      fa.ran = &r.fwd;
+      ba.ran = &r.bwd;
+      const Tensor qn = q.rows(0, n), kn = k.rows(0, n), vn = v.rows(0, n), don = dout.rows(0, n);
+      Tensor out = poisoned({n, H, D}, DType::kBF16, kGpu), lse = poisoned({n, H}, DType::kF32, kGpu);
+      Tensor dq = poisoned({n, H, D}, DType::kBF16, kGpu), dk = poisoned({n, Hkv, D}, DType::kBF16, kGpu);
+      Tensor dv = poisoned({n, Hkv, D}, DType::kBF16, kGpu);
+      cuda_attn::attn_forward(out, lse, qn, kn, vn, fa);
+      cuda_attn::attn_backward(dq, dk, dv, don, qn, kn, vn, out, lse, ba, GradMode::kWrite);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      r.out = out.to_f32_vector();
+      r.lse = lse.to_f32_vector();
+      r.dq = dq.to_f32_vector();
+      r.dk = dk.to_f32_vector();
+      r.dv = dv.to_f32_vector();
+      return r;
+    };
+    auto expect_close = [](const Result& a, const Result& b, const char* what) {
+      auto rel = [](const std::vector<float>& x, const std::vector<float>& y) {
+        return rel_l2(to_double(x), to_double(y));
+      };
+      EXPECT_LT(rel(a.out, b.out), 1e-2) << what;
+      EXPECT_LT(rel(a.dq, b.dq), 2e-2) << what;  // infinite if a NaN or a poisoned value was left anywhere
+      EXPECT_LT(rel(a.dk, b.dk), 2e-2) << what;
+      EXPECT_LT(rel(a.dv, b.dv), 2e-2) << what;
+    };
+    const Result cudnn = run("cudnn", "cudnn", T), flash = run("flash", "flash", T);
+    const Result auto_ = run("auto", "auto", T);
+    const bool own_fwd = auto_runs_own_kernel(AttnDirection::kForward, D, T, true, cc);
+    const bool own_bwd = auto_runs_own_kernel(AttnDirection::kBackward, D, T, true, cc);
+    if (cc == 90) {
+      EXPECT_EQ(own_fwd, D == 128);
+      EXPECT_EQ(own_bwd, D == 64);
+    }
+    EXPECT_EQ(auto_.fwd, own_fwd ? AttnPath::kFlashWgmma : AttnPath::kCudnnDense) << attn_path_name(auto_.fwd);
+    EXPECT_EQ(auto_.bwd, own_bwd ? AttnPath::kFlashWgmma : AttnPath::kCudnnDense) << attn_path_name(auto_.bwd);
+    expect_close(auto_, cudnn, "auto against cuDNN");
+    expect_close(auto_, flash, "auto against flash");
+    // Both mixes, whatever auto picks on this device: each backward reads the other backend's out and lse.
+    const Result fc = run("flash", "cudnn", T), cf = run("cudnn", "flash", T);
+    EXPECT_TRUE(on_cudnn(fc.bwd) && !on_cudnn(fc.fwd) && on_cudnn(cf.fwd) && !on_cudnn(cf.bwd));
+    expect_close(fc, cudnn, "flash forward, cuDNN backward");
+    expect_close(cf, flash, "cuDNN forward, flash backward");
+    // One token shorter than the rule's length: cuDNN both ways.
+    const Result shorter = run("auto", "auto", T - 1);
+    EXPECT_EQ(shorter.fwd, AttnPath::kCudnnDense) << attn_path_name(shorter.fwd);
+    EXPECT_EQ(shorter.bwd, AttnPath::kCudnnDense) << attn_path_name(shorter.bwd);
+  }
 }
 
 // The benchmark with --backend cudnn (--gtest_also_run_disabled_tests

@@ -129,19 +129,18 @@ Tensor tile_stats(const TokenMeta& m, const DeviceMeta& dm, int64_t T, int tile,
 
 // The documents to hand to cuDNN for this call, or nullopt for the flash kernel: the policy's
 // backend, the device (auto: compute capability >= 9.0), outputs in q's 16-bit type, and
-// attention_backend.h's packed_docs rule. Says why at debug level whenever a cuDNN setting ends on
-// the flash kernel. bf16 and f16 q, k, v take the same route (the flash kernels are instantiated
-// for both).
-std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq, int64_t Tk, bool sixteen_bit_outputs,
-                                      const AttnArgs& args) {
+// attention_backend.h's packed_docs rule; for auto also its per-direction rule (auto_runs_own_kernel).
+// Says why at debug level whenever a cuDNN setting ends on the flash kernel. bf16 and f16 q, k, v take
+// the same route (the flash kernels are instantiated for both).
+std::optional<PackedDocs> cudnn_route(AttnDirection dir, Device dev, int64_t Tq, int64_t Tk, int64_t D,
+                                      bool sixteen_bit_outputs, const AttnArgs& args) {
   const AttentionBackend backend = args.policy.backend;
   if (backend == AttentionBackend::kFlash) return std::nullopt;
+  const char* entry = dir == AttnDirection::kForward ? "attn_forward" : "attn_backward";
   std::string why;
-  if (backend == AttentionBackend::kAuto) {
-    const int cc = device_compute_capability(dev.index);
-    if (cc < 90)
-      why = fmt::format("{} has compute capability {}.{} (auto uses cuDNN from 9.0)", dev.str(), cc / 10, cc % 10);
-  }
+  const int cc = backend == AttentionBackend::kAuto ? device_compute_capability(dev.index) : 0;
+  if (backend == AttentionBackend::kAuto && cc < 90)
+    why = fmt::format("{} has compute capability {}.{} (auto uses cuDNN from 9.0)", dev.str(), cc / 10, cc % 10);
   if (why.empty() && !sixteen_bit_outputs) why = "f32 outputs or gradients (cuDNN writes q's 16-bit type)";
   std::optional<PackedDocs> docs;
   if (why.empty()) docs = packed_docs(args, Tq, Tk, &why);
@@ -150,6 +149,14 @@ std::optional<PackedDocs> cudnn_route(const char* entry, Device dev, int64_t Tq,
     // flash kernel forward+backward on the H200 (bench/NOTES.md, 2026-12-02). Its ragged graph
     // (several documents) is not measured, and with GQA it holds two f32 [T, H, D] buffers more.
     why = "auto: several documents (cuDNN's ragged graph, not measured faster; backend cudnn takes it)";
+    docs.reset();
+  }
+  // The kernel family a policy override pins (SEQPAR_FLASH_*_KERNEL=mma) is not the one measured faster.
+  const FlashKernel pinned = dir == AttnDirection::kForward ? args.policy.fwd_kernel : args.policy.bwd_kernel;
+  if (docs && backend == AttentionBackend::kAuto && pinned != FlashKernel::kMma &&
+      auto_runs_own_kernel(dir, D, Tq, args.causal, cc)) {
+    why = fmt::format("auto: the sm_90 kernel, measured faster than cuDNN at D={} from {} tokens", D,
+                      kAutoOwnKernelMinTokens);
     docs.reset();
   }
   if (!docs) log_debug("{}: backend {} runs the flash kernel here: {}", entry, attention_backend_name(backend), why);
@@ -208,7 +215,7 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
     if (args.ran) *args.ran = AttnPath::kNone;
     return;
   }
-  if (const auto docs = cudnn_route("attn_forward", dev, Tq, Tk, out.dtype() == q.dtype(), args)) {
+  if (const auto docs = cudnn_route(AttnDirection::kForward, dev, Tq, Tk, D, out.dtype() == q.dtype(), args)) {
     if (const AttnPath path = cudnn_attn_forward(out, lse, q, k, v, args, *docs); path != AttnPath::kNone) {
       if (args.ran) *args.ran = path;
       return;
@@ -260,7 +267,7 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   }
   // cuDNN reads an out of q's type; f32 gradients (a ring's accumulators) take its 16-bit result
   // added or cast.
-  if (const auto docs = cudnn_route("attn_backward", dev, Tq, Tk, out.dtype() == q.dtype(), args)) {
+  if (const auto docs = cudnn_route(AttnDirection::kBackward, dev, Tq, Tk, D, out.dtype() == q.dtype(), args)) {
     if (const AttnPath path = cudnn_attn_backward(dq, dk, dv, dout, q, k, v, out, lse, args, *docs, mode);
         path != AttnPath::kNone) {
       if (args.ran) *args.ran = path;
