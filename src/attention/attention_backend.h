@@ -58,7 +58,7 @@ inline constexpr int64_t kAutoOwnKernelMinTokens = 16384;
 // call cuDNN's dense graph computes exactly (one document of `tokens` queries and keys, no window): the
 // forward at head dim 128 and the backward at head dim 64, causal, from kAutoOwnKernelMinTokens tokens,
 // on compute capability 9.0 (where the sm_90 kernels run). Those are the directions measured faster
-// than cuDNN's on an H100 (forward D 128: 1.03-1.08x; backward D 64: 1.02-1.04x; 16K and 64K tokens,
+// than cuDNN's on an H100 (forward D 128: 1.03-1.08x; backward D 64: 1.00-1.09x; 16K and 64K tokens,
 // H 32 and 16 over 8 KV heads); every other direction and shape stays on cuDNN. Both backends write and
 // read the same out / lse contract (attention.h), so a forward of one and a backward of the other pair.
 bool auto_runs_own_kernel(AttnDirection dir, int64_t head_dim, int64_t tokens, bool causal, int compute_capability);
