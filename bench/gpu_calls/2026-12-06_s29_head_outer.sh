@@ -7,7 +7,8 @@
 # 1. tests of both builds; 2. forward+backward, D = 128 and 64, H 32 and 16 (Hkv 8), 16K / 64K, beside cuDNN, two
 # alternating rounds; 3. ncu: duration, DRAM throughput and L2 hit rate of the D = 128 backward of both builds and
 # cuDNN's (16K, H 32).
-#   bash bench/gpu_calls/2026-12-06_s29_head_outer.sh OUT_DIR   (~400 s)
+#   bash bench/gpu_calls/2026-12-06_s29_head_outer.sh OUT_DIR   (~400 s; ran at e14e165: the switch was removed from
+#   main after it, so rerun it from a `git archive e14e165`)
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"

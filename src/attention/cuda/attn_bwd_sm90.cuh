@@ -42,16 +42,6 @@
 #include "attention/cuda/attn_launch.h"
 #include "attention/cuda/sm90_ptx.cuh"  // mbarriers, tensor copies, descriptors, wgmma
 
-
-// SEQPAR_SM90_BWD_HEAD_OUTER (a measurement build; 0 unless defined): a block walks all its visible query tiles for
-// the group's first head, then for the next, instead of every head of the group per query tile. The blocks running
-// at once (the key tiles of one KV group) each read query tile kt + step: with the heads inner their Q / dO / dQ
-// rows span 132 tiles x 4 heads (~69 MB at D = 128, more than the 50 MB L2), with the head outer 132 tiles of one
-// head (~17 MB), about what cuDNN's per-query-head blocks read at once.
-#ifndef SEQPAR_SM90_BWD_HEAD_OUTER
-#define SEQPAR_SM90_BWD_HEAD_OUTER 0
-#endif
-
 namespace seqpar::cuda_attn::sm90 {
 
 using namespace dev;
@@ -222,13 +212,11 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   auto next_i = [&](int from) { return vis.next(from); };
   int i = next_i(0);
   const bool any = i < nqt;
-  const int i_first = i;
-  // The step after (query tile qi, head gi of the group) (warp-uniform: every lane calls it).
+  // The step after (query tile qi, head gi of the group) (warp-uniform: every lane calls it). (Walking every query
+  // tile for one head before the next, so the running blocks read one head's rows, measured 6% faster at H 32 and
+  // up to 2% slower at H 16 and 24: bench/NOTES.md, twenty-ninth session.)
   auto advance = [&](int& qi, int& gi) {
-    if constexpr (SEQPAR_SM90_BWD_HEAD_OUTER) {
-      qi = next_i(qi + 1);
-      if (qi >= nqt && ++gi < G) qi = i_first;  // nqt once every head is done
-    } else if (++gi == G) {
+    if (++gi == G) {
       gi = 0;
       qi = next_i(qi + 1);
     }
