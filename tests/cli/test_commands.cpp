@@ -120,6 +120,18 @@ TEST(Commands, BenchAttentionRefusesAHeadDimTheKernelsDoNotTake) {
       << out;
 }
 
+// bench attention takes flash, cudnn and auto (what sdpa runs) and names them for anything else, before any GPU work.
+TEST(Commands, BenchAttentionNamesItsBackends) {
+  int rc = 0;
+  const std::string out = run("bench attention --backend sdpa --seq-lens 128", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--backend=sdpa must be flash, cudnn or auto"), std::string::npos) << out;
+  for (const char* ok : {"flash", "cudnn", "auto"}) {
+    const std::string o = run(std::string("bench attention --backend ") + ok + " --seq-lens 128", &rc);
+    EXPECT_EQ(o.find("must be flash, cudnn or auto"), std::string::npos) << o;
+  }
+}
+
 TEST(Commands, NoCommandListsThem) {
   int rc = 0;
   std::string out = run("", &rc);
