@@ -15,7 +15,14 @@ for k in "flash regex:bwd_sm90" "cudnn regex:bprop"; do
   set -- $k
   timeout 120 ncu --clock-control none --metrics "$M" -k "$2" -c 1 $B/seqpar bench attention --backend $1 $A \
     > $OUT/ncu_stalls_$1.log 2>&1
-  echo "#### $1 rc=$?"
+  rc=$?
+  echo "#### $1 rc=$rc"
   grep -E "stalled|tensor|inst_executed|duration" $OUT/ncu_stalls_$1.log | awk '$NF+0 >= 0.05 || /tensor|inst|duration/' | head -24
+  if ! grep -q stalled $OUT/ncu_stalls_$1.log; then  # the regex metrics refused: the section's details instead
+    timeout 120 ncu --clock-control none --section WarpStateStats --print-details all -k "$2" -c 1 $B/seqpar bench \
+      attention --backend $1 $A > $OUT/ncu_stalls_$1_section.log 2>&1
+    echo "#### $1 section rc=$?"
+    grep -iE "stall|cycles per" $OUT/ncu_stalls_$1_section.log | head -24
+  fi
 done
 echo "done $SECONDS s"
