@@ -223,7 +223,8 @@ void add_plan_command(CLI::App& app, int& rc) {
               "(with checkpointing), and print what was chosen");
   c->add_option("--device", args->device, "cuda (bf16, f32 master weights) | cpu (f32)")->capture_default_str();
   c->add_option("--attn-implementation", args->attn,
-                "sdpa (cuDNN where exact: its backward's workspace is counted) | flash_attention_2 | flash_attention_3")
+                "sdpa (cuDNN where exact and faster: its backward's workspace is counted where it runs, on a Hopper) | "
+                "flash_attention_2 | flash_attention_3")
       ->capture_default_str();
   c->add_flag("--fp16", in.fp16, "cuda's 16-bit type is fp16 (mixed_precision fp16; the same bytes as bf16)");
   c->add_option("--gpu-memory-gib", args->gpu_memory_gib, "GPU memory to fit in (an H200: 139.8)")

@@ -106,6 +106,10 @@ int64_t device_total_bytes(Device device) {
   set_current_device(device);
   return 0;
 }
+int device_compute_capability(Device device) {
+  set_current_device(device);
+  return 0;
+}
 #endif
 
 std::string Device::str() const { return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index); }

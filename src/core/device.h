@@ -43,5 +43,8 @@ void synchronize_device(Device device);
 void synchronize_current_stream(Device device);
 // The device's total memory in bytes (cudaMemGetInfo); 0 for the CPU (no fixed budget).
 int64_t device_total_bytes(Device device);
+// The GPU's compute capability as major * 10 + minor (90 for Hopper), queried once per device and cached for the
+// process (a device's never changes); 0 for the CPU.
+int device_compute_capability(Device device);
 
 }  // namespace seqpar

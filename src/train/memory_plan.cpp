@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "attention/attention_backend.h"
 #include "core/error.h"
 #include "core/offload.h"
 #include "model/llama.h"
@@ -548,8 +549,13 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // One rank on CUDA: the flash backward's f32 dq accumulator and row statistics; cuDNN's backward
   // (attention/cuda/cudnn_sdpa.cpp) its f32 dq accumulator and softmax sums and its plan's workspace,
   // 4·H·D bytes per token as the H200 reports it (its debug line: 1,073,742,080 bytes at 128K, H 32,
-  // D 64), measured at 128K and 640K on the 1B shape (bench/NOTES.md, 2026-12-04).
-  if (in.sp == 1 && in.cuda) attn_t += (in.cudnn_attention ? 8 * H * D + 4 * H : 4 * H * D + 8 * H) * T;
+  // D 64), measured at 128K and 640K on the 1B shape (bench/NOTES.md, 2026-12-04). sdpa runs cuDNN's
+  // backward from compute capability 9.0, except where auto's rule takes the sm_90 one (attention_backend.h:
+  // D 64 from 16K tokens on 9.0).
+  const bool cudnn_bwd = in.cudnn_attention && in.compute_capability >= 90 &&
+                         !auto_runs_own_kernel(AttnDirection::kBackward, D, in.seq_len, /*causal=*/true,
+                                               in.compute_capability);
+  if (in.sp == 1 && in.cuda) attn_t += (cudnn_bwd ? 8 * H * D + 4 * H : 4 * H * D + 8 * H) * T;
   const int64_t mlp_half_acts = (2 * a * C + norm_stats + mlp_kept) * T;  // x_mid, rstd2 (mean2), xn2, MLP
   const int64_t top = layers_kept + recompute + a * C * T;                // the layer whole, and dx
   // The final norm's activations are freed before the layers' backward (LlamaModel::backward).

@@ -51,6 +51,9 @@ struct MemoryPlanInput {
   // its backward's plan workspace and f32 dq accumulator, or seqpar's flash kernels (flash_attention_2
   // / _3) with their f32 dq accumulator only.
   bool cudnn_attention = true;
+  // The GPU's compute capability (core/device.h), which auto's attention rule depends on: the trainer's is its
+  // device's; `seqpar plan` plans for a Hopper (90), the card its figures were measured on.
+  int compute_capability = 90;
   MemorySettings memory;        // the run's memory levers, as the trainer applies them
 };
 

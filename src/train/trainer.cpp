@@ -333,6 +333,10 @@ MemoryPlanInput memory_plan_input(const TrainConfig& cfg, const LlamaConfig& mod
   in.world = cfg.parallel.sp * cfg.parallel.dp_replicate * cfg.parallel.dp_shard;
   in.cuda = cfg.parallel.device.is_cuda();
   in.cudnn_attention = cfg.model.attn_implementation == AttnImplementation::kSdpa;
+  // The device's compute capability where it can be asked (a configuration printed on a machine without that GPU
+  // plans for a Hopper, MemoryPlanInput's default).
+  if (in.cuda && cfg.parallel.device.index < cuda_device_count())
+    in.compute_capability = device_compute_capability(cfg.parallel.device);
   in.fp16 = cfg.precision.fp16();
   in.memory = cfg.memory;  // the levers, whole
   in.ulysses_head_groups = cfg.kernels.ulysses_head_groups;

@@ -112,7 +112,7 @@ TEST(CudaAttentionSm90, UnsupportedForwardCalls) {
   p.k = buf + 1;  // 2-byte aligned: the tensor copies need 16 bytes
   EXPECT_FALSE(cuda_attn::fwd_sm90_supported(p));
   EXPECT_THROW(cuda_attn::launch_fwd(p, cuda_attn::fwd_tile(128), FlashKernel::kWgmma,
-                                     cuda_attn::device_compute_capability(0), nullptr),
+                                     device_compute_capability(Device::cuda(0)), nullptr),
                InputError);
   p.k = buf;
   p.H = 3;
@@ -138,7 +138,7 @@ TEST(CudaAttentionSm90, UnsupportedBackwardCalls) {
   p.dout = buf + 1;  // 2-byte aligned: the tensor copies need 16 bytes
   EXPECT_FALSE(cuda_attn::bwd_sm90_supported(p));
   EXPECT_THROW(cuda_attn::launch_bwd(p, cuda_attn::bwd_tile(128), FlashKernel::kWgmma,
-                                     cuda_attn::device_compute_capability(0), nullptr),
+                                     device_compute_capability(Device::cuda(0)), nullptr),
                InputError);
   p.dout = buf;
   p.H = 3;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "arch/llama_config.h"
+#include "attention/attention_backend.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "data/token_file.h"
@@ -190,6 +191,11 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
   }
 }
 
+// The H200 measurements below ran when sdpa took cuDNN's backward at every length, before auto's per-direction rule
+// (twenty-ninth session: the sm_90 backward at D 64 from 16K tokens on compute capability 9.0). A device on which
+// auto still takes cuDNN both ways plans that route.
+constexpr int kCudnnEverywhere = 100;
+
 // The same figures measured on an H200 (bench/NOTES.md, 2026-12-04 eighteenth session, since the
 // loss backward writes the logits' gradient over them: Llama-3.2-1B sized, one GPU, sdpa): the plan of
 // each within 5% (they are the reference the docs quote; the plan met each to 0.01 GiB).
@@ -205,6 +211,7 @@ TEST(MemoryPlan, MatchesTheH200Measurements) {
                         Case{32768, true, true, 4096, 28.62}}) {
     MemoryPlanInput in;
     in.model = llama_preset("llama-3.2-1b");
+    in.compute_capability = kCudnnEverywhere;
     in.seq_len = c.S;
     in.memory.activation_checkpointing = c.ckpt;
     in.memory.checkpoint_keep_attention = c.keep_attention;
@@ -233,6 +240,7 @@ TEST(MemoryPlan, MatchesTheH200LongContextMeasurements) {
                         Case{"llama-3.1-8b", 327680, false, true, "rhr5h24g", 132.49, 105.67}}) {
     MemoryPlanInput in;
     in.model = llama_preset(c.model);
+    in.compute_capability = kCudnnEverywhere;
     in.seq_len = c.S;
     in.memory.activation_checkpointing = true;
     in.memory.checkpoint_offload = c.offload;
@@ -253,6 +261,36 @@ TEST(MemoryPlan, MatchesTheH200LongContextMeasurements) {
                                                     << " GiB, measured " << c.host_gib;
     }
   }
+}
+
+// sdpa's backward workspace follows auto's rule (attention_backend.h): on compute capability 9.0 a D = 64 model
+// from 16K tokens runs the sm_90 backward (f32 dq accumulator and row statistics, 4·H·D + 8·H bytes a token)
+// instead of cuDNN's (also its plan's workspace, 8·H·D + 4·H); D = 128 and shorter sequences keep cuDNN's; before
+// 9.0 auto runs the flash kernel everywhere. At 640K tokens of the 1B shape the attention backward is the peak
+// phase, so the peak moves by exactly the difference.
+TEST(MemoryPlan, SdpaBackwardWorkspaceFollowsAutosRule) {
+  auto peak = [](const char* preset, int64_t S, int cc, bool sdpa = true) {
+    MemoryPlanInput in;
+    in.model = llama_preset(preset);
+    in.seq_len = S;
+    in.compute_capability = cc;
+    in.cudnn_attention = sdpa;
+    in.memory.activation_checkpointing = true;
+    in.memory.mlp_tile_tokens = in.memory.loss_tile_tokens = 8192;
+    return plan_memory(in).peak_bytes;
+  };
+  const LlamaConfig m = llama_preset("llama-3.2-1b");
+  ASSERT_EQ(m.head_dim, 64);
+  const int64_t T = 655360, H = m.num_heads, D = m.head_dim;
+  const char* p1b = "llama-3.2-1b";
+  EXPECT_EQ(peak(p1b, T, 100) - peak(p1b, T, 90), (4 * H * D - 4 * H) * T);
+  EXPECT_EQ(peak(p1b, T, 90), peak(p1b, T, 90, /*sdpa=*/false));  // flash_attention_2: the same backward
+  EXPECT_EQ(peak(p1b, T, 80), peak(p1b, T, 90, /*sdpa=*/false));  // before 9.0 auto is the flash kernel
+  // Shorter than the rule's length, or D = 128: cuDNN's backward on 9.0 too.
+  const int64_t short_len = kAutoOwnKernelMinTokens - 1024;
+  EXPECT_EQ(peak(p1b, short_len, 90), peak(p1b, short_len, 100));
+  ASSERT_EQ(llama_preset("qwen3-1.7b").head_dim, 128);
+  EXPECT_EQ(peak("qwen3-1.7b", 131072, 90), peak("qwen3-1.7b", 131072, 100));
 }
 
 TEST(MemoryPlan, RefusesWhatTheTrainerRefuses) {

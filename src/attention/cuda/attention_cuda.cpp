@@ -138,7 +138,7 @@ std::optional<PackedDocs> cudnn_route(AttnDirection dir, Device dev, int64_t Tq,
   if (backend == AttentionBackend::kFlash) return std::nullopt;
   const char* entry = dir == AttnDirection::kForward ? "attn_forward" : "attn_backward";
   std::string why;
-  const int cc = backend == AttentionBackend::kAuto ? device_compute_capability(dev.index) : 0;
+  const int cc = backend == AttentionBackend::kAuto ? device_compute_capability(dev) : 0;
   if (backend == AttentionBackend::kAuto && cc < 90)
     why = fmt::format("{} has compute capability {}.{} (auto uses cuDNN from 9.0)", dev.str(), cc / 10, cc % 10);
   if (why.empty() && !sixteen_bit_outputs) why = "f32 outputs or gradients (cuDNN writes q's 16-bit type)";
@@ -229,7 +229,7 @@ void attn_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, co
   const Tensor k_stats = tile_stats(args.k_meta, km, Tk, tile.bn, dev, stream);
 
   const FwdParams p = fwd_params(q, k, v, out, lse, qm, km, q_stats, k_stats, args);
-  const FlashKernel ran = launch_fwd(p, tile, args.policy.fwd_kernel, device_compute_capability(dev.index), stream);
+  const FlashKernel ran = launch_fwd(p, tile, args.policy.fwd_kernel, device_compute_capability(dev), stream);
   if (args.ran) *args.ran = flash_path(ran);
 }
 
@@ -298,7 +298,7 @@ void attn_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const
   p.delta = delta.data<float>();
   p.grad_f32 = dq.dtype() == DType::kF32;
   p.write_grads = write;
-  const FlashKernel ran = launch_bwd(p, tile, args.policy.bwd_kernel, device_compute_capability(dev.index), stream);
+  const FlashKernel ran = launch_bwd(p, tile, args.policy.bwd_kernel, device_compute_capability(dev), stream);
   if (args.ran) *args.ran = flash_path(ran);
 }
 

@@ -1,6 +1,5 @@
 // The one table of instantiated flash-attention tile shapes (each for bf16 and f16), the default
 // shape per head dim, and the launchers that pick a kernel from it. Tuning history: bench/NOTES.md.
-#include <atomic>
 #include <string>
 
 #include "attention/cuda/attn_bwd_sm90.h"
@@ -104,27 +103,9 @@ const Variant& find_variant(const Variant (&table)[N], int D, const Tile& tile, 
   return table[0];
 }
 
-// The compute capabilities seen so far, by device index (0: not queried yet). A device's
-// capability never changes, so each is queried once; a race only queries twice.
-constexpr int kMaxDevices = 64;
-std::atomic<int> g_cc[kMaxDevices];
-
 }  // namespace
 
 bool head_dim_supported(int D) { return D == 64 || D == 96 || D == 128; }
-
-int device_compute_capability(int device) {
-  SEQPAR_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {} out of range [0, {})", device, kMaxDevices);
-  int cc = g_cc[device].load(std::memory_order_relaxed);
-  if (cc == 0) {
-    int major = 0, minor = 0;
-    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    cc = major * 10 + minor;
-    g_cc[device].store(cc, std::memory_order_relaxed);
-  }
-  return cc;
-}
 
 FwdTile fwd_tile(int D, const FlashTile& want) {
   return pick_tile<FwdVariant, FwdTile>(kFwd, D, want, "fwd_tile (SEQPAR_FLASH_FWD_TILE)");

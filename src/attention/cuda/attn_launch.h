@@ -75,10 +75,6 @@ struct FwdParams {
   bool out_f32;
   Elem elem;  // q, k, v (and dout, and the 16-bit outputs): bf16 or f16
 };
-// Compute capability of a CUDA device as major * 10 + minor (90 for Hopper), queried once per
-// device and cached for the process.
-int device_compute_capability(int device);
-
 // Runs the forward kernel of `kernel`'s family (attention_policy.h's FlashKernel) on a device of
 // compute capability `cc`; returns the family that ran (kMma or kWgmma). Throws when no kernel is
 // instantiated for (D, tile), and an InputError when kWgmma cannot run here.

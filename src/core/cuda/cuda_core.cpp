@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -120,6 +121,24 @@ void synchronize_current_stream(Device device) {
   SEQPAR_CUDA_CHECK(cudaGetDevice(&current));
   SEQPAR_CHECK_EQ(current, device.index, "synchronize_current_stream: the calling thread's current GPU");
   SEQPAR_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+}
+
+int device_compute_capability(Device device) {
+  if (!device.is_cuda()) return 0;
+  // By device index (0: not queried yet); a race only queries twice.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices];
+  SEQPAR_CHECK(device.index >= 0 && device.index < kMaxDevices, "CUDA device index {} out of range [0, {})",
+               device.index, kMaxDevices);
+  int cc = known[device.index].load(std::memory_order_relaxed);
+  if (cc == 0) {
+    int major = 0, minor = 0;
+    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index));
+    SEQPAR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device.index));
+    cc = major * 10 + minor;
+    known[device.index].store(cc, std::memory_order_relaxed);
+  }
+  return cc;
 }
 
 int64_t device_total_bytes(Device device) {
