@@ -182,7 +182,8 @@ int run_bench_attention(const BenchAttentionOptions& o) {
           // The path every run of each direction took (auto chooses per call and direction).
           auto ran = [](std::map<AttnPath, int64_t>& paths) {
             std::string r;
-            for (const auto& [path, n] : paths) r += fmt::format("{}{} x{}", r.empty() ? "" : ", ", attn_path_name(path), n);
+            for (const auto& [path, n] : paths)
+              r += fmt::format("{}{} x{}", r.empty() ? "" : ", ", attn_path_name(path), n);
             return r;
           };
           j["fwd_path"] = ran(fwd_paths);

@@ -265,14 +265,15 @@ TEST(MemoryPlan, MatchesTheH200LongContextMeasurements) {
 
 // sdpa's backward workspace follows auto's rule (attention_backend.h): on compute capability 9.0 a D = 64 model
 // from 16K tokens runs the sm_90 backward (f32 dq accumulator and row statistics, 4·H·D + 8·H bytes a token)
-// instead of cuDNN's (also its plan's workspace, 8·H·D + 4·H); D = 128 and shorter sequences keep cuDNN's; before
-// 9.0 auto runs the flash kernel everywhere. At 640K tokens of the 1B shape the attention backward is the peak
-// phase, so the peak moves by exactly the difference.
+// instead of cuDNN's (also its plan's workspace, 8·H·D + 4·H); D = 128 and shorter sequences keep cuDNN's. Before
+// 9.0, and for several sequences a micro-batch, auto runs the flash kernel everywhere. At 640K tokens of the 1B
+// shape the attention backward is the peak phase, so the peak moves by exactly the difference.
 TEST(MemoryPlan, SdpaBackwardWorkspaceFollowsAutosRule) {
-  auto peak = [](const char* preset, int64_t S, int cc, bool sdpa = true) {
+  auto peak = [](const char* preset, int64_t S, int cc, bool sdpa = true, int micro_batch = 1) {
     MemoryPlanInput in;
     in.model = llama_preset(preset);
     in.seq_len = S;
+    in.micro_batch = micro_batch;
     in.compute_capability = cc;
     in.cudnn_attention = sdpa;
     in.memory.activation_checkpointing = true;
@@ -291,6 +292,9 @@ TEST(MemoryPlan, SdpaBackwardWorkspaceFollowsAutosRule) {
   EXPECT_EQ(peak(p1b, short_len, 90), peak(p1b, short_len, 100));
   ASSERT_EQ(llama_preset("qwen3-1.7b").head_dim, 128);
   EXPECT_EQ(peak("qwen3-1.7b", 131072, 90), peak("qwen3-1.7b", 131072, 100));
+  // Two sequences a micro-batch are two segments of one stream: auto runs the flash kernel for them.
+  EXPECT_EQ(peak(p1b, T / 2, 100, true, 2), peak(p1b, T / 2, 100, false, 2));
+  EXPECT_GT(peak(p1b, T / 2, 100, true, 1), peak(p1b, T / 2, 100, false, 1));
 }
 
 TEST(MemoryPlan, RefusesWhatTheTrainerRefuses) {
