@@ -203,6 +203,7 @@ TEST(CudnnAttention, DenseAgreesWithRaggedOnOneLongSequence) {
 // cuDNN both ways. (Off compute capability 9.0 auto stays on cuDNN: the paths are checked there too.)
 TEST(CudnnAttention, AutoPairsBackendsPerDirection) {
   REQUIRE_GPU();
+  if (cuda_attn::cudnn_runtime_version() == 0) GTEST_SKIP() << "built without cuDNN";
   const int cc = device_compute_capability(Device::cuda(0));
   for (int64_t D : {128, 64}) {
     SCOPED_TRACE("D=" + std::to_string(D));
