@@ -51,6 +51,42 @@ AttentionPolicy policy_for(const char* backend, CudnnDense dense = CudnnDense::k
 
 bool on_cudnn(AttnPath p) { return p == AttnPath::kCudnnDense || p == AttnPath::kCudnnRagged; }
 
+// What one forward (args fa) and backward (args ba, kWrite) wrote, every output NaN-poisoned first, and the
+// paths that ran.
+struct FwdBwd {
+  std::vector<float> out, lse, dq, dk, dv;
+  AttnPath fwd = AttnPath::kNone, bwd = AttnPath::kNone;
+};
+FwdBwd fwd_bwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, AttnArgs fa, AttnArgs ba) {
+  FwdBwd r;
+  fa.ran = &r.fwd;
+  ba.ran = &r.bwd;
+  const int64_t T = q.dim(0), H = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
+  Tensor out = poisoned({T, H, D}, DType::kBF16, kGpu), lse = poisoned({T, H}, DType::kF32, kGpu);
+  Tensor dq = poisoned({T, H, D}, DType::kBF16, kGpu), dk = poisoned({T, Hkv, D}, DType::kBF16, kGpu);
+  Tensor dv = poisoned({T, Hkv, D}, DType::kBF16, kGpu);
+  cuda_attn::attn_forward(out, lse, q, k, v, fa);
+  cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, ba, GradMode::kWrite);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  r.out = out.to_f32_vector();
+  r.lse = lse.to_f32_vector();
+  r.dq = dq.to_f32_vector();
+  r.dk = dk.to_f32_vector();
+  r.dv = dv.to_f32_vector();
+  return r;
+}
+
+// Two computations of the same call, each within bf16 rounding of the exact result, agree to about that.
+void expect_bf16_agreement(const FwdBwd& a, const FwdBwd& b, const std::string& what) {
+  auto rel = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return rel_l2(to_double(x), to_double(y));
+  };
+  EXPECT_LT(rel(a.out, b.out), 1e-2) << what;
+  EXPECT_LT(rel(a.dq, b.dq), 2e-2) << what;  // rel_l2 is infinite if a NaN or a poisoned value was left anywhere
+  EXPECT_LT(rel(a.dk, b.dk), 2e-2) << what;
+  EXPECT_LT(rel(a.dv, b.dv), 2e-2) << what;
+}
+
 // The graphs against an H200's description (cuDNN's device-properties JSON), built without using
 // the GPU: cuDNN's heuristics must offer engines for them and compile their kernels; a graph it
 // does not recognise fails earlier, with NOT_SUPPORTED_GRAPH_PATTERN. Needs the CUDA driver
@@ -159,34 +195,17 @@ TEST(CudnnAttention, DenseAgreesWithRaggedOnOneLongSequence) {
   Tensor dout = bf16_on_gpu(stored(random_values(T * H * D, 84), DType::kBF16), {T, H, D});
   const TokenMeta meta = token_meta_from_cu_seqlens({0, static_cast<int32_t>(T)});
   const AttnArgs args{meta, meta, true, static_cast<float>(1.0 / std::sqrt(128.0))};
-  struct Result {
-    std::vector<float> out, lse, dq, dk, dv;
-  };
   auto run = [&](CudnnDense dense) {
-    AttnPath fwd_ran = AttnPath::kNone, bwd_ran = AttnPath::kNone;
-    AttnArgs fa = args, ba = args;
-    fa.policy = ba.policy = policy_for("cudnn", dense);
-    fa.ran = &fwd_ran;
-    ba.ran = &bwd_ran;
-    Tensor out = poisoned({T, H, D}, DType::kBF16, kGpu), lse = poisoned({T, H}, DType::kF32, kGpu);
-    Tensor dq = poisoned({T, H, D}, DType::kBF16, kGpu), dk = poisoned({T, Hkv, D}, DType::kBF16, kGpu);
-    Tensor dv = poisoned({T, Hkv, D}, DType::kBF16, kGpu);
-    cuda_attn::attn_forward(out, lse, q, k, v, fa);
-    cuda_attn::attn_backward(dq, dk, dv, dout, q, k, v, out, lse, ba, GradMode::kWrite);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    AttnArgs a = args;
+    a.policy = policy_for("cudnn", dense);
+    const FwdBwd r = fwd_bwd(q, k, v, dout, a, a);
     const AttnPath want = dense == CudnnDense::kOn ? AttnPath::kCudnnDense : AttnPath::kCudnnRagged;
-    EXPECT_EQ(fwd_ran, want) << attn_path_name(fwd_ran);
-    EXPECT_EQ(bwd_ran, want) << attn_path_name(bwd_ran);
-    return Result{out.to_f32_vector(), lse.to_f32_vector(), dq.to_f32_vector(), dk.to_f32_vector(), dv.to_f32_vector()};
+    EXPECT_EQ(r.fwd, want) << attn_path_name(r.fwd);
+    EXPECT_EQ(r.bwd, want) << attn_path_name(r.bwd);
+    return r;
   };
-  const Result d = run(CudnnDense::kOn), r = run(CudnnDense::kOff);
-  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return rel_l2(to_double(a), to_double(b));
-  };
-  EXPECT_LT(rel(d.out, r.out), 1e-2);
-  EXPECT_LT(rel(d.dq, r.dq), 2e-2);  // rel_l2 is infinite if a NaN was left anywhere
-  EXPECT_LT(rel(d.dk, r.dk), 2e-2);
-  EXPECT_LT(rel(d.dv, r.dv), 2e-2);
+  const FwdBwd d = run(CudnnDense::kOn), r = run(CudnnDense::kOff);
+  expect_bf16_agreement(d, r, "dense against ragged");
   double worst = 0;
   for (size_t i = 0; i < d.lse.size(); ++i) {
     const bool finite = std::isfinite(d.lse[i]) && std::isfinite(r.lse[i]);
@@ -212,44 +231,16 @@ TEST(CudnnAttention, AutoPairsBackendsPerDirection) {
     Tensor k = bf16_on_gpu(stored(random_values(T * Hkv * D, 92, -1.5f, 1.5f), DType::kBF16), {T, Hkv, D});
     Tensor v = bf16_on_gpu(stored(random_values(T * Hkv * D, 93), DType::kBF16), {T, Hkv, D});
     Tensor dout = bf16_on_gpu(stored(random_values(T * H * D, 94), DType::kBF16), {T, H, D});
-    struct Result {
-      std::vector<float> out, lse, dq, dk, dv;
-      AttnPath fwd = AttnPath::kNone, bwd = AttnPath::kNone;
-    };
     // Forward with backend fb, backward with bb, on the first n tokens.
     auto run = [&](const char* fb, const char* bb, int64_t n) {
       const TokenMeta meta = token_meta_from_cu_seqlens({0, static_cast<int32_t>(n)});
-      Result r;
       AttnArgs fa{meta, meta, true, static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))), policy_for(fb)};
       AttnArgs ba = fa;
       ba.policy = policy_for(bb);
-      fa.ran = &r.fwd;
-      ba.ran = &r.bwd;
-      const Tensor qn = q.rows(0, n), kn = k.rows(0, n), vn = v.rows(0, n), don = dout.rows(0, n);
-      Tensor out = poisoned({n, H, D}, DType::kBF16, kGpu), lse = poisoned({n, H}, DType::kF32, kGpu);
-      Tensor dq = poisoned({n, H, D}, DType::kBF16, kGpu), dk = poisoned({n, Hkv, D}, DType::kBF16, kGpu);
-      Tensor dv = poisoned({n, Hkv, D}, DType::kBF16, kGpu);
-      cuda_attn::attn_forward(out, lse, qn, kn, vn, fa);
-      cuda_attn::attn_backward(dq, dk, dv, don, qn, kn, vn, out, lse, ba, GradMode::kWrite);
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      r.out = out.to_f32_vector();
-      r.lse = lse.to_f32_vector();
-      r.dq = dq.to_f32_vector();
-      r.dk = dk.to_f32_vector();
-      r.dv = dv.to_f32_vector();
-      return r;
+      return fwd_bwd(q.rows(0, n), k.rows(0, n), v.rows(0, n), dout.rows(0, n), fa, ba);
     };
-    auto expect_close = [](const Result& a, const Result& b, const char* what) {
-      auto rel = [](const std::vector<float>& x, const std::vector<float>& y) {
-        return rel_l2(to_double(x), to_double(y));
-      };
-      EXPECT_LT(rel(a.out, b.out), 1e-2) << what;
-      EXPECT_LT(rel(a.dq, b.dq), 2e-2) << what;  // infinite if a NaN or a poisoned value was left anywhere
-      EXPECT_LT(rel(a.dk, b.dk), 2e-2) << what;
-      EXPECT_LT(rel(a.dv, b.dv), 2e-2) << what;
-    };
-    const Result cudnn = run("cudnn", "cudnn", T), flash = run("flash", "flash", T);
-    const Result auto_ = run("auto", "auto", T);
+    const FwdBwd cudnn = run("cudnn", "cudnn", T), flash = run("flash", "flash", T);
+    const FwdBwd auto_ = run("auto", "auto", T);
     const bool own_fwd = auto_runs_own_kernel(AttnDirection::kForward, D, T, true, cc);
     const bool own_bwd = auto_runs_own_kernel(AttnDirection::kBackward, D, T, true, cc);
     if (cc == 90) {
@@ -258,15 +249,15 @@ TEST(CudnnAttention, AutoPairsBackendsPerDirection) {
     }
     EXPECT_EQ(auto_.fwd, own_fwd ? AttnPath::kFlashWgmma : AttnPath::kCudnnDense) << attn_path_name(auto_.fwd);
     EXPECT_EQ(auto_.bwd, own_bwd ? AttnPath::kFlashWgmma : AttnPath::kCudnnDense) << attn_path_name(auto_.bwd);
-    expect_close(auto_, cudnn, "auto against cuDNN");
-    expect_close(auto_, flash, "auto against flash");
+    expect_bf16_agreement(auto_, cudnn, "auto against cuDNN");
+    expect_bf16_agreement(auto_, flash, "auto against flash");
     // Both mixes, whatever auto picks on this device: each backward reads the other backend's out and lse.
-    const Result fc = run("flash", "cudnn", T), cf = run("cudnn", "flash", T);
+    const FwdBwd fc = run("flash", "cudnn", T), cf = run("cudnn", "flash", T);
     EXPECT_TRUE(on_cudnn(fc.bwd) && !on_cudnn(fc.fwd) && on_cudnn(cf.fwd) && !on_cudnn(cf.bwd));
-    expect_close(fc, cudnn, "flash forward, cuDNN backward");
-    expect_close(cf, flash, "cuDNN forward, flash backward");
+    expect_bf16_agreement(fc, cudnn, "flash forward, cuDNN backward");
+    expect_bf16_agreement(cf, flash, "cuDNN forward, flash backward");
     // One token shorter than the rule's length: cuDNN both ways.
-    const Result shorter = run("auto", "auto", T - 1);
+    const FwdBwd shorter = run("auto", "auto", T - 1);
     EXPECT_EQ(shorter.fwd, AttnPath::kCudnnDense) << attn_path_name(shorter.fwd);
     EXPECT_EQ(shorter.bwd, AttnPath::kCudnnDense) << attn_path_name(shorter.bwd);
   }
