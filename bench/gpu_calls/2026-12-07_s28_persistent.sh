@@ -24,14 +24,8 @@ build_other pers .devtmp/pers "-DSEQPAR_SM90_FWD_PERSISTENT=1 -DSEQPAR_SM90_BWD_
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 test_build pers || exit 1
 for D in 64 128; do
-  attn_ms cudnn $B cudnn $D 32 fwd
-  for bin in $B build-pers $B build-pers; do attn_ms $bin $bin flash $D 32 fwd; done
-  attn_ms cudnn $B cudnn $D 16 fwd
-  for bin in $B build-pers; do attn_ms $bin $bin flash $D 16 fwd; done
+  attn_rounds fwd $D build-pers
 done
 # The backward's switch: forward+backward at D = 128 (the backward = forward+backward - forward of the same build).
-attn_ms cudnn $B cudnn 128 32 fwd_bwd
-for bin in $B build-pers $B build-pers; do attn_ms $bin $bin flash 128 32 fwd_bwd; done
-attn_ms cudnn $B cudnn 128 16 fwd_bwd
-for bin in $B build-pers; do attn_ms $bin $bin flash 128 16 fwd_bwd; done
+attn_rounds fwd_bwd 128 build-pers
 echo "done $SECONDS s"

@@ -73,3 +73,13 @@ attn_ms() {
   $2/seqpar bench attention --backend $3 --seq-lens 16384,65536 --passes $6 --heads $5 --kv-heads 8 --head-dims $4 \
     --warmup 2 --iters 5 2>&1 | grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$4 H=$5 $6 $1: |"; echo
 }
+# attn_rounds PASS D BUILD_DIR...: attn_ms of seqpar's cuDNN path, then the flash kernel of the default build ($B)
+# and each BUILD_DIR alternating, two rounds at H 32 and one at H 16 (Hkv 8), head dim D.
+attn_rounds() {
+  local pass=$1 D=$2 bin
+  shift 2
+  attn_ms cudnn $B cudnn $D 32 $pass
+  for bin in $B "$@" $B "$@"; do attn_ms $bin $bin flash $D 32 $pass; done
+  attn_ms cudnn $B cudnn $D 16 $pass
+  for bin in $B "$@"; do attn_ms $bin $bin flash $D 16 $pass; done
+}
