@@ -47,6 +47,9 @@ AttentionBackend attention_backend_for(AttnImplementation impl);
 bool cuda_attention_head_dim(int64_t head_dim);
 inline constexpr const char* kCudaAttentionHeadDims = "64, 96 or 128";
 
+// auto takes cuDNN's dense graph from this compute capability on (Hopper), the flash kernel below it.
+inline constexpr int kAutoCudnnMinComputeCapability = 90;
+
 // Which pass of attention a rule is about.
 enum class AttnDirection { kForward, kBackward };
 

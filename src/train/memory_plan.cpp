@@ -551,9 +551,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // 4·H·D bytes per token as the H200 reports it (its debug line: 1,073,742,080 bytes at 128K, H 32,
   // D 64), measured at 128K and 640K on the 1B shape (bench/NOTES.md, 2026-12-04). sdpa runs cuDNN's
   // backward on one document (a micro-batch of one sequence; several are several segments, which auto gives
-  // the flash kernel) from compute capability 9.0, except where auto's rule takes the sm_90 one
+  // the flash kernel) from kAutoCudnnMinComputeCapability, except where auto's rule takes the sm_90 one
   // (attention_backend.h: D 64 from 16K tokens on 9.0).
-  const bool cudnn_bwd = in.cudnn_attention && in.micro_batch == 1 && in.compute_capability >= 90 &&
+  const bool cudnn_bwd = in.cudnn_attention && in.micro_batch == 1 &&
+                         in.compute_capability >= kAutoCudnnMinComputeCapability &&
                          !auto_runs_own_kernel(AttnDirection::kBackward, D, in.seq_len, /*causal=*/true,
                                                in.compute_capability);
   if (in.sp == 1 && in.cuda) attn_t += (cudnn_bwd ? 8 * H * D + 4 * H : 4 * H * D + 8 * H) * T;

@@ -139,8 +139,9 @@ std::optional<PackedDocs> cudnn_route(AttnDirection dir, Device dev, int64_t Tq,
   const char* entry = dir == AttnDirection::kForward ? "attn_forward" : "attn_backward";
   std::string why;
   const int cc = backend == AttentionBackend::kAuto ? device_compute_capability(dev) : 0;
-  if (backend == AttentionBackend::kAuto && cc < 90)
-    why = fmt::format("{} has compute capability {}.{} (auto uses cuDNN from 9.0)", dev.str(), cc / 10, cc % 10);
+  if (backend == AttentionBackend::kAuto && cc < kAutoCudnnMinComputeCapability)
+    why = fmt::format("{} has compute capability {}.{} (auto uses cuDNN from {}.{})", dev.str(), cc / 10, cc % 10,
+                      kAutoCudnnMinComputeCapability / 10, kAutoCudnnMinComputeCapability % 10);
   if (why.empty() && !sixteen_bit_outputs) why = "f32 outputs or gradients (cuDNN writes q's 16-bit type)";
   std::optional<PackedDocs> docs;
   if (why.empty()) docs = packed_docs(args, Tq, Tk, &why);
