@@ -58,7 +58,7 @@ __global__ void tile_stats_kernel(int4* __restrict__ stats, int32_t* __restrict_
 template <Elem E>
 __global__ void bwd_prep_kernel(const uint16_t* __restrict__ dout, const void* __restrict__ out, bool out_f32,
                                 const float* __restrict__ lse, float* __restrict__ lse2, float* __restrict__ delta,
-                                int Tq, int Tq_pad, int H, int D) {
+                                int Tq, int Tq_pad, int H, int D, bool lane_order) {
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (row >= static_cast<int64_t>(Tq_pad) * H) return;
@@ -85,7 +85,7 @@ __global__ void bwd_prep_kernel(const uint16_t* __restrict__ dout, const void* _
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) {
-    const int64_t idx = static_cast<int64_t>(h) * Tq_pad + i;
+    const int64_t idx = static_cast<int64_t>(h) * Tq_pad + (lane_order ? (i & ~15) + stats_lane_slot(i & 15) : i);
     if (i < Tq) {
       const float L = lse[static_cast<int64_t>(i) * H + h];
       lse2[idx] = L == -INFINITY ? INFINITY : L * kLog2e;
@@ -126,6 +126,41 @@ __global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, bool write, co
       const float d2 = bits_to_f32<E>(static_cast<uint16_t>(d.y & 0xffffu)) + scale * a.z;
       const float d3 = bits_to_f32<E>(static_cast<uint16_t>(d.y >> 16)) + scale * a.w;
       reinterpret_cast<uint2*>(dq)[i] = make_uint2(pack2<E>(d0, d1), pack2<E>(d2, d3));
+    }
+  }
+}
+
+// The same, 8 elements per thread (n % 8 == 0), from dq_acc whose 8 columns are in the lanes' order: a = its
+// columns 0, 2, 4, 6 and b = 1, 3, 5, 7.
+template <Elem E>
+__global__ void dq_finish_lanes_kernel(void* __restrict__ dq, bool f32, bool write, const float* __restrict__ acc,
+                                       float scale, int64_t n8) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n8;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float4 a = reinterpret_cast<const float4*>(acc)[2 * i], b = reinterpret_cast<const float4*>(acc)[2 * i + 1];
+    float v[8] = {a.x, b.x, a.y, b.y, a.z, b.z, a.w, b.w};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] *= scale;
+    if (f32) {
+      float4* d = reinterpret_cast<float4*>(dq) + 2 * i;
+      if (!write) {
+        const float4 d0 = d[0], d1 = d[1];
+        v[0] += d0.x, v[1] += d0.y, v[2] += d0.z, v[3] += d0.w, v[4] += d1.x, v[5] += d1.y, v[6] += d1.z, v[7] += d1.w;
+      }
+      d[0] = make_float4(v[0], v[1], v[2], v[3]);
+      d[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      uint4* d = reinterpret_cast<uint4*>(dq) + i;
+      if (!write) {
+        const uint4 old = *d;
+        const uint32_t ow[4] = {old.x, old.y, old.z, old.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          v[2 * k] = bits_to_f32<E>(static_cast<uint16_t>(ow[k] & 0xffffu)) + v[2 * k];
+          v[2 * k + 1] = bits_to_f32<E>(static_cast<uint16_t>(ow[k] >> 16)) + v[2 * k + 1];
+        }
+      }
+      *d = make_uint4(pack2<E>(v[0], v[1]), pack2<E>(v[2], v[3]), pack2<E>(v[4], v[5]), pack2<E>(v[6], v[7]));
     }
   }
 }
@@ -198,7 +233,7 @@ void launch_tile_stats(int4* stats, const int32_t* seg, const int32_t* pos, int6
   SEQPAR_LAUNCH_CHECK();
 }
 
-void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream) {
+void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream, bool lane_order) {
   if (p.Tq == 0 || p.H == 0) return;
   SEQPAR_CUDA_CHECK(
       cudaMemsetAsync(p.dq_acc, 0, static_cast<size_t>(p.Tq) * p.H * p.D * sizeof(float), stream));
@@ -207,14 +242,23 @@ void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
   auto kernel = p.elem == Elem::kF16 ? bwd_prep_kernel<Elem::kF16> : bwd_prep_kernel<Elem::kBf16>;
   kernel<<<blocks, per_block * 32, 0, stream>>>(p.dout, p.out, p.out_f32, p.lse, p.lse2, p.delta, p.Tq, Tq_pad, p.H,
-                                                p.D);
+                                                p.D, lane_order);
   SEQPAR_LAUNCH_CHECK();
 }
 
-void launch_dq_finish(const BwdParams& p, cudaStream_t stream) {
+void launch_dq_finish(const BwdParams& p, cudaStream_t stream, bool lane_order) {
   const int64_t n4 = static_cast<int64_t>(p.Tq) * p.H * p.D / 4;
   if (n4 == 0) return;
   const int threads = 256;
+  if (lane_order) {
+    const int64_t n8 = n4 / 2;
+    const int64_t blocks = std::min<int64_t>((n8 + threads - 1) / threads, 132 * 16);
+    auto kernel = p.elem == Elem::kF16 ? dq_finish_lanes_kernel<Elem::kF16> : dq_finish_lanes_kernel<Elem::kBf16>;
+    kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.write_grads, p.dq_acc, p.scale,
+                                                                  n8);
+    SEQPAR_LAUNCH_CHECK();
+    return;
+  }
   const int64_t blocks = std::min<int64_t>((n4 + threads - 1) / threads, 132 * 16);
   auto kernel = p.elem == Elem::kF16 ? dq_finish_kernel<Elem::kF16> : dq_finish_kernel<Elem::kBf16>;
   kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(p.dq, p.grad_f32, p.write_grads, p.dq_acc, p.scale, n4);

@@ -62,14 +62,14 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 bool bwd_sm90_supported(const BwdParams& p) {
   return (p.D == 64 || p.D == 128) && p.Hkv > 0 && p.H % p.Hkv == 0 && p.H < 65536 && p.Hkv < 65536 &&
          aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout) && aligned16(p.dq_acc) &&
-         aligned16(p.lse2) && aligned16(p.delta);
+         aligned16(p.lse2) && aligned16(p.delta) && aligned16(p.dq);  // dq: launch_dq_finish's lane order, 16 bytes
 }
 
 void launch_bwd_main_sm90(const BwdParams& p, int cc, cudaStream_t stream) {
   SEQPAR_CHECK_MSG(bwd_sm90_supported(p),
                  "the sm_90 flash backward needs D 64 or 128 (got " + std::to_string(p.D) + "), H a multiple of Hkv (H=" +
                      std::to_string(p.H) + ", Hkv=" + std::to_string(p.Hkv) +
-                     ") and 16-byte aligned q, k, v, dout, dq_acc, lse2, delta");
+                     ") and 16-byte aligned q, k, v, dout, dq, dq_acc, lse2, delta");
   SEQPAR_CHECK_MSG(cc == 90, "the sm_90 flash backward runs on compute capability 9.0 only; this device is " +
                                  std::to_string(cc / 10) + "." + std::to_string(cc % 10));
   if (p.Tq == 0 || p.Tk == 0 || p.H == 0) return;

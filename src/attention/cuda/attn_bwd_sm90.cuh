@@ -117,6 +117,14 @@ __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, uint32
       "r"(src), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
+// Four 8x8 16-bit matrices -> shared memory, one warp: lanes 8i..8i+7 give the 16-byte row addresses of matrix i,
+// and register i of lane l holds its row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 (an accumulator fragment's
+// layout): PTX ISA 7.8, sm_90.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Until all but this thread's N newest bulk groups have read their shared memory.
 template <int N>
@@ -343,15 +351,19 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 
     // P^T = exp2(S^T * scale*log2e - lse2) per query column; masked entries 0. Padded query rows
     // (>= Tq) have lse2 = +inf, rows that see nothing too: P = 0.
+    // lse2 / delta are in the lanes' order (launch_bwd_prep's lane_order): this lane's columns 16m + 8n + 2t + e
+    // (n, e < 2) are the float4 at 16m + 4t.
     const float* L = reinterpret_cast<const float*>(base_ptr + stats_off(s));
     const float* Dl = L + BM;
 #pragma unroll
-    for (int n = 0; n < BM / 8; ++n) {
-      const float2 lq = *reinterpret_cast<const float2*>(L + 8 * n + 2 * t);
+    for (int m = 0; m < BM / 16; ++m) {
+      const float4 lq = *reinterpret_cast<const float4*>(L + 16 * m + 4 * t);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        st[4 * n + 2 * hr] = fast_exp2(fmaf(st[4 * n + 2 * hr], sl2, -lq.x));
-        st[4 * n + 2 * hr + 1] = fast_exp2(fmaf(st[4 * n + 2 * hr + 1], sl2, -lq.y));
+        st[8 * m + 2 * hr] = fast_exp2(fmaf(st[8 * m + 2 * hr], sl2, -lq.x));
+        st[8 * m + 2 * hr + 1] = fast_exp2(fmaf(st[8 * m + 2 * hr + 1], sl2, -lq.y));
+        st[8 * m + 4 + 2 * hr] = fast_exp2(fmaf(st[8 * m + 4 + 2 * hr], sl2, -lq.z));
+        st[8 * m + 4 + 2 * hr + 1] = fast_exp2(fmaf(st[8 * m + 4 + 2 * hr + 1], sl2, -lq.w));
       }
     }
     if (cls == kPartial) {
@@ -377,12 +389,14 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     reg_fence(dpt);
     // dS^T = P^T (dP^T - delta)
 #pragma unroll
-    for (int n = 0; n < BM / 8; ++n) {
-      const float2 dl = *reinterpret_cast<const float2*>(Dl + 8 * n + 2 * t);
+    for (int m = 0; m < BM / 16; ++m) {
+      const float4 dl = *reinterpret_cast<const float4*>(Dl + 16 * m + 4 * t);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        dpt[4 * n + 2 * hr] = st[4 * n + 2 * hr] * (dpt[4 * n + 2 * hr] - dl.x);
-        dpt[4 * n + 2 * hr + 1] = st[4 * n + 2 * hr + 1] * (dpt[4 * n + 2 * hr + 1] - dl.y);
+        dpt[8 * m + 2 * hr] = st[8 * m + 2 * hr] * (dpt[8 * m + 2 * hr] - dl.x);
+        dpt[8 * m + 2 * hr + 1] = st[8 * m + 2 * hr + 1] * (dpt[8 * m + 2 * hr + 1] - dl.y);
+        dpt[8 * m + 4 + 2 * hr] = st[8 * m + 4 + 2 * hr] * (dpt[8 * m + 4 + 2 * hr] - dl.z);
+        dpt[8 * m + 4 + 2 * hr + 1] = st[8 * m + 4 + 2 * hr + 1] * (dpt[8 * m + 4 + 2 * hr + 1] - dl.w);
       }
     }
     uint32_t pa[BM / 16][4], da[BM / 16][4];
@@ -397,18 +411,17 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], desc_add(do_mn_desc, kk * 16 * 128));
     wgmma_commit();
 
-    // dS^T (E) -> shared: key row wg*64 + 16w + g + 8hr, query chunk n: 64-query half n / 8, chunk
-    // n % 8 of its 128-byte row (swizzle key g). da[kk][j] holds accumulator block n = 2kk + (j >> 1),
-    // row half hr = j & 1.
+    // dS^T (E) -> shared, one stmatrix.x4 per 16 queries: da[kk][j] is the 8 x 8 matrix of key rows
+    // wg*64 + 16w + 8(j & 1) + 0..7 and query chunk n = 2kk + (j >> 1) (8 queries: 64-query half n / 8, 16-byte chunk
+    // n % 8 of its 128-byte row, swizzle key = the row's low 3 bits). Lane l gives row l % 8 of matrix l / 8.
     {
-      const uint32_t row0 = sdS(buf) + (wg * 64 + 16 * w + g) * 128 + 4 * t;
+      const int mi = lane >> 3, mr = lane & 7;
+      const uint32_t row = sdS(buf) + (wg * 64 + 16 * w + 8 * (mi & 1) + mr) * 128;
 #pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int n = 2 * kk + (j >> 1), hr = j & 1;
-          sts_u32(row0 + (n >> 3) * (BN * 128) + hr * 8 * 128 + (((n & 7) ^ g) << 4), da[kk][j]);
-        }
+      for (int kk = 0; kk < BM / 16; ++kk) {
+        const int n = 2 * kk + (mi >> 1);
+        stmatrix_x4(row + (n >> 3) * (BN * 128) + (((n & 7) ^ mr) << 4), da[kk]);
+      }
     }
 
     // dK += dS^T Q_i
@@ -445,23 +458,25 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     wgmma_wait<0>();
     reg_fence(dq);
 
-    // dQ -> shared tile dqb (once the writer has read it, kDqTiles steps ago), for the writer warp: row 16w + g + 8hr
-    // (of the warpgroup's 64 queries when they split the queries), column col0 + 8n + 2t, swizzled.
+    // dQ -> shared tile dqb (once the writer has read it, kDqTiles steps ago), for the writer warp, as stmatrix.x4
+    // of f32 pairs (an f32 is two 16-bit halves): dq[4n + 2hr + e] is row 16w + g + 8hr (of the warpgroup's 64
+    // queries when they split the queries) of matrix 2hr + e, whose 16-byte rows hold columns col0 + 8n + 2t + e,
+    // t = 0..3: the tile (and dq_acc, whose columns it adds to) holds each 8 columns in the order 2t + e at 4e + t
+    // (launch_dq_finish's lane_order puts them back). Lane l gives row l % 8 of matrix l / 8, 128-byte swizzled.
     const int dqb = it % S::kDqTiles;
     if (it >= S::kDqTiles) named_bar_sync(kBarDqEmpty + dqb, NCW * 32 + 32);
-    const int col0 = S::kSplitN ? wg * 64 : 0;
-    const uint32_t tile = base + S::kDQ + dqb * S::kDQBytes;
+    {
+      const int mi = lane >> 3, mr = lane & 7;
+      const int row = (S::kSplitN ? 0 : wg * 64) + 16 * w + 8 * (mi >> 1) + mr;
+      const uint32_t rbase = base + S::kDQ + dqb * S::kDQBytes + row * 128;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = (S::kSplitN ? 0 : wg * 64) + 16 * w + g + 8 * hr, col = col0 + 8 * n + 2 * t;
-        const uint32_t addr = tile + (col >> 5) * (BM * 128) + row * 128 + ((((col & 31) >> 2) ^ (row & 7)) << 4) +
-                              (col & 3) * 4;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * n + 2 * hr]),
-                     "f"(dq[4 * n + 2 * hr + 1])
-                     : "memory");
+      for (int n = 0; n < 8; ++n) {
+        const int col = (S::kSplitN ? wg * 64 : 0) + 8 * n + 4 * (mi & 1);  // this lane's 16-byte row: 4 columns
+        const uint32_t r4[4] = {__float_as_uint(dq[4 * n]), __float_as_uint(dq[4 * n + 1]),
+                                __float_as_uint(dq[4 * n + 2]), __float_as_uint(dq[4 * n + 3])};
+        stmatrix_x4(rbase + (col >> 5) * (BM * 128) + ((((col & 31) >> 2) ^ mr) << 4), r4);
       }
+    }
     fence_proxy_async();  // visible to the bulk reductions
     named_bar_arrive(kBarDqFull + dqb, NCW * 32 + 32);
 

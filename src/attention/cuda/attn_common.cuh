@@ -23,6 +23,11 @@ namespace seqpar::cuda_attn::dev {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// The sm_90 backward's order of lse2 / delta within each 16 query rows (launch_bwd_prep's lane_order): row
+// c = 8n + 2t + e (n < 2, t < 4, e < 2) at slot 4t + 2n + e, so that the four lanes t of an accumulator's row
+// group each read their rows' values as one 16-byte load, the four loads 16 bytes apart (no bank conflict).
+__host__ __device__ constexpr int stats_lane_slot(int c) { return ((c >> 1) & 3) * 4 + ((c >> 3) & 1) * 2 + (c & 1); }
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -165,15 +165,15 @@ FlashKernel launch_bwd(const BwdParams& p, const BwdTile& tile, FlashKernel kern
       SEQPAR_INPUT_CHECK(ok,
                          "bwd_kernel (SEQPAR_FLASH_BWD_KERNEL)=wgmma cannot run this call: the sm_90 kernel needs D 64 "
                          "or 128 (D={}; D=96 runs on the mma.sync kernel: bwd_kernel=auto or mma), H a multiple of "
-                         "Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v, dout and workspace",
+                         "Hkv (H={}, Hkv={}) and 16-byte aligned q, k, v, dout, dq and workspace",
                          p.D, p.H, p.Hkv);
     }
     if (ok) {
       // Its query tile is bwd_sm90_bm(D) rows: the workspace (sized for kBwdSm90MaxBm) holds these rows.
       const int bm = bwd_sm90_bm(p.D);
-      launch_bwd_prep(p, (p.Tq + bm - 1) / bm * bm, stream);
+      launch_bwd_prep(p, (p.Tq + bm - 1) / bm * bm, stream, /*lane_order=*/true);
       launch_bwd_main_sm90(p, cc, stream);
-      launch_dq_finish(p, stream);
+      launch_dq_finish(p, stream, /*lane_order=*/true);
       return FlashKernel::kWgmma;
     }
   }

@@ -106,9 +106,12 @@ static_assert(std::is_aggregate_v<FwdParams> && std::is_trivially_copyable_v<Fwd
 // The kernel family as for launch_fwd; returns the one that ran.
 FlashKernel launch_bwd(const BwdParams& p, const BwdTile& tile, FlashKernel kernel, int cc, cudaStream_t stream);
 
-// The backward's pieces (launch_bwd runs them in this order). Tq_pad = ceil(Tq / bm) * bm.
-void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream);
-void launch_dq_finish(const BwdParams& p, cudaStream_t stream);
+// The backward's pieces (launch_bwd runs them in this order). Tq_pad = ceil(Tq / bm) * bm. With lane_order (the
+// sm_90 kernel's; Tq_pad a multiple of 16) each 16 query rows' lse2 / delta are stored in its lanes' order
+// (dev::stats_lane_slot, attn_common.cuh).
+void launch_bwd_prep(const BwdParams& p, int Tq_pad, cudaStream_t stream, bool lane_order = false);
+// With lane_order (the sm_90 kernel's) dq_acc holds each 8 columns in the order 2t + e at 4e + t (t < 4, e < 2).
+void launch_dq_finish(const BwdParams& p, cudaStream_t stream, bool lane_order = false);
 
 // In-place LSE merge over rows (T * H of them), each of D elements; out tensors `elem` (bf16 or
 // f16) or f32.
