@@ -1,0 +1,64 @@
+#!/bin/bash
+# Thirty-first session: the sm_90 backward's product order. Today a step issues dV, dK, then dQ, and waits for dQ
+# before storing it to shared memory, so the tensor pipe idles through dQ's stores, the dQ-tile barrier and the
+# fence. Two builds, each a patch on this tree (applied to copies of it, no setup needed):
+# - a (2026-12-06_s31_dq_first.patch): dQ's product issued before dK's (FlashAttention-3's order): dQ's trip to shared
+#   memory runs under dK's product; the stage is released after dK;
+# - d (+ _early_dv.patch): at D = 128 also dV's product issued before dP^T is waited for, so dV runs while dS^T is
+#   computed (at D = 64 the registers do not allow it: ptxas serializes and spills).
+# ptxas: 168 registers at launch, no spills, no serialization, all four instantiations, both builds.
+# 1. both builds' attention tests (at once, on the one GPU); 2. forward+backward at D = 128 / 64, H 32 (two rounds)
+# and H 16 over Hkv 8, 16K / 64K, beside cuDNN and this tree; 3. ncu of each backward (16K, H 32, D = 128);
+# 4. Qwen3-1.7B 32K steps: this tree's auto (cuDNN's backward at D = 128) against a / d with every call on the flash
+# kernel (`--attn-implementation flash_attention_3`), alternating; the Llama-3.2-1B shape at 64K (D = 64) with each.
+#   bash bench/gpu_calls/2026-12-06_s31_dq_first.sh OUT_DIR   (~450 s, carry [".devtmp/utf8proc"])
+set -u
+OUT=$1
+. "$(dirname "$0")/build_gpu.sh"
+for v in a:dq_first d:dq_first,early_dv; do
+  d=/tmp/${v%%:*}
+  rm -rf $d && mkdir -p $d && tar --exclude='./build*' --exclude=./.devtmp --exclude=./.git -cf - . | tar -xf - -C $d ||
+    { echo "copy $v failed"; exit 1; }
+  for p in $(echo ${v##*:} | tr , ' '); do
+    (cd $d && patch -p1 < bench/gpu_calls/2026-12-06_s31_$p.patch > /dev/null) || { echo "patch $p on $v failed"; exit 1; }
+  done
+done
+build_gpu $OUT seqpar &
+build_other a /tmp/a "" seqpar test_cuda &
+build_other d /tmp/d "" seqpar test_cuda
+wait
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+
+test_build a > $OUT/t_a.txt 2>&1 &
+pa=$!
+test_build d > $OUT/t_d.txt 2>&1
+rd=$?
+wait $pa
+ra=$?
+cat $OUT/t_a.txt $OUT/t_d.txt
+V=""
+[ $ra = 0 ] && V="$V build-a"
+[ $rd = 0 ] && V="$V build-d"
+[ -z "$V" ] && { echo "no build passed"; exit 1; }
+for D in 128 64; do attn_rounds fwd_bwd $D $V; done
+A="--seq-lens 16384 --heads 32 --kv-heads 8 --passes fwd_bwd --head-dims 128 --warmup 0 --iters 1"
+M="smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum"
+for bin in $B $V; do
+  timeout 60 ncu --clock-control none --metrics "$M" -k regex:bwd_sm90 -c 1 $bin/seqpar bench attention --backend flash \
+    $A > $OUT/ncu_$(basename $bin).log 2>&1
+  echo "#### $bin rc=$?"; grep -E "stalled|tensor|duration" $OUT/ncu_$(basename $bin).log
+done
+KEEP="--activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192 --checkpoint-placement auto"
+END=${END:-580}
+for r in 1 2; do
+  run_bounded q3_base_$r 40 $B/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP
+  for bin in $V; do
+    run_bounded q3_$(basename $bin)_$r 40 $bin/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP \
+      --attn-implementation flash_attention_3
+  done
+done
+run_bounded l1b_base 50 $B/seqpar bench train --preset llama-3.2-1b --seq-lens 65536 --steps 3 $KEEP
+for bin in $V; do
+  run_bounded l1b_$(basename $bin) 50 $bin/seqpar bench train --preset llama-3.2-1b --seq-lens 65536 --steps 3 $KEEP
+done
+echo "done $SECONDS s"
