@@ -10,8 +10,9 @@
 # 1. both builds' attention tests (at once, on the one GPU); 2. forward+backward at D = 128 / 64, H 32 (two rounds)
 # and H 16 over Hkv 8, 16K / 64K, beside cuDNN and this tree; 3. ncu of each backward (16K, H 32, D = 128);
 # 4. Qwen3-1.7B 32K steps: this tree's auto (cuDNN's backward at D = 128) against a / d with every call on the flash
-# kernel (`--attn-implementation flash_attention_3`), alternating; the Llama-3.2-1B shape at 64K (D = 64) with each.
-#   bash bench/gpu_calls/2026-12-06_s31_dq_first.sh OUT_DIR   (~450 s, carry [".devtmp/utf8proc"])
+# kernel (`--attn-implementation flash_attention_3`), two alternating rounds with the ALST recipe between them; then
+# the Llama-3.2-1B shape at 64K (D = 64) with each build, as time allows (END, default 585 s).
+#   bash bench/gpu_calls/2026-12-06_s31_dq_first.sh OUT_DIR   (~580 s, carry [".devtmp"])
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
@@ -49,16 +50,19 @@ for bin in $B $V; do
   echo "#### $bin rc=$?"; grep -E "stalled|tensor|duration" $OUT/ncu_$(basename $bin).log
 done
 KEEP="--activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192 --checkpoint-placement auto"
-END=${END:-580}
-for r in 1 2; do
-  run_bounded q3_base_$r 40 $B/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP
+END=${END:-585}
+peer_env $OUT
+q3_round() {
+  run_bounded q3_base_$1 40 $B/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP
   for bin in $V; do
-    run_bounded q3_$(basename $bin)_$r 40 $bin/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP \
+    run_bounded q3_$(basename $bin)_$1 40 $bin/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP \
       --attn-implementation flash_attention_3
   done
-done
-run_bounded l1b_base 50 $B/seqpar bench train --preset llama-3.2-1b --seq-lens 65536 --steps 3 $KEEP
-for bin in $V; do
-  run_bounded l1b_$(basename $bin) 50 $bin/seqpar bench train --preset llama-3.2-1b --seq-lens 65536 --steps 3 $KEEP
+}
+q3_round 1
+run_bounded q3_alst 70 python3 bench/peers/alst_train_step.py --preset qwen3-1.7b --seq-lens 32768 --steps 3 --torch-adam
+q3_round 2
+for bin in $B $V; do
+  run_bounded l1b_$(basename $bin) 45 $bin/seqpar bench train --preset llama-3.2-1b --seq-lens 65536 --steps 3 $KEEP
 done
 echo "done $SECONDS s"
