@@ -15,13 +15,25 @@
 #include <thread>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
 namespace seqpar::testing {
 
-std::string source_path(const std::string& rel) { return std::string(SEQPAR_SOURCE_DIR) + "/" + rel; }
-std::string binary_path() { return SEQPAR_BINARY; }
+// The paths compiled in, unless the environment moves them (SEQPAR_TEST_SOURCE_DIR, SEQPAR_TEST_BINARY): a test
+// binary built on one machine and run from another checkout (bench/gpu_calls/build_gpu.sh's prebuilt binaries).
+namespace {
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+}  // namespace
+
+std::string source_path(const std::string& rel) {
+  return env_or("SEQPAR_TEST_SOURCE_DIR", SEQPAR_SOURCE_DIR) + "/" + rel;
+}
+std::string binary_path() { return env_or("SEQPAR_TEST_BINARY", SEQPAR_BINARY); }
 
 std::string temp_dir() {
   static std::atomic<int> counter{0};

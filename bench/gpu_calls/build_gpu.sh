@@ -3,9 +3,30 @@
 # the carried utf8proc of .devtmp/utf8proc) and builds the targets with 16 jobs, logging to
 # OUT/build.log; says "build ok" with the seconds, or prints the errors and exits the script.
 B=build-gpu
+. "$(dirname "${BASH_SOURCE[0]}")/src_hash.sh"
+# prebuilt NAME DIR SRC TARGET...: DIR/seqpar and DIR/test_cuda (and DIR/lib) from .devtmp/prebuilt/NAME
+# (tools/prebuild_gpu.sh, built on the development machine) when the TARGETs are among them, NAME was built from the
+# sources of the tree SRC (src_hash) and its seqpar runs here; says "NAME prebuilt ok", else returns 1 with the reason
+# (the caller then builds as usual).
+prebuilt() {
+  local pb=$PWD/.devtmp/prebuilt name=$1 dir=$2 src=$3 t b
+  shift 3
+  [ -f "$pb/$name/src.sha256" ] || return 1
+  for t in "$@"; do [[ $t == seqpar || $t == test_cuda ]] || { echo "$name: $t is not prebuilt, building"; return 1; }; done
+  [ "$(src_hash "$src")" = "$(cat "$pb/$name/src.sha256")" ] || { echo "$name: prebuilt from other sources, building"; return 1; }
+  mkdir -p "$dir/lib" && cp "$pb"/lib/* "$dir/lib/" 2> /dev/null
+  for b in seqpar test_cuda; do
+    [ -f "$pb/$name/$b.xz" ] && xz -dc "$pb/$name/$b.xz" > "$dir/$b" && chmod +x "$dir/$b"
+  done
+  "$dir/seqpar" --help > /dev/null 2>&1 ||
+    { echo "$name: prebuilt seqpar does not run here ($(ldd "$dir/seqpar" | grep 'not found' | tr -s ' \n' ' ')), building"
+      rm -f "$dir/seqpar" "$dir/test_cuda"; return 1; }
+  echo "$name prebuilt ok $SECONDS s"
+}
 build_gpu() {
   local out=$1
   shift
+  prebuilt gpu $B . "$@" && return 0
   local u=$PWD/.devtmp/utf8proc
   { cmake -S . -B $B -G Ninja -DSEQPAR_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DUTF8PROC_INCLUDE_DIR=$u \
       -DUTF8PROC_LIBRARY=$u/libutf8proc.a && cmake --build $B -j 16 --target "$@"; } > $out/build.log 2>&1 \
@@ -18,6 +39,7 @@ build_gpu() {
 build_other() {
   local name=$1 src=$2 flags=$3
   shift 3
+  [ -z "$flags" ] && prebuilt $name build-$name $src "$@" && return 0
   local u=$PWD/.devtmp/utf8proc tests=OFF
   [[ " $* " == *" test_cuda "* ]] && tests=ON
   { cmake -S $src -B build-$name -G Ninja -DSEQPAR_CUDA=ON -DSEQPAR_TESTS=$tests -DSEQPAR_DIAG=OFF \
@@ -50,7 +72,8 @@ run_bounded() {
 # prints the exit status, the seconds, gtest's summary and the first failures.
 run_tests() {
   local t=$SECONDS
-  timeout "$1" $B/test_cuda --gtest_filter="$2" > "$OUT/tests.log" 2>&1
+  SEQPAR_TEST_SOURCE_DIR=$PWD SEQPAR_TEST_BINARY=$PWD/$B/seqpar timeout "$1" $B/test_cuda --gtest_filter="$2" \
+    > "$OUT/tests.log" 2>&1
   echo "tests rc=$? $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tr '\n' ' ')"
   grep -E "FAILED|Failure" "$OUT/tests.log" | head -10
 }
@@ -60,7 +83,7 @@ run_tests() {
 # gtest says PASSED (the scripts time a measurement build only then).
 test_build() {
   local t=$SECONDS
-  timeout 200 build-$1/test_cuda \
+  SEQPAR_TEST_SOURCE_DIR=$PWD SEQPAR_TEST_BINARY=$PWD/build-$1/seqpar timeout 200 build-$1/test_cuda \
     --gtest_filter='CudaAttention*:CudnnAttention*:CudaSpAttention*:CudaOpHarness.EveryAttentionCaseOnEveryCudaPath' \
     > "$OUT/tests_$1.log" 2>&1
   echo "tests $1 rc=$? $((SECONDS - t)) s: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests_$1.log" | tr '\n' ' ')"
