@@ -13,6 +13,9 @@
 # kernel (`--attn-implementation flash_attention_3`), two alternating rounds with the ALST recipe between them; then
 # the Llama-3.2-1B shape at 64K (D = 64) with each build, as time allows (END, default 585 s).
 #   bash bench/gpu_calls/2026-12-06_s31_dq_first.sh OUT_DIR   (~580 s, carry [".devtmp"])
+# Built here first, the call skips its ~170 s of builds (tools/prebuild_gpu.sh; the patches as named below):
+#   tools/prebuild_gpu.sh gpu; tools/prebuild_gpu.sh a bench/gpu_calls/2026-12-06_s31_dq_first.patch
+#   tools/prebuild_gpu.sh d bench/gpu_calls/2026-12-06_s31_dq_first.patch bench/gpu_calls/2026-12-06_s31_early_dv.patch
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
