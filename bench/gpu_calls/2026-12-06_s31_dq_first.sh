@@ -71,4 +71,14 @@ q3_round 2
 for bin in $B $V; do
   run_bounded l1b_$(basename $bin) 45 $bin/seqpar bench train --preset llama-3.2-1b --seq-lens 65536 --steps 3 $KEEP
 done
+# With the builds prebuilt there is time for 64K (issue 17's other length): each model with this tree's auto, each
+# build's own backward, and the ALST recipe, as long as END allows.
+for m in qwen3-1.7b qwen2.5-1.5b; do
+  run_bounded ${m}_64k_base 60 $B/seqpar bench train --preset $m --seq-lens 65536 --steps 3 $KEEP
+  for bin in $V; do
+    run_bounded ${m}_64k_$(basename $bin) 60 $bin/seqpar bench train --preset $m --seq-lens 65536 --steps 3 $KEEP \
+      --attn-implementation flash_attention_3
+  done
+  run_bounded ${m}_64k_alst 90 python3 bench/peers/alst_train_step.py --preset $m --seq-lens 65536 --steps 3 --torch-adam
+done
 echo "done $SECONDS s"
