@@ -51,3 +51,6 @@ for lib in yaml-cpp sentencepiece utf8proc fmt; do
   done
 done
 echo "prebuilt $name: $(du -sh "$out" | cut -f1), sources $hash, patches: ${*:-none}"
+total=$(du -sm .devtmp | cut -f1)
+echo ".devtmp is now ${total} MiB (a call carries at most 64 MiB: remove the prebuilds it does not need)"
+[ "$total" -lt 64 ] || echo "prebuild_gpu: .devtmp is over the carry limit" >&2
