@@ -4,6 +4,8 @@
 # beside cuDNN (same binary), and Qwen3-1.7B 32K steps with that binary under `sdpa` (auto: cuDNN's backward at
 # D = 128, the patches unused there) and `flash_attention_3` (the patched backward), alternating.
 #   bash bench/gpu_calls/2026-12-06_s31_dq_first_min.sh OUT_DIR   (~260 s; carry [".devtmp/utf8proc"])
+# Its build can be made here instead (~100 s less; carry [".devtmp"] then): tools/prebuild_gpu.sh gpu
+#   bench/gpu_calls/2026-12-06_s31_dq_first.patch bench/gpu_calls/2026-12-06_s31_early_dv.patch
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
