@@ -97,6 +97,29 @@ __global__ void bwd_prep_kernel(const uint16_t* __restrict__ dout, const void* _
   }
 }
 
+// Elements 4 i .. 4 i + 3 of dq (+)= v: added to dq, or stored when `write` (dq not read); a 16-bit dq is E.
+template <Elem E>
+__device__ __forceinline__ void dq_store4(void* __restrict__ dq, bool f32, bool write, int64_t i, float4 v) {
+  if (f32) {
+    float4* d = reinterpret_cast<float4*>(dq) + i;
+    if (!write) {
+      const float4 o = *d;
+      v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+    }
+    *d = v;
+  } else {
+    uint2* d = reinterpret_cast<uint2*>(dq) + i;
+    if (!write) {
+      const uint2 o = *d;
+      v = make_float4(bits_to_f32<E>(static_cast<uint16_t>(o.x & 0xffffu)) + v.x,
+                      bits_to_f32<E>(static_cast<uint16_t>(o.x >> 16)) + v.y,
+                      bits_to_f32<E>(static_cast<uint16_t>(o.y & 0xffffu)) + v.z,
+                      bits_to_f32<E>(static_cast<uint16_t>(o.y >> 16)) + v.w);
+    }
+    *d = make_uint2(pack2<E>(v.x, v.y), pack2<E>(v.z, v.w));
+  }
+}
+
 // dq += scale * dq_acc, or dq = scale * dq_acc when `write` (dq not read), 4 elements per thread
 // (n % 4 == 0); a 16-bit dq is E.
 template <Elem E>
@@ -105,28 +128,7 @@ __global__ void dq_finish_kernel(void* __restrict__ dq, bool f32, bool write, co
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float4 a = reinterpret_cast<const float4*>(acc)[i];
-    if (write) {
-      if (f32) {
-        reinterpret_cast<float4*>(dq)[i] = make_float4(scale * a.x, scale * a.y, scale * a.z, scale * a.w);
-      } else {
-        reinterpret_cast<uint2*>(dq)[i] =
-            make_uint2(pack2<E>(scale * a.x, scale * a.y), pack2<E>(scale * a.z, scale * a.w));
-      }
-    } else if (f32) {
-      float4 d = reinterpret_cast<float4*>(dq)[i];
-      d.x += scale * a.x;
-      d.y += scale * a.y;
-      d.z += scale * a.z;
-      d.w += scale * a.w;
-      reinterpret_cast<float4*>(dq)[i] = d;
-    } else {
-      uint2 d = reinterpret_cast<uint2*>(dq)[i];
-      const float d0 = bits_to_f32<E>(static_cast<uint16_t>(d.x & 0xffffu)) + scale * a.x;
-      const float d1 = bits_to_f32<E>(static_cast<uint16_t>(d.x >> 16)) + scale * a.y;
-      const float d2 = bits_to_f32<E>(static_cast<uint16_t>(d.y & 0xffffu)) + scale * a.z;
-      const float d3 = bits_to_f32<E>(static_cast<uint16_t>(d.y >> 16)) + scale * a.w;
-      reinterpret_cast<uint2*>(dq)[i] = make_uint2(pack2<E>(d0, d1), pack2<E>(d2, d3));
-    }
+    dq_store4<E>(dq, f32, write, i, make_float4(scale * a.x, scale * a.y, scale * a.z, scale * a.w));
   }
 }
 
@@ -138,30 +140,8 @@ __global__ void dq_finish_lanes_kernel(void* __restrict__ dq, bool f32, bool wri
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n8;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float4 a = reinterpret_cast<const float4*>(acc)[2 * i], b = reinterpret_cast<const float4*>(acc)[2 * i + 1];
-    float v[8] = {a.x, b.x, a.y, b.y, a.z, b.z, a.w, b.w};
-#pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] *= scale;
-    if (f32) {
-      float4* d = reinterpret_cast<float4*>(dq) + 2 * i;
-      if (!write) {
-        const float4 d0 = d[0], d1 = d[1];
-        v[0] += d0.x, v[1] += d0.y, v[2] += d0.z, v[3] += d0.w, v[4] += d1.x, v[5] += d1.y, v[6] += d1.z, v[7] += d1.w;
-      }
-      d[0] = make_float4(v[0], v[1], v[2], v[3]);
-      d[1] = make_float4(v[4], v[5], v[6], v[7]);
-    } else {
-      uint4* d = reinterpret_cast<uint4*>(dq) + i;
-      if (!write) {
-        const uint4 old = *d;
-        const uint32_t ow[4] = {old.x, old.y, old.z, old.w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          v[2 * k] = bits_to_f32<E>(static_cast<uint16_t>(ow[k] & 0xffffu)) + v[2 * k];
-          v[2 * k + 1] = bits_to_f32<E>(static_cast<uint16_t>(ow[k] >> 16)) + v[2 * k + 1];
-        }
-      }
-      *d = make_uint4(pack2<E>(v[0], v[1]), pack2<E>(v[2], v[3]), pack2<E>(v[4], v[5]), pack2<E>(v[6], v[7]));
-    }
+    dq_store4<E>(dq, f32, write, 2 * i, make_float4(scale * a.x, scale * b.x, scale * a.y, scale * b.y));
+    dq_store4<E>(dq, f32, write, 2 * i + 1, make_float4(scale * a.z, scale * b.z, scale * a.w, scale * b.w));
   }
 }
 
