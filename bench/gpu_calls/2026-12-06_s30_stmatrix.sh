@@ -35,11 +35,5 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 V="build-stm build-lanes build-dq"
 test_build dq || { V="build-stm build-lanes"; test_build lanes || exit 1; }
 for D in 128 64; do attn_rounds fwd_bwd $D $V; done
-A="--seq-lens 16384 --heads 32 --kv-heads 8 --passes fwd_bwd --head-dims 128 --warmup 0 --iters 1"
-M="smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum"
-for bin in $B $V; do
-  timeout 100 ncu --clock-control none --metrics "$M" -k regex:bwd_sm90 -c 1 $bin/seqpar bench attention --backend flash \
-    $A > $OUT/ncu_$(basename $bin).log 2>&1
-  echo "#### $bin rc=$?"; grep -E "stalled|tensor|duration" $OUT/ncu_$(basename $bin).log
-done
+bwd_stalls 100 $B $V
 echo "done $SECONDS s"

@@ -106,3 +106,20 @@ attn_rounds() {
   attn_ms cudnn $B cudnn $D 16 $pass
   for bin in $B "$@"; do attn_ms $bin $bin flash $D 16 $pass; done
 }
+# bwd_stalls LIMIT BUILD_DIR...: ncu (clocks left alone) of each build's sm_90 backward at 16K, H 32 / Hkv 8, D = 128,
+# one launch under `timeout LIMIT`: its duration, tensor-pipe activity and the MIO-throttle, short-scoreboard and
+# barrier stalls per issued instruction (log OUT/ncu_BUILD.log).
+bwd_stalls() {
+  local lim=$1 bin
+  shift
+  local m="smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio"
+  m+=",smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio"
+  m+=",smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"
+  m+=",sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum"
+  for bin in "$@"; do
+    timeout $lim ncu --clock-control none --metrics "$m" -k regex:bwd_sm90 -c 1 $bin/seqpar bench attention --backend \
+      flash --seq-lens 16384 --heads 32 --kv-heads 8 --passes fwd_bwd --head-dims 128 --warmup 0 --iters 1 \
+      > $OUT/ncu_$(basename $bin).log 2>&1
+    echo "#### $bin rc=$?"; grep -E "stalled|tensor|duration" $OUT/ncu_$(basename $bin).log
+  done
+}
