@@ -47,7 +47,7 @@ V=""
 [ $ra = 0 ] && V="$V build-a"
 [ $rd = 0 ] && V="$V build-d"
 [ -z "$V" ] && { echo "no build passed"; exit 1; }
-for D in 128 64; do attn_rounds fwd_bwd $D $V; done
+for D in ${DS:-128 64}; do attn_rounds fwd_bwd $D $V; done
 [ "${NCU:-1}" = 1 ] && bwd_stalls 60 $B $V
 KEEP="--activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192 --checkpoint-placement auto"
 END=${END:-585}
