@@ -1,0 +1,30 @@
+#!/bin/bash
+# Thirty-second session: the shortest call that still decides 2026-12-06_s31_dq_first.sh's question (for ~200 s of
+# device time): the prebuilt default, a and d (tools/prebuild_gpu.sh, as named in that script's header), forward +
+# backward at D = 128 (attn_rounds: cuDNN, the default's and each build's own kernel, two rounds at H 32, one at H 16,
+# Hkv 8, 16K / 64K) first, then both builds' attention tests at once until the call's end (a build lands only with
+# its tests passed).
+#   bash bench/gpu_calls/2026-12-07_s32_dq_first_short.sh OUT_DIR   (carry [".devtmp"])
+set -u
+OUT=$1
+. "$(dirname "$0")/build_gpu.sh"
+for v in a:dq_first d:dq_first,early_dv; do
+  d=/tmp/${v%%:*}
+  rm -rf $d && mkdir -p $d && tar --exclude='./build*' --exclude=./.devtmp --exclude=./.git -cf - . | tar -xf - -C $d ||
+    { echo "copy $v failed"; exit 1; }
+  for p in $(echo ${v##*:} | tr , ' '); do
+    (cd $d && patch -p1 < bench/gpu_calls/2026-12-06_s31_$p.patch > /dev/null) || { echo "patch $p on $v failed"; exit 1; }
+  done
+done
+build_gpu $OUT seqpar &
+build_other a /tmp/a "" seqpar test_cuda &
+build_other d /tmp/d "" seqpar test_cuda
+wait
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+attn_rounds fwd_bwd 128 build-a build-d
+echo "timed $SECONDS s"
+test_build a > $OUT/t_a.txt 2>&1 &
+test_build d > $OUT/t_d.txt 2>&1
+wait
+cat $OUT/t_a.txt $OUT/t_d.txt
+echo "done $SECONDS s"
