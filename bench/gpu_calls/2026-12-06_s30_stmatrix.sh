@@ -20,12 +20,7 @@
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
-for v in stm:ds lanes:lanes dq:dq; do
-  d=/tmp/${v%%:*}
-  rm -rf $d && mkdir -p $d && tar --exclude='./build*' --exclude=./.devtmp --exclude=./.git -cf - . | tar -xf - -C $d &&
-    (cd $d && patch -p1 < bench/gpu_calls/2026-12-06_s30_stmatrix_${v##*:}.patch > /dev/null) ||
-    { echo "patch $v failed"; exit 1; }
-done
+for v in stm:ds lanes:lanes dq:dq; do patched_copy /tmp/${v%%:*} bench/gpu_calls/2026-12-06_s30_stmatrix_${v##*:}.patch; done
 build_gpu $OUT seqpar
 build_other stm /tmp/stm "" seqpar &
 build_other lanes /tmp/lanes "" seqpar test_cuda &

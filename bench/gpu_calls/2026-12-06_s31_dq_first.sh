@@ -19,14 +19,8 @@
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
-for v in a:dq_first d:dq_first,early_dv; do
-  d=/tmp/${v%%:*}
-  rm -rf $d && mkdir -p $d && tar --exclude='./build*' --exclude=./.devtmp --exclude=./.git -cf - . | tar -xf - -C $d ||
-    { echo "copy $v failed"; exit 1; }
-  for p in $(echo ${v##*:} | tr , ' '); do
-    (cd $d && patch -p1 < bench/gpu_calls/2026-12-06_s31_$p.patch > /dev/null) || { echo "patch $p on $v failed"; exit 1; }
-  done
-done
+patched_copy /tmp/a bench/gpu_calls/2026-12-06_s31_dq_first.patch
+patched_copy /tmp/d bench/gpu_calls/2026-12-06_s31_dq_first.patch bench/gpu_calls/2026-12-06_s31_early_dv.patch
 build_gpu $OUT seqpar &
 build_other a /tmp/a "" seqpar test_cuda &
 build_other d /tmp/d "" seqpar test_cuda

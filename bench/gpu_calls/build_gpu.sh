@@ -32,6 +32,17 @@ build_gpu() {
       -DUTF8PROC_LIBRARY=$u/libutf8proc.a && cmake --build $B -j 16 --target "$@"; } > $out/build.log 2>&1 \
     && echo "build ok $SECONDS s" || { echo "BUILD FAILED"; grep -E "error" $out/build.log | head -30; exit 1; }
 }
+# patched_copy DIR PATCH...: DIR becomes a copy of the working tree (no build folders, .devtmp or .git) with each
+# PATCH (a file, `patch -p1`) applied in order, for build_other; the script ends when the copy or a patch fails.
+patched_copy() {
+  local dir=$1 p
+  shift
+  rm -rf "$dir" && mkdir -p "$dir" && tar --exclude='./build*' --exclude=./.devtmp --exclude=./.git -cf - . | tar -xf - -C "$dir" ||
+    { echo "copy to $dir failed"; exit 1; }
+  for p in "$@"; do
+    patch -d "$dir" -p1 < "$p" > /dev/null || { echo "patch $p on $dir failed"; exit 1; }
+  done
+}
 # build_other NAME SRC CUDA_FLAGS TARGET...: a second build beside $B, of the source tree SRC (`.` or a `git
 # archive` of an earlier commit under .devtmp) with extra CUDA_FLAGS (compile definitions of a measurement
 # build, or ""), into build-NAME (no tests unless a TARGET asks for them, no seqpar-diag), logging to
