@@ -1,0 +1,37 @@
+#!/bin/bash
+# Thirty-third session: 2026-12-07_s32_dq_first_short.sh's order (the prebuilt default, a and d; forward + backward
+# at D = 128 beside cuDNN first), then both builds' attention tests at once, then, as END allows (default 430 s),
+# Qwen3-1.7B 32K steps: this tree's auto (cuDNN's backward at D = 128) against each build whose tests passed with
+# every call on its own kernel (`--attn-implementation flash_attention_3`), and the ALST recipe.
+#   END=430 bash bench/gpu_calls/2026-12-07_s33_dq_first_steps.sh OUT_DIR   (carry [".devtmp"])
+set -u
+OUT=$1
+. "$(dirname "$0")/build_gpu.sh"
+patched_copy /tmp/a bench/gpu_calls/2026-12-06_s31_dq_first.patch
+patched_copy /tmp/d bench/gpu_calls/2026-12-06_s31_dq_first.patch bench/gpu_calls/2026-12-06_s31_early_dv.patch
+build_gpu $OUT seqpar &
+build_other a /tmp/a "" seqpar test_cuda &
+build_other d /tmp/d "" seqpar test_cuda
+wait
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+attn_rounds fwd_bwd 128 build-a build-d
+echo "timed $SECONDS s"
+test_build a > $OUT/t_a.txt 2>&1 &
+pa=$!
+test_build d > $OUT/t_d.txt 2>&1
+rd=$?
+wait $pa
+ra=$?
+cat $OUT/t_a.txt $OUT/t_d.txt
+V=""
+[ $ra = 0 ] && V="$V build-a"
+[ $rd = 0 ] && V="$V build-d"
+KEEP="--activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192 --checkpoint-placement auto"
+peer_env $OUT
+run_bounded q3_base 40 $B/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP
+for bin in $V; do
+  run_bounded q3_$(basename $bin) 40 $bin/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP \
+    --attn-implementation flash_attention_3
+done
+run_bounded q3_alst 70 python3 bench/peers/alst_train_step.py --preset qwen3-1.7b --seq-lens 32768 --steps 3 --torch-adam
+echo "done $SECONDS s"
