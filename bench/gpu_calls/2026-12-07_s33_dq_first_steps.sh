@@ -1,6 +1,6 @@
 #!/bin/bash
 # Thirty-third session: 2026-12-07_s32_dq_first_short.sh's order (the prebuilt default, a and d; forward + backward
-# at D = 128 beside cuDNN first), then both builds' attention tests at once, then, as END allows (default 430 s),
+# at D = 128 beside cuDNN first, also at Qwen2.5's H 12 / Hkv 2), then both builds' attention tests at once, then, as END allows (default 430 s),
 # Qwen3-1.7B 32K steps: this tree's auto (cuDNN's backward at D = 128) against each build whose tests passed with
 # every call on its own kernel (`--attn-implementation flash_attention_3`), and the ALST recipe.
 #   END=430 bash bench/gpu_calls/2026-12-07_s33_dq_first_steps.sh OUT_DIR   (carry [".devtmp"])
@@ -15,6 +15,14 @@ build_other d /tmp/d "" seqpar test_cuda
 wait
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 attn_rounds fwd_bwd 128 build-a build-d
+# Qwen2.5-1.5B's head layout (H 12 over Hkv 2, a GQA group of 6), never timed before: cuDNN, then each build's kernel.
+g6() {
+  $2/seqpar bench attention --backend $3 --seq-lens 16384,65536 --passes fwd_bwd --heads 12 --kv-heads 2 \
+    --head-dims 128 --warmup 2 --iters 5 2>&1 | grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' |
+    sed "s|^|D=128 H=12 Hkv=2 fwd_bwd $1: |"; echo
+}
+g6 cudnn $B cudnn
+for bin in $B build-a build-d; do g6 $bin $bin flash; done
 echo "timed $SECONDS s"
 test_build a > $OUT/t_a.txt 2>&1 &
 pa=$!
@@ -33,5 +41,9 @@ for bin in $V; do
   run_bounded q3_$(basename $bin) 40 $bin/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP \
     --attn-implementation flash_attention_3
 done
+# Qwen2.5-1.5B at 64K: auto against every call on the default build's own kernel (the GQA-6 question above).
+run_bounded q25_64k_base 60 $B/seqpar bench train --preset qwen2.5-1.5b --seq-lens 65536 --steps 3 $KEEP
+run_bounded q25_64k_own 60 $B/seqpar bench train --preset qwen2.5-1.5b --seq-lens 65536 --steps 3 $KEEP \
+  --attn-implementation flash_attention_3
 run_bounded q3_alst 70 python3 bench/peers/alst_train_step.py --preset qwen3-1.7b --seq-lens 32768 --steps 3 --torch-adam
 echo "done $SECONDS s"
