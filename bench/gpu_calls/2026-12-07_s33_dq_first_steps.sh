@@ -3,6 +3,7 @@
 # at D = 128 beside cuDNN first, also at Qwen2.5's H 12 / Hkv 2), then both builds' attention tests at once, then, as END allows (default 430 s),
 # Qwen3-1.7B 32K steps: this tree's auto (cuDNN's backward at D = 128) against each build whose tests passed with
 # every call on its own kernel (`--attn-implementation flash_attention_3`), and the ALST recipe.
+#   TIMING_ONLY=1 (~150 s): stop after the timings.
 #   END=430 bash bench/gpu_calls/2026-12-07_s33_dq_first_steps.sh OUT_DIR   (carry [".devtmp"])
 set -u
 OUT=$1
@@ -24,6 +25,7 @@ g6() {
 g6 cudnn $B cudnn
 for bin in $B build-a build-d; do g6 $bin $bin flash; done
 echo "timed $SECONDS s"
+[ "${TIMING_ONLY:-0}" = 1 ] && exit 0  # the shortest call: the timings alone (a build lands only with its tests passed)
 test_build a > $OUT/t_a.txt 2>&1 &
 pa=$!
 test_build d > $OUT/t_d.txt 2>&1
