@@ -8,13 +8,8 @@
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
-patched_copy /tmp/a bench/gpu_calls/2026-12-06_s31_dq_first.patch
-patched_copy /tmp/d bench/gpu_calls/2026-12-06_s31_dq_first.patch bench/gpu_calls/2026-12-06_s31_early_dv.patch
-build_gpu $OUT seqpar &
-build_other a /tmp/a "" seqpar test_cuda &
-build_other d /tmp/d "" seqpar test_cuda
-wait
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+P=bench/gpu_calls/2026-12-06_s31
+build_variants $OUT a=${P}_dq_first.patch d=${P}_dq_first.patch+${P}_early_dv.patch
 attn_rounds fwd_bwd 128 build-a build-d
 echo "timed $SECONDS s"
 test_build a > $OUT/t_a.txt 2>&1 &

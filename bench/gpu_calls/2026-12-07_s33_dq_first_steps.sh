@@ -8,22 +8,12 @@
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
-patched_copy /tmp/a bench/gpu_calls/2026-12-06_s31_dq_first.patch
-patched_copy /tmp/d bench/gpu_calls/2026-12-06_s31_dq_first.patch bench/gpu_calls/2026-12-06_s31_early_dv.patch
-build_gpu $OUT seqpar &
-build_other a /tmp/a "" seqpar test_cuda &
-build_other d /tmp/d "" seqpar test_cuda
-wait
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+P=bench/gpu_calls/2026-12-06_s31
+build_variants $OUT a=${P}_dq_first.patch d=${P}_dq_first.patch+${P}_early_dv.patch
 attn_rounds fwd_bwd 128 build-a build-d
 # Qwen2.5-1.5B's head layout (H 12 over Hkv 2, a GQA group of 6), never timed before: cuDNN, then each build's kernel.
-g6() {
-  $2/seqpar bench attention --backend $3 --seq-lens 16384,65536 --passes fwd_bwd --heads 12 --kv-heads 2 \
-    --head-dims 128 --warmup 2 --iters 5 2>&1 | grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' |
-    sed "s|^|D=128 H=12 Hkv=2 fwd_bwd $1: |"; echo
-}
-g6 cudnn $B cudnn
-for bin in $B build-a build-d; do g6 $bin $bin flash; done
+attn_ms cudnn $B cudnn 128 12 fwd_bwd 2
+for bin in $B build-a build-d; do attn_ms $bin $bin flash 128 12 fwd_bwd 2; done
 echo "timed $SECONDS s"
 [ "${TIMING_ONLY:-0}" = 1 ] && exit 0  # the shortest call: the timings alone (a build lands only with its tests passed)
 test_build a > $OUT/t_a.txt 2>&1 &

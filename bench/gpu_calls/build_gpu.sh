@@ -58,6 +58,18 @@ build_other() {
       -DUTF8PROC_LIBRARY=$u/libutf8proc.a && cmake --build build-$name -j 16 --target "$@"; } > $OUT/build_$name.log 2>&1 \
     && echo "$name build ok $SECONDS s" || { echo "$name BUILD FAILED"; grep -E "error" $OUT/build_$name.log | head; }
 }
+# build_variants OUT [NAME=PATCH[+PATCH...]]...: the default build ($B: seqpar) and, for each NAME, build-NAME (seqpar,
+# test_cuda) of a copy of the tree in /tmp/NAME with its PATCHes applied in order (patched_copy), all at once (prebuilt
+# where tools/prebuild_gpu.sh made them); then prints the GPU's name and driver.
+build_variants() {
+  local out=$1 v ps
+  shift
+  for v in "$@"; do ps=${v#*=}; patched_copy /tmp/${v%%=*} ${ps//+/ }; done
+  build_gpu $out seqpar &
+  for v in "$@"; do build_other ${v%%=*} /tmp/${v%%=*} "" seqpar test_cuda & done
+  wait
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+}
 # peer_env OUT: installs the carried peer wheels (.devtmp/whl: DeepSpeed, liger-kernel, hjson, pydantic)
 # into /tmp/site and puts them on the path of the python3 the peers run under.
 peer_env() {
@@ -101,11 +113,13 @@ test_build() {
   grep -E "FAILED|Failure" "$OUT/tests_$1.log" | head -6
   grep -q '^\[  PASSED' "$OUT/tests_$1.log" || { grep -E '^\[ RUN' "$OUT/tests_$1.log" | tail -2; return 1; }
 }
-# attn_ms LABEL BIN BACKEND D H PASS: `BIN/seqpar bench attention` at 16K and 64K, H query heads over 8 KV heads,
-# head dim D, PASS (fwd / fwd_bwd), 2 warm-up and 5 timed runs: one line "D=.. H=.. PASS LABEL: S .. ms .. S .. ms ..".
+# attn_ms LABEL BIN BACKEND D H PASS [HKV]: `BIN/seqpar bench attention` at 16K and 64K, H query heads over HKV KV
+# heads (default 8), head dim D, PASS (fwd / fwd_bwd), 2 warm-up and 5 timed runs: one line
+# "D=.. H=.. [Hkv=.. ]PASS LABEL: S .. ms .. S .. ms .." (Hkv named when given).
 attn_ms() {
-  $2/seqpar bench attention --backend $3 --seq-lens 16384,65536 --passes $6 --heads $5 --kv-heads 8 --head-dims $4 \
-    --warmup 2 --iters 5 2>&1 | grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' | sed "s|^|D=$4 H=$5 $6 $1: |"; echo
+  $2/seqpar bench attention --backend $3 --seq-lens 16384,65536 --passes $6 --heads $5 --kv-heads ${7:-8} \
+    --head-dims $4 --warmup 2 --iters 5 2>&1 | grep -o '"S": *[0-9]*\|"ms": *[0-9.]*' | tr '\n' ' ' |
+    sed "s|^|D=$4 H=$5 ${7:+Hkv=$7 }$6 $1: |"; echo
 }
 # attn_rounds PASS D BUILD_DIR...: attn_ms of seqpar's cuDNN path, then the flash kernel of the default build ($B)
 # and each BUILD_DIR alternating, two rounds at H 32 and one at H 16 (Hkv 8), head dim D.
