@@ -14,12 +14,13 @@
 //   P^T  = exp2(S^T * scale*log2e - lse2_i), masked on boundary tiles (0)
 //   dS^T = P^T (dP^T - delta_i)
 //   dV  += P^T dO_i        wgmma m64nDk16, A = P^T as E registers (an accumulator's layout is
-//   dK  += dS^T Q_i        the A register layout), B = dO_i / Q_i MN-major (transpose bit)
+//                          the A register layout), B = dO_i MN-major (transpose bit)
 //   dS^T -> shared memory (E, 128-byte swizzle), a named barrier (both warpgroups' dS^T), then
+//   dK  += dS^T Q_i        as dV's, A = dS^T registers, B = Q_i MN-major (at D = 128 issued after dQ's)
 //   dQ_i += dS K           wgmma m64n64k16 over the 128 keys with A = dS (MN-major from dS^T) and B = K
-//                          (MN-major), staged as f32 in one of two
-//                          shared tiles (128-byte swizzled boxes of 32 columns) and added by a
-//                          writer warp of the producer warpgroup, D / 32 bulk tensor reductions
+//                          (MN-major), staged as f32 in one of two shared tiles (128-byte swizzled
+//                          boxes of 32 columns) and added by a writer warp of the producer
+//                          warpgroup, D / 32 bulk tensor reductions
 //                          (cp.reduce.async.bulk.tensor .add) per step; with two tiles the
 //                          consumers wait for the writer only when it is a whole step behind:
 //                          D = 128: warpgroup w computes dQ columns 64w..64w+63 of the 64 queries;
@@ -424,13 +425,20 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       }
     }
 
-    // dK += dS^T Q_i
-    reg_fence(dk);
+    // dK += dS^T Q_i. At D = 128 it is issued after dQ's product (FlashAttention-3's order), so that dQ's trip to
+    // shared memory below runs under dK's product instead of leaving the tensor pipe idle: 0.5-5% faster
+    // forward+backward at H 32 / 16 / 12 (Hkv 8 / 8 / 2), one figure of six 1.3% slower (H100, bench/NOTES.md,
+    // 2026-12-07, thirty-fourth session). At D = 64 the order stays dV, dK, dQ: the other was not measured there.
+    constexpr bool kDqFirst = D == 128;
     const uint64_t q_mn_desc = smem_desc(sQ(s), BM * 128, 1024);
-    wgmma_fence();
+    auto issue_dk = [&] {
+      reg_fence(dk);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dk, da[kk], desc_add(q_mn_desc, kk * 16 * 128));
-    wgmma_commit();
+      for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dk, da[kk], desc_add(q_mn_desc, kk * 16 * 128));
+      wgmma_commit();
+    };
+    if constexpr (!kDqFirst) issue_dk();
 
     // dQ_i (+)= dS K over the 128 keys (k16 steps of 16 keys = 2048 bytes of dS^T and of K). A = dS
     // from the dS^T tile (MN-major: 64 queries = one 128-byte row per key, the query halves BN*128
@@ -448,14 +456,23 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       wgmma_ss<E, 64, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
-    // dV and dK are in (the groups complete in order): stage s (Q_i, dO_i, lse2, delta) is free while the dQ
-    // product, which reads dS^T and K only, still runs, so the producer's copy of step it + STAGES starts earlier.
-    wgmma_wait<1>();
-    reg_fence(dk);
-    reg_fence(dv);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s
-    wgmma_wait<0>();
+    // Stage s (Q_i, dO_i, lse2, delta) is free once dV and dK are in (the groups complete in order), so the
+    // producer's copy of step it + STAGES can start while the last product still runs.
+    auto release_stage = [&] {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s
+    };
+    if constexpr (kDqFirst) {
+      issue_dk();
+      wgmma_wait<1>();  // dV and dQ are in; dK still runs
+      reg_fence(dv);
+    } else {
+      wgmma_wait<1>();  // dV and dK are in; dQ still runs
+      reg_fence(dk);
+      reg_fence(dv);
+      release_stage();
+      wgmma_wait<0>();
+    }
     reg_fence(dq);
 
     // dQ -> shared tile dqb (once the writer has read it, kDqTiles steps ago), for the writer warp, as stmatrix.x4
@@ -479,6 +496,11 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     }
     fence_proxy_async();  // visible to the bulk reductions
     named_bar_arrive(kBarDqFull + dqb, NCW * 32 + 32);
+    if constexpr (kDqFirst) {
+      wgmma_wait<0>();  // dK is in
+      reg_fence(dk);
+      release_stage();
+    }
 
     advance(i, gi);
   }
