@@ -6,6 +6,7 @@
 # per-head split on today's kernel) runs a block per (key tile, query head), dK / dV per head into f32 [Tk, H, D]
 # scratch summed per group by a second kernel (at G = 4 it was 2-7% faster, at G = 2 2% slower: twenty-ninth session).
 #   bash bench/gpu_calls/2026-12-07_s34_per_head.sh OUT_DIR   (carry [".devtmp"]; ~200 s, END=… for the steps)
+#   TIMING_ONLY=1: stop after the timings.
 #   NCU=1: ncu's L2 hit rate and DRAM throughput of each backward at H 12 / Hkv 2, 16K (~60 s more).
 # Prebuilt: tools/prebuild_gpu.sh gpu; tools/prebuild_gpu.sh ph bench/gpu_calls/2026-12-07_s34_per_head.patch
 set -u
@@ -27,6 +28,7 @@ for hh in "32 8" "16 8"; do
   for bin in $B build-ph; do attn_ms $bin $bin flash 128 $1 fwd_bwd $2; done
 done
 echo "timed $SECONDS s"
+[ "${TIMING_ONLY:-0}" = 1 ] && exit 0  # the shortest call (~40 s): the timings alone
 if [ "${NCU:-0}" = 1 ]; then
   m="lts__t_sector_hit_rate.pct,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum"
   for x in "cudnn $B cudnn" "gpu $B flash" "ph build-ph flash"; do
