@@ -5,7 +5,10 @@
 # tile, so the rows that must stay in L2 grow with G. `ph` (2026-12-07_s34_per_head.patch, the twenty-ninth session's
 # per-head split on today's kernel) runs a block per (key tile, query head), dK / dV per head into f32 [Tk, H, D]
 # scratch summed per group by a second kernel (at G = 4 it was 2-7% faster, at G = 2 2% slower: twenty-ninth session).
+# (The session's call 3 ran the timings, TIMING_ONLY=1: ph 0.97-0.98x cuDNN at group 6, 3-4% slower than the default at
+# group 2; bench/NOTES.md. The rest of the script has not run.)
 #   bash bench/gpu_calls/2026-12-07_s34_per_head.sh OUT_DIR   (carry [".devtmp"]; ~200 s, END=… for the steps)
+#   Then the default's and ph's attention tests at once, then (if ph's passed) Qwen2.5-1.5B 64K steps.
 #   TIMING_ONLY=1: stop after the timings.
 #   NCU=1: ncu's L2 hit rate and DRAM throughput of each backward at H 12 / Hkv 2, 16K (~60 s more).
 # Prebuilt: tools/prebuild_gpu.sh gpu; tools/prebuild_gpu.sh ph bench/gpu_calls/2026-12-07_s34_per_head.patch
@@ -39,9 +42,14 @@ if [ "${NCU:-0}" = 1 ]; then
     echo "#### ncu $1 rc=$?"; grep -E "^  [a-zA-Z_]|hit_rate|dram__|duration" $OUT/ncu_$1.log | head -24
   done
 fi
+# The committed tree's attention tests (its D = 128 order was tested as the thirty-first session's patch `a`; this
+# runs the code as committed) beside ph's, at once.
+test_build gpu > $OUT/t_gpu.txt 2>&1 &
+pg=$!
 test_build ph > $OUT/t_ph.txt 2>&1
 rp=$?
-cat $OUT/t_ph.txt
+wait $pg
+cat $OUT/t_gpu.txt $OUT/t_ph.txt
 [ $rp = 0 ] || exit 0
 # Qwen2.5-1.5B at 64K: auto (cuDNN's backward) against ph's own kernel on every call.
 KEEP="--activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192 --checkpoint-placement auto"
