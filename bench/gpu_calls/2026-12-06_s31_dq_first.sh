@@ -22,19 +22,12 @@ OUT=$1
 P=bench/gpu_calls/2026-12-06_s31
 build_variants $OUT a=${P}_dq_first.patch d=${P}_dq_first.patch+${P}_early_dv.patch
 
-test_build a > $OUT/t_a.txt 2>&1 &
-pa=$!
-test_build d > $OUT/t_d.txt 2>&1
-rd=$?
-wait $pa
-ra=$?
-cat $OUT/t_a.txt $OUT/t_d.txt
+test_builds a d
 # Two suites at once on one GPU: a failure may be the other's memory; such a build is tested again alone.
-[ $ra != 0 ] && { echo "a again, alone:"; test_build a; ra=$?; }
-[ $rd != 0 ] && { echo "d again, alone:"; test_build d; rd=$?; }
-V=""
-[ $ra = 0 ] && V="$V build-a"
-[ $rd = 0 ] && V="$V build-d"
+for n in a d; do
+  [[ " $PASSED " == *" build-$n "* ]] || { echo "$n again, alone:"; test_build $n && PASSED="$PASSED build-$n"; }
+done
+V=$PASSED
 [ -z "$V" ] && { echo "no build passed"; exit 1; }
 for D in ${DS:-128 64}; do attn_rounds fwd_bwd $D $V; done
 [ "${NCU:-1}" = 1 ] && bwd_stalls 60 $B $V

@@ -12,8 +12,5 @@ P=bench/gpu_calls/2026-12-06_s31
 build_variants $OUT a=${P}_dq_first.patch d=${P}_dq_first.patch+${P}_early_dv.patch
 attn_rounds fwd_bwd 128 build-a build-d
 echo "timed $SECONDS s"
-test_build a > $OUT/t_a.txt 2>&1 &
-test_build d > $OUT/t_d.txt 2>&1
-wait
-cat $OUT/t_a.txt $OUT/t_d.txt
+test_builds a d
 echo "done $SECONDS s"

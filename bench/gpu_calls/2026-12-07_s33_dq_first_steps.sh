@@ -16,16 +16,8 @@ attn_ms cudnn $B cudnn 128 12 fwd_bwd 2
 for bin in $B build-a build-d; do attn_ms $bin $bin flash 128 12 fwd_bwd 2; done
 echo "timed $SECONDS s"
 [ "${TIMING_ONLY:-0}" = 1 ] && exit 0  # the shortest call: the timings alone (a build lands only with its tests passed)
-test_build a > $OUT/t_a.txt 2>&1 &
-pa=$!
-test_build d > $OUT/t_d.txt 2>&1
-rd=$?
-wait $pa
-ra=$?
-cat $OUT/t_a.txt $OUT/t_d.txt
-V=""
-[ $ra = 0 ] && V="$V build-a"
-[ $rd = 0 ] && V="$V build-d"
+test_builds a d
+V=$PASSED
 KEEP="--activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192 --checkpoint-placement auto"
 peer_env $OUT
 run_bounded q3_base 40 $B/seqpar bench train --preset qwen3-1.7b --seq-lens 32768 --steps 3 $KEEP

@@ -44,13 +44,8 @@ if [ "${NCU:-0}" = 1 ]; then
 fi
 # The committed tree's attention tests (its D = 128 order was tested as the thirty-first session's patch `a`; this
 # runs the code as committed) beside ph's, at once.
-test_build gpu > $OUT/t_gpu.txt 2>&1 &
-pg=$!
-test_build ph > $OUT/t_ph.txt 2>&1
-rp=$?
-wait $pg
-cat $OUT/t_gpu.txt $OUT/t_ph.txt
-[ $rp = 0 ] || exit 0
+test_builds gpu ph
+[[ " $PASSED " == *" build-ph "* ]] || exit 0
 # Qwen2.5-1.5B at 64K: auto (cuDNN's backward) against ph's own kernel on every call.
 KEEP="--activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192 --checkpoint-placement auto"
 run_bounded q25_64k_base 60 $B/seqpar bench train --preset qwen2.5-1.5b --seq-lens 65536 --steps 3 $KEEP

@@ -113,6 +113,18 @@ test_build() {
   grep -E "FAILED|Failure" "$OUT/tests_$1.log" | head -6
   grep -q '^\[  PASSED' "$OUT/tests_$1.log" || { grep -E '^\[ RUN' "$OUT/tests_$1.log" | tail -2; return 1; }
 }
+# test_builds NAME...: test_build of every NAME at once (one GPU; the suites' logs in OUT/t_NAME.txt, printed in the
+# order named); PASSED becomes the build-NAME folders whose tests passed, in that order.
+test_builds() {
+  local n
+  for n in "$@"; do test_build $n > $OUT/t_$n.txt 2>&1 & done
+  wait
+  PASSED=""
+  for n in "$@"; do
+    cat $OUT/t_$n.txt
+    grep -q '^\[  PASSED' "$OUT/tests_$n.log" 2> /dev/null && PASSED="$PASSED build-$n"
+  done
+}
 # attn_ms LABEL BIN BACKEND D H PASS [HKV]: `BIN/seqpar bench attention` at 16K and 64K, H query heads over HKV KV
 # heads (default 8), head dim D, PASS (fwd / fwd_bwd), 2 warm-up and 5 timed runs: one line
 # "D=.. H=.. [Hkv=.. ]PASS LABEL: S .. ms .. S .. ms .." (Hkv named when given).
