@@ -15,10 +15,11 @@
 //   dS^T = P^T (dP^T - delta_i)
 //   dV  += P^T dO_i        wgmma m64nDk16, A = P^T as E registers (an accumulator's layout is
 //                          the A register layout), B = dO_i MN-major (transpose bit)
-//   dS^T -> shared memory (E, 128-byte swizzle), a named barrier (both warpgroups' dS^T), then
-//   dK  += dS^T Q_i        as dV's, A = dS^T registers, B = Q_i MN-major (at D = 128 issued after dQ's)
-//   dQ_i += dS K           wgmma m64n64k16 over the 128 keys with A = dS (MN-major from dS^T) and B = K
-//                          (MN-major), staged as f32 in one of two shared tiles (128-byte swizzled
+//   dK  += dS^T Q_i        as dV's, A = dS^T registers, B = Q_i MN-major, issued after the dQ product
+//   dS^T -> shared buffer (step % 2) (E, 128-byte swizzle), then
+//   dQ  += dS K            of the previous step (its dS^T buffer: both warpgroups' halves are in by now, so neither
+//                          waits for the other inside a step), wgmma m64n64k16 over the 128 keys with A = dS
+//                          (MN-major from dS^T) and B = K (MN-major), staged as f32 in one of two shared tiles (128-byte swizzled
 //                          boxes of 32 columns) and added by a writer warp of the producer
 //                          warpgroup, D / 32 bulk tensor reductions
 //                          (cp.reduce.async.bulk.tensor .add) per step; with two tiles the
@@ -89,7 +90,8 @@ struct BwdShape {
   static constexpr uint32_t kDQ = kDS + 2 * kDSBytes;
   static constexpr uint32_t kStats = kDQ + kDqTiles * kDQBytes;  // [STAGES] x {lse2, delta}
   static constexpr uint32_t kBar = (kStats + STAGES * 2 * kRowBytes + 15) / 16 * 16;
-  static constexpr uint32_t kEnd = kBar + 8 * (2 * STAGES + 1);
+  // mbarriers: full / empty per stage, K / V, then dS^T buffer b full (ds_full) and read (ds_empty), b = 0, 1.
+  static constexpr uint32_t kEnd = kBar + 8 * (2 * STAGES + 1 + 4);
   // + 1024 where it fits: the dynamic shared memory base is rounded up to 1024 bytes inside the kernel. Where it
   // does not (two dQ tiles at D = 64: 40 bytes short) the base is 1024-aligned by its declaration
   // (__align__(1024), no static shared memory in the kernel); the kernel traps if it ever is not.
@@ -97,9 +99,10 @@ struct BwdShape {
   static constexpr uint32_t kSmem = kSlack + kEnd;
   static_assert(kSmem <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
-// Named barriers of the kernel (0 is __syncthreads): both warpgroups' dS^T in; dQ tile b written by
-// the consumers (kBarDqFull + b) and read by the writer's reductions (kBarDqEmpty + b).
-constexpr int kBarDS = 1, kBarDqFull = 2, kBarDqEmpty = 4;
+// Named barriers of the kernel (0 is __syncthreads): warpgroup 0's first dV issued (warpgroup 1 starts then); dQ tile b written by
+// the consumers (kBarDqFull + b) and read by the writer's reductions (kBarDqEmpty + 2 w + b, one barrier per consumer
+// warpgroup w, so that a warpgroup waits for the writer, never for the other warpgroup).
+constexpr int kBarStart = 1, kBarDqFull = 2, kBarDqEmpty = 4;
 
 // ---- helpers the forward does not have ----------------------------------------------------
 // 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared,
@@ -190,6 +193,8 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   auto full = [&](int s) { return bars + 8u * s; };
   auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
   const uint32_t kvbar = bars + 8u * 2 * STAGES;
+  auto ds_full = [&](int b) { return kvbar + 8u * (1 + b); };
+  auto ds_empty = [&](int b) { return kvbar + 8u * (3 + b); };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // The grid is (key tile, KV head). Blocks start in x-fastest order, so the blocks running at once are the key tiles
@@ -210,6 +215,10 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       mbar_init(empty(s), NCW);
     }
     mbar_init(kvbar, 1);
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(ds_full(b), NCW);
+      mbar_init(ds_empty(b), NCW);
+    }
     mbar_init_fence();
   }
   __syncthreads();  // the last CTA-wide barrier: the producer warp leaves early
@@ -249,7 +258,10 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
         __syncwarp();
         advance(i, gi);
         // The consumers write that tile again in the next step (when there is one).
-        if (it >= NT - 1 && i < nqt) named_bar_arrive(kBarDqEmpty + (it - NT + 1) % NT, NCW * 32 + 32);
+        if (it >= NT - 1 && i < nqt) {
+          named_bar_arrive(kBarDqEmpty + (it - NT + 1) % NT, NCW * 16 + 32);
+          named_bar_arrive(kBarDqEmpty + 2 + (it - NT + 1) % NT, NCW * 16 + 32);
+        }
       }
       if (lane == 0) bulk_wait_all();
       return;
@@ -318,9 +330,57 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     dv[r] = 0.f;
   }
 
+  // The dQ product of step it is issued in step it + 1, so that the warpgroups never wait for each other's dS^T of the
+  // step they are in: dS^T buffer b's mbarriers ds_full (both warpgroups' dS^T written) and ds_empty (both warpgroups'
+  // dQ products have read it) replace the named barrier both met at every step, whose cost was that both ran their
+  // elementwise part at once with no product queued. Forward+backward 2-4% faster at D = 128 (H 16 / 32 over Hkv 8),
+  // 2-6% at D = 64 (H 32); training steps 2.1% faster for Llama-3.2-1B at 64K (H100, bench/NOTES.md, thirty-fifth
+  // session).
+  // dQ_j (+)= dS K over the 128 keys (k16 steps of 16 keys = 2048 bytes of dS^T and of K), from dS^T buffer b. A = dS
+  // from the dS^T tile (MN-major: 64 queries = one 128-byte row per key, the query halves BN*128 bytes apart; D = 64:
+  // this warpgroup's queries), B = K (MN-major: columns in 64-wide halves BN*128 bytes apart; D = 128: this
+  // warpgroup's columns).
+  // (The accumulators are each caller's own array, declared where it is used, so that the compiler keeps none of
+  // them live across steps.)
+  auto issue_dq = [&](float(&dq)[32], int b) {
+    const uint64_t dsb_desc = desc_add(ds_desc, sdS(b) - sdS(0));
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint64_t a = desc_add(dsb_desc, kk * 16 * 128);
+      const uint64_t bk = desc_add(kdq_desc, kk * 16 * 128);
+      wgmma_ss<E, 64, 1, 1>(dq, a, bk, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+  };
+  // dQ of step j -> shared tile j % kDqTiles (once the writer has read it, kDqTiles steps ago), for the writer warp, as
+  // stmatrix.x4 of f32 pairs (an f32 is two 16-bit halves): dq[4n + 2hr + e] is row 16w + g + 8hr (of the
+  // warpgroup's 64 queries when they split the queries) of matrix 2hr + e, whose 16-byte rows hold columns col0 + 8n +
+  // 2t + e, t = 0..3: the tile (and dq_acc, whose columns it adds to) holds each 8 columns in the order 2t + e at 4e +
+  // t (launch_dq_finish's lane_order puts them back). Lane l gives row l % 8 of matrix l / 8, 128-byte swizzled.
+  auto store_dq = [&](const float(&dq)[32], int j) {
+    const int dqb = j % S::kDqTiles;
+    if (j >= S::kDqTiles) named_bar_sync(kBarDqEmpty + 2 * wg + dqb, NCW * 16 + 32);
+    const int mi = lane >> 3, mr = lane & 7;
+    const int row = (S::kSplitN ? 0 : wg * 64) + 16 * w + 8 * (mi >> 1) + mr;
+    const uint32_t rbase = base + S::kDQ + dqb * S::kDQBytes + row * 128;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int col = (S::kSplitN ? wg * 64 : 0) + 8 * n + 4 * (mi & 1);  // this lane's 16-byte row: 4 columns
+      const uint32_t r4[4] = {__float_as_uint(dq[4 * n]), __float_as_uint(dq[4 * n + 1]), __float_as_uint(dq[4 * n + 2]),
+                              __float_as_uint(dq[4 * n + 3])};
+      stmatrix_x4(rbase + (col >> 5) * (BM * 128) + ((((col & 31) >> 2) ^ mr) << 4), r4);
+    }
+    fence_proxy_async();  // visible to the bulk reductions
+    named_bar_arrive(kBarDqFull + dqb, NCW * 32 + 32);
+  };
+
   if (any) mbar_wait(kvbar, 0);
-  int gi = 0;
-  for (int it = 0; i < nqt; ++it) {
+  // Warpgroup 1 starts when warpgroup 0 has issued its first dV: half a step apart, so that one's elementwise part
+  // runs under the other's products from the start (level to 1% faster than a common start, same call).
+  if (any && wg == 1) named_bar_sync(kBarStart, NCW * 32);
+  int gi = 0, it = 0;
+  for (; i < nqt; ++it) {
     const int s = it % STAGES, buf = it & 1;
     const int4 qst = q_stats[i];
     const int cls = tile_class(qst, ks, p.causal, p.window, k_ragged || (i + 1) * BM > p.Tq);
@@ -412,24 +472,20 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], desc_add(do_mn_desc, kk * 16 * 128));
     wgmma_commit();
 
-    // dS^T (E) -> shared, one stmatrix.x4 per 16 queries: da[kk][j] is the 8 x 8 matrix of key rows
+    // dS^T (E) -> shared buffer b, one stmatrix.x4 per 16 queries: da[kk][j] is the 8 x 8 matrix of key rows
     // wg*64 + 16w + 8(j & 1) + 0..7 and query chunk n = 2kk + (j >> 1) (8 queries: 64-query half n / 8, 16-byte chunk
     // n % 8 of its 128-byte row, swizzle key = the row's low 3 bits). Lane l gives row l % 8 of matrix l / 8.
-    {
+    auto write_ds = [&](int b) {
       const int mi = lane >> 3, mr = lane & 7;
-      const uint32_t row = sdS(buf) + (wg * 64 + 16 * w + 8 * (mi & 1) + mr) * 128;
+      const uint32_t row = sdS(b) + (wg * 64 + 16 * w + 8 * (mi & 1) + mr) * 128;
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk) {
         const int n = 2 * kk + (mi >> 1);
         stmatrix_x4(row + (n >> 3) * (BN * 128) + (((n & 7) ^ mr) << 4), da[kk]);
       }
-    }
+    };
 
-    // dK += dS^T Q_i. At D = 128 it is issued after dQ's product (FlashAttention-3's order), so that dQ's trip to
-    // shared memory below runs under dK's product instead of leaving the tensor pipe idle: 0.5-5% faster
-    // forward+backward at H 32 / 16 / 12 (Hkv 8 / 8 / 2), one figure of six 1.3% slower (H100, bench/NOTES.md,
-    // 2026-12-07, thirty-fourth session). At D = 64 the order stays dV, dK, dQ: the other was not measured there.
-    constexpr bool kDqFirst = D == 128;
+    // dK += dS^T Q_i, as dV's with A = dS^T registers, B = Q_i MN-major.
     const uint64_t q_mn_desc = smem_desc(sQ(s), BM * 128, 1024);
     auto issue_dk = [&] {
       reg_fence(dk);
@@ -438,71 +494,51 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
       for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dk, da[kk], desc_add(q_mn_desc, kk * 16 * 128));
       wgmma_commit();
     };
-    if constexpr (!kDqFirst) issue_dk();
-
-    // dQ_i (+)= dS K over the 128 keys (k16 steps of 16 keys = 2048 bytes of dS^T and of K). A = dS
-    // from the dS^T tile (MN-major: 64 queries = one 128-byte row per key, the query halves BN*128
-    // bytes apart), B = K (MN-major: columns in 64-wide halves BN*128 bytes apart).
-    fence_proxy_async();  // this thread's dS^T stores are visible to the wgmma
-    named_bar_sync(kBarDS, NCW * 32);  // both warpgroups' dS^T are in
-    float dq[32];
-    // A: dS of buffer buf (D = 64: this warpgroup's queries); B: K (D = 128: this warpgroup's columns).
-    const uint64_t dsb_desc = desc_add(ds_desc, sdS(buf) - sdS(0));
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint64_t a = desc_add(dsb_desc, kk * 16 * 128);
-      const uint64_t b = desc_add(kdq_desc, kk * 16 * 128);
-      wgmma_ss<E, 64, 1, 1>(dq, a, b, kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
     // Stage s (Q_i, dO_i, lse2, delta) is free once dV and dK are in (the groups complete in order), so the
     // producer's copy of step it + STAGES can start while the last product still runs.
     auto release_stage = [&] {
       __syncwarp();
       if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s
     };
-    if constexpr (kDqFirst) {
-      issue_dk();
-      wgmma_wait<1>();  // dV and dQ are in; dK still runs
-      reg_fence(dv);
-    } else {
-      wgmma_wait<1>();  // dV and dK are in; dQ still runs
-      reg_fence(dk);
-      reg_fence(dv);
-      release_stage();
-      wgmma_wait<0>();
-    }
-    reg_fence(dq);
 
-    // dQ -> shared tile dqb (once the writer has read it, kDqTiles steps ago), for the writer warp, as stmatrix.x4
-    // of f32 pairs (an f32 is two 16-bit halves): dq[4n + 2hr + e] is row 16w + g + 8hr (of the warpgroup's 64
-    // queries when they split the queries) of matrix 2hr + e, whose 16-byte rows hold columns col0 + 8n + 2t + e,
-    // t = 0..3: the tile (and dq_acc, whose columns it adds to) holds each 8 columns in the order 2t + e at 4e + t
-    // (launch_dq_finish's lane_order puts them back). Lane l gives row l % 8 of matrix l / 8, 128-byte swizzled.
-    const int dqb = it % S::kDqTiles;
-    if (it >= S::kDqTiles) named_bar_sync(kBarDqEmpty + dqb, NCW * 32 + 32);
-    {
-      const int mi = lane >> 3, mr = lane & 7;
-      const int row = (S::kSplitN ? 0 : wg * 64) + 16 * w + 8 * (mi >> 1) + mr;
-      const uint32_t rbase = base + S::kDQ + dqb * S::kDQBytes + row * 128;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const int col = (S::kSplitN ? wg * 64 : 0) + 8 * n + 4 * (mi & 1);  // this lane's 16-byte row: 4 columns
-        const uint32_t r4[4] = {__float_as_uint(dq[4 * n]), __float_as_uint(dq[4 * n + 1]),
-                                __float_as_uint(dq[4 * n + 2]), __float_as_uint(dq[4 * n + 3])};
-        stmatrix_x4(rbase + (col >> 5) * (BM * 128) + ((((col & 31) >> 2) ^ mr) << 4), r4);
-      }
+    if (it == 0 && wg == 0) named_bar_arrive(kBarStart, NCW * 32);
+    // dS^T buffer buf was last read by step it - 2's dQ products (both warpgroups').
+    if (it >= 2) mbar_wait(ds_empty(buf), ((it - 2) >> 1) & 1);
+    write_ds(buf);
+    fence_proxy_async();  // this thread's dS^T stores are visible to the wgmma
+    __syncwarp();
+    if (lane == 0) mbar_arrive(ds_full(buf));
+    // The previous step's dQ, whose dS^T (both warpgroups') is long in: no warpgroup waits for the other's
+    // dS^T of this step, so one's elementwise part can run under the other's products. In the first step the
+    // product runs all the same (on buffer 1's leftovers) and is dropped: no branch around the products, which
+    // ptxas would answer by serializing them.
+    if (it > 0) mbar_wait(ds_full(buf ^ 1), ((it - 1) >> 1) & 1);  // both warpgroups' dS^T of step it - 1
+    float dq[32];
+    issue_dq(dq, buf ^ 1);
+    issue_dk();
+    wgmma_wait<1>();  // dV and the previous dQ are in; dK still runs
+    reg_fence(dv);
+    reg_fence(dq);
+    if (it > 0) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(ds_empty(buf ^ 1));  // this warp's dQ product has read buffer buf ^ 1
+      store_dq(dq, it - 1);
     }
-    fence_proxy_async();  // visible to the bulk reductions
-    named_bar_arrive(kBarDqFull + dqb, NCW * 32 + 32);
-    if constexpr (kDqFirst) {
-      wgmma_wait<0>();  // dK is in
-      reg_fence(dk);
-      release_stage();
-    }
+    wgmma_wait<0>();  // dK (and dV) are in
+    reg_fence(dk);
+    reg_fence(dv);
+    release_stage();
 
     advance(i, gi);
+  }
+  if (it > 0) {  // the last step's dQ
+    const int j = it - 1;
+    mbar_wait(ds_full(j & 1), (j >> 1) & 1);
+    float dq[32];
+    issue_dq(dq, j & 1);
+    wgmma_wait<0>();
+    reg_fence(dq);
+    store_dq(dq, j);
   }
   // No query sees these keys: nothing to add; when writing, their dk/dv (0) are stored all the same.
   if (!any && !p.write_grads) return;
