@@ -335,7 +335,9 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   // dQ products have read it) replace the named barrier both met at every step, whose cost was that both ran their
   // elementwise part at once with no product queued. Forward+backward 2-4% faster at D = 128 (H 16 / 32 over Hkv 8),
   // 2-6% at D = 64 (H 32); training steps 2.1% faster for Llama-3.2-1B at 64K (H100, bench/NOTES.md, thirty-fifth
-  // session).
+  // session). A model of this synchronisation (the stage ring, both dS^T buffers' mbarriers, the dQ tiles' barriers
+  // with the writer, the start barrier) over random interleavings, with three mutations it must catch:
+  // bench/gpu_calls/2026-12-07_s35_bwd_lag_sync_sim.py.
   // dQ_j (+)= dS K over the 128 keys (k16 steps of 16 keys = 2048 bytes of dS^T and of K), from dS^T buffer b. A = dS
   // from the dS^T tile (MN-major: 64 queries = one 128-byte row per key, the query halves BN*128 bytes apart; D = 64:
   // this warpgroup's queries), B = K (MN-major: columns in 64-wide halves BN*128 bytes apart; D = 128: this
