@@ -8,13 +8,7 @@
 # and no named barrier is left half-arrived.
 import random
 
-
-class MBar:
-    def __init__(s, count): s.count, s.pending, s.phase = count, count, 0
-    def arrive(s):
-        s.pending -= 1
-        if s.pending == 0: s.phase += 1; s.pending = s.count
-    def done(s, parity): return (s.phase & 1) != parity
+from sync_sim import MBar, interleave
 
 
 def run(n, ST, dqw, seed):
@@ -64,14 +58,7 @@ def run(n, ST, dqw, seed):
             if it + 1 < n: arrive(3)
             yield
     actors = [producer(), consumer(0), consumer(1)] + ([writer()] if dqw else [])
-    alive, stall = list(actors), 0
-    while alive:
-        a = rnd.choice(alive)
-        try:
-            next(a); stall += 1
-        except StopIteration:
-            alive.remove(a); stall = 0
-        if stall > 100000: return "deadlock"
+    if interleave(actors, rnd, 100000): return "deadlock"
     left = [i for i in cnt if cnt[i]]
     return "ok" if not left else f"named barriers {left} half-arrived"
 

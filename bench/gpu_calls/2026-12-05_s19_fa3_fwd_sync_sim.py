@@ -3,15 +3,11 @@
 # Deadlock / ordering check of the patched sm90 forward's synchronisation (mbarrier rings, ping-pong named
 # barriers; `overlap` False: the loop order of the 256-key D = 64 build), as a randomised interleaving of the producer and the consumer warpgroups (each warpgroup one actor:
 # its warps behave alike). Also checks that a consumer never reads a slot that holds another tile.
-import random, sys
+import random
+import sys
 
-class MBar:
-    def __init__(s, count): s.count, s.pending, s.phase = count, count, 0
-    def arrive(s):
-        s.pending -= 1
-        if s.pending == 0: s.phase += 1; s.pending = s.count
-    def done(s, parity):  # phase `parity` (mod 2) completed
-        return (s.phase & 1) != parity
+from sync_sim import MBar, interleave
+
 
 class NBar:  # named barrier counting warpgroups (128 threads each); 2 per completion
     def __init__(s): s.arrived, s.waiting = 0, []
@@ -84,15 +80,7 @@ def run(n, NWG, ST, pingpong, seed, overlap=True):
         assert vslot[sp] == n - 1
         arrive_all(ev[sp])
     actors = [producer()] + [consumer(w) for w in range(NWG)]
-    alive = list(actors)
-    stall = 0
-    while alive:
-        a = rnd.choice(alive)
-        try:
-            next(a); stall += 1
-        except StopIteration:
-            alive.remove(a); stall = 0
-        if stall > 200000: return "deadlock"
+    if interleave(actors, rnd, 200000): return "deadlock"
     for i in nb:
         if nb[i][0] != 0: return f"named barrier {i} left with {nb[i][0]} arrivals"
     return "ok"

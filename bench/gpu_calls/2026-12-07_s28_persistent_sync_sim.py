@@ -7,15 +7,11 @@
 # (named barriers) restart per item. A randomised interleaving of the producer and the consumer warpgroups (each
 # warpgroup one actor: its warps behave alike), checking that every Q / K / V read finds the item and tile it wants
 # and that every named barrier ends balanced. Mutations (argv "mut") must be caught.
-import random, sys
+import random
+import sys
 
-class MBar:
-    def __init__(s, count): s.count, s.pending, s.phase = count, count, 0
-    def arrive(s, k=1):
-        for _ in range(k):
-            s.pending -= 1
-            if s.pending == 0: s.phase += 1; s.pending = s.count
-    def done(s, parity): return (s.phase & 1) != parity  # phase `parity` (mod 2) completed
+from sync_sim import MBar, interleave
+
 
 def run(items, NWG, ST, pingpong, seed, mutation=None):
     rnd = random.Random(seed)
@@ -90,15 +86,8 @@ def run(items, NWG, ST, pingpong, seed, mutation=None):
             ev[u % ST].arrive(4)
             u0 += n if mutation != "ring_restarts" else 0
     actors = [producer()] + [consumer(w) for w in range(NWG)]
-    alive, stall = list(actors), 0
     try:
-        while alive:
-            a = rnd.choice(alive)
-            try:
-                next(a); stall += 1
-            except StopIteration:
-                alive.remove(a); stall = 0
-            if stall > 100000: return "deadlock"
+        if interleave(actors, rnd, 100000): return "deadlock"
     except AssertionError as e:
         return f"wrong data {e}"
     for i in nb:

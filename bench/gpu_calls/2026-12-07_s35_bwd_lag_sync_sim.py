@@ -19,14 +19,7 @@
 import random
 import sys
 
-
-class MBar:
-    def __init__(s, count): s.count, s.pending, s.phase = count, count, 0
-    def arrive(s):
-        s.pending -= 1
-        assert s.pending >= 0
-        if s.pending == 0: s.phase += 1; s.pending = s.count
-    def done(s, parity): return (s.phase & 1) != parity
+from sync_sim import MBar, interleave
 
 
 class NamedBar:
@@ -112,15 +105,8 @@ def run(n, seed, mutation=None):
             yield
         if n: tile_read[(n - 1) % NT] = n - 1
     actors = [producer(), consumer(0), consumer(1), writer()]
-    alive, stall = list(actors), 0
     try:
-        while alive:
-            a = rnd.choice(alive)
-            try:
-                next(a); stall += 1
-            except StopIteration:
-                alive.remove(a); stall = 0
-            if stall > 20000: return "deadlock"
+        if interleave(actors, rnd, 20000): return "deadlock"
     except AssertionError as e:
         return f"assert {e}"
     left = [i for i, bar in enumerate(named) if bar.arrived]
