@@ -17,26 +17,6 @@ for kd in ${NCU_KERNELS:-bwd:128 bwd:64 fwd:64 fwd:128}; do
   ncu --import $OUT/${k}_$d.ncu-rep --page source --csv --print-source sass > $OUT/${k}_$d.csv 2>&1
   rm -f $OUT/${k}_$d.ncu-rep
   echo "== $k D=$d"
-  python3 - $OUT/${k}_$d.csv <<'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1])))
-hi = next(i for i, r in enumerate(rows) if any("Source" == c for c in r))
-h = rows[hi]
-body = [r for r in rows[hi + 1:] if len(r) == len(h)]
-def col(name):
-    return next((i for i, c in enumerate(h) if c == name), None)
-src = col("Source")
-samp = col("Warp Stall Sampling (All Samples)") or col("Warp Stall Sampling (All Cycles)")
-stall_cols = [i for i, c in enumerate(h) if c.startswith("stall_") or c.startswith("Stall ")]
-def num(x):
-    try: return float(x.replace(",", ""))
-    except Exception: return 0.0
-tot = sum(num(r[samp]) for r in body)
-print(f"columns with stalls: {len(stall_cols)}; total samples {tot:.0f}; header: {'|'.join(h)[:900]}")
-for r in sorted(body, key=lambda r: -num(r[samp]))[:30]:
-    reasons = sorted(((num(r[i]), h[i]) for i in stall_cols), reverse=True)[:3]
-    rs = " ".join(f"{n}:{v:.0f}" for v, n in reasons if v > 0)
-    print(f"{100 * num(r[samp]) / max(tot, 1):5.1f}% {r[src][:70]:70s} {rs}")
-PY
+  python3 "$(dirname "$0")/ncu_source_table.py" $OUT/${k}_$d.csv
 done
 echo "done $SECONDS s"

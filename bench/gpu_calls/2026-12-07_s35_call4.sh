@@ -12,16 +12,7 @@ OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
 P=bench/gpu_calls/2026-12-07_s35
 build_variants $OUT st=${P}_early_stats.patch sf=${P}_early_stats.patch+${P}_late_fences.patch
-OK=""
-for v in st sf; do
-  bad=0
-  for D in 128 64; do
-    timeout 30 build-$v/seqpar bench attention --backend flash --seq-lens 16384 --passes fwd_bwd --heads 16 \
-      --kv-heads 8 --head-dims $D --warmup 0 --iters 1 > $OUT/smoke_${v}_$D.log 2>&1 || { echo "$v D=$D smoke rc=$?"; bad=1; }
-  done
-  [ $bad = 0 ] && OK="$OK build-$v"
-done
-echo "smoke ok:$OK ($SECONDS s)"
+smoke_builds 16 st sf
 for round in 1 2; do
   for H in 16 32; do
     attn_ms cudnn $B cudnn 128 $H fwd_bwd

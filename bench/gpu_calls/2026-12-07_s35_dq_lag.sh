@@ -14,17 +14,7 @@ OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
 build_variants $OUT lag=bench/gpu_calls/2026-12-07_s35_dq_lag.patch \
   off=bench/gpu_calls/2026-12-07_s35_dq_lag.patch+bench/gpu_calls/2026-12-07_s35_wg_offset.patch
-# A hang shows here, in 30 s, not in the timings (which have no limit).
-OK=""
-for v in lag off; do
-  bad=0
-  for D in 128 64; do
-    timeout 30 build-$v/seqpar bench attention --backend flash --seq-lens 16384 --passes fwd_bwd --heads 16 \
-      --kv-heads 8 --head-dims $D --warmup 0 --iters 1 > $OUT/smoke_${v}_$D.log 2>&1 || { echo "$v D=$D smoke rc=$?"; bad=1; }
-  done
-  [ $bad = 0 ] && OK="$OK build-$v"
-done
-echo "smoke ok:$OK ($SECONDS s)"
+smoke_builds 16 lag off
 # forward+backward: cuDNN, the committed kernel, the variants; D = 128 at groups 2 and 4 (two rounds), D = 64 at 4.
 for round in 1 2; do
   for H in 16 32; do

@@ -34,30 +34,6 @@ for x in "128 16" "64 32"; do
   ncu --import $OUT/bwd_$1.ncu-rep --page source --csv --print-source sass > $OUT/bwd_$1.csv 2>&1
   rm -f $OUT/bwd_$1.ncu-rep
   echo "== bwd D=$1 H=$2"
-  python3 - $OUT/bwd_$1.csv <<'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1])))
-hi = next(i for i, r in enumerate(rows) if any("Source" == c for c in r))
-h = rows[hi]
-body = [r for r in rows[hi + 1:] if len(r) == len(h)]
-def col(name):
-    return next((i for i, c in enumerate(h) if c == name), None)
-src = col("Source")
-samp = col("Warp Stall Sampling (All Samples)") or col("Warp Stall Sampling (All Cycles)")
-stall_cols = [i for i, c in enumerate(h) if c.startswith("stall_") or c.startswith("Stall ")]
-def num(x):
-    try: return float(x.replace(",", ""))
-    except Exception: return 0.0
-tot = sum(num(r[samp]) for r in body)
-agg = {}
-for r in body:
-    for i in stall_cols:
-        agg[h[i]] = agg.get(h[i], 0) + num(r[i])
-print(f"total samples {tot:.0f}; by reason: " + " ".join(f"{k}:{100 * v / max(tot, 1):.1f}%" for k, v in sorted(agg.items(), key=lambda kv: -kv[1])[:8]))
-for r in sorted(body, key=lambda r: -num(r[samp]))[:30]:
-    reasons = sorted(((num(r[i]), h[i]) for i in stall_cols), reverse=True)[:3]
-    rs = " ".join(f"{n}:{v:.0f}" for v, n in reasons if v > 0)
-    print(f"{100 * num(r[samp]) / max(tot, 1):5.1f}% {r[src][:70]:70s} {rs}")
-PY
+  python3 "$(dirname "$0")/ncu_source_table.py" $OUT/bwd_$1.csv
 done
 echo "done $SECONDS s"

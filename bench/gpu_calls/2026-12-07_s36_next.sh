@@ -5,29 +5,20 @@
 # recipe on an H100) runs.
 #   `ho` (2026-12-07_s35_head_outer.patch): from 4 query heads per KV head a block walks every query tile of one head
 #     before the next head (the twenty-ninth session's `ho`, 6% faster at H 32 then; D = 64 with H 32 / Hkv 8 takes it too).
-#   `fe` (2026-12-07_s35_late_fences.patch): the dS^T and dQ-tile proxy fences after the next products / dK's wait
+#   `fe` (2026-12-07_s36_late_fences.patch): the dS^T and dQ-tile proxy fences after the next products / dK's wait
 #     (with early lse2 loads it was ~1% faster at D = 64, 64K, in the thirty-fifth session's call 4; alone, untimed).
 # Order: smoke (30 s limit each), forward+backward two rounds (cuDNN, landed, ho, fe) at D = 128 for groups 2, 4 and 6
 # and at D = 64 for group 4, the attention tests of both, then Llama-3.2-1B 64K steps (landed / each passing build)
 # around the ALST recipe and Qwen2.5-1.5B 64K (group 6) on auto against ho's own kernel both ways, as END allows.
 #   bash bench/gpu_calls/2026-12-07_s36_next.sh OUT_DIR   (carry [".devtmp"]; ~550 s; TIMING_ONLY=1 ~110 s)
 # Prebuilt: tools/prebuild_gpu.sh gpu; tools/prebuild_gpu.sh ho bench/gpu_calls/2026-12-07_s35_head_outer.patch;
-#   tools/prebuild_gpu.sh fe bench/gpu_calls/2026-12-07_s35_late_fences.patch
+#   tools/prebuild_gpu.sh fe bench/gpu_calls/2026-12-07_s36_late_fences.patch
 set -u
 OUT=$1
 . "$(dirname "$0")/build_gpu.sh"
 P=bench/gpu_calls/2026-12-07_s35
-build_variants $OUT ho=${P}_head_outer.patch fe=${P}_late_fences.patch
-OK=""
-for v in ho fe; do
-  bad=0
-  for D in 128 64; do
-    timeout 30 build-$v/seqpar bench attention --backend flash --seq-lens 16384 --passes fwd_bwd --heads 32 \
-      --kv-heads 8 --head-dims $D --warmup 0 --iters 1 > $OUT/smoke_${v}_$D.log 2>&1 || { echo "$v D=$D smoke rc=$?"; bad=1; }
-  done
-  [ $bad = 0 ] && OK="$OK build-$v"
-done
-echo "smoke ok:$OK ($SECONDS s)"
+build_variants $OUT ho=${P}_head_outer.patch fe=bench/gpu_calls/2026-12-07_s36_late_fences.patch
+smoke_builds 32 ho fe
 for round in 1 2; do
   for hh in "32 8" "16 8" "12 2"; do
     set -- $hh

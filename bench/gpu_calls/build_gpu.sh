@@ -125,6 +125,23 @@ test_builds() {
     grep -q '^\[  PASSED' "$OUT/tests_$n.log" 2> /dev/null && PASSED="$PASSED build-$n"
   done
 }
+# smoke_builds H NAME...: each build-NAME/seqpar's flash forward+backward once at 16K, H query heads over 8 KV heads,
+# head dims 128 and 64, each under `timeout 30` (a hang shows here, not in the timings, which have no limit; logs in
+# OUT/smoke_NAME_D.log); OK becomes the build-NAME folders that ran both, in the order named.
+smoke_builds() {
+  local h=$1 v D bad
+  shift
+  OK=""
+  for v in "$@"; do
+    bad=0
+    for D in 128 64; do
+      timeout 30 build-$v/seqpar bench attention --backend flash --seq-lens 16384 --passes fwd_bwd --heads $h \
+        --kv-heads 8 --head-dims $D --warmup 0 --iters 1 > $OUT/smoke_${v}_$D.log 2>&1 || { echo "$v D=$D smoke rc=$?"; bad=1; }
+    done
+    [ $bad = 0 ] && OK="$OK build-$v"
+  done
+  echo "smoke ok:$OK ($SECONDS s)"
+}
 # attn_ms LABEL BIN BACKEND D H PASS [HKV]: `BIN/seqpar bench attention` at 16K and 64K, H query heads over HKV KV
 # heads (default 8), head dim D, PASS (fwd / fwd_bwd), 2 warm-up and 5 timed runs: one line
 # "D=.. H=.. [Hkv=.. ]PASS LABEL: S .. ms .. S .. ms .." (Hkv named when given).

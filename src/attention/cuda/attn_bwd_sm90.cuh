@@ -17,11 +17,11 @@
 //                          the A register layout), B = dO_i MN-major (transpose bit)
 //   dK  += dS^T Q_i        as dV's, A = dS^T registers, B = Q_i MN-major, issued after the dQ product
 //   dS^T -> shared buffer (step % 2) (E, 128-byte swizzle), then
-//   dQ  += dS K            of the previous step (its dS^T buffer: both warpgroups' halves are in by now, so neither
-//                          waits for the other inside a step), wgmma m64n64k16 over the 128 keys with A = dS
-//                          (MN-major from dS^T) and B = K (MN-major), staged as f32 in one of two shared tiles (128-byte swizzled
-//                          boxes of 32 columns) and added by a writer warp of the producer
-//                          warpgroup, D / 32 bulk tensor reductions
+//   dQ  += dS K            of the previous step (its dS^T buffer: both warpgroups' halves are in by now, so
+//                          neither waits for the other inside a step), wgmma m64n64k16 over the 128 keys with
+//                          A = dS (MN-major from dS^T) and B = K (MN-major), staged as f32 in one of two shared
+//                          tiles (128-byte swizzled boxes of 32 columns) and added by a writer warp of the
+//                          producer warpgroup, D / 32 bulk tensor reductions
 //                          (cp.reduce.async.bulk.tensor .add) per step; with two tiles the
 //                          consumers wait for the writer only when it is a whole step behind:
 //                          D = 128: warpgroup w computes dQ columns 64w..64w+63 of the 64 queries;
@@ -99,9 +99,9 @@ struct BwdShape {
   static constexpr uint32_t kSmem = kSlack + kEnd;
   static_assert(kSmem <= 232448, "more shared memory than an sm_90 block may have (227 KB)");
 };
-// Named barriers of the kernel (0 is __syncthreads): warpgroup 0's first dV issued (warpgroup 1 starts then); dQ tile b written by
-// the consumers (kBarDqFull + b) and read by the writer's reductions (kBarDqEmpty + 2 w + b, one barrier per consumer
-// warpgroup w, so that a warpgroup waits for the writer, never for the other warpgroup).
+// Named barriers of the kernel (0 is __syncthreads): warpgroup 0's first dV issued (warpgroup 1 starts then); dQ
+// tile b written by the consumers (kBarDqFull + b) and read by the writer's reductions (kBarDqEmpty + 2 w + b, one
+// barrier per consumer warpgroup w, so that a warpgroup waits for the writer, never for the other warpgroup).
 constexpr int kBarStart = 1, kBarDqFull = 2, kBarDqEmpty = 4;
 
 // ---- helpers the forward does not have ----------------------------------------------------
@@ -338,6 +338,7 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   // session). A model of this synchronisation (the stage ring, both dS^T buffers' mbarriers, the dQ tiles' barriers
   // with the writer, the start barrier) over random interleavings, with three mutations it must catch:
   // bench/gpu_calls/2026-12-07_s35_bwd_lag_sync_sim.py.
+  //
   // dQ_j (+)= dS K over the 128 keys (k16 steps of 16 keys = 2048 bytes of dS^T and of K), from dS^T buffer b. A = dS
   // from the dS^T tile (MN-major: 64 queries = one 128-byte row per key, the query halves BN*128 bytes apart; D = 64:
   // this warpgroup's queries), B = K (MN-major: columns in 64-wide halves BN*128 bytes apart; D = 128: this
@@ -369,8 +370,8 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       const int col = (S::kSplitN ? wg * 64 : 0) + 8 * n + 4 * (mi & 1);  // this lane's 16-byte row: 4 columns
-      const uint32_t r4[4] = {__float_as_uint(dq[4 * n]), __float_as_uint(dq[4 * n + 1]), __float_as_uint(dq[4 * n + 2]),
-                              __float_as_uint(dq[4 * n + 3])};
+      const uint32_t r4[4] = {__float_as_uint(dq[4 * n]), __float_as_uint(dq[4 * n + 1]),
+                              __float_as_uint(dq[4 * n + 2]), __float_as_uint(dq[4 * n + 3])};
       stmatrix_x4(rbase + (col >> 5) * (BM * 128) + ((((col & 31) >> 2) ^ mr) << 4), r4);
     }
     fence_proxy_async();  // visible to the bulk reductions
@@ -474,39 +475,21 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dv, pa[kk], desc_add(do_mn_desc, kk * 16 * 128));
     wgmma_commit();
 
-    // dS^T (E) -> shared buffer b, one stmatrix.x4 per 16 queries: da[kk][j] is the 8 x 8 matrix of key rows
+    if (it == 0 && wg == 0) named_bar_arrive(kBarStart, NCW * 32);
+    // dS^T buffer buf was last read by step it - 2's dQ products (both warpgroups').
+    if (it >= 2) mbar_wait(ds_empty(buf), ((it - 2) >> 1) & 1);
+    // dS^T (E) -> shared buffer buf, one stmatrix.x4 per 16 queries: da[kk][j] is the 8 x 8 matrix of key rows
     // wg*64 + 16w + 8(j & 1) + 0..7 and query chunk n = 2kk + (j >> 1) (8 queries: 64-query half n / 8, 16-byte chunk
     // n % 8 of its 128-byte row, swizzle key = the row's low 3 bits). Lane l gives row l % 8 of matrix l / 8.
-    auto write_ds = [&](int b) {
+    {
       const int mi = lane >> 3, mr = lane & 7;
-      const uint32_t row = sdS(b) + (wg * 64 + 16 * w + 8 * (mi & 1) + mr) * 128;
+      const uint32_t row = sdS(buf) + (wg * 64 + 16 * w + 8 * (mi & 1) + mr) * 128;
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk) {
         const int n = 2 * kk + (mi >> 1);
         stmatrix_x4(row + (n >> 3) * (BN * 128) + (((n & 7) ^ mr) << 4), da[kk]);
       }
-    };
-
-    // dK += dS^T Q_i, as dV's with A = dS^T registers, B = Q_i MN-major.
-    const uint64_t q_mn_desc = smem_desc(sQ(s), BM * 128, 1024);
-    auto issue_dk = [&] {
-      reg_fence(dk);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dk, da[kk], desc_add(q_mn_desc, kk * 16 * 128));
-      wgmma_commit();
-    };
-    // Stage s (Q_i, dO_i, lse2, delta) is free once dV and dK are in (the groups complete in order), so the
-    // producer's copy of step it + STAGES can start while the last product still runs.
-    auto release_stage = [&] {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s
-    };
-
-    if (it == 0 && wg == 0) named_bar_arrive(kBarStart, NCW * 32);
-    // dS^T buffer buf was last read by step it - 2's dQ products (both warpgroups').
-    if (it >= 2) mbar_wait(ds_empty(buf), ((it - 2) >> 1) & 1);
-    write_ds(buf);
+    }
     fence_proxy_async();  // this thread's dS^T stores are visible to the wgmma
     __syncwarp();
     if (lane == 0) mbar_arrive(ds_full(buf));
@@ -517,7 +500,13 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     if (it > 0) mbar_wait(ds_full(buf ^ 1), ((it - 1) >> 1) & 1);  // both warpgroups' dS^T of step it - 1
     float dq[32];
     issue_dq(dq, buf ^ 1);
-    issue_dk();
+    // dK += dS^T Q_i, as dV's with A = dS^T registers, B = Q_i MN-major.
+    reg_fence(dk);
+    const uint64_t q_mn_desc = smem_desc(sQ(s), BM * 128, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs_tb<E, D>(dk, da[kk], desc_add(q_mn_desc, kk * 16 * 128));
+    wgmma_commit();
     wgmma_wait<1>();  // dV and the previous dQ are in; dK still runs
     reg_fence(dv);
     reg_fence(dq);
@@ -529,7 +518,9 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
     wgmma_wait<0>();  // dK (and dV) are in
     reg_fence(dk);
     reg_fence(dv);
-    release_stage();
+    // Stage s (Q_i, dO_i, lse2, delta) is free once dV and dK are in; the producer's copy of step it + STAGES starts.
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty(s));  // this warp is done with stage s
 
     advance(i, gi);
   }
