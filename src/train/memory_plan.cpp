@@ -794,6 +794,7 @@ LeverChoice levers_to_fit(const MemoryPlanInput& in, int64_t capacity_bytes, int
     keep.memory.checkpoint_keep_attention = false;
     bases.push_back({keep, "--activation-checkpointing"});
   }
+  std::string short_of_host;
   for (const auto& [base, ckpt] : bases) {
     for (const LeverSet& c : kLeverOrder) {
       MemoryPlanInput t;
@@ -805,17 +806,31 @@ LeverChoice levers_to_fit(const MemoryPlanInput& in, int64_t capacity_bytes, int
         t.memory.checkpoint_placement = compact_checkpoint_placement(chosen);
       }
       const MemoryPlan p = plan_memory(t);
-      if (p.peak_bytes > capacity_bytes || !host_fits(p, host_capacity_bytes)) continue;
+      if (p.peak_bytes > capacity_bytes) continue;
+      if (!host_fits(p, host_capacity_bytes)) {
+        if (short_of_host.empty()) {
+          std::string levers = ckpt;
+          if (!added.empty()) levers += (levers.empty() ? "" : ", ") + added;
+          short_of_host = fmt::format("{} would fit the GPU (peak {}) but needs {} of host memory per rank, more than "
+                                      "the {} this host gives it (--host-memory-gib)",
+                                      levers.empty() ? "the run as given" : levers, gib(p.peak_bytes),
+                                      gib(p.host_start_bytes()), gib(host_capacity_bytes));
+        }
+        continue;
+      }
       std::string levers = ckpt;
       if (!added.empty()) levers += (levers.empty() ? "" : ", ") + added;
       if (levers.empty()) return {t.memory, t.seq_len, "nothing added"};
       return {t.memory, t.seq_len, levers};
     }
   }
-  return {in.memory, 0, ""};
+  return {in.memory, 0, "", short_of_host};
 }
 
 std::string describe_levers_to_fit(const MemoryPlanInput& in, const LeverChoice& choice) {
+  if (choice.levers.empty() && !choice.host_short.empty())
+    return "none of seqpar's memory levers makes it fit at this length on this host: " + choice.host_short +
+           "; more host memory, more GPUs (--sp) or a shorter sequence";
   if (choice.levers.empty())
     return "none of seqpar's memory levers makes it fit at this length: more GPUs (--sp) or a shorter sequence";
   MemoryPlanInput t = in;

@@ -150,6 +150,9 @@ struct LeverChoice {
   MemorySettings memory;
   int64_t seq_len = 0;
   std::string levers;  // what was added to the given settings, for people ("" : nothing)
+  // When nothing fits: the first lever set that would fit the GPU but not the host's memory (levers_to_fit), with
+  // its host peak per rank and the host limit; empty when none would.
+  std::string host_short;
 };
 LeverChoice choose_levers(const MemoryPlanInput& in, int64_t capacity_bytes, int64_t granularity,
                           int64_t host_capacity_bytes);

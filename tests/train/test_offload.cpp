@@ -458,6 +458,16 @@ TEST(Offload, LeversToFitAreTheCheapestThatFitTheRunsLength) {
   EXPECT_TRUE(b.levers.empty());
   EXPECT_EQ(b.seq_len, 0);
   EXPECT_NE(describe_levers_to_fit(big, b).find("more GPUs (--sp)"), std::string::npos);
+  // 8B at 32K fits the GPU only with the optimizer in host memory (~90 GiB of it): on a host with 16 GiB the message
+  // says that lever would fit the GPU and what host memory it needs, not only "more GPUs".
+  big.seq_len = 32768;
+  const LeverChoice h = levers_to_fit(big, h100, 16ll << 30);
+  EXPECT_TRUE(h.levers.empty());
+  EXPECT_NE(h.host_short.find("--offload-optimizer cpu"), std::string::npos) << h.host_short;
+  const std::string why = describe_levers_to_fit(big, h);
+  EXPECT_NE(why.find("would fit the GPU"), std::string::npos) << why;
+  EXPECT_NE(why.find("of host memory per rank, more than the 16.00 GiB"), std::string::npos) << why;
+  EXPECT_TRUE(levers_to_fit(big, h100, 256ll << 30).host_short.empty());
 }
 
 }  // namespace
