@@ -230,11 +230,18 @@ __global__ void __launch_bounds__(BwdShape<D, STAGES>::kThreads, 1)
   auto next_i = [&](int from) { return vis.next(from); };
   int i = next_i(0);
   const bool any = i < nqt;
-  // The step after (query tile qi, head gi of the group) (warp-uniform: every lane calls it). (Walking every query
-  // tile for one head before the next, so the running blocks read one head's rows, measured 6% faster at H 32 and
-  // up to 2% slower at H 16 and 24: bench/NOTES.md, twenty-ninth session.)
+  // The step after (query tile qi, head gi of the group) (warp-uniform: every lane calls it). From 4 query heads per
+  // KV head every query tile of one head is walked before the next head, so that the blocks running at once read one
+  // head's rows; below that the heads of the group inside each query tile. (On an H100, forward+backward: H 12 / Hkv 2
+  // 6.00 -> 4.98 ms at 16K and 86-87 -> 82 ms at 64K, H 32 / Hkv 8 up to 9% at 16K and 1% at 64K; at 2 heads per KV
+  // head it was up to 2% slower: bench/NOTES.md, twenty-ninth and thirty-sixth sessions.)
+  const int i_first = i;
+  const bool head_outer = G >= 4;
   auto advance = [&](int& qi, int& gi) {
-    if (++gi == G) {
+    if (head_outer) {
+      qi = next_i(qi + 1);
+      if (qi >= nqt && ++gi < G) qi = i_first;
+    } else if (++gi == G) {
       gi = 0;
       qi = next_i(qi + 1);
     }
