@@ -9,6 +9,7 @@ REAL_OUT=$1
 OUT=/tmp/s36c2
 mkdir -p $OUT
 . "$(dirname "$0")/build_gpu.sh"
+trap "pack_logs $OUT $REAL_OUT" EXIT
 build_variants $OUT rs=bench/gpu_calls/2026-12-07_s36_tc_rowsum.patch
 SEQPAR_TEST_SOURCE_DIR=$PWD SEQPAR_TEST_BINARY=$PWD/build-rs/seqpar timeout 60 build-rs/test_cuda \
   --gtest_filter='CudaAttention.SplitKeysMergeEqualsFullF16' > $REAL_OUT/rs_test.log 2>&1

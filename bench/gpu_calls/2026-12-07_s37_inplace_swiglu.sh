@@ -13,6 +13,7 @@ REAL_OUT=$1
 OUT=/tmp/s37ip
 mkdir -p $OUT
 . "$(dirname "$0")/build_gpu.sh"
+trap "pack_logs $OUT $REAL_OUT" EXIT
 build_variants $OUT ip=bench/gpu_calls/2026-12-07_s36_inplace_swiglu.patch
 SEQPAR_TEST_SOURCE_DIR=$PWD SEQPAR_TEST_BINARY=$PWD/build-ip/seqpar timeout 200 build-ip/test_cuda \
   --gtest_filter='CudaOps.Swiglu*:CudaTrain.FirstStepsMatchTheCpu:CudaTrain.MemoryLeversTrainAlike:CudaTrain.OffloadAndStage3TrainAlike' \

@@ -4,6 +4,12 @@
 # OUT/build.log; says "build ok" with the seconds, or prints the errors and exits the script.
 B=build-gpu
 . "$(dirname "${BASH_SOURCE[0]}")/src_hash.sh"
+# pack_logs DIR DEST: every file under DIR in one archive, DEST/logs.tar.gz (a call brings back only a few files from
+# its output folder: the thirty-sixth session lost its test logs to that). Scripts that write many logs keep them in a
+# folder of their own and end with `trap "pack_logs DIR $1" EXIT`.
+pack_logs() {
+  tar czf "$2/logs.tar.gz" -C "$1" . 2> /dev/null && echo "logs: $2/logs.tar.gz ($(du -h "$2/logs.tar.gz" | cut -f1))"
+}
 # prebuilt NAME DIR SRC TARGET...: DIR/seqpar and DIR/test_cuda (and DIR/lib) from .devtmp/prebuilt/NAME
 # (tools/prebuild_gpu.sh, built on the development machine) when the TARGETs are among them, NAME was built from the
 # sources of the tree SRC (src_hash) and its seqpar runs here; says "NAME prebuilt ok", else returns 1 with the reason
