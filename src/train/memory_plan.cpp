@@ -807,19 +807,16 @@ LeverChoice levers_to_fit(const MemoryPlanInput& in, int64_t capacity_bytes, int
       }
       const MemoryPlan p = plan_memory(t);
       if (p.peak_bytes > capacity_bytes) continue;
+      std::string levers = ckpt;
+      if (!added.empty()) levers += (levers.empty() ? "" : ", ") + added;
       if (!host_fits(p, host_capacity_bytes)) {
-        if (short_of_host.empty()) {
-          std::string levers = ckpt;
-          if (!added.empty()) levers += (levers.empty() ? "" : ", ") + added;
+        if (short_of_host.empty())
           short_of_host = fmt::format("{} would fit the GPU (peak {}) but needs {} of host memory per rank, more than "
                                       "the {} this host gives it (--host-memory-gib)",
                                       levers.empty() ? "the run as given" : levers, gib(p.peak_bytes),
                                       gib(p.host_start_bytes()), gib(host_capacity_bytes));
-        }
         continue;
       }
-      std::string levers = ckpt;
-      if (!added.empty()) levers += (levers.empty() ? "" : ", ") + added;
       if (levers.empty()) return {t.memory, t.seq_len, "nothing added"};
       return {t.memory, t.seq_len, levers};
     }
