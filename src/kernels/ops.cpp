@@ -296,7 +296,8 @@ void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
   cpu::swiglu_forward(f32(out), f32(gate), f32(up), gate.numel());
 }
 
-void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up) {
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up,
+                     Tensor* out) {
   const char* op = "swiglu_backward";
   const Arg a_dgate{"dgate", dgate}, a_dup{"dup", dup}, a_dout{"dout", dout}, a_gate{"gate", gate}, a_up{"up", up};
   const Device dev = op_device(op, {a_dgate, a_dup, a_dout, a_gate, a_up});
@@ -304,9 +305,17 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tenso
   for (const Arg& a : {a_up, a_dout, a_dgate, a_dup}) expect_shape(op, a, gate.shape(), "[T, F]");
   expect_float(op, dev, {a_dgate, a_dup, a_dout, a_gate, a_up});
   SEQPAR_CHECK(!overlaps(dgate, dup), "{}: dgate and dup share memory", op);
+  if (out != nullptr) {
+    const Arg a_out{"out", *out};
+    op_device(op, {a_gate, a_out});
+    expect_shape(op, a_out, gate.shape(), "[T, F]");
+    expect_float(op, dev, {a_out});
+    expect_disjoint(op, a_out, {a_dgate, a_dup});
+  }
   ProfileScope prof(dev, __func__);
-  SEQPAR_DISPATCH_CUDA(dev, swiglu_backward(dgate, dup, dout, gate, up));
-  cpu::swiglu_backward(f32(dgate), f32(dup), f32(dout), f32(gate), f32(up), gate.numel());
+  SEQPAR_DISPATCH_CUDA(dev, swiglu_backward(dgate, dup, dout, gate, up, out));
+  cpu::swiglu_backward(f32(dgate), f32(dup), f32(dout), f32(gate), f32(up), gate.numel(),
+                       out != nullptr ? f32(*out) : nullptr);
 }
 
 // ---- GELU ---------------------------------------------------------------------------------

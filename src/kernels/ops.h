@@ -58,8 +58,11 @@ void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_fre
 // ---- SwiGLU -----------------------------------------------------------------------------
 // out = silu(gate) * up; gate/up/out [T, F].
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
-// dgate, dup (=)
-void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up);
+// dgate, dup (=); with out, also out = silu(gate) * up (=), bit for bit swiglu_forward's, for a backward that did
+// not keep the forward's output. Each output may be any input's buffer (in place: each element's inputs are read
+// before it is written); the outputs may not overlap one another.
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up,
+                     Tensor* out = nullptr);
 
 // ---- GELU --------------------------------------------------------------------------------
 // HF activation_function: "gelu" = erf form 0.5 x (1 + erf(x / sqrt 2)) (kErf); "gelu_new" and

@@ -190,7 +190,7 @@ struct LlamaModel::LayerActs {
   Tensor xn2;    // [T, C]
   Tensor gate;   // [T, F]  (SwiGLU)
   Tensor up;     // [T, F]  (GELU MLP: the pre-activation, with its bias)
-  Tensor h;      // [T, F]  silu(gate) * up | gelu(up)
+  Tensor h;      // [T, F]  gelu(up) (GELU; SwiGLU's silu(gate) * up lives only through its down projection)
 };
 
 struct LlamaModel::Acts {
@@ -391,7 +391,9 @@ void LlamaModel::project_qkv(int64_t l, LayerActs& s, Tensor& q, Tensor& k, Tens
 // From attn_out: x_mid = x_in + attn_out @ Wo^T, rstd2, xn2 = post_attention_layernorm(x_mid), and
 // the MLP. With want_output, returns the layer's output x_mid + MLP(xn2); without (a recompute for
 // backward, which needs neither the output nor, when the MLP is tiled, any MLP tensor), the MLP
-// stops at gate, up, h (untiled) or is skipped (tiled: backward recomputes each tile).
+// stops at what its backward reads (untiled) or is skipped (tiled: backward recomputes each tile).
+// SwiGLU's backward reads gate and up only: it computes h = silu(gate) * up again (swiglu_backward's out),
+// so h lives only as long as the down projection's forward, not from the forward to the backward.
 Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
   const LlamaConfig& c = config_;
   const int64_t T = s.x_in.dim(0), C = c.hidden_size;
@@ -405,7 +407,7 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
   norm_forward(s.xn2, s.rstd2, s.mean2, s.x_mid, P.post_norm, P.post_norm_bias);
   const bool tiled = mlp_tile_ > 0 && mlp_tile_ < T;
   if (!want_output) {
-    if (!tiled) mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
+    if (!tiled) mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h, /*want_h=*/false);
     return Tensor();
   }
   // The layer's output, x_mid + h Wdown^T (+ bias): the GEMM reads the residual (x_mid stays for backward).
@@ -416,14 +418,15 @@ Tensor LlamaModel::mlp_half(int64_t l, LayerActs& s, bool want_output) {
     for (int64_t t0 = 0; t0 < T; t0 += mlp_tile_) {
       const int64_t t1 = std::min(T, t0 + mlp_tile_);
       Tensor gate, up, h;
-      mlp_tile_forward(l, s.xn2.rows(t0, t1), gate, up, h);
+      mlp_tile_forward(l, s.xn2.rows(t0, t1), gate, up, h, /*want_h=*/true);
       Tensor o = out.rows(t0, t1);
       const Tensor residual = s.x_mid.rows(t0, t1);
       linear_forward(o, h, P.down_proj, down_bias, &residual);
     }
   } else {
-    mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h);
+    mlp_tile_forward(l, s.xn2, s.gate, s.up, s.h, /*want_h=*/true);
     linear_forward(out, s.h, P.down_proj, down_bias, &s.x_mid);
+    if (c.mlp == MlpKind::kSwiGlu) s.h = Tensor();
   }
   return out;
 }
@@ -483,9 +486,9 @@ Tensor LlamaModel::head_norm_backward(const Tensor& dout, const Tensor& x, const
   return dx;
 }
 
-// gate, up, h [n, F] of n tokens' post-attention-norm outputs xn [n, C]; the GELU MLP: up (with its
-// bias) and h = gelu(up), no gate.
-void LlamaModel::mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h) {
+// gate, up, h [n, F] of n tokens' post-attention-norm outputs xn [n, C] (SwiGLU without want_h: gate and up, what
+// its backward reads); the GELU MLP: up (with its bias) and h = gelu(up), no gate.
+void LlamaModel::mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h, bool want_h) {
   const LlamaLayerParams& P = layer_params(l);
   const int64_t n = xn.dim(0), F = config_.intermediate_size;
   if (config_.mlp == MlpKind::kGelu) {
@@ -496,16 +499,18 @@ void LlamaModel::mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Ten
   }
   gate = Tensor::empty({n, F}, dtype_, device_);
   up = Tensor::empty({n, F}, dtype_, device_);
-  h = Tensor::empty({n, F}, dtype_, device_);
   linear_forward(gate, xn, P.gate_proj, nullptr);
   linear_forward(up, xn, P.up_proj, nullptr);
+  if (!want_h) return;
+  h = Tensor::empty({n, F}, dtype_, device_);
   swiglu_forward(h, gate, up);
 }
 
 // The MLP's backward over n tokens: dx_out [n, C] (the gradient of the layer's output) -> dxn
-// [n, C] (=, the gradient of the post-attention norm's output); weight gradients +=.
-void LlamaModel::mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor& xn, const Tensor& gate,
-                                   const Tensor& up, const Tensor& h, Tensor& dxn) {
+// [n, C] (=, the gradient of the post-attention norm's output); weight gradients +=. GELU reads up and h; SwiGLU
+// reads gate and up and consumes them: their gradients are written over them, and h is computed again over dh.
+void LlamaModel::mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor& xn, Tensor& gate, Tensor& up,
+                                   const Tensor& h, Tensor& dxn) {
   const LlamaLayerParams& P = layer_params(l);
   LlamaLayerParams& G = grads_.layers[l];
   const int64_t n = xn.dim(0), F = config_.intermediate_size;
@@ -517,12 +522,16 @@ void LlamaModel::mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor
     linear_backward(dxn, G.up_proj, dh, xn, P.up_proj, 0.f);
     return;
   }
-  linear_backward(dh, G.down_proj, dx_out, h, P.down_proj, 0.f);
-  Tensor dgate = Tensor::empty({n, F}, dtype_, device_);
-  Tensor dup = Tensor::empty({n, F}, dtype_, device_);
-  swiglu_backward(dgate, dup, dh, gate, up);
-  linear_backward(dxn, G.gate_proj, dgate, xn, P.gate_proj, 0.f);
-  linear_backward(dxn, G.up_proj, dup, xn, P.up_proj, 1.f);
+  matmul(dh, dx_out, P.down_proj, false, false);
+  // One pass over gate, up and dh writes d(gate) and d(up) over gate and up and h over dh (the kernel reads an
+  // element's inputs before writing it; backward reads none of them again), so the MLP's backward holds one [n, F]
+  // tensor besides gate and up, not four.
+  Tensor& h_again = dh;
+  swiglu_backward(gate, up, dh, gate, up, &h_again);
+  matmul(G.down_proj, dx_out, h_again, true, false, 1.f, 1.f);
+  h_again = Tensor();
+  linear_backward(dxn, G.gate_proj, gate, xn, P.gate_proj, 0.f);  // gate, up: now d(gate), d(up)
+  linear_backward(dxn, G.up_proj, up, xn, P.up_proj, 1.f);
 }
 
 void LlamaModel::norm_forward(Tensor& out, Tensor& rstd, Tensor& mean, const Tensor& x, const Tensor& weight,
@@ -770,14 +779,15 @@ void LlamaModel::backward(float dloss) {
     if (grad_sink_) grad_block_.zero();
     // MLP: x_out = x_mid + h @ Wdown^T; tiled when forward was (no [T, F] tensors kept).
     dxn = Tensor::empty({T, C}, act, device_);
-    if (s.h.defined()) {
+    if (s.up.defined()) {
       mlp_tile_backward(l, dx, s.xn2, s.gate, s.up, s.h, dxn);
     } else {
+      const bool want_h = c.mlp != MlpKind::kSwiGlu;  // (SwiGLU's backward computes h itself)
       for (int64_t t0 = 0; t0 < T; t0 += mlp_tile_) {
         const int64_t t1 = std::min(T, t0 + mlp_tile_);
         Tensor gate, up, h, dxn_t = dxn.rows(t0, t1);
         const Tensor xn = s.xn2.rows(t0, t1);
-        mlp_tile_forward(l, xn, gate, up, h);
+        mlp_tile_forward(l, xn, gate, up, h, want_h);
         mlp_tile_backward(l, dx.rows(t0, t1), xn, gate, up, h, dxn_t);
       }
     }

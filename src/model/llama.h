@@ -272,7 +272,7 @@ class LlamaModel {
   Tensor head_norm_forward(const Tensor& x, const Tensor& weight, Tensor& rstd);
   Tensor head_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dweight,
                             const Tensor& rstd);
-  void mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h);
+  void mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h, bool want_h);
   // The config's norm (RMSNorm, or LayerNorm with its bias) of x into out; rstd (and mean, LayerNorm)
   // f32 [T] allocated here for the backward.
   void norm_forward(Tensor& out, Tensor& rstd, Tensor& mean, const Tensor& x, const Tensor& weight,
@@ -284,7 +284,7 @@ class LlamaModel {
   const LlamaLayerParams& layer_params(int64_t l) const;
   void acquire_layer(int64_t l, int64_t next);
   void release_layer(int64_t l);
-  void mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor& xn, const Tensor& gate, const Tensor& up,
+  void mlp_tile_backward(int64_t l, const Tensor& dx_out, const Tensor& xn, Tensor& gate, Tensor& up,
                          const Tensor& h, Tensor& dxn);
 
   LlamaConfig config_;

@@ -439,8 +439,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
 
   const Placement pl = placement_of(in);
   add_resident(p, in, T);
-  // ZeRO-3 with several ranks or host weights: a layer's gather while it runs (its pieces travel
-  // through two temporaries; one rank with host weights copies straight into the buffer).
+  // ZeRO-3 with several ranks: a layer's gather (its pieces travel through two temporaries, freed before the layer
+  // runs; one rank with host weights copies straight into the buffer).
   const int64_t layer_cap = pl.stage3 ? pl.layout.regions[pl.layout.layer_region(0)].cap : 0;
   const int64_t layer_gather = pl.stage3 ? gather_bytes(a, layer_cap, in.world) : 0;
 
@@ -467,9 +467,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int64_t ctx =
       in.sp == 1 ? a * H * D + 2 * a * Hkv * D + 4 * H : (U == 1 ? a * H * D + 2 * a * Hkv * D : 0) + sp_fwd.ctx;
   const bool tiled_mlp = in.memory.mlp_tile_tokens > 0 && in.memory.mlp_tile_tokens < T;
-  // The MLP's [T, F] tensors: gate, up, h (SwiGLU) or up, h (GELU: no gate).
-  const int64_t mlp_mats = m.mlp == MlpKind::kSwiGlu ? 3 : 2;
+  // The MLP's [T, F] tensors its backward reads: gate, up (SwiGLU: the backward computes h again) or up, h (GELU).
+  // SwiGLU's forward also holds h while its down projection runs (h_fwd).
+  const int64_t mlp_mats = 2;
   const int64_t mlp_kept = tiled_mlp ? 0 : mlp_mats * a * F;
+  const int64_t h_fwd = !tiled_mlp && m.mlp == MlpKind::kSwiGlu ? a * F : 0;
   // LayerNorm saves the mean beside the rstd (f32 per token), RMSNorm the rstd only.
   const int64_t norm_stats = m.norm == NormKind::kLayerNorm ? 8 : 4;
   // Qwen3's q/k norms: their inputs and f32 rstd (kept with checkpoint_keep_attention too).
@@ -503,20 +505,24 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // ---- phases --------------------------------------------------------------------------------
   const bool tiled_loss = in.memory.loss_tile_tokens > 0 && in.memory.loss_tile_tokens < T;
   const int64_t loss_rows = tiled_loss ? in.memory.loss_tile_tokens : T;
-  // Forward: the LM head's logits and the per-token losses and logsumexps (f32); a tiled loss's
-  // backward runs in the forward (LlamaModel::LossBackward), so there also dxn. With
-  // checkpointing, also one layer's full activations and its output while it runs, the largest
-  // while the topmost checkpointed layer runs, before the 'f' layers above it have kept anything.
+  // Forward: the LM head's logits and the per-token losses and logsumexps (f32), beside the final norm's activations;
+  // a tiled loss's backward runs in the forward (LlamaModel::LossBackward), so there also dxn. Before them, with
+  // checkpointing, one layer's full activations and its output while it runs (the output is the next layer's input;
+  // the final norm has run on nothing yet), the largest while the topmost checkpointed layer runs, before the 'f'
+  // layers above it have kept anything.
   const int64_t fwd_layer =
-      in.memory.activation_checkpointing && full_layers < L ? (full - kept + a * C) * T : 0;
+      in.memory.activation_checkpointing && full_layers < L ? (full - kept + a * C + h_fwd) * T : 0;
   const size_t top_checkpointed = places.find_last_not_of('f');
   const int64_t full_on_top =
       top_checkpointed == std::string::npos ? L : L - 1 - static_cast<int64_t>(top_checkpointed);
   const int64_t rest_in_forward = kept_rest - full_on_top * (full - a * C) * T;
   const int64_t loss_in_forward =
       kept_rest + inputs.loss * input_bytes + a * V * loss_rows + 8 * T + (tiled_loss ? a * C * T : 0);
-  int64_t forward =
-      final_acts + std::max(rest_in_forward + inputs.forward * input_bytes + fwd_layer + layer_gather, loss_in_forward);
+  int64_t forward = std::max(rest_in_forward + inputs.forward * input_bytes + std::max(fwd_layer, layer_gather),
+                             final_acts + loss_in_forward);
+  // An 'f' top layer's down projection: every layer's activations, its output and h (its gather: before them).
+  if (top_full)
+    forward = std::max(forward, kept_rest + inputs.forward * input_bytes + std::max((a * C + h_fwd) * T, layer_gather));
   // The layer's q, k, v, attn_out and the layers below while its attention runs: with sequence
   // parallelism, its buffers on top (the context among them).
   const int64_t attn_inputs =
@@ -533,16 +539,16 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // Top layer's backward (LlamaModel::backward), on top of the layers' kept activations: dx
   // throughout (the norms add their input gradients into it); the recompute of what forward dropped
   // (not the layer's output), which makes the top layer's activations whole; then, phase by phase,
-  //   MLP:        dxn and the MLP's transient (dh, dgate, dup; per tile also gate, up, h);
+  //   MLP:        dxn and the MLP's transient (dh; per tile also gate, up; GELU: up, h);
   //   post norm:  dxn;
   //   attention:  the MLP half's activations (x_mid, its norm's statistics, xn2, the untiled MLP's
   //               [T, F] tensors) freed, then dattn, dq, dk, dv, the sequence-parallel gathered dout /
   //               dq / dk / dv and the CUDA backward's f32 dq accumulator and row statistics;
   //   projections: the attention context freed, dq, dk, dv and dxn (input norm: dxn).
   const int64_t recompute = top_full ? 0 : (full - kept) * T;  // an 'f' top layer recomputes nothing
-  // SwiGLU: dh, dgate, dup (per tile also gate, up, h); GELU: dh, made d(up) in place (per tile also
-  // up, h).
-  const int64_t mlp_grads = m.mlp == MlpKind::kSwiGlu ? 3 : 1;
+  // The MLP's gradients: dh (SwiGLU: d(gate) and d(up) then go over gate and up and h over dh; GELU: dh made d(up)
+  // in place); per tile also what the backward reads (gate, up; GELU: up, h).
+  const int64_t mlp_grads = 1;
   const int64_t mlp_t = tiled_mlp ? (mlp_mats + mlp_grads) * a * F * in.memory.mlp_tile_tokens : mlp_grads * a * F * T;
   int64_t attn_t = (2 * a * H * D + 2 * a * Hkv * D) * T;
   if (in.sp > 1) attn_t += sp_bwd * T;  // the walk above counts the backend's workspace
@@ -578,8 +584,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // Recomputed inputs ('r'): the layers of a run forward again with dx alive (their activations one
   // layer at a time, like forward's; with sequence parallelism its attention's buffers).
   if (inputs.recompute >= 0) {
-    const int64_t base = inputs.recompute * input_bytes + a * C * T + layer_gather;
-    int64_t rerun = base + fwd_layer;
+    const int64_t base = inputs.recompute * input_bytes + a * C * T;
+    int64_t rerun = base + std::max(fwd_layer, layer_gather);
     if (in.sp > 1) rerun = std::max(rerun, base + attn_inputs + sp_fwd.peak * T);
     p.phases.emplace_back("recompute of the layer inputs not kept (a layer forward, dx alive)", rerun);
   }

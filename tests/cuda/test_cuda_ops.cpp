@@ -163,6 +163,26 @@ TEST_F(CudaOps, SwigluMisalignedView) {
   for (float v : row0) EXPECT_TRUE(std::isnan(v)) << "swiglu wrote outside its view";
 }
 
+// The backward in place (dgate over gate, dup over up and the forward's output again over dout, as the model's MLP
+// backward calls it), on the packed and the scalar path (F 12: 480 elements, F 13: an odd count), bitwise the
+// out-of-place result and that output bitwise swiglu_forward's.
+TEST_F(CudaOps, SwigluBackwardInPlaceIsBitwiseOutOfPlace) {
+  for (const int64_t F : {12, 13}) {
+    const int64_t T = 40;
+    const auto g = random_vector(T * F, 24, -4.f, 4.f), u = random_vector(T * F, 25), d = random_vector(T * F, 26);
+    Tensor gg = device_tensor({T, F}, g, DType::kBF16), gu = device_tensor({T, F}, u, DType::kBF16);
+    Tensor gd = device_tensor({T, F}, d, DType::kBF16);
+    Tensor dg = Tensor::empty({T, F}, DType::kBF16, kGpu), du = Tensor::empty({T, F}, DType::kBF16, kGpu);
+    Tensor h = Tensor::empty({T, F}, DType::kBF16, kGpu);
+    swiglu_forward(h, gg, gu);
+    swiglu_backward(dg, du, gd, gg, gu);
+    swiglu_backward(gg, gu, gd, gg, gu, &gd);
+    EXPECT_TRUE(bitwise_equal(host(dg), host(gg))) << "F=" << F << ": d(gate)";
+    EXPECT_TRUE(bitwise_equal(host(du), host(gu))) << "F=" << F << ": d(up)";
+    EXPECT_TRUE(bitwise_equal(host(h), host(gd))) << "F=" << F << ": h again";
+  }
+}
+
 // ---- matmul -------------------------------------------------------------------------------
 
 struct MatmulCase {

@@ -96,6 +96,10 @@ TEST(OpsEntries, RejectWrongShapesNamingTheTensorAndBothShapes) {
   Tensor h = Tensor::empty({7, 20}, DType::kF32);
   expect_error([&] { swiglu_forward(h, random_tensor({7, 20}, 15), random_tensor({7, 21}, 16)); },
                {"swiglu_forward", "up", "[7, 21]", "[7, 20]"});
+  Tensor sg = random_tensor({7, 20}, 15), su = random_tensor({7, 20}, 16), sd = random_tensor({7, 20}, 17);
+  expect_error([&] { swiglu_backward(sg, su, sd, sg, su, &sg); }, {"swiglu_backward", "out", "shares memory", "dgate"});
+  Tensor narrow = Tensor::empty({7, 19}, DType::kF32);
+  expect_error([&] { swiglu_backward(sg, su, sd, sg, su, &narrow); }, {"swiglu_backward", "out", "[7, 19]", "[7, 20]"});
 
   Tensor losses = Tensor::empty({7}, DType::kF32);
   expect_error([&] { cross_entropy_forward(losses, random_tensor({7, 13}, 17), ids_tensor({1, 2, 3})); },

@@ -65,6 +65,21 @@ TEST(SwiGlu, BackwardMatchesFiniteDifferences) {
   EXPECT_LT(err_u / scale_u, 1e-7) << "dup";
 }
 
+// In place (dgate over gate, dup over up, and the forward's output again over dout: the model's MLP backward): the
+// same values as into separate buffers, and that output bitwise the forward's.
+TEST(SwiGlu, BackwardInPlaceEqualsOutOfPlace) {
+  const std::vector<double> g = random_doubles(kT * kF, 5, -6.0, 6.0), u = random_doubles(kT * kF, 6, -2.0, 2.0),
+                            d = random_doubles(kT * kF, 7, -1.0, 1.0);
+  std::vector<float> gate(g.begin(), g.end()), up(u.begin(), u.end()), dout(d.begin(), d.end());
+  std::vector<float> dgate(gate.size()), dup(gate.size()), h(gate.size());
+  cpu::swiglu_forward(h.data(), gate.data(), up.data(), kT * kF);
+  cpu::swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), kT * kF);
+  cpu::swiglu_backward(gate.data(), up.data(), dout.data(), gate.data(), up.data(), kT * kF, dout.data());
+  EXPECT_EQ(gate, dgate);
+  EXPECT_EQ(up, dup);
+  EXPECT_EQ(dout, h);
+}
+
 TEST(SwiGlu, SaturatedGatesStayFinite) {
   const std::vector<float> gate = {-1e30f, -200.f, -90.f, 90.f, 200.f, 3e38f};
   const std::vector<float> up(gate.size(), 1.5f);

@@ -293,17 +293,18 @@ void swiglu_cases(std::vector<OpCase>& cases) {
                   in("dy", {T, F}, 21),
                   out("y", {T, F}),
                   out("dgate", {T, F}),
-                  out("dup", {T, F})};
+                  out("dup", {T, F}),
+                  out("y_again", {T, F})};  // the backward's recompute of y
     c.run = [](Tensors& t, auto&, const Backend&) {
       swiglu_forward(t.at("y"), t.at("gate"), t.at("up"));
-      swiglu_backward(t.at("dgate"), t.at("dup"), t.at("dy"), t.at("gate"), t.at("up"));
+      swiglu_backward(t.at("dgate"), t.at("dup"), t.at("dy"), t.at("gate"), t.at("up"), &t.at("y_again"));
     };
     c.reference = [n](Values& v) {
       cpu::swiglu_forward<double>(v["y"].data(), v["gate"].data(), v["up"].data(), n);
       cpu::swiglu_backward<double>(v["dgate"].data(), v["dup"].data(), v["dy"].data(), v["gate"].data(), v["up"].data(),
-                                   n);
+                                   n, v["y_again"].data());
     };
-    c.checked = {"y", "dgate", "dup"};
+    c.checked = {"y", "dgate", "dup", "y_again"};
     if (fd) c.fd = {{"gate", "y", "dy", "dgate", false}, {"up", "y", "dy", "dup", false}};
     cases.push_back(c);
   }

@@ -17,13 +17,15 @@ void swiglu_forward(Real* out,         // (T, F)
 // With s = sigmoid(g): dsilu/dg = s + g s (1 - s) = s (1 + g (1 - s)).
 //   dgate = dout * up * s * (1 + g (1 - s))   (=)
 //   dup   = dout * g * s                      (=)
-// dgate or dup may be the same buffer as dout (each element is read before it is written).
+//   out   = silu(g) * up                      (=, when out is not null: the forward's output again, bit for bit)
+// Any output may be the same buffer as any input (each element's inputs are read before it is written).
 template <typename Real>
 void swiglu_backward(Real* dgate,       // (T, F)
                      Real* dup,         // (T, F)
                      const Real* dout,  // (T, F)
                      const Real* gate,  // (T, F)
                      const Real* up,    // (T, F)
-                     int64_t N);
+                     int64_t N,
+                     Real* out = nullptr);  // (T, F)
 
 }  // namespace seqpar::cpu

@@ -56,8 +56,8 @@ void rope(void* x, DType dt, const int32_t* position_ids, const float* inv_freq,
 
 // n elements each, one dtype.
 void swiglu_forward(void* out, const void* gate, const void* up, DType dt, int64_t n, cudaStream_t stream);
-void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up, DType dt, int64_t n,
-                     cudaStream_t stream);
+void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up, void* out, DType dt,
+                     int64_t n, cudaStream_t stream);
 
 // logits [T, V] (dt), targets [T], losses f32 [T], lse f32 [T] (the rows' logsumexp, 0 for an ignored
 // row; written by the forward when not null, read by the backward when not null: then one pass).

@@ -341,19 +341,21 @@ void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
   cuda_kernels::swiglu_forward(out.raw(), gate.raw(), up.raw(), gate.dtype(), gate.numel(), current_stream());
 }
 
-void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up) {
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up,
+                     Tensor* out) {
   DeviceScope scope("swiglu_backward",
                     {{"dgate", &dgate}, {"dup", &dup}, {"dout", &dout}, {"gate", &gate}, {"up", &up}});
   check_float(gate, "swiglu_backward", "gate");
   const std::pair<const char*, const Tensor*> others[] = {
       {"swiglu_backward dgate", &dgate}, {"swiglu_backward dup", &dup}, {"swiglu_backward dout", &dout},
-      {"swiglu_backward up", &up}};
+      {"swiglu_backward up", &up}, {"swiglu_backward out", out}};
   for (const auto& [name, t] : others) {
+    if (t == nullptr) continue;
     check_dtype(*t, gate.dtype(), name);
     check_shape(*t, gate.shape(), name);
   }
-  cuda_kernels::swiglu_backward(dgate.raw(), dup.raw(), dout.raw(), gate.raw(), up.raw(), gate.dtype(), gate.numel(),
-                                current_stream());
+  cuda_kernels::swiglu_backward(dgate.raw(), dup.raw(), dout.raw(), gate.raw(), up.raw(),
+                                out != nullptr ? out->raw() : nullptr, gate.dtype(), gate.numel(), current_stream());
 }
 
 // ---- cross-entropy ------------------------------------------------------------------------

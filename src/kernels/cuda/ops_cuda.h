@@ -24,7 +24,8 @@ void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind
 void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, float scale);
 void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq, float scale);
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
-void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up);
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up,
+                     Tensor* out = nullptr);
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
             const Tensor* c);
 // The linear entries (kernels/cuda/matmul.cpp): cuBLASLt's BIAS, GELU_AUX(_BIAS) and DGELU epilogues

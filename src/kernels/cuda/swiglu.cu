@@ -2,6 +2,8 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 
+#include <type_traits>
+
 namespace seqpar::cuda_kernels {
 
 namespace {
@@ -10,20 +12,24 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
+// One expression for the forward and the backward's recompute, so that both round the same f32 value.
+__device__ __forceinline__ float silu_times(float g, float u) { return g * sigmoid(g) * u; }
+
 template <int M, typename T>
 __device__ __forceinline__ void swiglu_forward_elems(T* out, const T* gate, const T* up) {
   float g[M], u[M], y[M];
   load_pack<M>(g, gate);
   load_pack<M>(u, up);
 #pragma unroll
-  for (int k = 0; k < M; ++k) y[k] = g[k] * sigmoid(g[k]) * u[k];
+  for (int k = 0; k < M; ++k) y[k] = silu_times(g[k], u[k]);
   store_pack<M>(out, y);
 }
 
-// With s = sigmoid(g): d silu(g)/dg = s * (1 + g * (1 - s)).
-template <int M, typename T>
-__device__ __forceinline__ void swiglu_backward_elems(T* dgate, T* dup, const T* dout, const T* gate, const T* up) {
-  float d[M], g[M], u[M], dg[M], du[M];
+// With s = sigmoid(g): d silu(g)/dg = s * (1 + g * (1 - s)). With kOut also out = silu(g) * u again.
+template <int M, bool kOut, typename T>
+__device__ __forceinline__ void swiglu_backward_elems(T* dgate, T* dup, T* out, const T* dout, const T* gate,
+                                                      const T* up) {
+  float d[M], g[M], u[M], dg[M], du[M], y[M];
   load_pack<M>(d, dout);
   load_pack<M>(g, gate);
   load_pack<M>(u, up);
@@ -32,9 +38,11 @@ __device__ __forceinline__ void swiglu_backward_elems(T* dgate, T* dup, const T*
     const float s = sigmoid(g[k]);
     dg[k] = d[k] * u[k] * s * (1.f + g[k] * (1.f - s));
     du[k] = d[k] * g[k] * s;
+    if constexpr (kOut) y[k] = silu_times(g[k], u[k]);
   }
   store_pack<M>(dgate, dg);
   store_pack<M>(dup, du);
+  if constexpr (kOut) store_pack<M>(out, y);
 }
 
 // Threads [0, n/N) take one N-pack each; the next n % N threads take the scalar tail. No
@@ -50,14 +58,14 @@ __global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up,
   }
 }
 
-template <int N, typename T>
-__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout,
-                                       const T* gate, const T* up, int64_t n) {
+template <int N, bool kOut, typename T>
+__global__ void swiglu_backward_kernel(T* dgate, T* dup, T* out, const T* dout, const T* gate, const T* up,
+                                       int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, packs = n / N;
   if (i < packs) {
-    swiglu_backward_elems<N>(dgate + i * N, dup + i * N, dout + i * N, gate + i * N, up + i * N);
+    swiglu_backward_elems<N, kOut>(dgate + i * N, dup + i * N, out + i * N, dout + i * N, gate + i * N, up + i * N);
   } else if (const int64_t j = packs * N + (i - packs); j < n) {
-    swiglu_backward_elems<1>(dgate + j, dup + j, dout + j, gate + j, up + j);
+    swiglu_backward_elems<1, kOut>(dgate + j, dup + j, out + j, dout + j, gate + j, up + j);
   }
 }
 
@@ -81,21 +89,23 @@ void swiglu_forward(void* out, const void* gate, const void* up, DType dt, int64
   });
 }
 
-void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up, DType dt, int64_t n,
-                     cudaStream_t stream) {
+void swiglu_backward(void* dgate, void* dup, const void* dout, const void* gate, const void* up, void* out, DType dt,
+                     int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  const bool vec = aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) && aligned16(up);
+  const bool vec = aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) && aligned16(up) &&
+                   (out == nullptr || aligned16(out));
   dispatch_float(dt, [&](auto tag) {
     using T = decltype(tag);
-    if (vec) {
-      swiglu_backward_kernel<8><<<elementwise_blocks(n, 8), kThreads, 0, stream>>>(
-          static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dout), static_cast<const T*>(gate),
-          static_cast<const T*>(up), n);
-    } else {
-      swiglu_backward_kernel<1><<<elementwise_blocks(n, 1), kThreads, 0, stream>>>(
-          static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dout), static_cast<const T*>(gate),
-          static_cast<const T*>(up), n);
-    }
+    auto launch = [&](auto pack, auto with_out) {
+      constexpr int N = decltype(pack)::value;
+      swiglu_backward_kernel<N, decltype(with_out)::value><<<elementwise_blocks(n, N), kThreads, 0, stream>>>(
+          static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<T*>(out), static_cast<const T*>(dout),
+          static_cast<const T*>(gate), static_cast<const T*>(up), n);
+    };
+    auto with_pack = [&](auto pack) {
+      out != nullptr ? launch(pack, std::true_type{}) : launch(pack, std::false_type{});
+    };
+    vec ? with_pack(std::integral_constant<int, 8>{}) : with_pack(std::integral_constant<int, 1>{});
     SEQPAR_LAUNCH_CHECK();
   });
 }
