@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared in the thirty-seventh session for the next one (not yet run): where Qwen3-1.7B's 32K step and the
+# Thirty-seventh session, call 3 (run with the budget left; bench/NOTES.md): where Qwen3-1.7B's 32K step and the
 # Llama-3.2-1B 128K step go on the landed tree (SwiGLU's h computed again), for issues 15 and 17 (both short of 1.5×
 # the ALST recipe there: 1.470× and 1.484× on an H100), and the own attention kernel beside cuDNN on the Qwen shapes'
 # head layouts (D 128: Qwen3 16 / 8, Qwen2.5 12 / 2) forward+backward and forward alone, 16K and 64K.
