@@ -487,7 +487,8 @@ Tensor LlamaModel::head_norm_backward(const Tensor& dout, const Tensor& x, const
 }
 
 // gate, up, h [n, F] of n tokens' post-attention-norm outputs xn [n, C] (SwiGLU without want_h: gate and up, what
-// its backward reads); the GELU MLP: up (with its bias) and h = gelu(up), no gate.
+// its backward reads); the GELU MLP: up (with its bias) and h = gelu(up), no gate, want_h or not (its backward
+// reads both).
 void LlamaModel::mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h, bool want_h) {
   const LlamaLayerParams& P = layer_params(l);
   const int64_t n = xn.dim(0), F = config_.intermediate_size;
@@ -782,12 +783,11 @@ void LlamaModel::backward(float dloss) {
     if (s.up.defined()) {
       mlp_tile_backward(l, dx, s.xn2, s.gate, s.up, s.h, dxn);
     } else {
-      const bool want_h = c.mlp != MlpKind::kSwiGlu;  // (SwiGLU's backward computes h itself)
       for (int64_t t0 = 0; t0 < T; t0 += mlp_tile_) {
         const int64_t t1 = std::min(T, t0 + mlp_tile_);
         Tensor gate, up, h, dxn_t = dxn.rows(t0, t1);
         const Tensor xn = s.xn2.rows(t0, t1);
-        mlp_tile_forward(l, xn, gate, up, h, want_h);
+        mlp_tile_forward(l, xn, gate, up, h, /*want_h=*/false);  // (what the backward reads)
         mlp_tile_backward(l, dx.rows(t0, t1), xn, gate, up, h, dxn_t);
       }
     }
