@@ -57,6 +57,11 @@ void run(PlanArgs& a) {
   in.memory.offload_optimizer = parse_offload_device(a.offload_optimizer, "--offload-optimizer");
   in.memory.offload_param = parse_offload_device(a.offload_param, "--offload-param");
   const int64_t capacity = static_cast<int64_t>(a.gpu_memory_gib * (1ll << 30));
+  // checkpoint_placement=auto: seqpar train chooses the placement within auto_placement_capacity of the device's total
+  // (less 2%), and so do --longest, the levers and the placement here, for a GPU of --gpu-memory-gib; whether the
+  // plan fits is held against the whole of it, as the trainer's check is.
+  const bool auto_placement = in.memory.checkpoint_placement == "auto" && in.memory.activation_checkpointing;
+  const int64_t choose_capacity = auto_placement && in.cuda ? auto_placement_capacity(capacity) : capacity;
   SEQPAR_INPUT_CHECK(a.host_memory_gib >= 0, "--host-memory-gib={} must be >= 0 (0 = this machine's MemAvailable)",
                      a.host_memory_gib);
   // The host limit: the flag, else this machine's MemAvailable (a default only: some machines grow
@@ -83,12 +88,12 @@ void run(PlanArgs& a) {
     // Multiples of 1024 tokens per rank, so every rank's share is whole.
     int64_t longest = 0;
     if (a.choose_levers) {
-      const LeverChoice c = choose_levers(in, capacity, 1024ll * in.sp, host_capacity);
+      const LeverChoice c = choose_levers(in, choose_capacity, 1024ll * in.sp, host_capacity);
       in.memory = c.memory;
       longest = c.seq_len;
       chose = c.levers.empty() ? "nothing added" : c.levers;
     } else {
-      longest = longest_fitting_seq_len(in, capacity, 1024ll * in.sp, host_capacity);
+      longest = longest_fitting_seq_len(in, choose_capacity, 1024ll * in.sp, host_capacity);
     }
     SEQPAR_INPUT_CHECK(longest > 0,
                        "not even {} tokens fit in {} GiB per GPU and {:.1f} GiB of host memory with these "
@@ -99,14 +104,19 @@ void run(PlanArgs& a) {
   SEQPAR_INPUT_CHECK(in.seq_len >= 1, "--seq-len is required (or --longest: the longest sequence that fits)");
   if (in.memory.checkpoint_placement == "auto" && in.memory.activation_checkpointing) {
     in.memory.validate();
-    const std::string chosen = choose_checkpoint_placement(in, capacity, host_capacity);
+    const std::string chosen = choose_checkpoint_placement(in, choose_capacity, host_capacity);
     SEQPAR_INPUT_CHECK(!chosen.empty(),
-                       "--checkpoint-placement auto: no placement of the layers' inputs fits {} tokens in {} GiB per "
-                       "GPU and {:.1f} GiB of host memory (even with all but one recomputed); {}",
-                       in.seq_len, a.gpu_memory_gib, host_capacity / double(1ll << 30),
-                       describe_levers_to_fit(in, levers_to_fit(in, capacity, host_capacity)));
+                       "--checkpoint-placement auto: no placement of the layers' inputs fits {} tokens in {:.2f} GiB "
+                       "per GPU (--gpu-memory-gib {} less the 2% seqpar train leaves) and {:.1f} GiB of host memory "
+                       "(even with all but one recomputed); {}",
+                       in.seq_len, choose_capacity / double(1ll << 30), a.gpu_memory_gib,
+                       host_capacity / double(1ll << 30),
+                       describe_levers_to_fit(in, levers_to_fit(in, choose_capacity, host_capacity)));
     in.memory.checkpoint_placement = compact_checkpoint_placement(chosen);
-    if (!a.json) std::printf("checkpoint placement chosen: --checkpoint-placement %s\n", in.memory.checkpoint_placement.c_str());
+    if (!a.json)
+      std::printf("checkpoint placement chosen: --checkpoint-placement %s (within %.2f GiB: --gpu-memory-gib less the "
+                  "2%% seqpar train leaves)\n",
+                  in.memory.checkpoint_placement.c_str(), choose_capacity / double(1ll << 30));
   }
   const MemoryPlan p = plan_memory(in);
   // The CPU backend's device memory is the host's: its peak is held against the host's share per rank.
@@ -115,7 +125,7 @@ void run(PlanArgs& a) {
   const bool host_ok = host_capacity <= 0 || p.host_start_bytes() <= host_capacity;
   // What would make a run that does not fit fit, at its length (the plan's levers, cheapest first).
   LeverChoice to_fit;
-  if (!fits || !host_ok) to_fit = levers_to_fit(in, device_capacity, host_capacity);
+  if (!fits || !host_ok) to_fit = levers_to_fit(in, in.cuda ? choose_capacity : device_capacity, host_capacity);
   if (!a.json) {
     if (a.longest)
       std::printf(

@@ -111,6 +111,28 @@ TEST(Commands, PlanThatDoesNotFitNamesTheLeversThatDo) {
   EXPECT_EQ(out.find("it fits with"), std::string::npos) << out;
 }
 
+// checkpoint_placement=auto: seqpar plan chooses for a GPU of --gpu-memory-gib what seqpar train chooses on a card of
+// that total (its total less 2%, auto_placement_capacity), and says within how much. The placements are the ones
+// seqpar train ran on an H100 (79.19 GiB as the CUDA runtime reports it; bench/NOTES.md, thirty-seventh and
+// thirty-eighth sessions); before, plan chose within the whole 79.19 GiB and said 5g23f for Qwen3-1.7B at 32K.
+TEST(Commands, PlanChoosesTheAutoPlacementTheTrainerChoosesOnThatCard) {
+  int rc = 0;
+  const std::string keep =
+      " --activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192 --checkpoint-placement auto "
+      "--gpu-memory-gib 79.19 --host-memory-gib 256";
+  for (const auto& [model, placement] : {std::pair{"--preset qwen3-1.7b --seq-len 32768", "6g22f"},
+                                         {"--preset llama-3.2-1b --seq-len 131072", "11g5f"},
+                                         {"--preset llama-3.2-1b --seq-len 65536", "3g13f"},
+                                         {"--preset llama-3.2-3b --seq-len 65536", "9h19g"}}) {
+    const std::string out = run(std::string("plan ") + model + keep, &rc);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find(std::string("checkpoint placement chosen: --checkpoint-placement ") + placement +
+                       " (within 77.61 GiB: --gpu-memory-gib less the 2% seqpar train leaves)"),
+              std::string::npos)
+        << model << "\n" << out;
+  }
+}
+
 // bench attention names the head dims the CUDA attention takes (96 among them), before any GPU work.
 TEST(Commands, BenchAttentionRefusesAHeadDimTheKernelsDoNotTake) {
   int rc = 0;
