@@ -57,11 +57,6 @@ void run(PlanArgs& a) {
   in.memory.offload_optimizer = parse_offload_device(a.offload_optimizer, "--offload-optimizer");
   in.memory.offload_param = parse_offload_device(a.offload_param, "--offload-param");
   const int64_t capacity = static_cast<int64_t>(a.gpu_memory_gib * (1ll << 30));
-  // checkpoint_placement=auto: seqpar train chooses the placement within auto_placement_capacity of the device's total
-  // (less 2%), and so do --longest, the levers and the placement here, for a GPU of --gpu-memory-gib; whether the
-  // plan fits is held against the whole of it, as the trainer's check is.
-  const bool auto_placement = in.memory.checkpoint_placement == "auto" && in.memory.activation_checkpointing;
-  const int64_t choose_capacity = auto_placement && in.cuda ? auto_placement_capacity(capacity) : capacity;
   SEQPAR_INPUT_CHECK(a.host_memory_gib >= 0, "--host-memory-gib={} must be >= 0 (0 = this machine's MemAvailable)",
                      a.host_memory_gib);
   // The host limit: the flag, else this machine's MemAvailable (a default only: some machines grow
@@ -72,6 +67,17 @@ void run(PlanArgs& a) {
   // The plan is per rank; the ranks of one host share its memory.
   const int64_t host_total = host_memory_capacity(a.host_memory_gib);
   const int64_t host_capacity = host_total / per_host;
+  // checkpoint_placement=auto: seqpar train chooses the placement within auto_placement_capacity of the device's total
+  // (less 2%), and so do --longest, the levers and the placement here, for a GPU of --gpu-memory-gib; whether the
+  // plan fits is held against the whole of it, as the trainer's check is. The CPU backend's device memory is the
+  // host's: a CPU run chooses within the host's share per rank.
+  const bool auto_placement = in.memory.checkpoint_placement == "auto" && in.memory.activation_checkpointing;
+  const int64_t choose_capacity = !in.cuda         ? host_capacity
+                                  : auto_placement ? auto_placement_capacity(capacity)
+                                                   : capacity;
+  const std::string choose_source = in.cuda ? fmt::format("--gpu-memory-gib {} less the 2% seqpar train leaves",
+                                                          a.gpu_memory_gib)
+                                            : "the host's memory per rank: the CPU backend's";
   std::string host_source =
       a.host_memory_gib > 0
           ? fmt::format("--host-memory-gib {}", a.host_memory_gib)
@@ -107,16 +113,14 @@ void run(PlanArgs& a) {
     const std::string chosen = choose_checkpoint_placement(in, choose_capacity, host_capacity);
     SEQPAR_INPUT_CHECK(!chosen.empty(),
                        "--checkpoint-placement auto: no placement of the layers' inputs fits {} tokens in {:.2f} GiB "
-                       "per GPU (--gpu-memory-gib {} less the 2% seqpar train leaves) and {:.1f} GiB of host memory "
-                       "(even with all but one recomputed); {}",
-                       in.seq_len, choose_capacity / double(1ll << 30), a.gpu_memory_gib,
+                       "per GPU ({}) and {:.1f} GiB of host memory (even with all but one recomputed); {}",
+                       in.seq_len, choose_capacity / double(1ll << 30), choose_source,
                        host_capacity / double(1ll << 30),
                        describe_levers_to_fit(in, levers_to_fit(in, choose_capacity, host_capacity)));
     in.memory.checkpoint_placement = compact_checkpoint_placement(chosen);
     if (!a.json)
-      std::printf("checkpoint placement chosen: --checkpoint-placement %s (within %.2f GiB: --gpu-memory-gib less the "
-                  "2%% seqpar train leaves)\n",
-                  in.memory.checkpoint_placement.c_str(), choose_capacity / double(1ll << 30));
+      std::printf("checkpoint placement chosen: --checkpoint-placement %s (within %.2f GiB: %s)\n",
+                  in.memory.checkpoint_placement.c_str(), choose_capacity / double(1ll << 30), choose_source.c_str());
   }
   const MemoryPlan p = plan_memory(in);
   // The CPU backend's device memory is the host's: its peak is held against the host's share per rank.
@@ -125,14 +129,19 @@ void run(PlanArgs& a) {
   const bool host_ok = host_capacity <= 0 || p.host_start_bytes() <= host_capacity;
   // What would make a run that does not fit fit, at its length (the plan's levers, cheapest first).
   LeverChoice to_fit;
-  if (!fits || !host_ok) to_fit = levers_to_fit(in, in.cuda ? choose_capacity : device_capacity, host_capacity);
+  if (!fits || !host_ok) to_fit = levers_to_fit(in, choose_capacity, host_capacity);
   if (!a.json) {
-    if (a.longest)
+    if (a.longest && in.cuda)
       std::printf(
           "longest sequence that fits in %.1f GiB per GPU and %.1f GiB of host memory: %lld tokens (%lld per "
           "rank)\n",
           a.gpu_memory_gib, host_capacity / double(1ll << 30), static_cast<long long>(in.seq_len),
           static_cast<long long>(p.tokens_per_rank));
+    else if (a.longest)
+      std::printf("longest sequence that fits in %.1f GiB of host memory per rank (the CPU backend's): %lld tokens "
+                  "(%lld per rank)\n",
+                  host_capacity / double(1ll << 30), static_cast<long long>(in.seq_len),
+                  static_cast<long long>(p.tokens_per_rank));
     if (a.choose_levers) std::printf("levers chosen: %s\n", chose.c_str());
     std::printf("host memory limit: %s\n", host_source.c_str());
     std::fputs(format_memory_plan(in, p, device_capacity, host_capacity).c_str(), stdout);

@@ -72,6 +72,20 @@ TEST(Commands, PlanOfACpuRunSaysWhetherItFitsTheHost) {
   EXPECT_NE(out.find("\"fits\":true"), std::string::npos) << out;
 }
 
+// --longest of a CPU run searches within the host's memory per rank, which its plan is then held against (it searched
+// within --gpu-memory-gib, 139.8 GiB by default, and the plan of the length it found did not fit 64 GiB).
+TEST(Commands, LongestOfACpuRunFitsTheHost) {
+  int rc = 0;
+  const std::string out =
+      run("plan --device cpu --preset llama-3.2-1b --longest --activation-checkpointing --host-memory-gib 64", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("longest sequence that fits in 64.0 GiB of host memory per rank (the CPU backend's): "),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("of 64.00 GiB of host memory per rank (the CPU backend's) (fits)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("does NOT fit"), std::string::npos) << out;
+}
+
 // A GPU run that keeps nothing in host memory still needs the initial weights' host copy while the
 // ranks start (per process: the 30B preset's bf16 weights, 55.7 GiB): the plan's verdict is on that
 // figure, not on the steady host memory alone (it said "55.66 GiB of 2.88 GiB (fits)").
@@ -127,7 +141,7 @@ TEST(Commands, PlanChoosesTheAutoPlacementTheTrainerChoosesOnThatCard) {
     const std::string out = run(std::string("plan ") + model + keep, &rc);
     EXPECT_EQ(rc, 0) << out;
     EXPECT_NE(out.find(std::string("checkpoint placement chosen: --checkpoint-placement ") + placement +
-                       " (within 77.61 GiB: --gpu-memory-gib less the 2% seqpar train leaves)"),
+                       " (within 77.61 GiB: --gpu-memory-gib 79.19 less the 2% seqpar train leaves)"),
               std::string::npos)
         << model << "\n" << out;
   }
