@@ -67,17 +67,18 @@ void run(PlanArgs& a) {
   // The plan is per rank; the ranks of one host share its memory.
   const int64_t host_total = host_memory_capacity(a.host_memory_gib);
   const int64_t host_capacity = host_total / per_host;
-  // checkpoint_placement=auto: seqpar train chooses the placement within auto_placement_capacity of the device's total
-  // (less 2%), and so do --longest, the levers and the placement here, for a GPU of --gpu-memory-gib; whether the
-  // plan fits is held against the whole of it, as the trainer's check is. The CPU backend's device memory is the
-  // host's: a CPU run chooses within the host's share per rank.
+  // The CPU backend's device memory is the host's: its peak is held against the host's share per rank.
+  const int64_t device_capacity = in.cuda ? capacity : host_capacity;
+  // checkpoint_placement=auto: seqpar train chooses the placement within auto_placement_capacity of a GPU's total (less
+  // 2%), and so do --longest, the levers and the placement here, for a GPU of --gpu-memory-gib; whether the plan fits
+  // is held against the whole of it, as the trainer's check is.
   const bool auto_placement = in.memory.checkpoint_placement == "auto" && in.memory.activation_checkpointing;
-  const int64_t choose_capacity = !in.cuda         ? host_capacity
-                                  : auto_placement ? auto_placement_capacity(capacity)
-                                                   : capacity;
-  const std::string choose_source = in.cuda ? fmt::format("--gpu-memory-gib {} less the 2% seqpar train leaves",
-                                                          a.gpu_memory_gib)
-                                            : "the host's memory per rank: the CPU backend's";
+  const int64_t choose_capacity =
+      auto_placement && in.cuda ? auto_placement_capacity(device_capacity) : device_capacity;
+  const std::string fits_in = in.cuda ? fmt::format("{:.1f} GiB per GPU and {:.1f} GiB of host memory",
+                                                    a.gpu_memory_gib, host_capacity / double(1ll << 30))
+                                      : fmt::format("{:.1f} GiB of host memory per rank (the CPU backend's)",
+                                                    host_capacity / double(1ll << 30));
   std::string host_source =
       a.host_memory_gib > 0
           ? fmt::format("--host-memory-gib {}", a.host_memory_gib)
@@ -101,47 +102,37 @@ void run(PlanArgs& a) {
     } else {
       longest = longest_fitting_seq_len(in, choose_capacity, 1024ll * in.sp, host_capacity);
     }
-    SEQPAR_INPUT_CHECK(longest > 0,
-                       "not even {} tokens fit in {} GiB per GPU and {:.1f} GiB of host memory with these "
-                       "settings",
-                       1024ll * in.sp, a.gpu_memory_gib, host_capacity / double(1ll << 30));
+    SEQPAR_INPUT_CHECK(longest > 0, "not even {} tokens fit in {} with these settings", 1024ll * in.sp, fits_in);
     in.seq_len = longest;
   }
   SEQPAR_INPUT_CHECK(in.seq_len >= 1, "--seq-len is required (or --longest: the longest sequence that fits)");
-  if (in.memory.checkpoint_placement == "auto" && in.memory.activation_checkpointing) {
+  if (auto_placement) {  // (choose_levers keeps the placement and the checkpointing)
     in.memory.validate();
+    const std::string source = in.cuda ? fmt::format("--gpu-memory-gib {} less the 2% seqpar train leaves",
+                                                     a.gpu_memory_gib)
+                                       : "the host's memory per rank: the CPU backend's";
     const std::string chosen = choose_checkpoint_placement(in, choose_capacity, host_capacity);
     SEQPAR_INPUT_CHECK(!chosen.empty(),
                        "--checkpoint-placement auto: no placement of the layers' inputs fits {} tokens in {:.2f} GiB "
                        "per GPU ({}) and {:.1f} GiB of host memory (even with all but one recomputed); {}",
-                       in.seq_len, choose_capacity / double(1ll << 30), choose_source,
+                       in.seq_len, choose_capacity / double(1ll << 30), source,
                        host_capacity / double(1ll << 30),
                        describe_levers_to_fit(in, levers_to_fit(in, choose_capacity, host_capacity)));
     in.memory.checkpoint_placement = compact_checkpoint_placement(chosen);
     if (!a.json)
       std::printf("checkpoint placement chosen: --checkpoint-placement %s (within %.2f GiB: %s)\n",
-                  in.memory.checkpoint_placement.c_str(), choose_capacity / double(1ll << 30), choose_source.c_str());
+                  in.memory.checkpoint_placement.c_str(), choose_capacity / double(1ll << 30), source.c_str());
   }
   const MemoryPlan p = plan_memory(in);
-  // The CPU backend's device memory is the host's: its peak is held against the host's share per rank.
-  const int64_t device_capacity = in.cuda ? capacity : host_capacity;
   const bool fits = device_capacity <= 0 || p.peak_bytes <= device_capacity;
   const bool host_ok = host_capacity <= 0 || p.host_start_bytes() <= host_capacity;
   // What would make a run that does not fit fit, at its length (the plan's levers, cheapest first).
   LeverChoice to_fit;
   if (!fits || !host_ok) to_fit = levers_to_fit(in, choose_capacity, host_capacity);
   if (!a.json) {
-    if (a.longest && in.cuda)
-      std::printf(
-          "longest sequence that fits in %.1f GiB per GPU and %.1f GiB of host memory: %lld tokens (%lld per "
-          "rank)\n",
-          a.gpu_memory_gib, host_capacity / double(1ll << 30), static_cast<long long>(in.seq_len),
-          static_cast<long long>(p.tokens_per_rank));
-    else if (a.longest)
-      std::printf("longest sequence that fits in %.1f GiB of host memory per rank (the CPU backend's): %lld tokens "
-                  "(%lld per rank)\n",
-                  host_capacity / double(1ll << 30), static_cast<long long>(in.seq_len),
-                  static_cast<long long>(p.tokens_per_rank));
+    if (a.longest)
+      std::printf("longest sequence that fits in %s: %lld tokens (%lld per rank)\n", fits_in.c_str(),
+                  static_cast<long long>(in.seq_len), static_cast<long long>(p.tokens_per_rank));
     if (a.choose_levers) std::printf("levers chosen: %s\n", chose.c_str());
     std::printf("host memory limit: %s\n", host_source.c_str());
     std::fputs(format_memory_plan(in, p, device_capacity, host_capacity).c_str(), stdout);
