@@ -187,6 +187,20 @@ CASES = [
          optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
          description="Mistral, head_dim=64 (a CUDA kernel head size) and sliding_window=7 < S=24: the GPU run of a "
                      "windowed model"),
+    dict(name="qwen3_d64_packed", family="qwen3", seed=1110, B=2, S=24, docs=[[10, 14], [7, 17]],
+         config=dict(num_attention_heads=2, num_key_value_heads=1, head_dim=64, tie_word_embeddings=False,
+                     rms_norm_eps=1e-6, rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+                     attention_bias=False),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="Qwen3 with head_dim=64 (a CUDA kernel head size, != hidden/heads=16), GQA, untied (see qwen3_bias_window), "
+                     "packed documents: the GPU run of the q/k norms and RoPE (one pass on CUDA), positions restarting "
+                     "per document"),
+    dict(name="qwen2_d64", family="qwen2", seed=1111, B=2, S=24,
+         config=dict(num_attention_heads=2, num_key_value_heads=1, head_dim=64, tie_word_embeddings=False,
+                     rms_norm_eps=1e-6, rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+                     use_sliding_window=False),
+         optim=dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-3, weight_decay=0.1, clip=0.5),
+         description="Qwen2 with head_dim=64 (a CUDA kernel head size): the GPU run of the q/k/v biases"),
     # --- rope_scaling types (issue 18 item 7) ---
     dict(name="rope_linear_v4", seed=1201, B=2, S=16, spelling="v4", v4_type_key=True,
          config=dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False, rms_norm_eps=1e-5,

@@ -281,6 +281,68 @@ void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_fre
   cpu::rope_backward(f32(dx), i32(position_ids), f32(inv_freq), dx.dim(0), dx.dim(1), dx.dim(2), scale);
 }
 
+// ---- Qwen3's head norm, then RoPE -----------------------------------------------------------
+
+namespace {
+// Shared shape and dtype checks of head_norm_rope_forward / _backward (x [T, H, D], weight [D], rstd [T * H]) on
+// device dev; outs have x's shape.
+void head_norm_rope_check(const char* op, Device dev, std::initializer_list<Arg> outs, const Tensor& x,
+                          const Tensor& weight, const Tensor& rstd, const Tensor& position_ids, const Tensor& inv_freq) {
+  const Arg a_x{"x", x}, a_w{"weight", weight}, a_rstd{"rstd", rstd};
+  const Arg a_pos{"position_ids", position_ids}, a_freq{"inv_freq", inv_freq};
+  expect_ndim(op, a_x, 3, "[T, H, D]");
+  const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2);
+  SEQPAR_CHECK(D % 2 == 0, "{}: x has shape {}: head_dim D={} must be even (pairs (i, i + D/2) are rotated)", op,
+               shape_str(x.shape()), D);
+  expect_shape(op, a_w, {D}, "[D]");
+  expect_shape(op, a_rstd, {T * H}, "[T * H]");
+  expect_dtype(op, a_rstd, DType::kF32);
+  expect_shape(op, a_pos, {T}, "[T]");
+  expect_shape(op, a_freq, {D / 2}, "[D/2]");
+  expect_dtype(op, a_pos, DType::kI32);
+  expect_dtype(op, a_freq, DType::kF32);
+  expect_float(op, dev, {a_x, a_w});
+  for (const Arg& a : outs) expect_shape(op, a, x.shape(), "[T, H, D]");
+}
+}  // namespace
+
+void head_norm_rope_forward(Tensor& out, Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
+                            const Tensor& position_ids, const Tensor& inv_freq, float scale) {
+  const char* op = "head_norm_rope_forward";
+  const Arg a_out{"out", out}, a_rstd{"rstd", rstd}, a_x{"x", x}, a_w{"weight", weight};
+  const Device dev = op_device(op, {a_out, a_rstd, a_x, a_w, {"position_ids", position_ids}, {"inv_freq", inv_freq}});
+  head_norm_rope_check(op, dev, {a_out}, x, weight, rstd, position_ids, inv_freq);
+  expect_float(op, dev, {a_out});
+  expect_disjoint(op, a_out, {a_x, a_w, a_rstd});
+  SEQPAR_CHECK(eps >= 0.f, "{}: eps={} must be >= 0 (rms_norm_eps)", op, eps);
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev, head_norm_rope_forward(out, rstd, x, weight, eps, position_ids, inv_freq, scale));
+  const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2);
+  cpu::rmsnorm_forward(f32(out), f32(rstd), f32(x), f32(weight), T * H, D, eps);
+  cpu::rope_forward(f32(out), i32(position_ids), f32(inv_freq), T, H, D, scale);
+}
+
+void head_norm_rope_backward(Tensor& dx, Tensor& dweight, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                             const Tensor& rstd, const Tensor& position_ids, const Tensor& inv_freq, float scale) {
+  const char* op = "head_norm_rope_backward";
+  const Arg a_dx{"dx", dx}, a_dout{"dout", dout}, a_dw{"dweight", dweight}, a_x{"x", x}, a_w{"weight", weight},
+      a_rstd{"rstd", rstd};
+  const Device dev = op_device(
+      op, {a_dx, a_dw, a_dout, a_x, a_w, a_rstd, {"position_ids", position_ids}, {"inv_freq", inv_freq}});
+  head_norm_rope_check(op, dev, {a_dx, a_dout}, x, weight, rstd, position_ids, inv_freq);
+  expect_shape(op, a_dw, {x.dim(2)}, "[D]");
+  expect_float(op, dev, {a_dx, a_dout, a_dw});
+  expect_same_or_disjoint(op, a_dx, a_dout);
+  expect_disjoint(op, a_dx, {a_x, a_w, a_rstd, a_dw});
+  ProfileScope prof(dev, __func__);
+  SEQPAR_DISPATCH_CUDA(dev,
+                       head_norm_rope_backward(dx, dweight, dout, x, weight, rstd, position_ids, inv_freq, scale));
+  const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2);
+  if (dx.raw() != dout.raw()) std::memcpy(dx.raw(), dout.raw(), dout.nbytes());
+  cpu::rope_backward(f32(dx), i32(position_ids), f32(inv_freq), T, H, D, scale);
+  cpu::rmsnorm_backward(f32(dx), f32(dweight), f32(dx), f32(x), f32(weight), f32(rstd), T * H, D);
+}
+
 // ---- SwiGLU -----------------------------------------------------------------------------
 
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {

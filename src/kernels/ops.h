@@ -55,6 +55,18 @@ void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq,
 // The transpose of the (scaled) rotation (rotation by -angle, times scale), in place on dx (=).
 void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq, float scale = 1.0f);
 
+// ---- Qwen3's head norm, then RoPE ---------------------------------------------------------
+// out [T, H, D] = rope(rmsnorm over each head's D of x [T, H, D], times weight [D]); rstd f32 [T * H], row t * H + h
+// (for the backward). The values of rmsnorm_forward on the [T * H, D] rows followed by rope_forward; on CUDA one pass
+// that rounds once (the pair through memory rounds twice). out may not overlap x.
+void head_norm_rope_forward(Tensor& out, Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
+                            const Tensor& position_ids, const Tensor& inv_freq, float scale = 1.0f);
+// Its backward from dout, the rotated heads' gradient: dx (=; may be dout itself, in place), dweight += (f32 sums in
+// a fixed order). rope_backward then rmsnorm_backward, on CUDA in one pass.
+void head_norm_rope_backward(Tensor& dx, Tensor& dweight, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                             const Tensor& rstd, const Tensor& position_ids, const Tensor& inv_freq,
+                             float scale = 1.0f);
+
 // ---- SwiGLU -----------------------------------------------------------------------------
 // out = silu(gate) * up; gate/up/out [T, F].
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);

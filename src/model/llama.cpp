@@ -376,13 +376,12 @@ void LlamaModel::project_qkv(int64_t l, LayerActs& s, Tensor& q, Tensor& k, Tens
   q = q.view({T, H, D});
   k = k.view({T, Hkv, D});
   v = v.view({T, Hkv, D});
-  if (c.qk_norm) {  // Qwen3: RMSNorm over each head's D before RoPE, rows [T*H, D]
+  if (c.qk_norm) {  // Qwen3: RMSNorm over each head's D, then RoPE, one op
     s.q_raw = q;
     s.k_raw = k;
     q = head_norm_forward(s.q_raw, P.q_norm, s.rstd_q);
     k = head_norm_forward(s.k_raw, P.k_norm, s.rstd_k);
-  }
-  if (c.positions == PositionKind::kRope) {
+  } else if (c.positions == PositionKind::kRope) {
     rope_forward(q, acts_->batch.position_ids, acts_->inv_freq, rope_scale_);
     rope_forward(k, acts_->batch.position_ids, acts_->inv_freq, rope_scale_);
   }
@@ -464,26 +463,33 @@ void LlamaModel::loss_tile_backward(int64_t t0, int64_t t1, Tensor& logits, floa
   linear_backward(dxn_t, dhead, logits, a.xn_f.rows(t0, t1), head, 0.f);
 }
 
-// RMSNorm of every head of x [T, Hx, D] over its D (weight [D]); returns the normed heads and sets
-// rstd f32 [T*Hx] for the backward.
+// RMSNorm of every head of x [T, Hx, D] over its D (weight [D]), then RoPE where the model has it (one op); returns
+// the heads and sets rstd f32 [T*Hx] for the backward.
 Tensor LlamaModel::head_norm_forward(const Tensor& x, const Tensor& weight, Tensor& rstd) {
   const int64_t rows = x.dim(0) * x.dim(1), D = x.dim(2);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor out = Tensor::empty(x.shape(), dtype_, device_);
   rstd = Tensor::empty({rows}, DType::kF32, device_);
-  Tensor out2 = out.view({rows, D});
-  rmsnorm_forward(out2, rstd, x.view({rows, D}), weight, static_cast<float>(config_.rms_norm_eps));
+  if (config_.positions == PositionKind::kRope) {
+    head_norm_rope_forward(out, rstd, x, weight, eps, acts_->batch.position_ids, acts_->inv_freq, rope_scale_);
+  } else {
+    Tensor out2 = out.view({rows, D});
+    rmsnorm_forward(out2, rstd, x.view({rows, D}), weight, eps);
+  }
   return out;
 }
 
-// The backward of head_norm_forward: returns dx [T, Hx, D] (=) from dout (the normed heads'
-// gradient); dweight [D] +=.
-Tensor LlamaModel::head_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dweight,
-                                      const Tensor& rstd) {
+// The backward of head_norm_forward, in place: d [T, Hx, D], the gradient of its output, becomes x's (=);
+// dweight [D] +=.
+void LlamaModel::head_norm_backward(Tensor& d, const Tensor& x, const Tensor& weight, Tensor& dweight,
+                                    const Tensor& rstd) {
+  if (config_.positions == PositionKind::kRope) {
+    head_norm_rope_backward(d, dweight, d, x, weight, rstd, acts_->batch.position_ids, acts_->inv_freq, rope_scale_);
+    return;
+  }
   const int64_t rows = x.dim(0) * x.dim(1), D = x.dim(2);
-  Tensor dx = Tensor::empty(x.shape(), dtype_, device_);
-  Tensor dx2 = dx.view({rows, D});
-  rmsnorm_backward(dx2, dweight, dout.view({rows, D}), x.view({rows, D}), weight, rstd);
-  return dx;
+  Tensor d2 = d.view({rows, D});
+  rmsnorm_backward(d2, dweight, d2, x.view({rows, D}), weight, rstd);
 }
 
 // gate, up, h [n, F] of n tokens' post-attention-norm outputs xn [n, C] (SwiGLU without want_h: gate and up, what
@@ -807,13 +813,13 @@ void LlamaModel::backward(float dloss) {
     a.attention->backward(*s.attn_ctx, dattn.view({T, H, D}), dq, dk, dv);
     s.attn_ctx.reset();
     dattn = Tensor();
-    if (c.positions == PositionKind::kRope) {
+    // dq, dk become the gradients of the projections' outputs.
+    if (c.qk_norm) {
+      head_norm_backward(dq, s.q_raw, P.q_norm, G.q_norm, s.rstd_q);
+      head_norm_backward(dk, s.k_raw, P.k_norm, G.k_norm, s.rstd_k);
+    } else if (c.positions == PositionKind::kRope) {
       rope_backward(dq, a.batch.position_ids, a.inv_freq, rope_scale_);
       rope_backward(dk, a.batch.position_ids, a.inv_freq, rope_scale_);
-    }
-    if (c.qk_norm) {  // dq, dk become the gradients of the projections' outputs
-      dq = head_norm_backward(dq, s.q_raw, P.q_norm, G.q_norm, s.rstd_q);
-      dk = head_norm_backward(dk, s.k_raw, P.k_norm, G.k_norm, s.rstd_k);
     }
     if (c.qkv_bias) {
       bias_backward(G.q_bias, dq.view({T, H * D}));

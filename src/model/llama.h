@@ -270,8 +270,7 @@ class LlamaModel {
   void zero_edge_grads();
   void loss_tile_backward(int64_t t0, int64_t t1, Tensor& logits, float dloss, Tensor& dxn);
   Tensor head_norm_forward(const Tensor& x, const Tensor& weight, Tensor& rstd);
-  Tensor head_norm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight, Tensor& dweight,
-                            const Tensor& rstd);
+  void head_norm_backward(Tensor& d, const Tensor& x, const Tensor& weight, Tensor& dweight, const Tensor& rstd);
   void mlp_tile_forward(int64_t l, const Tensor& xn, Tensor& gate, Tensor& up, Tensor& h, bool want_h);
   // The config's norm (RMSNorm, or LayerNorm with its bias) of x into out; rstd (and mean, LayerNorm)
   // f32 [T] allocated here for the backward.

@@ -32,7 +32,8 @@ const std::vector<std::string> kCases = {"gqa_untied", "mha_tied", "gqa_llama3_r
                                          "llama3_v4_spelling", "gqa_d64",
                                          // the families (issue 17)
                                          "qwen2_untied", "qwen2_tied_window", "qwen3_head_dim", "qwen3_bias_window",
-                                         "mistral_window", "mistral_full_tied", "mistral_d64_window",
+                                         "mistral_window", "mistral_full_tied", "mistral_d64_window", "qwen2_d64",
+                                         "qwen3_d64_packed",
                                          // rope_scaling types (issue 18 item 7)
                                          "rope_linear_v4", "rope_dynamic", "rope_yarn", "rope_longrope",
                                          // the GPT family (issue 16; tools/make_gpt2_fixtures.py)

@@ -276,6 +276,75 @@ void rope_cases(std::vector<OpCase>& cases) {
   }
 }
 
+// ---- Qwen3's head norm, then RoPE ----------------------------------------------------------------
+
+// The forward, the backward, and the backward again in place on a copy of dout (dx = dout) into a second dweight;
+// the reference is the two ops' composition (rmsnorm over the [T * H, D] rows, then rope).
+OpCase head_norm_rope_case(int64_t T, int64_t H, int64_t D, float scale, Store weight, uint64_t seed) {
+  const float eps = 1e-6f;
+  std::vector<float> inv_freq(static_cast<size_t>(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i)
+    inv_freq[i] = static_cast<float>(1.0 / std::pow(1000000.0, 2.0 * static_cast<double>(i) / static_cast<double>(D)));
+  OpCase c;
+  c.name = dims("head_norm_rope forward+backward", {{"T", T}, {"H", H}, {"D", D}}) + " weight " +
+           store_name(weight) + (scale == 1.0f ? std::string() : " scale " + std::to_string(scale));
+  c.operands = {ints("pos", random_ints(T, seed, 0, 100000)),  // long-context positions: large angles
+                Operand{"inv_freq", {D / 2}, Role::kIn, Store::kF32, inv_freq, {}},
+                in("x", {T, H, D}, seed + 1, -2.f, 2.f),
+                in("w", {D}, seed + 2, 0.5f, 1.5f, weight),
+                in("dy", {T, H, D}, seed + 3),
+                out("y", {T, H, D}),
+                out("rstd", {T * H}, Store::kF32),
+                out("dx", {T, H, D}),
+                inout("dw", {D}, seed + 4, -1.f, 1.f, Store::kF32),
+                inout("dx_in_place", {T, H, D}, seed + 3),  // the values of dy
+                inout("dw2", {D}, seed + 5, -1.f, 1.f, Store::kF32)};
+  c.run = [eps, scale](Tensors& t, auto&, const Backend&) {
+    head_norm_rope_forward(t.at("y"), t.at("rstd"), t.at("x"), t.at("w"), eps, t.at("pos"), t.at("inv_freq"), scale);
+    head_norm_rope_backward(t.at("dx"), t.at("dw"), t.at("dy"), t.at("x"), t.at("w"), t.at("rstd"), t.at("pos"),
+                            t.at("inv_freq"), scale);
+    Tensor& g = t.at("dx_in_place");
+    head_norm_rope_backward(g, t.at("dw2"), g, t.at("x"), t.at("w"), t.at("rstd"), t.at("pos"), t.at("inv_freq"),
+                            scale);
+  };
+  c.reference = [T, H, D, eps, scale](Values& v) {
+    const std::vector<int32_t> pos = as_ints(v["pos"]);
+    const std::vector<float> f(v["inv_freq"].begin(), v["inv_freq"].end());
+    cpu::rmsnorm_forward<double>(v["y"].data(), v["rstd"].data(), v["x"].data(), v["w"].data(), T * H, D, eps);
+    cpu::rope_forward<double>(v["y"].data(), pos.data(), f.data(), T, H, D, scale);
+    for (const char* name : {"dx", "dx_in_place"}) {
+      std::vector<double>& g = v[name];
+      g = v["dy"];
+      cpu::rope_backward<double>(g.data(), pos.data(), f.data(), T, H, D, scale);
+      const char* dw = std::string(name) == "dx" ? "dw" : "dw2";
+      cpu::rmsnorm_backward<double>(g.data(), v[dw].data(), g.data(), v["x"].data(), v["w"].data(), v["rstd"].data(),
+                                    T * H, D);
+    }
+  };
+  c.checked = {"y", "rstd", "dx", "dw", "dx_in_place", "dw2"};
+  c.fd = {{"x", "y", "dy", "dx", false}, {"w", "y", "dy", "dw", true}};
+  return c;
+}
+
+void head_norm_rope_cases(std::vector<OpCase>& cases) {
+  struct Shape {
+    int64_t T, H, D;
+    float scale;
+    Store weight;
+    bool fd;
+  };
+  // D = 128 (Qwen3) and 64 take the CUDA kernels of one pass, the token count ending inside a block; D = 16 their
+  // narrowest lane group; D = 20 and 8 the two ops one after the other. T = 20000 at D = 128 gives the backward's
+  // slots several tokens each. scale: yarn's attention_scaling on cos and sin.
+  for (const Shape& s : {Shape{333, 3, 128, 1.0f, Store::kCompute, false}, Shape{50, 5, 64, 1.1386294f, Store::kF32, false},
+                         Shape{20000, 2, 128, 1.0f, Store::kBF16, false}, Shape{37, 2, 20, 1.0f, Store::kCompute, false},
+                         Shape{3, 2, 16, 1.0f, Store::kCompute, true}, Shape{3, 2, 8, 0.8f, Store::kCompute, true}}) {
+    OpCase c = head_norm_rope_case(s.T, s.H, s.D, s.scale, s.weight, 90 + s.D);
+    if (!s.fd) c.fd.clear();
+    cases.push_back(c);
+  }
+}
+
 // ---- SwiGLU -------------------------------------------------------------------------------------
 
 void swiglu_cases(std::vector<OpCase>& cases) {
@@ -772,6 +841,7 @@ std::vector<OpCase> op_cases() {
   rmsnorm_cases(cases);
   layernorm_cases(cases);
   rope_cases(cases);
+  head_norm_rope_cases(cases);
   swiglu_cases(cases);
   gelu_cases(cases);
   matmul_cases(cases);

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/dtype.h"
 
@@ -53,6 +54,20 @@ void gelu_backward(void* dinp, const void* dout, const void* inp, DType dt, int6
 // x [T, H, D] rotated in place by +angle (inverse = false) or -angle (inverse = true).
 void rope(void* x, DType dt, const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D,
           bool inverse, float scale, cudaStream_t stream);
+
+// Qwen3's head norm then RoPE in one pass (head_norm_rope.cu): x/out/dx/dout [T, H, D] (x_dt), weight [D] (w_dt),
+// rstd f32 [T * H], inv_freq f32 [D / 2]. Only where head_norm_rope_fused(D, every pointer) holds: D in {16, 32, 64,
+// 128, 256} and 16-byte aligned pointers (ops_cuda.cpp runs rmsnorm_forward and rope elsewhere). The backward's
+// `partials` hold head_norm_rope_backward_blocks(T, D) * D floats; dx may be dout; dweight += (dw_dt).
+bool head_norm_rope_fused(int64_t D, std::initializer_list<const void*> pointers);
+int head_norm_rope_backward_blocks(int64_t T, int64_t D);
+void head_norm_rope_forward(void* out, float* rstd, const void* x, DType x_dt, const void* weight, DType w_dt,
+                            const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D,
+                            float eps, float scale, cudaStream_t stream);
+void head_norm_rope_backward(void* dx, void* dweight, DType dw_dt, float* partials, const void* dout, const void* x,
+                             DType x_dt, const void* weight, DType w_dt, const float* rstd,
+                             const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D,
+                             float scale, cudaStream_t stream);
 
 // n elements each, one dtype.
 void swiglu_forward(void* out, const void* gate, const void* up, DType dt, int64_t n, cudaStream_t stream);

@@ -329,6 +329,58 @@ void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_fre
   rope_apply("rope_backward", dx, position_ids, inv_freq, true, scale);
 }
 
+// ---- Qwen3's head norm, then RoPE ----------------------------------------------------------
+
+// One pass (head_norm_rope.cu) where its kernels apply (D a power of two from 16 to 256, 16-byte aligned tensors),
+// else the two ops above one after the other: the same values up to the rounding between them.
+void head_norm_rope_forward(Tensor& out, Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
+                            const Tensor& position_ids, const Tensor& inv_freq, float scale) {
+  const char* op = "head_norm_rope_forward";
+  DeviceScope scope(op, {{"out", &out}, {"rstd", &rstd}, {"x", &x}, {"weight", &weight},
+                         {"position_ids", &position_ids}, {"inv_freq", &inv_freq}});
+  check_float(x, op, "x");
+  check_float(weight, op, "weight");
+  check_dtype(out, x.dtype(), "head_norm_rope_forward out");
+  const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2);
+  if (!cuda_kernels::head_norm_rope_fused(D, {out.raw(), x.raw(), weight.raw(), inv_freq.raw()})) {
+    Tensor rows = out.view({T * H, D});
+    cuda_ops::rmsnorm_forward(rows, rstd, x.view({T * H, D}), weight, eps);
+    cuda_ops::rope_forward(out, position_ids, inv_freq, scale);
+    return;
+  }
+  cuda_kernels::head_norm_rope_forward(out.raw(), rstd.data<float>(), x.raw(), x.dtype(), weight.raw(), weight.dtype(),
+                                       position_ids.data<int32_t>(), inv_freq.data<float>(), T, H, D, eps, scale,
+                                       current_stream());
+}
+
+void head_norm_rope_backward(Tensor& dx, Tensor& dweight, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                             const Tensor& rstd, const Tensor& position_ids, const Tensor& inv_freq, float scale) {
+  const char* op = "head_norm_rope_backward";
+  DeviceScope scope(op, {{"dx", &dx}, {"dweight", &dweight}, {"dout", &dout}, {"x", &x}, {"weight", &weight},
+                         {"rstd", &rstd}, {"position_ids", &position_ids}, {"inv_freq", &inv_freq}});
+  check_float(x, op, "x");
+  check_float(weight, op, "weight");
+  check_float(dweight, op, "dweight");
+  check_dtype(dx, x.dtype(), "head_norm_rope_backward dx");
+  check_dtype(dout, x.dtype(), "head_norm_rope_backward dout");
+  const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2);
+  if (!cuda_kernels::head_norm_rope_fused(D, {dx.raw(), dout.raw(), x.raw(), weight.raw(), inv_freq.raw()})) {
+    if (dx.raw() != dout.raw())
+      SEQPAR_CUDA_CHECK(
+          cudaMemcpyAsync(dx.raw(), dout.raw(), dout.nbytes(), cudaMemcpyDeviceToDevice, current_stream()));
+    cuda_ops::rope_backward(dx, position_ids, inv_freq, scale);
+    Tensor rows = dx.view({T * H, D});
+    cuda_ops::rmsnorm_backward(rows, dweight, rows, x.view({T * H, D}), weight, rstd, /*accumulate=*/false);
+    return;
+  }
+  ScratchBytes partials(x.device(), static_cast<size_t>(cuda_kernels::head_norm_rope_backward_blocks(T, D)) * D *
+                                        sizeof(float));
+  cuda_kernels::head_norm_rope_backward(dx.raw(), dweight.raw(), dweight.dtype(), static_cast<float*>(partials.get()),
+                                        dout.raw(), x.raw(), x.dtype(), weight.raw(), weight.dtype(),
+                                        rstd.data<float>(), position_ids.data<int32_t>(), inv_freq.data<float>(), T, H,
+                                        D, scale, current_stream());
+}
+
 // ---- SwiGLU -------------------------------------------------------------------------------
 
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {

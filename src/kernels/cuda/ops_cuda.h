@@ -23,6 +23,10 @@ void gelu_forward(Tensor& out, const Tensor& inp, GeluKind kind);
 void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp, GeluKind kind);
 void rope_forward(Tensor& x, const Tensor& position_ids, const Tensor& inv_freq, float scale);
 void rope_backward(Tensor& dx, const Tensor& position_ids, const Tensor& inv_freq, float scale);
+void head_norm_rope_forward(Tensor& out, Tensor& rstd, const Tensor& x, const Tensor& weight, float eps,
+                            const Tensor& position_ids, const Tensor& inv_freq, float scale);
+void head_norm_rope_backward(Tensor& dx, Tensor& dweight, const Tensor& dout, const Tensor& x, const Tensor& weight,
+                             const Tensor& rstd, const Tensor& position_ids, const Tensor& inv_freq, float scale);
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
 void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up,
                      Tensor* out = nullptr);
