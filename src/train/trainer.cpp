@@ -35,23 +35,29 @@ namespace {
 // attention's collectives), so these are fixed figures, not what happens to be free: the device's total memory
 // (less auto_placement_capacity's margin), and --host-memory-gib or the host's MemTotal shared by the ranks of
 // the host (the process's threads, or LOCAL_WORLD_SIZE processes under a launcher).
+// whole_card: the device's whole memory instead, what a run that names its placement is held against (as seqpar plan
+// holds it).
 struct RankCapacity {
   int64_t gpu = 0, host = 0;
 };
-RankCapacity rank_capacity(const TrainConfig& cfg, int ranks_per_device) {
+RankCapacity rank_capacity(const TrainConfig& cfg, int ranks_per_device, bool whole_card = false) {
   const Device device = cfg.parallel.device;
   const int ranks = std::max(1, ranks_per_device);
   const bool threads = job_transport(cfg.parallel.transport, device) == Transport::kLocal;
   const int per_host = threads ? ranks : std::max(1, read_dist_env(process_env()).local_world_size);
-  const int64_t gpu = (device.is_cuda() ? auto_placement_capacity(device_total_bytes(device)) : host_memory_bytes()) / ranks;
+  const int64_t card = device.is_cuda() ? device_total_bytes(device) : 0;
+  const int64_t device_bytes =
+      !device.is_cuda() ? host_memory_bytes() : whole_card ? card : auto_placement_capacity(card);
+  const int64_t gpu = device_bytes / ranks;
   const int64_t host_total = cfg.memory.host_memory_gib > 0 ? static_cast<int64_t>(cfg.memory.host_memory_gib * (1ll << 30))
                                                             : host_memory_total_bytes();
   return {gpu, host_total / per_host};
 }
 
-// For the error of a run that does not fit: the levers that make it fit at its length (seqpar plan's).
-std::string levers_hint(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device) {
-  const RankCapacity c = rank_capacity(cfg, ranks_per_device);
+// For the error of a run that does not fit: the levers that make it fit at its length (seqpar plan's: within the card
+// less auto's margin for a run whose placement auto chooses, else within the whole card).
+std::string levers_hint(const TrainConfig& cfg, const LlamaConfig& model, int ranks_per_device, bool auto_placement) {
+  const RankCapacity c = rank_capacity(cfg, ranks_per_device, /*whole_card=*/!auto_placement);
   const MemoryPlanInput in = memory_plan_input(cfg, model);
   return describe_levers_to_fit(in, levers_to_fit(in, c.gpu, c.host));
 }
@@ -349,6 +355,7 @@ struct Trainer::State {
   int dp = 1;
   int64_t seqs_per_step = 0, seq_len = 0, tokens_per_step = 0;
   bool token_data = false;
+  bool auto_placement = false;  // checkpoint_placement=auto: the memory plan chose the placement
   bool leads = false, talk = false;            // this process hosts the leader; and prints
   std::optional<std::vector<Sequence>> batch;  // run_batch's rows
 
@@ -446,7 +453,8 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   s.eval_batches = cfg_.data.eval_batches;
   if (s.token_data) setup_data();
   s.ranks_per_device = job_transport(cfg_.parallel.transport, cfg_.parallel.device) == Transport::kLocal ? s.mesh_shape.world() : 1;
-  if (cfg_.memory.checkpoint_placement == "auto") resolve_checkpoint_placement(mc);
+  s.auto_placement = cfg_.memory.checkpoint_placement == "auto";
+  if (s.auto_placement) resolve_checkpoint_placement(mc);
   // The run's configuration, recorded in checkpoints and compared with the checkpoint's on resume.
   s.config = train_config_json(cfg_, mc, s.data_id, s.eval_id);
   s.hash = config_hash(s.config);
@@ -462,7 +470,7 @@ Trainer::Trainer(const TrainConfig& config, std::vector<Sequence> batch) : cfg_(
   }
   if (!s.batch && cfg_.parallel.device.is_cpu())
     check_plan_fits(s.plan, s.ranks_per_device, host_memory_bytes(), "this host",
-                    [&] { return levers_hint(cfg_, mc, s.ranks_per_device); });
+                    [&] { return levers_hint(cfg_, mc, s.ranks_per_device, s.auto_placement); });
   setup_model();
   s.first_step = s.result.first_step;
   s.last_step = cfg_.checkpoint.stop_at_step > 0 ? std::min(cfg_.schedule.steps, cfg_.checkpoint.stop_at_step) : cfg_.schedule.steps;
@@ -689,7 +697,7 @@ void Trainer::resolve_checkpoint_placement(const LlamaConfig& mc) {
                      "checkpoint_placement=auto: no placement of the layers' inputs fits seq_len={} in the {}'s memory "
                      "and the host's (every layer but one recomputed included); {}",
                      cfg_.data.task.seq_len, device.is_cuda() ? "GPU" : "host",
-                     levers_hint(cfg_, mc, s.ranks_per_device));
+                     levers_hint(cfg_, mc, s.ranks_per_device, /*auto_placement=*/true));
   placement = chosen;
   if (s.talk) log_info("checkpoint placement (auto, by the memory plan): {}", placement);
 }
@@ -698,7 +706,7 @@ void Trainer::resolve_checkpoint_placement(const LlamaConfig& mc) {
 void Trainer::refuse_if_over_capacity(Device device) const {
   const State& s = *s_;
   check_plan_fits(s.plan, s.ranks_per_device, device_total_bytes(device), device.str(),
-                  [&] { return levers_hint(cfg_, model_config_, s.ranks_per_device); });
+                  [&] { return levers_hint(cfg_, model_config_, s.ranks_per_device, s.auto_placement); });
 }
 
 // resume, the rank's half: the checkpoint's weights and optimizer state; then the host copies
