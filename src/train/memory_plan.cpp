@@ -659,10 +659,16 @@ std::string choose_checkpoint_placement(const MemoryPlanInput& in, int64_t capac
   // costs host memory and PCIe time, mostly hidden): the GPU peak falls as inputs leave it, the
   // host's rises, so for each count of recomputed layers the fewest offloaded that fit the GPU are
   // found by bisection and then checked against the host.
-  // (checkpoint_keep_attention recomputes no input: 'r' is not tried.)
+  // (checkpoint_keep_attention recomputes no input: 'r' is not tried.) On the CPU backend the device is the host: an
+  // input offloaded there is a copy in the same memory, so nothing is offloaded ('h' only with a GPU).
   const int64_t max_r = in.memory.checkpoint_keep_attention ? 0 : L - 1;
   for (int64_t n_r = 0; n_r <= max_r; ++n_r) {
     const int64_t bases = L - n_r;
+    if (!in.cuda) {
+      const MemoryPlan p = plan_with(0, n_r);
+      if (p.peak_bytes <= capacity_bytes && host_fits(p, host_capacity_bytes)) return placement_layout(L, 0, n_r);
+      continue;
+    }
     if (plan_with(bases, n_r).peak_bytes > capacity_bytes) continue;  // not even with every kept input on the host
     int64_t lo = -1, hi = bases;                                      // hi fits the GPU, lo does not
     while (hi - lo > 1) {

@@ -467,6 +467,40 @@ TEST(MemoryPlan, AutoPlacementIsTheCheapestThatFits) {
   EXPECT_EQ(count(kept, 'r'), 0) << kept;
 }
 
+// On the CPU backend the device is the host, so auto offloads no input there (a copy in the same memory would only
+// add to it): where a GPU's plan would move inputs to the host, the CPU's recomputes layers instead, and fits.
+TEST(MemoryPlan, AutoPlacementOnTheCpuOffloadsNothing) {
+  MemoryPlanInput in;
+  in.model = llama_preset("llama-3.2-1b");
+  in.memory.activation_checkpointing = true;
+  in.memory.mlp_tile_tokens = 8192;
+  in.memory.loss_tile_tokens = 8192;
+  in.seq_len = 256 << 10;
+  auto peak = [&](const MemoryPlanInput& i, const std::string& placement) {
+    MemoryPlanInput t = i;
+    t.memory.checkpoint_placement = placement;
+    return plan_memory(t).peak_bytes;
+  };
+  const std::string all_g(static_cast<size_t>(in.model.num_layers), 'g');
+  const int64_t host = 1ll << 50;
+  for (const bool cuda : {true, false}) {
+    in.cuda = cuda;
+    // One byte less than every input on the device needs.
+    const int64_t capacity = peak(in, all_g) - 1;
+    const std::string chosen = choose_checkpoint_placement(in, capacity, host);
+    ASSERT_FALSE(chosen.empty()) << (cuda ? "cuda" : "cpu");
+    EXPECT_LE(peak(in, chosen), capacity) << chosen;
+    const auto count = [&](char ch) { return std::count(chosen.begin(), chosen.end(), ch); };
+    if (cuda) {
+      EXPECT_GT(count('h'), 0) << chosen;  // the GPU's cheapest: an input on the host, nothing recomputed
+      EXPECT_EQ(count('r'), 0) << chosen;
+    } else {
+      EXPECT_EQ(count('h'), 0) << chosen;
+      EXPECT_GT(count('r'), 0) << chosen;
+    }
+  }
+}
+
 // 'f' layers (not checkpointed, Megatron's --recompute-num-layers): every layer 'f' plans what no
 // checkpointing plans, for plain checkpointing and keeping attention, tiled MLP or not; each 'f'
 // layer more costs memory; auto, when every input fits on the GPU, makes the most top layers 'f'
