@@ -3,7 +3,7 @@
 # fused) beside `un` (2026-12-07_s39_unfused.patch: the same tree running the two ops one after the other, as before),
 # then the ALST recipe in the same call: Qwen3-1.7B at 32K (issue 17: 1.479x on the H200 last session), a profiled step
 # of each build, and Qwen3-1.7B 64K as far as the time allows.
-#   bash bench/gpu_calls/2026-12-07_s39_head_norm_rope.sh OUT_DIR   (carry [".devtmp"]; ~500 s; prebuilt: gpu, un)
+#   bash bench/gpu_calls/2026-12-07_s39_head_norm_rope.sh OUT_DIR   (carry [".devtmp"]; ~560 s; prebuilt: gpu, un)
 set -u
 REAL_OUT=$1
 OUT=/tmp/s39c1
@@ -13,7 +13,7 @@ trap "pack_logs $OUT $REAL_OUT" EXIT
 build_variants $OUT un=bench/gpu_calls/2026-12-07_s39_unfused.patch
 peer_env $OUT
 END=${END:-570}
-run_tests 170 'CudaOpHarness.EveryOpOnEveryCudaPath:CudaModel.*:CudaTrain.FirstStepsMatchTheCpu'
+run_tests 260 'CudaOpHarness.EveryOpOnEveryCudaPath:CudaModel.*:CudaTrain.FirstStepsMatchTheCpu'
 KEEP="--activation-checkpointing --checkpoint-keep-attention --tiled-loss-tokens 8192 --checkpoint-placement auto"
 Q3="--preset qwen3-1.7b --seq-lens 32768 --steps 4 $KEEP"
 run_bounded q3_gpu 40 $B/seqpar bench train $Q3

@@ -95,18 +95,30 @@ TEST(CudaModel, CudnnAttentionMatchesHuggingFace) {
   expect_close(run_fwdbwd(dir, "--device cuda --attn-implementation sdpa"), ref, "gqa_d64 cuda sdpa");
 }
 
+// fwdbwd of an HF fixture on the GPU, one rank and every SP mode (in-process ranks on the one GPU), with cuDNN asked
+// for, and with checkpointed layers keeping attention: each within the bf16 rule of transformers' float64 reference.
+void expect_every_sp_mode_matches(const std::string& fixture) {
+  const std::string dir = testing::source_path("tests/fixtures/hf/" + fixture);
+  SafetensorsData ref = read_safetensors(dir + "/expected.safetensors");
+  for (const char* mode : {"", "--attn-implementation sdpa", "--sp 2 --sp-mode ulysses", "--sp 2 --sp-mode ring",
+                           "--sp 2 --sp-mode ring --sp-layout contiguous", "--sp 4 --sp-mode ring --sp-layout contiguous",
+                           "--sp 4 --sp-mode hybrid --ulysses-degree 2",
+                           "--sp 2 --sp-mode ring --activation-checkpointing --checkpoint-keep-attention"}) {
+    expect_close(run_fwdbwd(dir, std::string("--device cuda ") + mode), ref, fixture + " " + mode);
+  }
+}
+
 // A sliding-window model (Mistral, W = 7 < S = 24, head_dim 64) on the GPU: the flash kernel takes
 // the window (also when sdpa asks for cuDNN, which never sees windowed calls), and every SP mode
 // (in-process ranks on the one GPU; the contiguous ring skips the hops the window never sees)
 // matches transformers within the bf16 rule.
-TEST(CudaModel, SlidingWindowModelMatchesHuggingFaceOnEverySpMode) {
-  const std::string dir = testing::source_path("tests/fixtures/hf/mistral_d64_window");
-  SafetensorsData ref = read_safetensors(dir + "/expected.safetensors");
-  for (const char* mode : {"", "--attn-implementation sdpa", "--sp 2 --sp-mode ulysses", "--sp 2 --sp-mode ring",
-                           "--sp 2 --sp-mode ring --sp-layout contiguous", "--sp 4 --sp-mode ring --sp-layout contiguous",
-                           "--sp 2 --sp-mode ring --activation-checkpointing --checkpoint-keep-attention"}) {
-    expect_close(run_fwdbwd(dir, std::string("--device cuda ") + mode), ref, std::string("mistral_d64_window ") + mode);
-  }
+TEST(CudaModel, SlidingWindowModelMatchesHuggingFaceOnEverySpMode) { expect_every_sp_mode_matches("mistral_d64_window"); }
+
+// The Qwen families on the GPU (issue 17): Qwen2's q/k/v biases, Qwen3's q/k norms with RoPE (one pass on CUDA) over
+// packed documents, at head_dim 64, on every SP mode and with the checkpointed layers' q/k computed again.
+TEST(CudaModel, QwenModelsMatchHuggingFaceOnEverySpMode) {
+  expect_every_sp_mode_matches("qwen2_d64");
+  expect_every_sp_mode_matches("qwen3_d64_packed");
 }
 
 // One process per rank over NCCL, started by `seqpar launch` (world 1 on this one-GPU machine:
