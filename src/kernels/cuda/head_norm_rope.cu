@@ -1,5 +1,7 @@
 // Qwen3's per-head RMSNorm followed by RoPE, forward and backward, each in one pass over the heads (the pair of
 // kernels they replace, rmsnorm.cu's short rows and rope.cu, read and write every head twice).
+#include <type_traits>
+
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/norm_common.cuh"
 
@@ -124,21 +126,26 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Calls f(std::integral_constant<int, L>) for L = D / 8 in {2, 4, 8, 16, 32}.
+// Calls f(TX{}, TW{}, std::integral_constant<int, L>{}): the element types of x_dt and w_dt, L = D / 8 lanes a head
+// (D in {16, 32, 64, 128, 256}).
 template <typename F>
-void with_head_lanes(int64_t D, F&& f) {
-  switch (D) {
-    case 16:
-      return f(std::integral_constant<int, 2>{});
-    case 32:
-      return f(std::integral_constant<int, 4>{});
-    case 64:
-      return f(std::integral_constant<int, 8>{});
-    case 128:
-      return f(std::integral_constant<int, 16>{});
-    default:
-      return f(std::integral_constant<int, 32>{});
-  }
+void with_kernel_types(DType x_dt, DType w_dt, int64_t D, F&& f) {
+  dispatch_float(x_dt, [&](auto tx) {
+    dispatch_float(w_dt, [&](auto tw) {
+      switch (D) {
+        case 16:
+          return f(tx, tw, std::integral_constant<int, 2>{});
+        case 32:
+          return f(tx, tw, std::integral_constant<int, 4>{});
+        case 64:
+          return f(tx, tw, std::integral_constant<int, 8>{});
+        case 128:
+          return f(tx, tw, std::integral_constant<int, 16>{});
+        default:
+          return f(tx, tw, std::integral_constant<int, 32>{});
+      }
+    });
+  });
 }
 
 }  // namespace
@@ -159,18 +166,14 @@ void head_norm_rope_forward(void* out, float* rstd, const void* x, DType x_dt, c
                             const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D,
                             float eps, float scale, cudaStream_t stream) {
   if (T == 0 || H == 0) return;
-  dispatch_float(x_dt, [&](auto tx) {
-    dispatch_float(w_dt, [&](auto tw) {
-      using TX = decltype(tx);
-      using TW = decltype(tw);
-      with_head_lanes(D, [&](auto lanes) {
-        constexpr int L = decltype(lanes)::value;
-        head_norm_rope_forward_kernel<L><<<ceil_div(T, kThreads / L), kThreads, 0, stream>>>(
-            static_cast<TX*>(out), rstd, static_cast<const TX*>(x), static_cast<const TW*>(weight), position_ids,
-            inv_freq, T, H, eps, scale);
-        SEQPAR_LAUNCH_CHECK();
-      });
-    });
+  with_kernel_types(x_dt, w_dt, D, [&](auto tx, auto tw, auto lanes) {
+    using TX = decltype(tx);
+    using TW = decltype(tw);
+    constexpr int L = decltype(lanes)::value;
+    head_norm_rope_forward_kernel<L><<<ceil_div(T, kThreads / L), kThreads, 0, stream>>>(
+        static_cast<TX*>(out), rstd, static_cast<const TX*>(x), static_cast<const TW*>(weight), position_ids, inv_freq,
+        T, H, eps, scale);
+    SEQPAR_LAUNCH_CHECK();
   });
 }
 
@@ -179,25 +182,16 @@ void head_norm_rope_backward(void* dx, void* dweight, DType dw_dt, float* partia
                              const int32_t* position_ids, const float* inv_freq, int64_t T, int64_t H, int64_t D,
                              float scale, cudaStream_t stream) {
   const int blocks = head_norm_rope_backward_blocks(T, D);
-  dispatch_float(x_dt, [&](auto tx) {
-    dispatch_float(w_dt, [&](auto tw) {
-      using TX = decltype(tx);
-      using TW = decltype(tw);
-      with_head_lanes(D, [&](auto lanes) {
-        constexpr int L = decltype(lanes)::value;
-        head_norm_rope_backward_kernel<L><<<blocks, kThreads, 0, stream>>>(
-            static_cast<TX*>(dx), partials, static_cast<const TX*>(dout), static_cast<const TX*>(x),
-            static_cast<const TW*>(weight), rstd, position_ids, inv_freq, T, H, scale);
-        SEQPAR_LAUNCH_CHECK();
-      });
-    });
-  });
-  dispatch_float(dw_dt, [&](auto tdw) {
-    using TDW = decltype(tdw);
-    norm_params_kernel<TDW><<<ceil_div(D, kWarp), dim3(kWarp, 8), 0, stream>>>(static_cast<TDW*>(dweight), nullptr,
-                                                                             partials, blocks, D, D);
+  with_kernel_types(x_dt, w_dt, D, [&](auto tx, auto tw, auto lanes) {
+    using TX = decltype(tx);
+    using TW = decltype(tw);
+    constexpr int L = decltype(lanes)::value;
+    head_norm_rope_backward_kernel<L><<<blocks, kThreads, 0, stream>>>(
+        static_cast<TX*>(dx), partials, static_cast<const TX*>(dout), static_cast<const TX*>(x),
+        static_cast<const TW*>(weight), rstd, position_ids, inv_freq, T, H, scale);
     SEQPAR_LAUNCH_CHECK();
   });
+  add_norm_partials(dweight, dw_dt, partials, blocks, D, stream);
 }
 
 }  // namespace seqpar::cuda_kernels

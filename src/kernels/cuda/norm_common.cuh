@@ -37,4 +37,16 @@ __global__ void norm_params_kernel(TO* __restrict__ out0, TO* __restrict__ out1,
   }
 }
 
+// dweight [C] (dw_dt) += the column sums of partials [blocks, C] (norm_params_kernel): the last step of RMSNorm's
+// backward and of the head norm's (head_norm_rope.cu).
+inline void add_norm_partials(void* dweight, DType dw_dt, const float* partials, int blocks, int64_t C,
+                              cudaStream_t stream) {
+  dispatch_float(dw_dt, [&](auto tdw) {
+    using TDW = decltype(tdw);
+    norm_params_kernel<TDW><<<ceil_div(C, kWarp), dim3(kWarp, 8), 0, stream>>>(static_cast<TDW*>(dweight), nullptr,
+                                                                             partials, blocks, C, C);
+    SEQPAR_LAUNCH_CHECK();
+  });
+}
+
 }  // namespace seqpar::cuda_kernels

@@ -278,12 +278,7 @@ void rmsnorm_backward(void* dinp, void* dweight, DType dw_dt, float* partials, c
       }
     });
   });
-  dispatch_float(dw_dt, [&](auto tdw) {
-    using TDW = decltype(tdw);
-    norm_params_kernel<TDW><<<ceil_div(C, kWarp), dim3(kWarp, 8), 0, stream>>>(static_cast<TDW*>(dweight), nullptr,
-                                                                             partials, blocks, C, C);
-    SEQPAR_LAUNCH_CHECK();
-  });
+  add_norm_partials(dweight, dw_dt, partials, blocks, C, stream);
 }
 
 }  // namespace seqpar::cuda_kernels
