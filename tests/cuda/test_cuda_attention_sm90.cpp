@@ -105,35 +105,42 @@ TEST(CudaAttentionSm90, HeadDim96RunsOnTheMmaKernel) {
 // nats above them at D = 64: past 2^64 in the forward's exponent against the first tiles' maximum), 12 on keys
 // [768, 832) (at D = 128 past f32's range), 0.5 elsewhere. The forward must move its maximum (or compute the tile
 // again) wherever a tile's scores outrun it: wgmma and mma.sync kernels, bf16 and f16, D 64 and 128, causal and not,
-// against the f64 reference by the harness's rule.
+// against the f64 reference by check_attention's rule: out, lse and (read back from them) dk, dv. Not dq: its bf16
+// baseline is itself 3-4% off here (the keys' common component cancels in dq only in exact arithmetic), beyond the
+// 2% within which the rule means anything; the other cases check it.
 TEST(CudaAttentionSm90, ScoresRisingAcrossKeyTilesMatchTheReference) {
   REQUIRE_SM90();
+  const Rule rule{1e-6, false};
   for (const int64_t D : {64, 128})
     for (const bool causal : {false, true}) {
       AttnCase c = attn_one_doc("rising scores", 1000, 2, 1, D, causal);
       c.seed = 77 + D + causal;
-      AttnExpect e;
-      e.in = attn_inputs(c);
+      AttnInputs in = attn_inputs(c);
       std::vector<float> u(D);
       for (int64_t d = 0; d < D; ++d) u[d] = ((d * 7 + 3) % 5) < 2 ? -1.f : 1.f;
       for (int64_t i = 0; i < c.Tq; ++i)
         for (int64_t h = 0; h < c.H; ++h)
-          for (int64_t d = 0; d < D; ++d) e.in.q[(i * c.H + h) * D + d] = u[d];
+          for (int64_t d = 0; d < D; ++d) in.q[(i * c.H + h) * D + d] = u[d];
       for (int64_t j = 0; j < c.Tk; ++j) {
         const float a = j < 256 ? 0.125f : (j >= 512 && j < 640) ? 7.f : (j >= 768 && j < 832) ? 12.f : 0.5f;
         for (int64_t h = 0; h < c.Hkv; ++h)
-          for (int64_t d = 0; d < D; ++d) e.in.k[(j * c.Hkv + h) * D + d] = a * u[d];
+          for (int64_t d = 0; d < D; ++d) in.k[(j * c.Hkv + h) * D + d] = a * u[d];
       }
-      e.exact = attn_reference(c, e.in, false);
-      e.lowp = attn_reference(c, e.in, true);
-      e.lowp16 = attn_reference(c, e.in, DType::kF16);
-      for (const DType dt : testing::flash_dtypes())
+      const AttnRef exact = attn_reference(c, in, false);
+      for (const DType dt : testing::flash_dtypes()) {
+        const AttnRef base = attn_reference(c, in, dt);
         for (const FlashKernel k : {FlashKernel::kWgmma, FlashKernel::kMma}) {
           SCOPED_TRACE(std::string(dtype_name(dt)) + (k == FlashKernel::kWgmma ? " wgmma" : " mma.sync") +
                        " D=" + std::to_string(D) + (causal ? " causal" : ""));
-          std::string why;
-          EXPECT_TRUE(check_attention(c, testing::flash_backend(k, dt), &why, nullptr, &e)) << why;
+          const AttnResult got = run_attention(c, in, testing::flash_backend(k, dt));
+          EXPECT_EQ(got.fwd_path, k == FlashKernel::kWgmma ? AttnPath::kFlashWgmma : AttnPath::kFlashMma)
+              << attn_path_name(got.fwd_path);
+          expect_within_2x("out", got.out, base.out, exact.out, rule);
+          expect_lse("lse", got.lse, exact.lse, 1e-4);
+          expect_within_2x("dk", got.dk, base.dk, exact.dk, rule);
+          expect_within_2x("dv", got.dv, base.dv, exact.dv, rule);
         }
+      }
     }
 }
 
