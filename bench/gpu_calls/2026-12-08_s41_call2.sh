@@ -6,7 +6,7 @@
 #   2. Llama-3.2-3B at 64K beside the ALST recipe (on the H200 never measured; 1.276x on the H100);
 #   3. Llama-3.2-1B at 64K beside transformers as HF Trainer runs it (issue 15 asks >= 1.6x where it fits; it does
 #      not fit an H100 at 64K).
-#   END=SECONDS bash bench/gpu_calls/2026-12-08_s41_call2.sh OUT_DIR   (carry [".devtmp"]; ~480 s; prebuilt: gpu)
+#   END=SECONDS bash bench/gpu_calls/2026-12-08_s41_call2.sh OUT_DIR   (carry [".devtmp"]; ~480 s; prebuilt: sm2, the landed tree's sources)
 set -u
 REAL_OUT=$1
 OUT=/tmp/s41c2
