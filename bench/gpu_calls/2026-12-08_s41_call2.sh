@@ -1,5 +1,5 @@
 #!/bin/bash
-# Forty-first session, call 2 (after the stale maximum lands; run on the tree with it, prebuilt `gpu`): issue 15's
+# Forty-first session, call 2 (after the stale maximum lands; run on the tree with it): issue 15's
 # remaining figures, each beside its peer in the same call:
 #   1. the attention table: seqpar's flash kernel and its cuDNN path and PyTorch's cuDNN SDPA, forward and
 #      forward + backward, 16K / 64K, D = 64 / 128, H 32 and 16 over 8 KV heads (~90 s);
