@@ -571,9 +571,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                                 top - mlp_half_acts + attn_t,
                                 top - mlp_half_acts - ctx * T + (a * H * D + 2 * a * Hkv * D) * T + a * C * T});
   // A checkpointed layer's recompute runs its sequence-parallel attention forward again (dx alive;
-  // x_in is kept).
-  if (in.sp > 1 && in.memory.activation_checkpointing && !in.memory.checkpoint_keep_attention)
-    layer_bwd = std::max(layer_bwd, layers_kept + a * C * T + attn_inputs + sp_fwd.peak * T);
+  // x_in is kept), the topmost's after the layers not checkpointed above it are done with (their inputs too).
+  if (in.sp > 1 && in.memory.activation_checkpointing && !in.memory.checkpoint_keep_attention && full_layers < L)
+    layer_bwd =
+        std::max(layer_bwd, layers_kept - full_on_top * full * T + a * C * T + attn_inputs + sp_fwd.peak * T);
   const int64_t optimizer = optimizer_phase_bytes(pl, a, in.world);
 
   p.phases = {{"forward (activations kept + LM head)", forward},

@@ -167,6 +167,15 @@ TEST(MemoryPlan, AgreesWithTheAllocatorWithinTenPercent) {
        false, "grrhrg"},
       {"ulysses 2, checkpointing, ZeRO-3, placement rhrgrg", 2, SpMode::kUlysses, true, false, 0, 0, 3, 512, 0, false,
        false, false, false, "rhrgrg"},
+      // Layers not checkpointed ('f'), on top as auto places them or below the checkpointed ones.
+      {"checkpointing keeping attention, placement 2g4f", 1, SpMode::kUlysses, true, true, 0, 0, 0, 512, 0, false,
+       false, false, false, "2g4f"},
+      {"checkpointing, tiled loss, large vocabulary, placement h2g3f", 1, SpMode::kUlysses, true, false, 0, 128, 0,
+       16384, 0, false, false, false, false, "h2g3f"},
+      {"ulysses 2, checkpointing, placement 3g3f", 2, SpMode::kUlysses, true, false, 0, 0, 0, 512, 0, false, false,
+       false, false, "3g3f"},
+      {"ring 2, checkpointing, placement 2f2g2f", 2, SpMode::kRing, true, false, 0, 0, 0, 512, 0, false, false, false,
+       false, "2f2g2f"},
       // The gradients in host memory (the device keeps a layer's block and the edges').
       {"optimizer and gradient offload", 1, SpMode::kUlysses, false, false, 0, 0, 0, 512, 0, false, true, false, false,
        "", true},
