@@ -13,8 +13,9 @@
 #   3. steps beside the tree and the ALST recipe: Llama-3.2-1B 64K, Qwen3-1.7B 32K.
 # If (1) passes and each peak equals its plan: apply the patch, put the measured peaks into the two tests and
 # docs/memory.md's table, commit.
-#   END=SECONDS bash bench/gpu_calls/2026-12-08_s41_xn_drop.sh OUT_DIR   (carry [".devtmp"]; ~600 s; prebuilt: gpu,
-#   and xn if `tools/prebuild_gpu.sh xn bench/gpu_calls/2026-12-08_s41_xn_drop.patch` was run on the tree)
+#   END=SECONDS bash bench/gpu_calls/2026-12-08_s41_xn_drop.sh OUT_DIR   (carry [".devtmp"]; ~600 s; prebuilt: sm2 as
+#   the tree once the stale maximum has landed, xn = that tree with this patch: `tools/prebuild_gpu.sh xn
+#   bench/gpu_calls/2026-12-07_s40_stale_max2.patch bench/gpu_calls/2026-12-08_s41_xn_drop.patch` on main at 6cad060)
 set -u
 REAL_OUT=$1
 OUT=/tmp/s41xn
